@@ -1,0 +1,355 @@
+//! CPU kernels of the forward pass. GEMMs go to the `gemm` crate (packed, multi-threaded, runtime-dispatched SIMD);
+//! the element-wise and row-wise kernels around them are ours, because they need vectorised `exp`/`erf`, fused
+//! residual + LayerNorm and rayon row-parallelism that no crate offers as one piece.
+
+use gemm::Parallelism;
+use rayon::prelude::*;
+
+/// Compiles `$body` twice, once with AVX2+FMA enabled, and picks at run time: the loops below are written so LLVM
+/// vectorises them, and this lets it use 8-wide registers without building the whole crate for one CPU.
+macro_rules! simd_fn {
+    ($(#[$meta:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $body:block) => {
+        $(#[$meta])*
+        $vis fn $name($($arg: $ty),*) {
+            #[inline(always)]
+            fn body($($arg: $ty),*) $body
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx2,fma")]
+                unsafe fn avx2($($arg: $ty),*) {
+                    body($($arg),*)
+                }
+                if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+                    // Safety: the features were detected on this CPU just now.
+                    return unsafe { avx2($($arg),*) };
+                }
+            }
+            body($($arg),*)
+        }
+    };
+}
+
+/// Rows per rayon task for row-wise kernels: big enough to amortise scheduling, small enough to balance.
+const ROWS_PER_TASK: usize = 16;
+
+/// `out[m×n] = x[m×k] · wᵀ + bias`, with `w` stored as PyTorch does, `[n × k]` row-major.
+pub fn linear(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    w: &[f32],
+    bias: &[f32],
+    out: &mut [f32],
+    par: Parallelism,
+) {
+    let n = bias.len();
+    debug_assert_eq!(x.len(), m * k);
+    debug_assert_eq!(w.len(), n * k);
+    debug_assert_eq!(out.len(), m * n);
+    for row in out.chunks_exact_mut(n) {
+        row.copy_from_slice(bias);
+    }
+    // Safety: the slices' lengths match the shapes and strides given (checked above in debug builds; the callers
+    // size every buffer from the same shapes).
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            out.as_mut_ptr(),
+            1,
+            n as isize,
+            true,
+            x.as_ptr(),
+            1,
+            k as isize,
+            w.as_ptr(),
+            k as isize,
+            1,
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            par,
+        );
+    }
+}
+
+/// A strided matrix view for the attention GEMMs, which read heads out of the fused QKV buffer in place.
+#[derive(Clone, Copy)]
+pub struct View {
+    pub ptr: *const f32,
+    /// Stride between rows.
+    pub rs: isize,
+    /// Stride between columns.
+    pub cs: isize,
+}
+
+/// `dst[m×n] = alpha · a[m×k] · b[k×n]` on strided views, single-threaded (the caller parallelises over heads).
+///
+/// # Safety
+/// Every view must cover its `rows × cols` extent with the given strides, and `dst` must not alias `a` or `b`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn matmul_strided(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: *mut f32,
+    dst_rs: isize,
+    a: View,
+    b: View,
+    alpha: f32,
+) {
+    gemm::gemm(
+        m,
+        n,
+        k,
+        dst,
+        1,
+        dst_rs,
+        false,
+        a.ptr,
+        a.cs,
+        a.rs,
+        b.ptr,
+        b.cs,
+        b.rs,
+        0.0,
+        alpha,
+        false,
+        false,
+        false,
+        Parallelism::None,
+    );
+}
+
+simd_fn! {
+    /// Exact (erf) GELU in place, as BERT's `hidden_act = "gelu"`.
+    fn gelu_rows(x: &mut [f32]) {
+        for v in x.iter_mut() {
+            let u = *v;
+            *v = 0.5 * u * (1.0 + erf(u * std::f32::consts::FRAC_1_SQRT_2));
+        }
+    }
+}
+
+/// GELU over a large activation matrix, in parallel row blocks.
+pub fn gelu(x: &mut [f32], cols: usize) {
+    x.par_chunks_mut(cols * ROWS_PER_TASK).for_each(gelu_rows);
+}
+
+/// erf as a rational approximation on [-4, 4] (the form XLA and Eigen use for f32: max error a few ulp), branch-free
+/// so that it vectorises.
+#[inline(always)]
+pub fn erf(x: f32) -> f32 {
+    let x = x.clamp(-4.0, 4.0);
+    let x2 = x * x;
+    let mut p = -2.726_142_3e-10_f32;
+    p = p * x2 + 2.770_681_4e-8;
+    p = p * x2 + -2.101_024e-6;
+    p = p * x2 + -5.692_506_4e-5;
+    p = p * x2 + -7.349_906_3e-4;
+    p = p * x2 + -2.954_600_0e-3;
+    p = p * x2 + -1.609_603_3e-2;
+    let mut q = -1.456_607_2e-5_f32;
+    q = q * x2 + -2.133_740_6e-4;
+    q = q * x2 + -1.682_827e-3;
+    q = q * x2 + -7.373_329_2e-3;
+    q = q * x2 + -1.426_474e-2;
+    x * p / q
+}
+
+/// e^x for x ≤ 0 (softmax inputs after subtracting the max), via 2^n · p(r) with a degree-6 polynomial;
+/// relative error about 2e-7, branch-free so that it vectorises.
+#[inline(always)]
+pub fn exp_neg(x: f32) -> f32 {
+    let x = x.max(-87.0);
+    let n = (x * std::f32::consts::LOG2_E).round();
+    // Cody-Waite: ln 2 split in two so that r = x - n ln 2 keeps its low bits.
+    let r = x - n * 0.693_145_75 - n * 1.428_606_8e-6;
+    let mut p = 1.0 / 720.0_f32;
+    p = p * r + 1.0 / 120.0;
+    p = p * r + 1.0 / 24.0;
+    p = p * r + 1.0 / 6.0;
+    p = p * r + 0.5;
+    p = p * r + 1.0;
+    p = p * r + 1.0;
+    p * f32::from_bits(((n as i32 + 127) as u32) << 23)
+}
+
+/// Sum of a slice in 8 independent lanes, so the reduction vectorises without reassociation by the compiler.
+#[inline(always)]
+fn sum_lanes(x: &[f32], f: impl Fn(f32) -> f32) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let chunks = x.chunks_exact(8);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for i in 0..8 {
+            acc[i] += f(c[i]);
+        }
+    }
+    acc.iter().sum::<f32>() + tail.iter().map(|&v| f(v)).sum::<f32>()
+}
+
+simd_fn! {
+    /// Row-wise softmax of `scale · x`, in place.
+    pub fn softmax_rows(x: &mut [f32], cols: usize, scale: f32) {
+        for row in x.chunks_exact_mut(cols) {
+            let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+            for v in row.iter_mut() {
+                *v = exp_neg((*v - max) * scale);
+            }
+            let inv = 1.0 / sum_lanes(row, |v| v);
+            for v in row.iter_mut() {
+                *v *= inv;
+            }
+        }
+    }
+}
+
+simd_fn! {
+    /// `x = LayerNorm(x + residual)` row by row; `residual` may be empty for a plain LayerNorm.
+    fn add_layer_norm_rows(x: &mut [f32], residual: &[f32], gamma: &[f32], beta: &[f32], eps: f32) {
+        let h = gamma.len();
+        for (r, row) in x.chunks_exact_mut(h).enumerate() {
+            if !residual.is_empty() {
+                for (v, &a) in row.iter_mut().zip(&residual[r * h..(r + 1) * h]) {
+                    *v += a;
+                }
+            }
+            let mean = sum_lanes(row, |v| v) / h as f32;
+            let var = sum_lanes(row, |v| (v - mean) * (v - mean)) / h as f32;
+            let inv = 1.0 / (var + eps).sqrt();
+            for ((v, &g), &b) in row.iter_mut().zip(gamma).zip(beta) {
+                *v = (*v - mean) * inv * g + b;
+            }
+        }
+    }
+}
+
+/// `x = LayerNorm(x + residual)` over all rows in parallel; an empty `residual` means a plain LayerNorm.
+pub fn add_layer_norm(x: &mut [f32], residual: &[f32], gamma: &[f32], beta: &[f32], eps: f32) {
+    let h = gamma.len();
+    let block = h * ROWS_PER_TASK;
+    x.par_chunks_mut(block).enumerate().for_each(|(i, rows)| {
+        let res = if residual.is_empty() {
+            residual
+        } else {
+            &residual[i * block..i * block + rows.len()]
+        };
+        add_layer_norm_rows(rows, res, gamma, beta, eps);
+    });
+}
+
+simd_fn! {
+    /// Scales `x` to unit L2 norm (left as is when it is all zeros).
+    pub fn l2_normalize(x: &mut [f32]) {
+        let norm = sum_lanes(x, |v| v * v).sqrt();
+        // sentence-transformers' Normalize clamps the norm at 1e-12 (torch.nn.functional.normalize).
+        let inv = 1.0 / norm.max(1e-12);
+        for v in x.iter_mut() {
+            *v *= inv;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    fn naive(x: &[f32], m: usize, k: usize, w: &[f32], bias: &[f32]) -> Vec<f32> {
+        let n = bias.len();
+        let mut out = vec![0.0; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                let mut s = bias[j] as f64;
+                for l in 0..k {
+                    s += x[i * k + l] as f64 * w[j * k + l] as f64;
+                }
+                out[i * n + j] = s as f32;
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn linear_matches_naive_on_odd_shapes() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+        for &(m, k, n) in &[(1, 7, 5), (3, 33, 17), (13, 64, 96), (1, 384, 1152)] {
+            let x: Vec<f32> = (0..m * k).map(|_| rng.gen_range(-1.0..1.0)).collect();
+            let w: Vec<f32> = (0..n * k).map(|_| rng.gen_range(-1.0..1.0)).collect();
+            let b: Vec<f32> = (0..n).map(|_| rng.gen_range(-1.0..1.0)).collect();
+            let mut out = vec![0.0; m * n];
+            linear(&x, m, k, &w, &b, &mut out, Parallelism::Rayon(2));
+            for (a, e) in out.iter().zip(naive(&x, m, k, &w, &b)) {
+                assert!((a - e).abs() < 1e-4, "{m}x{k}x{n}: {a} vs {e}");
+            }
+        }
+    }
+
+    #[test]
+    fn erf_and_exp_are_accurate() {
+        for i in -5000..=5000 {
+            let x = i as f32 / 1000.0;
+            let e = libm_erf(x as f64);
+            assert!((erf(x) as f64 - e).abs() < 2e-7, "erf({x})");
+        }
+        for i in 0..=8000 {
+            let x = -(i as f32) / 100.0;
+            let e = (x as f64).exp();
+            assert!(((exp_neg(x) as f64 - e) / e).abs() < 1e-6, "exp({x})");
+        }
+    }
+
+    /// erf in f64 by its Taylor series (|x| ≤ 3) or continued fraction, for checking the f32 approximation.
+    fn libm_erf(x: f64) -> f64 {
+        if x.abs() > 3.0 {
+            // erfc(x) ~ e^{-x²}/(x√π) · (1 - 1/(2x²) + ...) is below 1e-5 here; the f32 result is ±1 ± 2e-5.
+            let t =
+                (-x * x).exp() / (x.abs() * std::f64::consts::PI.sqrt()) * (1.0 - 0.5 / (x * x));
+            return x.signum() * (1.0 - t);
+        }
+        let mut sum = 0.0;
+        let mut term = x;
+        let mut n = 0.0;
+        while term.abs() > 1e-17 {
+            sum += term / (2.0 * n + 1.0);
+            n += 1.0;
+            term *= -x * x / n;
+        }
+        sum * 2.0 / std::f64::consts::PI.sqrt()
+    }
+
+    #[test]
+    fn layer_norm_and_softmax_match_definitions() {
+        let mut x: Vec<f32> = (0..40).map(|i| (i as f32 * 0.37).sin()).collect();
+        let res: Vec<f32> = (0..40).map(|i| (i as f32 * 0.11).cos()).collect();
+        let g = vec![1.5f32; 20];
+        let b = vec![0.25f32; 20];
+        let mut expect = x.clone();
+        for (r, row) in expect.chunks_mut(20).enumerate() {
+            for (j, v) in row.iter_mut().enumerate() {
+                *v += res[r * 20 + j];
+            }
+            let mean: f32 = row.iter().sum::<f32>() / 20.0;
+            let var: f32 = row.iter().map(|v| (v - mean).powi(2)).sum::<f32>() / 20.0;
+            for v in row.iter_mut() {
+                *v = (*v - mean) / (var + 1e-12).sqrt() * 1.5 + 0.25;
+            }
+        }
+        add_layer_norm(&mut x, &res, &g, &b, 1e-12);
+        for (a, e) in x.iter().zip(&expect) {
+            assert!((a - e).abs() < 1e-5);
+        }
+        let mut s = vec![1.0f32, 2.0, 3.0, -1.0, 0.0, 10.0];
+        softmax_rows(&mut s, 3, 0.5);
+        let e: Vec<f64> = [0.5f64, 1.0, 1.5].iter().map(|v| v.exp()).collect();
+        let z: f64 = e.iter().sum();
+        for (a, b) in s[..3].iter().zip(&e) {
+            assert!((*a as f64 - b / z).abs() < 1e-6);
+        }
+        assert!((s[3..].iter().sum::<f32>() - 1.0).abs() < 1e-6);
+    }
+}

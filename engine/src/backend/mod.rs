@@ -1,0 +1,190 @@
+//! The backend boundary: `submit(batch)` returns a [`Handle`] at once; the forward pass runs on the backend's own
+//! compute resources (threads here; a stream and CUDA graphs for a GPU backend) and the handle resolves exactly
+//! once to the batch's pooled embeddings, written into a reusable host buffer.
+
+pub mod cpu;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use crate::batch::Batch;
+use crate::error::{Error, Result};
+
+/// A model backend. Implementations own their compute resources; callers only submit and await.
+pub trait Backend: Send + Sync {
+    /// Queues `batch` and returns at once. An invalid batch resolves the handle to an error.
+    fn submit(&self, batch: Batch) -> Handle;
+    fn info(&self) -> BackendInfo;
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct BackendInfo {
+    pub name: &'static str,
+    pub threads: usize,
+    /// Embedding dimension.
+    pub dim: usize,
+    pub vocab_size: usize,
+    pub max_positions: usize,
+}
+
+/// What a resolved handle carries.
+#[derive(Debug)]
+pub struct Output {
+    pub embeddings: Embeddings,
+    /// From `submit` to the start of this batch's forward pass.
+    pub queued: Duration,
+    /// The forward pass itself, pooling and copy-out included.
+    pub compute: Duration,
+}
+
+/// The pending result of one submitted batch: await it, poll it with [`Handle::try_take`], or block with
+/// [`Handle::wait`]. Dropping it discards the result; it never cancels a forward pass already running.
+#[derive(Debug)]
+pub struct Handle {
+    rx: oneshot::Receiver<Result<Output>>,
+}
+
+/// The sending half a backend keeps for a [`Handle`].
+pub(crate) struct Resolver(oneshot::Sender<Result<Output>>);
+
+impl Resolver {
+    pub(crate) fn resolve(self, result: Result<Output>) {
+        // The caller may have dropped its handle; its result is discarded, as the contract says.
+        let _ = self.0.send(result);
+    }
+}
+
+impl Handle {
+    pub(crate) fn new() -> (Resolver, Handle) {
+        let (tx, rx) = oneshot::channel();
+        (Resolver(tx), Handle { rx })
+    }
+
+    /// A handle that is already resolved (e.g. to a validation error).
+    pub(crate) fn ready(result: Result<Output>) -> Handle {
+        let (r, h) = Handle::new();
+        r.resolve(result);
+        h
+    }
+
+    /// Blocks until the result is there. Not for async code: await the handle instead.
+    pub fn wait(self) -> Result<Output> {
+        self.rx.blocking_recv().unwrap_or(Err(Error::Stopped))
+    }
+
+    /// The result if it has landed, without blocking; `None` while the batch is still running.
+    pub fn try_take(&mut self) -> Option<Result<Output>> {
+        match self.rx.try_recv() {
+            Ok(r) => Some(r),
+            Err(oneshot::error::TryRecvError::Empty) => None,
+            Err(oneshot::error::TryRecvError::Closed) => Some(Err(Error::Stopped)),
+        }
+    }
+}
+
+impl Future for Handle {
+    type Output = Result<Output>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.rx)
+            .poll(cx)
+            .map(|r| r.unwrap_or(Err(Error::Stopped)))
+    }
+}
+
+/// Pooled embeddings of one batch, row `i` for sequence `i`, in a buffer that goes back to its backend's pool
+/// when dropped, so steady-state serving does not allocate result memory.
+pub struct Embeddings {
+    data: Vec<f32>,
+    dim: usize,
+    pool: Option<Arc<BufferPool>>,
+}
+
+impl std::fmt::Debug for Embeddings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Embeddings")
+            .field("len", &self.len())
+            .field("dim", &self.dim)
+            .finish()
+    }
+}
+
+impl Embeddings {
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    pub fn len(&self) -> usize {
+        self.data.len().checked_div(self.dim).unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+
+    pub fn row(&self, i: usize) -> &[f32] {
+        &self.data[i * self.dim..(i + 1) * self.dim]
+    }
+
+    pub fn rows(&self) -> impl Iterator<Item = &[f32]> + '_ {
+        self.data.chunks_exact(self.dim.max(1))
+    }
+
+    pub fn as_slice(&self) -> &[f32] {
+        &self.data
+    }
+}
+
+impl Drop for Embeddings {
+    fn drop(&mut self) {
+        if let Some(pool) = self.pool.take() {
+            pool.put(std::mem::take(&mut self.data));
+        }
+    }
+}
+
+/// Result buffers recycled between batches.
+#[derive(Default)]
+pub(crate) struct BufferPool {
+    free: Mutex<Vec<Vec<f32>>>,
+}
+
+impl BufferPool {
+    /// More than a few batches in flight at once is unusual; beyond that, buffers are simply freed.
+    const KEEP: usize = 8;
+
+    pub(crate) fn take(self: &Arc<Self>, len: usize, dim: usize) -> Embeddings {
+        let mut data = self
+            .free
+            .lock()
+            .map(|mut f| f.pop())
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        data.clear();
+        data.resize(len * dim, 0.0);
+        Embeddings {
+            data,
+            dim,
+            pool: Some(self.clone()),
+        }
+    }
+
+    fn put(&self, buf: Vec<f32>) {
+        if let Ok(mut free) = self.free.lock() {
+            if free.len() < Self::KEEP {
+                free.push(buf);
+            }
+        }
+    }
+}
+
+impl Embeddings {
+    pub(crate) fn data_mut(&mut self) -> &mut [f32] {
+        &mut self.data
+    }
+}

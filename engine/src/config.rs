@@ -1,0 +1,63 @@
+//! Every engine setting in one place, with defaults and validation. The `bench` commands, the harness and the TUI
+//! all set this same struct.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EngineConfig {
+    /// Compute threads of the CPU backend; 0 means one per available core.
+    pub threads: usize,
+    /// Token budget of one batch: the sum of all sequences' lengths, special tokens included.
+    pub max_batch_tokens: usize,
+    /// Cap on sequences per batch, whatever their length.
+    pub max_batch_seqs: usize,
+    /// Truncate inputs to this many tokens (special tokens included); `None` takes the model's `max_seq_length`.
+    pub max_seq_length: Option<usize>,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            threads: 0,
+            // A batch of this size already keeps two cores' GEMMs in their efficient regime.
+            max_batch_tokens: 8192,
+            max_batch_seqs: 512,
+            max_seq_length: None,
+        }
+    }
+}
+
+impl EngineConfig {
+    pub fn validate(&self) -> Result<()> {
+        if self.max_batch_tokens == 0 {
+            return Err(Error::Config {
+                name: "max_batch_tokens",
+                message: "must be at least 1".into(),
+            });
+        }
+        if self.max_batch_seqs == 0 {
+            return Err(Error::Config {
+                name: "max_batch_seqs",
+                message: "must be at least 1".into(),
+            });
+        }
+        if self.max_seq_length == Some(0) {
+            return Err(Error::Config {
+                name: "max_seq_length",
+                message: "must be at least 1 (it includes the special tokens)".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The thread count actually used: `threads`, or the available cores when it is 0.
+    pub fn resolved_threads(&self) -> usize {
+        match self.threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        }
+    }
+}

@@ -1,0 +1,211 @@
+//! # engine — the embedding engine of Embedding Workbench
+//!
+//! Three types carry the whole request path:
+//!
+//! - [`Engine`]: a loaded model (weights memory-mapped, tokenizer, pooling) behind a [`Backend`]. It tokenizes text
+//!   and cuts it into batches under a token budget; [`Engine::embed`] is the blocking convenience on top.
+//! - [`Batch`]: a *ragged* batch — the token ids of several sequences concatenated with no padding, delimited by
+//!   cumulative offsets. This is what a backend runs.
+//! - [`Handle`]: what [`Backend::submit`] returns at once. The forward pass runs on the backend's own threads; the
+//!   handle resolves exactly once to the batch's [`Embeddings`] (awaitable, pollable, or blocking).
+//!
+//! ```
+//! use engine::{Engine, EngineConfig};
+//! # fn main() -> Result<(), engine::Error> {
+//! // A tiny random BERT written in the real on-disk format; use `engine::model::fetch::default_model_dir()` or any
+//! // sentence-transformers model directory for real embeddings.
+//! let dir = std::env::temp_dir().join(format!("engine-doc-{}", std::process::id()));
+//! engine::model::tiny::write_tiny_bert(&dir, Default::default())?;
+//! let engine = Engine::load(&dir, EngineConfig { threads: 1, ..Default::default() })?;
+//!
+//! // Blocking: one embedding per text, in order.
+//! let vectors = engine.embed(&["the search query", "a passage of text"])?;
+//! assert_eq!(vectors.len(), 2);
+//! assert_eq!(vectors[0].len(), engine.dim());
+//!
+//! // Asynchronous: build a ragged batch and submit it; the handle is a future, or can be waited on.
+//! let batch = engine::Batch::from_sequences([engine.tokenize("query")?.as_slice(), &engine.tokenize("")?]);
+//! let out = engine.backend().submit(batch).wait()?;
+//! assert_eq!(out.embeddings.len(), 2);
+//! # std::fs::remove_dir_all(&dir).ok();
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod backend;
+mod batch;
+pub mod config;
+mod error;
+pub mod model;
+pub mod tokenizer;
+
+use std::path::Path;
+use std::sync::Arc;
+
+pub use backend::{Backend, BackendInfo, Embeddings, Handle, Output};
+pub use batch::Batch;
+pub use config::EngineConfig;
+pub use error::{Error, Result};
+use model::{bert::Bert, ModelDir};
+use tokenizer::{HfTokenizer, Tokenizer};
+
+/// What a loaded engine reports about itself.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ModelInfo {
+    pub path: std::path::PathBuf,
+    pub dim: usize,
+    pub layers: usize,
+    pub max_seq_length: usize,
+    pub pooling: model::Pooling,
+    pub normalize: bool,
+    pub prompts: Vec<(String, String)>,
+}
+
+/// A loaded model behind a backend, with its tokenizer and batching settings.
+pub struct Engine {
+    config: EngineConfig,
+    tokenizer: Box<dyn Tokenizer>,
+    backend: Arc<dyn Backend>,
+    info: ModelInfo,
+}
+
+impl Engine {
+    /// Loads the model directory onto the CPU backend.
+    pub fn load(dir: impl AsRef<Path>, config: EngineConfig) -> Result<Self> {
+        config.validate()?;
+        let dir = ModelDir::open(dir)?;
+        let max_seq_length = config
+            .max_seq_length
+            .unwrap_or(dir.max_seq_length)
+            .min(dir.config.max_position_embeddings);
+        let tokenizer = Box::new(HfTokenizer::from_file(&dir.tokenizer_path, max_seq_length)?);
+        if tokenizer.vocab_size() > dir.config.vocab_size {
+            return Err(Error::model(
+                &dir.tokenizer_path,
+                format!(
+                    "the tokenizer has {} tokens but the model's vocab_size is {}",
+                    tokenizer.vocab_size(),
+                    dir.config.vocab_size
+                ),
+            ));
+        }
+        let model = Bert::load(&dir)?;
+        let info = ModelInfo {
+            path: dir.root.clone(),
+            dim: model.dim(),
+            layers: dir.config.num_hidden_layers,
+            max_seq_length,
+            pooling: dir.pooling,
+            normalize: dir.normalize,
+            prompts: dir.prompts.clone(),
+        };
+        let backend = Arc::new(backend::cpu::CpuBackend::new(
+            model,
+            config.resolved_threads(),
+        )?);
+        Ok(Engine {
+            config,
+            tokenizer,
+            backend,
+            info,
+        })
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    pub fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    pub fn dim(&self) -> usize {
+        self.info.dim
+    }
+
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
+    pub fn tokenizer(&self) -> &dyn Tokenizer {
+        self.tokenizer.as_ref()
+    }
+
+    /// Token ids of `text`, special tokens included, truncated to the model's max sequence length.
+    pub fn tokenize(&self, text: &str) -> Result<Vec<u32>> {
+        let mut ids = Vec::new();
+        self.tokenizer.encode(text, &mut ids)?;
+        Ok(ids)
+    }
+
+    /// Embeds `texts` and returns one vector per text, in order. Batches are cut first-come-first-served under
+    /// the token budget, and the next batch is submitted before the previous one is collected, so the compute
+    /// threads never wait on copy-out.
+    pub fn embed<S: AsRef<str>>(&self, texts: &[S]) -> Result<Vec<Vec<f32>>> {
+        let seqs = texts
+            .iter()
+            .map(|t| self.tokenize(t.as_ref()))
+            .collect::<Result<Vec<_>>>()?;
+        let lens: Vec<usize> = seqs.iter().map(Vec::len).collect();
+        let mut out = Vec::with_capacity(texts.len());
+        let mut pending: Option<Handle> = None;
+        for range in cut_batches(
+            &lens,
+            self.config.max_batch_tokens,
+            self.config.max_batch_seqs,
+        ) {
+            let handle = self
+                .backend
+                .submit(Batch::from_sequences(seqs[range].iter().map(Vec::as_slice)));
+            if let Some(prev) = pending.replace(handle) {
+                collect(prev, &mut out)?;
+            }
+        }
+        if let Some(last) = pending {
+            collect(last, &mut out)?;
+        }
+        Ok(out)
+    }
+}
+
+fn collect(handle: Handle, out: &mut Vec<Vec<f32>>) -> Result<()> {
+    let result = handle.wait()?;
+    out.extend(result.embeddings.rows().map(<[f32]>::to_vec));
+    Ok(())
+}
+
+/// Cuts sequences of the given lengths, in order, into consecutive batches of at most `max_tokens` tokens and
+/// `max_seqs` sequences; a sequence longer than the budget goes alone.
+pub fn cut_batches(
+    lens: &[usize],
+    max_tokens: usize,
+    max_seqs: usize,
+) -> Vec<std::ops::Range<usize>> {
+    let mut batches = Vec::new();
+    let (mut start, mut tokens) = (0, 0);
+    for (i, &len) in lens.iter().enumerate() {
+        let full = i > start && (tokens + len > max_tokens || i - start >= max_seqs);
+        if full {
+            batches.push(start..i);
+            (start, tokens) = (i, 0);
+        }
+        tokens += len;
+    }
+    if start < lens.len() {
+        batches.push(start..lens.len());
+    }
+    batches
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cut_batches;
+
+    #[test]
+    fn batches_respect_budget_and_order() {
+        assert_eq!(cut_batches(&[3, 3, 3, 3], 6, 10), vec![0..2, 2..4]);
+        assert_eq!(cut_batches(&[10, 2, 2], 6, 10), vec![0..1, 1..3]);
+        assert_eq!(cut_batches(&[1, 1, 1], 100, 2), vec![0..2, 2..3]);
+        assert_eq!(cut_batches(&[], 6, 2), Vec::<std::ops::Range<usize>>::new());
+    }
+}

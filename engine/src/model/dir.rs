@@ -1,0 +1,244 @@
+//! Reads a model directory the way sentence-transformers does: `modules.json` names the pipeline (Transformer,
+//! Pooling, Normalize), `1_Pooling/config.json` the pooling, `sentence_bert_config.json` the max sequence length.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+
+/// The subset of a Hugging Face `config.json` that a BERT-family encoder needs.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+pub struct BertConfig {
+    #[serde(default)]
+    pub architectures: Vec<String>,
+    #[serde(default)]
+    pub model_type: String,
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub intermediate_size: usize,
+    pub max_position_embeddings: usize,
+    #[serde(default = "default_type_vocab")]
+    pub type_vocab_size: usize,
+    #[serde(default = "default_eps")]
+    pub layer_norm_eps: f64,
+    #[serde(default = "default_act")]
+    pub hidden_act: String,
+    #[serde(default = "default_pos")]
+    pub position_embedding_type: String,
+}
+
+fn default_type_vocab() -> usize {
+    2
+}
+fn default_eps() -> f64 {
+    1e-12
+}
+fn default_act() -> String {
+    "gelu".into()
+}
+fn default_pos() -> String {
+    "absolute".into()
+}
+
+/// How token states become one sentence embedding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pooling {
+    Mean,
+    Cls,
+}
+
+/// A parsed model directory: configuration, pooling, normalisation and where the weights are.
+#[derive(Clone, Debug)]
+pub struct ModelDir {
+    pub root: PathBuf,
+    pub config: BertConfig,
+    pub pooling: Pooling,
+    pub normalize: bool,
+    /// sentence-transformers' `max_seq_length`, capped by the position table.
+    pub max_seq_length: usize,
+    /// Prompt prefixes by name from `config_sentence_transformers.json` (e.g. `query` → `"query: "`).
+    pub prompts: Vec<(String, String)>,
+    pub weights_path: PathBuf,
+    pub tokenizer_path: PathBuf,
+}
+
+#[derive(Deserialize)]
+struct Module {
+    #[serde(default)]
+    path: String,
+    #[serde(rename = "type")]
+    kind: String,
+}
+
+#[derive(Deserialize)]
+struct PoolingFile {
+    #[serde(default)]
+    pooling_mode_cls_token: bool,
+    #[serde(default)]
+    pooling_mode_mean_tokens: bool,
+    #[serde(default)]
+    pooling_mode_max_tokens: bool,
+    #[serde(default)]
+    pooling_mode_mean_sqrt_len_tokens: bool,
+    #[serde(default)]
+    pooling_mode_weightedmean_tokens: bool,
+    #[serde(default)]
+    pooling_mode_lasttoken: bool,
+}
+
+#[derive(Deserialize)]
+struct SentenceBertFile {
+    max_seq_length: Option<usize>,
+}
+
+#[derive(Deserialize, Default)]
+struct SentenceTransformersFile {
+    #[serde(default)]
+    prompts: std::collections::BTreeMap<String, String>,
+}
+
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
+    let text = std::fs::read_to_string(path).map_err(Error::io(path))?;
+    serde_json::from_str(&text).map_err(|source| Error::Json {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+fn require(path: PathBuf, what: &str) -> Result<PathBuf> {
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(Error::model(path, format!("missing: expected {what}")))
+    }
+}
+
+impl ModelDir {
+    pub fn open(root: impl AsRef<Path>) -> Result<Self> {
+        let root = root.as_ref().to_owned();
+        if !root.is_dir() {
+            return Err(Error::model(
+                &root,
+                "not a directory: expected a model directory with config.json, model.safetensors and tokenizer.json",
+            ));
+        }
+        let config_path = require(root.join("config.json"), "the model's config.json")?;
+        let config: BertConfig = read_json(&config_path)?;
+        let supported = config.model_type == "bert"
+            || config
+                .architectures
+                .iter()
+                .any(|a| a == "BertModel" || a == "BertForMaskedLM");
+        if !supported {
+            return Err(Error::model(
+                &config_path,
+                format!(
+                    "unsupported architecture {:?} (model_type {:?}): expected a BERT-family encoder (BertModel)",
+                    config.architectures, config.model_type
+                ),
+            ));
+        }
+        if config.hidden_act != "gelu" {
+            return Err(Error::model(
+                &config_path,
+                format!(
+                    "unsupported hidden_act {:?}: expected \"gelu\"",
+                    config.hidden_act
+                ),
+            ));
+        }
+        if config.position_embedding_type != "absolute" {
+            return Err(Error::model(
+                &config_path,
+                format!(
+                    "unsupported position_embedding_type {:?}: expected \"absolute\"",
+                    config.position_embedding_type
+                ),
+            ));
+        }
+        if config.num_attention_heads == 0 || config.hidden_size % config.num_attention_heads != 0 {
+            return Err(Error::model(
+                &config_path,
+                format!(
+                    "hidden_size {} is not a multiple of num_attention_heads {}",
+                    config.hidden_size, config.num_attention_heads
+                ),
+            ));
+        }
+        let weights_path = require(
+            root.join("model.safetensors"),
+            "the weights as model.safetensors",
+        )?;
+        let tokenizer_path = require(root.join("tokenizer.json"), "a Hugging Face tokenizer.json")?;
+
+        // Without modules.json the directory is a bare transformers model: sentence-transformers then defaults to
+        // mean pooling without normalisation, and so do we.
+        let (mut pooling, mut normalize) = (Pooling::Mean, false);
+        let modules_path = root.join("modules.json");
+        if modules_path.is_file() {
+            let modules: Vec<Module> = read_json(&modules_path)?;
+            for m in &modules {
+                match m.kind.rsplit('.').next().unwrap_or_default() {
+                    "Transformer" => {}
+                    "Pooling" => pooling = read_pooling(&root.join(&m.path).join("config.json"))?,
+                    "Normalize" => normalize = true,
+                    other => {
+                        return Err(Error::model(
+                            &modules_path,
+                            format!(
+                                "unsupported module {other:?}: expected Transformer, Pooling and Normalize modules"
+                            ),
+                        ))
+                    }
+                }
+            }
+        }
+        let mut max_seq_length = config.max_position_embeddings;
+        let sbert_path = root.join("sentence_bert_config.json");
+        if sbert_path.is_file() {
+            let s: SentenceBertFile = read_json(&sbert_path)?;
+            if let Some(n) = s.max_seq_length {
+                max_seq_length = n.min(config.max_position_embeddings);
+            }
+        }
+        let st_path = root.join("config_sentence_transformers.json");
+        let prompts = if st_path.is_file() {
+            read_json::<SentenceTransformersFile>(&st_path)?
+                .prompts
+                .into_iter()
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Ok(ModelDir {
+            root,
+            config,
+            pooling,
+            normalize,
+            max_seq_length,
+            prompts,
+            weights_path,
+            tokenizer_path,
+        })
+    }
+}
+
+fn read_pooling(path: &Path) -> Result<Pooling> {
+    let p: PoolingFile = read_json(path)?;
+    let unsupported = p.pooling_mode_max_tokens
+        || p.pooling_mode_mean_sqrt_len_tokens
+        || p.pooling_mode_weightedmean_tokens
+        || p.pooling_mode_lasttoken;
+    match (p.pooling_mode_mean_tokens, p.pooling_mode_cls_token, unsupported) {
+        (true, false, false) => Ok(Pooling::Mean),
+        (false, true, false) => Ok(Pooling::Cls),
+        _ => Err(Error::model(
+            path,
+            "unsupported pooling: expected exactly one of pooling_mode_mean_tokens or pooling_mode_cls_token",
+        )),
+    }
+}

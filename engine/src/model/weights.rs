@@ -1,0 +1,175 @@
+//! Weights memory-mapped from `model.safetensors`: f32 tensors are read in place from the page cache, never copied;
+//! f16/bf16 tensors are widened once at load.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use memmap2::Mmap;
+use safetensors::tensor::Metadata;
+use safetensors::{Dtype, SafeTensors};
+
+use crate::error::{Error, Result};
+
+/// A dense f32 tensor, either a view into the mapped file or owned (widened or repacked at load).
+#[derive(Clone)]
+pub struct Tensor {
+    storage: Storage,
+    shape: Vec<usize>,
+}
+
+#[derive(Clone)]
+enum Storage {
+    Mapped {
+        map: Arc<Mmap>,
+        start: usize,
+        len: usize,
+    },
+    Owned(Arc<Vec<f32>>),
+}
+
+impl Tensor {
+    pub fn from_vec(data: Vec<f32>, shape: Vec<usize>) -> Self {
+        debug_assert_eq!(data.len(), shape.iter().product::<usize>());
+        Tensor {
+            storage: Storage::Owned(Arc::new(data)),
+            shape,
+        }
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    pub fn data(&self) -> &[f32] {
+        match &self.storage {
+            Storage::Mapped { map, start, len } => {
+                let bytes = &map[*start..*start + *len * 4];
+                // Alignment was checked when the view was made.
+                bytemuck_f32(bytes)
+            }
+            Storage::Owned(v) => v,
+        }
+    }
+
+    /// Whether the tensor is read in place from the mapped file.
+    pub fn is_mapped(&self) -> bool {
+        matches!(self.storage, Storage::Mapped { .. })
+    }
+}
+
+fn bytemuck_f32(bytes: &[u8]) -> &[f32] {
+    let (head, body, tail) = unsafe { bytes.align_to::<f32>() };
+    assert!(
+        head.is_empty() && tail.is_empty(),
+        "tensor view lost its alignment"
+    );
+    body
+}
+
+/// The tensors of one safetensors file, found by name, with shapes checked.
+pub struct Weights {
+    path: PathBuf,
+    map: Arc<Mmap>,
+    /// The parsed header, and where the data section starts in the file.
+    meta: Metadata,
+    data_start: usize,
+    /// Prefix every tensor name carries in this file (`"bert."` in some checkpoints, `""` in others).
+    prefix: String,
+}
+
+impl Weights {
+    pub fn open(path: &Path) -> Result<Self> {
+        let file = std::fs::File::open(path).map_err(Error::io(path))?;
+        // Safety: the file is opened read-only and we never hand out a view past the map's lifetime (Arc).
+        let map = unsafe { Mmap::map(&file) }.map_err(Error::io(path))?;
+        let (header, meta) = SafeTensors::read_metadata(&map)
+            .map_err(|e| Error::model(path, format!("not a valid safetensors file: {e}")))?;
+        let prefix = ["", "bert.", "model."]
+            .into_iter()
+            .find(|p| meta.info(&format!("{p}embeddings.word_embeddings.weight")).is_some())
+            .ok_or_else(|| {
+                Error::model(
+                    path,
+                    "no tensor `embeddings.word_embeddings.weight` (nor with a `bert.` prefix): not a BERT checkpoint",
+                )
+            })?;
+        Ok(Weights {
+            path: path.to_owned(),
+            map: Arc::new(map),
+            meta,
+            data_start: 8 + header,
+            prefix: prefix.to_owned(),
+        })
+    }
+
+    /// The tensor `name` (without the file's prefix), which must have exactly `shape`.
+    pub fn get(&self, name: &str, shape: &[usize]) -> Result<Tensor> {
+        let full = format!("{}{name}", self.prefix);
+        let info = self.meta.info(&full).ok_or_else(|| {
+            Error::model(
+                &self.path,
+                format!("missing tensor `{full}` (expected shape {shape:?})"),
+            )
+        })?;
+        if info.shape != shape {
+            return Err(Error::model(
+                &self.path,
+                format!(
+                    "tensor `{full}` has shape {:?}, expected {shape:?}",
+                    info.shape
+                ),
+            ));
+        }
+        let (start, end) = (
+            self.data_start + info.data_offsets.0,
+            self.data_start + info.data_offsets.1,
+        );
+        let n: usize = shape.iter().product();
+        let width = match info.dtype {
+            Dtype::F32 => 4,
+            _ => 2,
+        };
+        let data = self
+            .map
+            .get(start..end)
+            .filter(|d| d.len() == n * width)
+            .ok_or_else(|| {
+                Error::model(
+                    &self.path,
+                    format!("tensor `{full}`: data range does not match its shape"),
+                )
+            })?;
+        let storage = match info.dtype {
+            Dtype::F32 if start % 4 == 0 => Storage::Mapped {
+                map: self.map.clone(),
+                start,
+                len: n,
+            },
+            Dtype::F32 => Storage::Owned(Arc::new(
+                data.chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect(),
+            )),
+            Dtype::F16 => Storage::Owned(Arc::new(
+                data.chunks_exact(2)
+                    .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+                    .collect(),
+            )),
+            Dtype::BF16 => Storage::Owned(Arc::new(
+                data.chunks_exact(2)
+                    .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+                    .collect(),
+            )),
+            other => {
+                return Err(Error::model(
+                    &self.path,
+                    format!("tensor `{full}` has dtype {other:?}, expected F32, F16 or BF16"),
+                ))
+            }
+        };
+        Ok(Tensor {
+            storage,
+            shape: shape.to_vec(),
+        })
+    }
+}

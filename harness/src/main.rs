@@ -1,0 +1,120 @@
+//! `bench`: the Embedding Workbench command line.
+
+use std::io::{BufRead, BufWriter, Write};
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use engine::{Engine, EngineConfig};
+
+#[derive(Parser)]
+#[command(
+    name = "bench",
+    version,
+    about = "Embedding Workbench: embed, serve, benchmark and tune"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Embed texts: JSON Lines with a `text` field (or plain lines) in, one `{"embedding": [...]}` line out each.
+    Embed(EmbedArgs),
+}
+
+/// Engine settings shared by every command that loads a model.
+#[derive(Args)]
+struct EngineArgs {
+    /// Model directory (sentence-transformers layout); default: all-MiniLM-L6-v2, fetched on first use.
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Compute threads (0: one per core).
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
+    /// Token budget of one batch.
+    #[arg(long, default_value_t = EngineConfig::default().max_batch_tokens)]
+    max_batch_tokens: usize,
+}
+
+impl EngineArgs {
+    fn load(&self) -> Result<Engine> {
+        let dir = match &self.model {
+            Some(dir) => dir.clone(),
+            None => engine::model::fetch::default_model_dir()?,
+        };
+        let config = EngineConfig {
+            threads: self.threads,
+            max_batch_tokens: self.max_batch_tokens,
+            ..Default::default()
+        };
+        Engine::load(&dir, config)
+            .with_context(|| format!("loading the model from {}", dir.display()))
+    }
+}
+
+#[derive(Args)]
+struct EmbedArgs {
+    #[command(flatten)]
+    engine: EngineArgs,
+    /// Read plain text, one input per line, instead of JSON Lines.
+    #[arg(long)]
+    lines: bool,
+    /// Input file; standard input when absent or `-`.
+    input: Option<PathBuf>,
+}
+
+/// Inputs are embedded in chunks of this many, so a large input streams instead of being held whole.
+const CHUNK: usize = 2048;
+
+fn embed(args: EmbedArgs) -> Result<()> {
+    let engine = args.engine.load()?;
+    let reader: Box<dyn BufRead> = match args.input.as_deref() {
+        None => Box::new(std::io::stdin().lock()),
+        Some(p) if p.as_os_str() == "-" => Box::new(std::io::stdin().lock()),
+        Some(p) => Box::new(std::io::BufReader::new(
+            std::fs::File::open(p).with_context(|| format!("opening {}", p.display()))?,
+        )),
+    };
+    let mut out = BufWriter::new(std::io::stdout().lock());
+    let mut chunk = Vec::with_capacity(CHUNK);
+    for (n, line) in reader.lines().enumerate() {
+        let line = line.with_context(|| format!("reading input line {}", n + 1))?;
+        chunk
+            .push(parse_input(&line, args.lines).with_context(|| format!("input line {}", n + 1))?);
+        if chunk.len() == CHUNK {
+            write_embeddings(&engine, &chunk, &mut out)?;
+            chunk.clear();
+        }
+    }
+    write_embeddings(&engine, &chunk, &mut out)?;
+    out.flush()?;
+    Ok(())
+}
+
+fn parse_input(line: &str, plain: bool) -> Result<String> {
+    if plain {
+        return Ok(line.to_owned());
+    }
+    let value: serde_json::Value = serde_json::from_str(line).context("not valid JSON")?;
+    match value.get("text") {
+        Some(serde_json::Value::String(s)) => Ok(s.clone()),
+        Some(_) => bail!("the `text` field is not a string"),
+        None => bail!("no `text` field (use --lines for plain text)"),
+    }
+}
+
+fn write_embeddings(engine: &Engine, texts: &[String], out: &mut impl Write) -> Result<()> {
+    for e in engine.embed(texts)? {
+        serde_json::to_writer(&mut *out, &serde_json::json!({ "embedding": e }))?;
+        out.write_all(b"\n")?;
+    }
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().command {
+        Command::Embed(args) => embed(args),
+    }
+}
