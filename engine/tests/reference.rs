@@ -1,0 +1,143 @@
+//! The real model against sentence-transformers: reference fixtures made by `scripts/make_fixtures.py`.
+//! Runs on all-MiniLM-L6-v2 (fetched into the cache on first use).
+
+use base64::Engine as _;
+use engine::{Batch, Engine, EngineConfig};
+
+struct Fixture {
+    corpus: String,
+    text: String,
+    ids: Vec<u32>,
+    embedding: Vec<f32>,
+}
+
+fn fixtures() -> Vec<Fixture> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/minilm_reference.jsonl"
+    );
+    std::fs::read_to_string(path)
+        .expect("fixture file")
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("fixture JSON");
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(v["embedding_f32_b64"].as_str().expect("embedding"))
+                .expect("base64");
+            Fixture {
+                corpus: v["corpus"].as_str().expect("corpus").to_owned(),
+                text: v["text"].as_str().expect("text").to_owned(),
+                ids: v["ids"]
+                    .as_array()
+                    .expect("ids")
+                    .iter()
+                    .map(|i| i.as_u64().expect("id") as u32)
+                    .collect(),
+                embedding: bytes
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
+fn minilm() -> Engine {
+    let dir = engine::model::fetch::default_model_dir().expect("default model");
+    Engine::load(dir, EngineConfig::default()).expect("load all-MiniLM-L6-v2")
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let dot: f64 = a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum();
+    let na: f64 = a.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
+    let nb: f64 = b.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
+    dot / (na * nb)
+}
+
+#[test]
+fn every_fixture_matches_sentence_transformers() {
+    let fx = fixtures();
+    assert!(fx.len() >= 200, "only {} fixtures", fx.len());
+    let engine = minilm();
+    let texts: Vec<&str> = fx.iter().map(|f| f.text.as_str()).collect();
+    let got = engine.embed(&texts).expect("embed");
+    let mut worst = (1.0f64, "");
+    for (f, e) in fx.iter().zip(&got) {
+        let c = cosine(e, &f.embedding);
+        if c < worst.0 {
+            worst = (c, &f.text);
+        }
+    }
+    println!("min cosine over {} fixtures: {:.7}", fx.len(), worst.0);
+    assert!(
+        worst.0 >= 0.9999,
+        "cosine {} for {:?}",
+        worst.0,
+        worst.1.chars().take(80).collect::<String>()
+    );
+}
+
+#[test]
+fn tokenization_and_truncation_match_the_reference() {
+    let engine = minilm();
+    assert_eq!(engine.info().max_seq_length, 256);
+    let mut truncated = 0;
+    for f in fixtures() {
+        let ids = engine.tokenize(&f.text).expect("tokenize");
+        assert_eq!(
+            ids,
+            f.ids,
+            "ids differ for {:?}",
+            f.text.chars().take(80).collect::<String>()
+        );
+        if f.corpus.starts_with("long_docs") {
+            assert_eq!(ids.len(), 256, "long documents are cut at max_seq_length");
+            assert_eq!(ids.last(), Some(&102), "[SEP] is kept after truncation");
+            truncated += 1;
+        }
+    }
+    assert!(truncated >= 30);
+}
+
+#[test]
+fn a_text_alone_equals_the_same_text_inside_a_ragged_batch() {
+    let engine = minilm();
+    let fx = fixtures();
+    // Mixed lengths, from the empty string to 256-token documents.
+    let seqs: Vec<Vec<u32>> = fx
+        .iter()
+        .step_by(4)
+        .map(|f| engine.tokenize(&f.text).expect("tokenize"))
+        .collect();
+    let lens: Vec<usize> = seqs.iter().map(Vec::len).collect();
+    assert!(
+        lens.iter().min() < Some(&5) && lens.iter().max() == Some(&256),
+        "{lens:?}"
+    );
+    let together = engine
+        .backend()
+        .submit(Batch::from_sequences(seqs.iter().map(Vec::as_slice)))
+        .wait()
+        .expect("batch");
+    let mut max_diff = 0.0f32;
+    for (i, s) in seqs.iter().enumerate() {
+        let alone = engine
+            .backend()
+            .submit(Batch::from_sequences([s.as_slice()]))
+            .wait()
+            .expect("single");
+        for (a, b) in alone
+            .embeddings
+            .row(0)
+            .iter()
+            .zip(together.embeddings.row(i))
+        {
+            max_diff = max_diff.max((a - b).abs());
+        }
+    }
+    println!(
+        "batch invariance: max |alone - batched| = {max_diff:e} over {} sequences",
+        seqs.len()
+    );
+    assert!(max_diff <= 1e-5, "max difference {max_diff}");
+}

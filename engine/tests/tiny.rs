@@ -1,0 +1,327 @@
+//! Fast tests on a tiny random-weight BERT that the tests write themselves: the ragged forward pass against a
+//! plain padded reference, the handle contract, and the errors a bad model directory or batch gets.
+
+use std::path::Path;
+
+use engine::model::tiny::{write_tiny_bert, TinySpec};
+use engine::model::{ModelDir, Weights};
+use engine::{Batch, Engine, EngineConfig, Error};
+
+fn tiny(dir: &Path) -> Engine {
+    write_tiny_bert(dir, TinySpec::default()).expect("write tiny model");
+    Engine::load(
+        dir,
+        EngineConfig {
+            threads: 2,
+            ..Default::default()
+        },
+    )
+    .expect("load tiny model")
+}
+
+/// The textbook forward pass, one sequence at a time, in f64: embeddings, per-layer attention with softmax,
+/// exact GELU, post-LayerNorm, mean pooling, L2 normalisation. Slow and obvious on purpose.
+fn reference_forward(dir: &Path, ids: &[u32]) -> Vec<f32> {
+    let md = ModelDir::open(dir).expect("model dir");
+    let c = &md.config;
+    let w = Weights::open(&md.weights_path).expect("weights");
+    let (h, f, nh) = (c.hidden_size, c.intermediate_size, c.num_attention_heads);
+    let t = |name: &str, shape: &[usize]| -> Vec<f64> {
+        w.get(name, shape)
+            .expect(name)
+            .data()
+            .iter()
+            .map(|&v| v as f64)
+            .collect()
+    };
+    let ln = |x: &mut [f64], g: &[f64], b: &[f64]| {
+        let mean = x.iter().sum::<f64>() / x.len() as f64;
+        let var = x.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / x.len() as f64;
+        for (i, v) in x.iter_mut().enumerate() {
+            *v = (*v - mean) / (var + c.layer_norm_eps).sqrt() * g[i] + b[i];
+        }
+    };
+    let linear = |x: &[f64], wt: &[f64], b: &[f64], n_in: usize| -> Vec<f64> {
+        (0..b.len())
+            .map(|o| b[o] + (0..n_in).map(|k| x[k] * wt[o * n_in + k]).sum::<f64>())
+            .collect()
+    };
+    let we = t("embeddings.word_embeddings.weight", &[c.vocab_size, h]);
+    let pe = t(
+        "embeddings.position_embeddings.weight",
+        &[c.max_position_embeddings, h],
+    );
+    let te = t("embeddings.token_type_embeddings.weight", &[2, h]);
+    let (eg, eb) = (
+        t("embeddings.LayerNorm.weight", &[h]),
+        t("embeddings.LayerNorm.bias", &[h]),
+    );
+    let mut x: Vec<Vec<f64>> = ids
+        .iter()
+        .enumerate()
+        .map(|(p, &id)| {
+            let mut row: Vec<f64> = (0..h)
+                .map(|j| we[id as usize * h + j] + pe[p * h + j] + te[j])
+                .collect();
+            ln(&mut row, &eg, &eb);
+            row
+        })
+        .collect();
+    let d = h / nh;
+    for l in 0..c.num_hidden_layers {
+        let p = |s: &str| format!("encoder.layer.{l}.{s}");
+        let proj = |name: &str, x: &[Vec<f64>]| -> Vec<Vec<f64>> {
+            let (wt, b) = (
+                t(&p(&format!("{name}.weight")), &[h, h]),
+                t(&p(&format!("{name}.bias")), &[h]),
+            );
+            x.iter().map(|r| linear(r, &wt, &b, h)).collect()
+        };
+        let (q, k, v) = (
+            proj("attention.self.query", &x),
+            proj("attention.self.key", &x),
+            proj("attention.self.value", &x),
+        );
+        let n = x.len();
+        let mut ctx = vec![vec![0.0; h]; n];
+        for head in 0..nh {
+            for i in 0..n {
+                let s: Vec<f64> = (0..n)
+                    .map(|j| {
+                        (0..d)
+                            .map(|e| q[i][head * d + e] * k[j][head * d + e])
+                            .sum::<f64>()
+                            / (d as f64).sqrt()
+                    })
+                    .collect();
+                let m = s.iter().cloned().fold(f64::MIN, f64::max);
+                let z: f64 = s.iter().map(|v| (v - m).exp()).sum();
+                for j in 0..n {
+                    for e in 0..d {
+                        ctx[i][head * d + e] += (s[j] - m).exp() / z * v[j][head * d + e];
+                    }
+                }
+            }
+        }
+        let attn = proj("attention.output.dense", &ctx);
+        let (g1, b1) = (
+            t(&p("attention.output.LayerNorm.weight"), &[h]),
+            t(&p("attention.output.LayerNorm.bias"), &[h]),
+        );
+        let (wi, bi) = (
+            t(&p("intermediate.dense.weight"), &[f, h]),
+            t(&p("intermediate.dense.bias"), &[f]),
+        );
+        let (wo, bo) = (
+            t(&p("output.dense.weight"), &[h, f]),
+            t(&p("output.dense.bias"), &[h]),
+        );
+        let (g2, b2) = (
+            t(&p("output.LayerNorm.weight"), &[h]),
+            t(&p("output.LayerNorm.bias"), &[h]),
+        );
+        for i in 0..n {
+            let mut a: Vec<f64> = (0..h).map(|j| attn[i][j] + x[i][j]).collect();
+            ln(&mut a, &g1, &b1);
+            let inter: Vec<f64> = linear(&a, &wi, &bi, h)
+                .into_iter()
+                .map(|u| 0.5 * u * (1.0 + erf(u / std::f64::consts::SQRT_2)))
+                .collect();
+            let mut o: Vec<f64> = linear(&inter, &wo, &bo, f)
+                .iter()
+                .zip(&a)
+                .map(|(u, r)| u + r)
+                .collect();
+            ln(&mut o, &g2, &b2);
+            x[i] = o;
+        }
+    }
+    let mut pooled: Vec<f64> = (0..h)
+        .map(|j| x.iter().map(|r| r[j]).sum::<f64>() / x.len() as f64)
+        .collect();
+    let norm = pooled.iter().map(|v| v * v).sum::<f64>().sqrt();
+    pooled.iter_mut().for_each(|v| *v /= norm);
+    pooled.into_iter().map(|v| v as f32).collect()
+}
+
+/// erf by its Taylor series; exact enough for |x| < 6 in f64.
+fn erf(x: f64) -> f64 {
+    if x.abs() > 5.0 {
+        return x.signum();
+    }
+    let (mut sum, mut term, mut n) = (0.0, x, 0.0);
+    while term.abs() > 1e-18 {
+        sum += term / (2.0 * n + 1.0);
+        n += 1.0;
+        term *= -x * x / n;
+    }
+    sum * 2.0 / std::f64::consts::PI.sqrt()
+}
+
+#[test]
+fn ragged_forward_matches_a_padded_textbook_reference() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let engine = tiny(dir.path());
+    let texts = [
+        "",
+        "the query",
+        "embedding is the search of a thing, and the thing is a query!",
+        "zz",
+    ];
+    let got = engine.embed(&texts).expect("embed");
+    for (text, e) in texts.iter().zip(&got) {
+        let want = reference_forward(dir.path(), &engine.tokenize(text).expect("tokenize"));
+        let diff = e
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        assert!(diff < 1e-5, "{text:?}: max diff {diff}");
+    }
+}
+
+#[test]
+fn long_inputs_are_truncated_to_max_seq_length_with_sep_kept() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let engine = tiny(dir.path());
+    let long = "the query ".repeat(100);
+    let ids = engine.tokenize(&long).expect("tokenize");
+    assert_eq!(ids.len(), TinySpec::default().max_seq_length);
+    assert_eq!(
+        ids.last(),
+        Some(&3),
+        "[SEP] (id 3 in the tiny vocabulary) stays last"
+    );
+    assert_eq!(engine.embed(&[long]).expect("embed").len(), 1);
+}
+
+#[test]
+fn empty_batch_and_empty_text_are_answered() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let engine = tiny(dir.path());
+    assert!(engine.embed::<&str>(&[]).expect("embed nothing").is_empty());
+    let e = engine.embed(&[""]).expect("embed empty string");
+    let norm: f32 = e[0].iter().map(|v| v * v).sum::<f32>().sqrt();
+    assert!((norm - 1.0).abs() < 1e-5);
+}
+
+#[tokio::test]
+async fn handle_is_a_future_and_can_be_polled() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let engine = tiny(dir.path());
+    let ids = engine.tokenize("the query").expect("tokenize");
+    let out = engine
+        .backend()
+        .submit(Batch::from_sequences([ids.as_slice()]))
+        .await
+        .expect("await");
+    assert_eq!(out.embeddings.len(), 1);
+    let mut handle = engine
+        .backend()
+        .submit(Batch::from_sequences([ids.as_slice(), ids.as_slice()]));
+    let polled = loop {
+        if let Some(r) = handle.try_take() {
+            break r.expect("polled result");
+        }
+        tokio::task::yield_now().await;
+    };
+    assert_eq!(polled.embeddings.row(0), polled.embeddings.row(1));
+    // A different batch size may block the GEMMs differently: equal to rounding, not bit for bit.
+    for (a, b) in polled.embeddings.row(0).iter().zip(out.embeddings.row(0)) {
+        assert!((a - b).abs() < 1e-6);
+    }
+}
+
+#[test]
+fn invalid_batches_resolve_to_errors_not_panics() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let engine = tiny(dir.path());
+    let backend = engine.backend();
+    let bad_id = backend
+        .submit(Batch::from_sequences([&[2u32, 99_999, 3][..]]))
+        .wait();
+    assert!(matches!(bad_id, Err(Error::Batch(m)) if m.contains("99999")));
+    let too_long = vec![5u32; TinySpec::default().max_positions + 1];
+    assert!(matches!(
+        backend
+            .submit(Batch::from_sequences([too_long.as_slice()]))
+            .wait(),
+        Err(Error::Batch(_))
+    ));
+    let empty_seq = backend.submit(Batch::from_sequences([&[][..]])).wait();
+    assert!(matches!(empty_seq, Err(Error::Batch(_))));
+    // The engine still serves after refusing.
+    assert_eq!(engine.embed(&["ok"]).expect("embed").len(), 1);
+}
+
+#[test]
+fn bad_model_directories_name_the_file_and_what_was_expected() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_tiny_bert(dir.path(), TinySpec::default()).expect("write");
+    let err = |d: &Path| {
+        Engine::load(d, EngineConfig::default())
+            .err()
+            .expect("must fail")
+            .to_string()
+    };
+
+    std::fs::remove_file(dir.path().join("tokenizer.json")).expect("rm");
+    let e = err(dir.path());
+    assert!(e.contains("tokenizer.json") && e.contains("missing"), "{e}");
+
+    write_tiny_bert(dir.path(), TinySpec::default()).expect("write");
+    std::fs::write(
+        dir.path().join("1_Pooling/config.json"),
+        r#"{"pooling_mode_max_tokens": true}"#,
+    )
+    .expect("write");
+    let e = err(dir.path());
+    assert!(
+        e.contains("1_Pooling/config.json") && e.contains("pooling"),
+        "{e}"
+    );
+
+    // A checkpoint whose hidden size disagrees with config.json: the tensor and both shapes are named.
+    write_tiny_bert(dir.path(), TinySpec::default()).expect("write");
+    let cfg_path = dir.path().join("config.json");
+    let cfg = std::fs::read_to_string(&cfg_path)
+        .expect("read")
+        .replace("\"intermediate_size\": 64", "\"intermediate_size\": 65");
+    std::fs::write(&cfg_path, cfg).expect("write");
+    let e = err(dir.path());
+    assert!(
+        e.contains("model.safetensors")
+            && e.contains("intermediate.dense.weight")
+            && e.contains("[65, 32]"),
+        "{e}"
+    );
+
+    let cfg = std::fs::read_to_string(&cfg_path)
+        .expect("read")
+        .replace("\"bert\"", "\"llama\"")
+        .replace("BertModel", "LlamaModel");
+    std::fs::write(&cfg_path, cfg).expect("write");
+    let e = err(dir.path());
+    assert!(
+        e.contains("config.json") && e.contains("unsupported architecture"),
+        "{e}"
+    );
+
+    let e = err(&dir.path().join("nowhere"));
+    assert!(e.contains("not a directory"), "{e}");
+}
+
+#[test]
+fn weights_are_memory_mapped_not_copied() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_tiny_bert(dir.path(), TinySpec::default()).expect("write");
+    let md = ModelDir::open(dir.path()).expect("open");
+    let w = Weights::open(&md.weights_path).expect("weights");
+    assert!(w
+        .get(
+            "embeddings.word_embeddings.weight",
+            &[md.config.vocab_size, 32]
+        )
+        .expect("tensor")
+        .is_mapped());
+}
