@@ -1,5 +1,5 @@
 //! Forward-pass throughput on all-MiniLM-L6-v2 at three shapes (one short query, a mid batch, a bulk batch), and the
-//! peak f32 GEMM rate of the kernel library on this machine, so each forward figure can be read as a fraction of
+//! f32 GEMM rate at the model's weight shapes of our packed kernel and of the `gemm` crate it replaced, so each forward figure can be read as a fraction of
 //! the roofline: FLOPs per token (printed) × tokens/s ÷ peak FLOP/s.
 //!
 //! `cargo bench -p engine --bench forward`; `EW_THREADS` sets the thread count (default: all cores).

@@ -5,53 +5,50 @@
 //! modules after it. Differences, all exact in real arithmetic: sequences are concatenated without padding, so
 //! attention runs per sequence and needs no mask; Q, K and V are one fused projection.
 
-use gemm::Parallelism;
 use rayon::prelude::*;
 
 use super::{BertConfig, ModelDir, Pooling, Tensor, Weights};
 use crate::backend::cpu::kernels::{self, View};
+use crate::backend::cpu::packed::{self, Epilogue, PackedB};
 use crate::batch::Batch;
 use crate::error::Result;
 
-/// `y = x · Wᵀ + b`, weights in PyTorch's `[out, in]` layout.
+/// `y = x · Wᵀ + b`, weights read in PyTorch's `[out, in]` layout and packed once for our GEMM kernel.
 pub struct Linear {
-    weight: Tensor,
+    weight: PackedB,
     bias: Tensor,
 }
 
 impl Linear {
     pub fn load(w: &Weights, prefix: &str, out_dim: usize, in_dim: usize) -> Result<Self> {
+        Self::load_stacked(w, &[prefix], out_dim, in_dim)
+    }
+
+    /// Stacks several projections of the same input (Q, K, V → QKV), so one GEMM reads the input once.
+    pub fn load_stacked(
+        w: &Weights,
+        prefixes: &[&str],
+        out_dim: usize,
+        in_dim: usize,
+    ) -> Result<Self> {
+        let (mut weight, mut bias) = (Vec::new(), Vec::new());
+        for p in prefixes {
+            weight.extend_from_slice(w.get(&format!("{p}.weight"), &[out_dim, in_dim])?.data());
+            bias.extend_from_slice(w.get(&format!("{p}.bias"), &[out_dim])?.data());
+        }
+        let n = out_dim * prefixes.len();
         Ok(Linear {
-            weight: w.get(&format!("{prefix}.weight"), &[out_dim, in_dim])?,
-            bias: w.get(&format!("{prefix}.bias"), &[out_dim])?,
+            weight: PackedB::pack(&weight, n, in_dim),
+            bias: Tensor::from_vec(bias, vec![n]),
         })
     }
 
-    /// Stacks several projections of the same input into one (Q, K, V → QKV), so one GEMM reads the input once.
-    fn fuse(parts: &[Linear]) -> Linear {
-        let in_dim = parts[0].weight.shape()[1];
-        let out_dim: usize = parts.iter().map(|p| p.weight.shape()[0]).sum();
-        let weight = parts
-            .iter()
-            .flat_map(|p| p.weight.data().iter().copied())
-            .collect();
-        let bias = parts
-            .iter()
-            .flat_map(|p| p.bias.data().iter().copied())
-            .collect();
-        Linear {
-            weight: Tensor::from_vec(weight, vec![out_dim, in_dim]),
-            bias: Tensor::from_vec(bias, vec![out_dim]),
-        }
-    }
-
     fn out_dim(&self) -> usize {
-        self.bias.shape()[0]
+        self.weight.n()
     }
 
-    fn forward(&self, x: &[f32], rows: usize, out: &mut [f32], par: Parallelism) {
-        let k = self.weight.shape()[1];
-        kernels::linear(x, rows, k, self.weight.data(), self.bias.data(), out, par);
+    fn forward(&self, x: &[f32], rows: usize, out: &mut [f32], epi: Epilogue, threads: usize) {
+        packed::matmul(x, rows, &self.weight, self.bias.data(), epi, out, threads);
     }
 }
 
@@ -139,11 +136,9 @@ impl Layer {
     pub fn load(w: &Weights, c: &BertConfig, i: usize) -> Result<Self> {
         let (h, f) = (c.hidden_size, c.intermediate_size);
         let p = format!("encoder.layer.{i}");
-        let q = Linear::load(w, &format!("{p}.attention.self.query"), h, h)?;
-        let k = Linear::load(w, &format!("{p}.attention.self.key"), h, h)?;
-        let v = Linear::load(w, &format!("{p}.attention.self.value"), h, h)?;
+        let qkv = ["query", "key", "value"].map(|n| format!("{p}.attention.self.{n}"));
         Ok(Layer {
-            qkv: Linear::fuse(&[q, k, v]),
+            qkv: Linear::load_stacked(w, &qkv.each_ref().map(String::as_str), h, h)?,
             attn_out: Linear::load(w, &format!("{p}.attention.output.dense"), h, h)?,
             attn_norm: LayerNorm::load(
                 w,
@@ -159,20 +154,21 @@ impl Layer {
     }
 
     /// `hidden` holds the layer's input and receives its output.
-    fn forward(&self, batch: &Batch, hidden: &mut [f32], ws: &mut Workspace, par: Parallelism) {
+    fn forward(&self, batch: &Batch, hidden: &mut [f32], ws: &mut Workspace, threads: usize) {
         let t = batch.tokens();
         let h = self.attn_out.out_dim();
         let ctx = &mut ws.ctx[..t * h];
         let qkv = &mut ws.qkv[..t * 3 * h];
-        self.qkv.forward(hidden, t, qkv, par);
+        self.qkv.forward(hidden, t, qkv, Epilogue::Bias, threads);
         attention(batch, qkv, ctx, h, self.heads);
         let tmp = &mut ws.tmp[..t * h];
-        self.attn_out.forward(ctx, t, tmp, par);
+        self.attn_out.forward(ctx, t, tmp, Epilogue::Bias, threads);
         self.attn_norm.forward(tmp, hidden);
         let inter = &mut ws.inter[..t * self.intermediate.out_dim()];
-        self.intermediate.forward(tmp, t, inter, par);
-        kernels::gelu(inter, self.intermediate.out_dim());
-        self.output.forward(inter, t, hidden, par);
+        self.intermediate
+            .forward(tmp, t, inter, Epilogue::BiasGelu, threads);
+        self.output
+            .forward(inter, t, hidden, Epilogue::Bias, threads);
         self.out_norm.forward(hidden, tmp);
     }
 }
@@ -288,16 +284,11 @@ impl Bert {
         let (h, f) = (self.config.hidden_size, self.config.intermediate_size);
         let t = batch.tokens();
         ws.reserve(t, h, f);
-        let par = if threads > 1 {
-            Parallelism::Rayon(threads)
-        } else {
-            Parallelism::None
-        };
         let mut hidden = std::mem::take(&mut ws.hidden);
         let x = &mut hidden[..t * h];
         self.embeddings.forward(batch, x);
         for layer in &self.layers {
-            layer.forward(batch, x, ws, par);
+            layer.forward(batch, x, ws, threads);
         }
         self.pool(batch, x, out);
         ws.hidden = hidden;

@@ -32,7 +32,9 @@ macro_rules! simd_fn {
 /// Rows per rayon task for row-wise kernels: big enough to amortise scheduling, small enough to balance.
 const ROWS_PER_TASK: usize = 16;
 
-/// `out[m×n] = x[m×k] · wᵀ + bias`, with `w` stored as PyTorch does, `[n × k]` row-major.
+/// `out[m×n] = x[m×k] · wᵀ + bias` through the `gemm` crate, with `w` stored as PyTorch does, `[n × k]`
+/// row-major. The model's linear layers use [`super::packed`] instead; this is the library baseline it is
+/// benchmarked against.
 pub fn linear(
     x: &[f32],
     m: usize,
@@ -126,17 +128,12 @@ pub unsafe fn matmul_strided(
 
 simd_fn! {
     /// Exact (erf) GELU in place, as BERT's `hidden_act = "gelu"`.
-    fn gelu_rows(x: &mut [f32]) {
+    pub fn gelu_rows(x: &mut [f32]) {
         for v in x.iter_mut() {
             let u = *v;
             *v = 0.5 * u * (1.0 + erf(u * std::f32::consts::FRAC_1_SQRT_2));
         }
     }
-}
-
-/// GELU over a large activation matrix, in parallel row blocks.
-pub fn gelu(x: &mut [f32], cols: usize) {
-    x.par_chunks_mut(cols * ROWS_PER_TASK).for_each(gelu_rows);
 }
 
 /// erf as a rational approximation on [-4, 4] (the form XLA and Eigen use for f32: max error a few ulp), branch-free

@@ -2,6 +2,7 @@
 //! channel and run one at a time, each using every worker, so the machine is never oversubscribed.
 
 pub mod kernels;
+pub mod packed;
 
 use std::sync::mpsc;
 use std::sync::Arc;
