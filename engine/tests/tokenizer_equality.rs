@@ -69,7 +69,8 @@ fn corpus_equal_without_truncation() {
 
 #[test]
 fn corpus_equal_with_truncation() {
-    let texts = corpus();
+    // Truncation acts after tokenisation, so a sample of the corpus is enough to exercise it.
+    let texts: Vec<String> = corpus().into_iter().step_by(7).collect();
     for file in TOKENIZERS {
         for (max_length, side) in [
             (128, TruncationSide::Right),

@@ -72,7 +72,7 @@ fn bool_field(v: &Value, key: &str, default: bool, ctx: &str) -> Result<bool> {
 
 /// The model and the normaliser / pre-tokeniser pipeline in front of it.
 enum Model {
-    WordPiece(wordpiece::WordPiece),
+    WordPiece(Box<wordpiece::WordPiece>),
     Unigram(unigram::Unigram),
 }
 
@@ -222,11 +222,11 @@ impl FastTokenizer {
         let section = |k: &str| json.get(k).unwrap_or(&null);
         let model_json = section("model");
         let model = match model_json.get("type").and_then(Value::as_str) {
-            Some("WordPiece") => Model::WordPiece(wordpiece::WordPiece::parse(
+            Some("WordPiece") => Model::WordPiece(Box::new(wordpiece::WordPiece::parse(
                 model_json,
                 section("normalizer"),
                 section("pre_tokenizer"),
-            )?),
+            )?)),
             Some("Unigram") => Model::Unigram(unigram::Unigram::parse(
                 model_json,
                 section("normalizer"),
