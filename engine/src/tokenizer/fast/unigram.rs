@@ -35,7 +35,7 @@ struct PreTokenizer {
     split: bool,
 }
 
-/// Children of a trie node: a dense table when it has many, else a short list.
+/// Children of a trie node: a dense table when it has many, else a short list of labels to scan.
 struct Node {
     value: u32,
     first: u32,
@@ -43,19 +43,23 @@ struct Node {
     dense: u32,
 }
 
+/// A byte trie of the pieces, laid out in sorted order so that a walk stays within nearby memory.
 struct Trie {
     nodes: Vec<Node>,
-    edges: Vec<(u8, u32)>,
+    labels: Vec<u8>,
+    targets: Vec<u32>,
     dense: Vec<u32>,
 }
 
-const DENSE_FROM: usize = 8;
+const DENSE_FROM: usize = 32;
 
 impl Trie {
     fn build<'a>(pieces: impl Iterator<Item = (&'a str, u32)>) -> Trie {
+        let mut sorted: Vec<(&str, u32)> = pieces.collect();
+        sorted.sort_unstable();
         let mut children: Vec<Vec<(u8, u32)>> = vec![Vec::new()];
         let mut values = vec![NONE];
-        for (piece, id) in pieces {
+        for (piece, id) in sorted {
             let mut node = 0usize;
             for &b in piece.as_bytes() {
                 node = match children[node].iter().find(|e| e.0 == b) {
@@ -73,14 +77,14 @@ impl Trie {
         }
         let mut trie = Trie {
             nodes: Vec::with_capacity(children.len()),
-            edges: Vec::new(),
+            labels: Vec::new(),
+            targets: Vec::new(),
             dense: Vec::new(),
         };
-        for (mut kids, value) in children.into_iter().zip(values) {
-            kids.sort_unstable();
+        for (kids, value) in children.into_iter().zip(values) {
             let mut node = Node {
                 value,
-                first: trie.edges.len() as u32,
+                first: trie.labels.len() as u32,
                 len: kids.len() as u32,
                 dense: NONE,
             };
@@ -92,7 +96,8 @@ impl Trie {
                     trie.dense[base + usize::from(b)] = c;
                 }
             } else {
-                trie.edges.extend_from_slice(&kids);
+                trie.labels.extend(kids.iter().map(|k| k.0));
+                trie.targets.extend(kids.iter().map(|k| k.1));
             }
             trie.nodes.push(node);
         }
@@ -106,8 +111,11 @@ impl Trie {
             let c = self.dense[n.dense as usize * 256 + usize::from(b)];
             return (c != NONE).then_some(c);
         }
-        let edges = &self.edges[n.first as usize..(n.first + n.len) as usize];
-        edges.iter().find(|e| e.0 == b).map(|e| e.1)
+        let (first, len) = (n.first as usize, n.len as usize);
+        let at = self.labels[first..first + len]
+            .iter()
+            .position(|&l| l == b)?;
+        Some(self.targets[first + at])
     }
 }
 
