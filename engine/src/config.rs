@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::tokenizer::TokenizerKind;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -16,6 +17,8 @@ pub struct EngineConfig {
     pub max_batch_seqs: usize,
     /// Truncate inputs to this many tokens (special tokens included); `None` takes the model's `max_seq_length`.
     pub max_seq_length: Option<usize>,
+    /// Which tokenizer implementation reads the model's `tokenizer.json` (`hf` or `fast`; the same ids).
+    pub tokenizer: TokenizerKind,
 }
 
 impl Default for EngineConfig {
@@ -26,6 +29,7 @@ impl Default for EngineConfig {
             max_batch_tokens: 8192,
             max_batch_seqs: 512,
             max_seq_length: None,
+            tokenizer: TokenizerKind::Fast,
         }
     }
 }

@@ -47,7 +47,7 @@ pub use batch::Batch;
 pub use config::EngineConfig;
 pub use error::{Error, Result};
 use model::{bert::Bert, ModelDir};
-use tokenizer::{HfTokenizer, Tokenizer};
+use tokenizer::{Tokenizer, Truncation};
 
 /// What a loaded engine reports about itself.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -78,7 +78,11 @@ impl Engine {
             .max_seq_length
             .unwrap_or(dir.max_seq_length)
             .min(dir.config.max_position_embeddings);
-        let tokenizer = Box::new(HfTokenizer::from_file(&dir.tokenizer_path, max_seq_length)?);
+        let tokenizer = tokenizer::load(
+            &dir.tokenizer_path,
+            config.tokenizer,
+            Some(Truncation::right(max_seq_length)),
+        )?;
         if tokenizer.vocab_size() > dir.config.vocab_size {
             return Err(Error::model(
                 &dir.tokenizer_path,

@@ -22,6 +22,8 @@ struct Cli {
 enum Command {
     /// Embed texts: JSON Lines with a `text` field (or plain lines) in, one `{"embedding": [...]}` line out each.
     Embed(EmbedArgs),
+    /// Tokenize texts: JSON Lines with a `text` field (or plain lines) in, one JSON array of ids out each.
+    Tokenize(TokenizeArgs),
 }
 
 /// Engine settings shared by every command that loads a model.
@@ -36,6 +38,9 @@ struct EngineArgs {
     /// Token budget of one batch.
     #[arg(long, default_value_t = EngineConfig::default().max_batch_tokens)]
     max_batch_tokens: usize,
+    /// Tokenizer implementation: `fast` (in-house) or `hf` (the Hugging Face crate).
+    #[arg(long, default_value = "fast")]
+    tokenizer: String,
 }
 
 impl EngineArgs {
@@ -47,6 +52,7 @@ impl EngineArgs {
         let config = EngineConfig {
             threads: self.threads,
             max_batch_tokens: self.max_batch_tokens,
+            tokenizer: self.tokenizer.parse()?,
             ..Default::default()
         };
         Engine::load(&dir, config)
@@ -65,18 +71,79 @@ struct EmbedArgs {
     input: Option<PathBuf>,
 }
 
-/// Inputs are embedded in chunks of this many, so a large input streams instead of being held whole.
-const CHUNK: usize = 2048;
+#[derive(Args)]
+struct TokenizeArgs {
+    /// Model directory holding tokenizer.json; default: all-MiniLM-L6-v2, fetched on first use.
+    #[arg(long, conflicts_with = "tokenizer_json")]
+    model: Option<PathBuf>,
+    /// A tokenizer.json to read instead of a model directory's.
+    #[arg(long)]
+    tokenizer_json: Option<PathBuf>,
+    /// Tokenizer implementation: `fast` (in-house) or `hf` (the Hugging Face crate).
+    #[arg(long, default_value = "fast")]
+    tokenizer: String,
+    /// Truncate to this many ids, special tokens included; no truncation when absent.
+    #[arg(long)]
+    max_length: Option<usize>,
+    /// With --max-length, cut the start of the text instead of its end.
+    #[arg(long, requires = "max_length")]
+    truncate_left: bool,
+    /// Read plain text, one input per line, instead of JSON Lines.
+    #[arg(long)]
+    lines: bool,
+    /// Input file; standard input when absent or `-`.
+    input: Option<PathBuf>,
+}
 
-fn embed(args: EmbedArgs) -> Result<()> {
-    let engine = args.engine.load()?;
-    let reader: Box<dyn BufRead> = match args.input.as_deref() {
+fn open_input(input: Option<&std::path::Path>) -> Result<Box<dyn BufRead>> {
+    Ok(match input {
         None => Box::new(std::io::stdin().lock()),
         Some(p) if p.as_os_str() == "-" => Box::new(std::io::stdin().lock()),
         Some(p) => Box::new(std::io::BufReader::new(
             std::fs::File::open(p).with_context(|| format!("opening {}", p.display()))?,
         )),
+    })
+}
+
+fn tokenize(args: TokenizeArgs) -> Result<()> {
+    use engine::tokenizer::{Scratch, Truncation, TruncationSide};
+    let path = match (&args.tokenizer_json, &args.model) {
+        (Some(file), _) => file.clone(),
+        (None, Some(dir)) => dir.join("tokenizer.json"),
+        (None, None) => engine::model::fetch::default_model_dir()?.join("tokenizer.json"),
     };
+    let truncation = args.max_length.map(|max_length| Truncation {
+        max_length,
+        side: if args.truncate_left {
+            TruncationSide::Left
+        } else {
+            TruncationSide::Right
+        },
+    });
+    let tokenizer = engine::tokenizer::load(&path, args.tokenizer.parse()?, truncation)
+        .with_context(|| format!("loading the tokenizer {}", path.display()))?;
+    let mut out = BufWriter::new(std::io::stdout().lock());
+    let (mut scratch, mut ids) = (Scratch::default(), Vec::new());
+    for (n, line) in open_input(args.input.as_deref())?.lines().enumerate() {
+        let line = line.with_context(|| format!("reading input line {}", n + 1))?;
+        let text =
+            parse_input(&line, args.lines).with_context(|| format!("input line {}", n + 1))?;
+        tokenizer
+            .encode_with(&text, &mut scratch, &mut ids)
+            .with_context(|| format!("input line {}", n + 1))?;
+        serde_json::to_writer(&mut out, &ids)?;
+        out.write_all(b"\n")?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// Inputs are embedded in chunks of this many, so a large input streams instead of being held whole.
+const CHUNK: usize = 2048;
+
+fn embed(args: EmbedArgs) -> Result<()> {
+    let engine = args.engine.load()?;
+    let reader = open_input(args.input.as_deref())?;
     let mut out = BufWriter::new(std::io::stdout().lock());
     let mut chunk = Vec::with_capacity(CHUNK);
     let mut stats = EmbedStats::default();
@@ -152,5 +219,6 @@ fn write_embeddings(engine: &Engine, texts: &[String], out: &mut impl Write) -> 
 fn main() -> Result<()> {
     match Cli::parse().command {
         Command::Embed(args) => embed(args),
+        Command::Tokenize(args) => tokenize(args),
     }
 }

@@ -1,8 +1,8 @@
 use std::path::Path;
 
-use tokenizers::{TruncationDirection, TruncationParams, TruncationStrategy};
+use tokenizers::{PostProcessor, TruncationDirection, TruncationParams, TruncationStrategy};
 
-use super::Tokenizer;
+use super::{Scratch, Tokenizer, Truncation, TruncationSide};
 use crate::error::{Error, Result};
 
 /// The Hugging Face `tokenizers` pipeline read from a `tokenizer.json`, with its own padding switched off (batches
@@ -13,24 +13,41 @@ pub struct HfTokenizer {
 }
 
 impl HfTokenizer {
-    pub fn from_file(path: &Path, max_length: usize) -> Result<Self> {
-        let mut inner = tokenizers::Tokenizer::from_file(path)
-            .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
+    pub fn from_file(path: &Path, truncation: Option<Truncation>) -> Result<Self> {
+        let err = |e: &dyn std::fmt::Display| Error::Tokenizer(format!("{}: {e}", path.display()));
+        let mut inner = tokenizers::Tokenizer::from_file(path).map_err(|e| err(&e))?;
         inner.with_padding(None);
-        inner
-            .with_truncation(Some(TruncationParams {
-                max_length,
-                strategy: TruncationStrategy::LongestFirst,
-                stride: 0,
-                direction: TruncationDirection::Right,
-            }))
-            .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
-        Ok(HfTokenizer { inner, max_length })
+        let params = truncation.map(|t| TruncationParams {
+            max_length: t.max_length,
+            strategy: TruncationStrategy::LongestFirst,
+            stride: 0,
+            direction: match t.side {
+                TruncationSide::Right => TruncationDirection::Right,
+                TruncationSide::Left => TruncationDirection::Left,
+            },
+        });
+        if let Some(t) = &truncation {
+            // The crate subtracts the special tokens from the limit unchecked.
+            let specials = inner
+                .get_post_processor()
+                .map_or(0, |p| p.added_tokens(false));
+            if t.max_length < specials {
+                return Err(err(&format!(
+                    "max length {} is shorter than the {specials} special tokens",
+                    t.max_length
+                )));
+            }
+        }
+        inner.with_truncation(params).map_err(|e| err(&e))?;
+        Ok(HfTokenizer {
+            inner,
+            max_length: truncation.map_or(usize::MAX, |t| t.max_length),
+        })
     }
 }
 
 impl Tokenizer for HfTokenizer {
-    fn encode(&self, text: &str, ids: &mut Vec<u32>) -> Result<()> {
+    fn encode_with(&self, text: &str, _: &mut Scratch, ids: &mut Vec<u32>) -> Result<()> {
         let enc = self
             .inner
             .encode(text, true)

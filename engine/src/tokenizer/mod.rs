@@ -1,18 +1,120 @@
-//! Tokenizers behind one interface. `hf` wraps the Hugging Face `tokenizers` crate: the reference every other
-//! implementation is checked against, id for id.
+//! Tokenizers behind one interface, chosen by [`TokenizerKind`]. `hf` wraps the Hugging Face `tokenizers` crate:
+//! the reference every other implementation is checked against, id for id. `fast` is ours (see [`fast`]): the same
+//! `tokenizer.json`, the same ids, several times faster and without heap allocations once its [`Scratch`] is warm.
 
+pub mod fast;
 mod hf;
 
+use std::path::Path;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+pub use fast::FastTokenizer;
 pub use hf::HfTokenizer;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
+
+/// Which implementation reads the `tokenizer.json`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TokenizerKind {
+    /// The Hugging Face `tokenizers` crate.
+    Hf,
+    /// The in-house WordPiece and Unigram tokenizer.
+    #[default]
+    Fast,
+}
+
+impl FromStr for TokenizerKind {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "hf" => Ok(TokenizerKind::Hf),
+            "fast" => Ok(TokenizerKind::Fast),
+            _ => Err(Error::Config {
+                name: "tokenizer",
+                message: format!("unknown tokenizer `{s}` (expected `hf` or `fast`)"),
+            }),
+        }
+    }
+}
+
+/// Which end of a too-long sequence is cut.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TruncationSide {
+    #[default]
+    Right,
+    Left,
+}
+
+/// Truncation to a maximum length that counts the special tokens, which are always kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Truncation {
+    pub max_length: usize,
+    pub side: TruncationSide,
+}
+
+impl Truncation {
+    pub fn right(max_length: usize) -> Self {
+        Truncation {
+            max_length,
+            side: TruncationSide::Right,
+        }
+    }
+}
+
+/// Reusable working memory of an encode: buffers that grow to the longest input seen and are then reused, so a
+/// caller that keeps one per thread encodes without heap allocations. Opaque; only `fast` uses it.
+#[derive(Default)]
+pub struct Scratch {
+    pub(crate) a: String,
+    pub(crate) b: String,
+    pub(crate) marks: Vec<(u8, char)>,
+    pub(crate) best: Vec<fast::unigram::Best>,
+    pub(crate) path: Vec<(u32, u32, u32)>,
+}
 
 /// Text to model input ids: normalisation, pre-tokenisation, the model's sub-word algorithm, special tokens, and
 /// truncation to the configured maximum length (special tokens kept).
 pub trait Tokenizer: Send + Sync {
     /// Writes the ids of `text` into `ids` (cleared first).
-    fn encode(&self, text: &str, ids: &mut Vec<u32>) -> Result<()>;
+    fn encode(&self, text: &str, ids: &mut Vec<u32>) -> Result<()> {
+        self.encode_with(text, &mut Scratch::default(), ids)
+    }
+
+    /// [`Tokenizer::encode`] with caller-owned working memory, reused across calls.
+    fn encode_with(&self, text: &str, scratch: &mut Scratch, ids: &mut Vec<u32>) -> Result<()>;
+
+    /// Encodes each text into the matching entry of `out` (resized to `texts.len()`), reusing its vectors.
+    fn encode_batch(
+        &self,
+        texts: &[&str],
+        scratch: &mut Scratch,
+        out: &mut Vec<Vec<u32>>,
+    ) -> Result<()> {
+        out.resize_with(texts.len(), Vec::new);
+        for (text, ids) in texts.iter().zip(out.iter_mut()) {
+            self.encode_with(text, scratch, ids)?;
+        }
+        Ok(())
+    }
+
     fn vocab_size(&self) -> usize;
-    /// The truncation length, special tokens included.
+    /// The truncation length, special tokens included (`usize::MAX` when not truncating).
     fn max_length(&self) -> usize;
+}
+
+/// Reads `tokenizer.json` with the chosen implementation.
+pub fn load(
+    path: &Path,
+    kind: TokenizerKind,
+    truncation: Option<Truncation>,
+) -> Result<Box<dyn Tokenizer>> {
+    Ok(match kind {
+        TokenizerKind::Hf => Box::new(HfTokenizer::from_file(path, truncation)?),
+        TokenizerKind::Fast => Box::new(FastTokenizer::from_file(path, truncation)?),
+    })
 }

@@ -1,0 +1,397 @@
+//! The in-house tokenizer: WordPiece with the BERT pipeline and Unigram with the SentencePiece / XLM-R pipeline,
+//! read from the same `tokenizer.json` as the `tokenizers` crate and id-for-id equal to it.
+//!
+//! Why hand-written: the crate runs every encode through generic pipeline objects that keep alignment offsets for
+//! each normalised character, allocate a `String` per split and per token, and build an `Encoding` with seven
+//! parallel vectors we never read. Here each stage is fused into one pass over the text with the vocabulary
+//! lookups inlined, and all working memory lives in a caller-owned [`Scratch`], so a warm encode allocates nothing.
+//! Whatever a `tokenizer.json` asks for that this module does not implement is refused at load, never
+//! approximated.
+
+mod charsmap;
+pub(crate) mod unigram;
+mod wordpiece;
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::{Scratch, Tokenizer, Truncation, TruncationSide};
+use crate::error::{Error, Result};
+
+/// FxHash: vocabulary keys are short strings, for which this beats SipHash several times over.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct FxHasher(u64);
+
+impl Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        const K: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+        let mut h = self.0;
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(c);
+            h = (h.rotate_left(5) ^ u64::from_le_bytes(w)).wrapping_mul(K);
+        }
+        for &b in chunks.remainder() {
+            h = (h.rotate_left(5) ^ u64::from(b)).wrapping_mul(K);
+        }
+        self.0 = h;
+    }
+
+    fn write_u8(&mut self, i: u8) {
+        self.write(&[i]);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+pub(crate) type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+
+fn bad(what: impl std::fmt::Display) -> Error {
+    Error::Tokenizer(what.to_string())
+}
+
+fn str_field<'a>(v: &'a Value, key: &str, ctx: &str) -> Result<&'a str> {
+    v.get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| bad(format!("{ctx}: missing string field `{key}`")))
+}
+
+fn bool_field(v: &Value, key: &str, default: bool, ctx: &str) -> Result<bool> {
+    match v.get(key) {
+        None | Some(Value::Null) => Ok(default),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(_) => Err(bad(format!("{ctx}: `{key}` is not a boolean"))),
+    }
+}
+
+/// The model and the normaliser / pre-tokeniser pipeline in front of it.
+enum Model {
+    WordPiece(Box<wordpiece::WordPiece>),
+    Unigram(unigram::Unigram),
+}
+
+/// Tokens matched in the raw text before normalisation (`added_tokens` with `normalized: false`), longest match
+/// at the leftmost position, as the crate's Aho-Corasick `LeftmostLongest` does.
+struct AddedTokens {
+    /// Contents with their ids, longest first.
+    tokens: Vec<(Box<str>, u32)>,
+    first_byte: [bool; 256],
+}
+
+impl AddedTokens {
+    fn parse(json: &Value) -> Result<Self> {
+        let mut map: FxMap<Box<str>, u32> = FxMap::default();
+        for t in json.as_array().map(Vec::as_slice).unwrap_or_default() {
+            let content = str_field(t, "content", "added_tokens")?;
+            let id = t
+                .get("id")
+                .and_then(Value::as_u64)
+                .and_then(|id| u32::try_from(id).ok())
+                .ok_or_else(|| bad(format!("added token {content:?}: missing id")))?;
+            let special = bool_field(t, "special", false, "added_tokens")?;
+            for flag in ["single_word", "lstrip", "rstrip"] {
+                if bool_field(t, flag, false, "added_tokens")? {
+                    return Err(bad(format!(
+                        "added token {content:?}: `{flag}` is not supported"
+                    )));
+                }
+            }
+            if bool_field(t, "normalized", !special, "added_tokens")? {
+                return Err(bad(format!(
+                    "added token {content:?}: matching on normalised text is not supported"
+                )));
+            }
+            if content.is_empty() {
+                return Err(bad("an added token is empty"));
+            }
+            map.insert(content.into(), id);
+        }
+        let mut tokens: Vec<_> = map.into_iter().collect();
+        tokens.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then_with(|| a.0.cmp(&b.0)));
+        let mut first_byte = [false; 256];
+        for (t, _) in &tokens {
+            first_byte[usize::from(t.as_bytes()[0])] = true;
+        }
+        Ok(AddedTokens { tokens, first_byte })
+    }
+
+    /// The leftmost match at or after `from`: its start, end and id.
+    fn find(&self, text: &str, from: usize) -> Option<(usize, usize, u32)> {
+        let bytes = text.as_bytes();
+        (from..bytes.len())
+            .filter(|&i| self.first_byte[usize::from(bytes[i])])
+            .find_map(|i| {
+                self.tokens
+                    .iter()
+                    .find(|(t, _)| bytes[i..].starts_with(t.as_bytes()))
+                    .map(|(t, id)| (i, i + t.len(), *id))
+            })
+    }
+}
+
+/// `TemplateProcessing` for a single sequence: special ids before and after it.
+struct Template {
+    prefix: Vec<u32>,
+    suffix: Vec<u32>,
+}
+
+impl Template {
+    fn parse(json: &Value) -> Result<Self> {
+        let mut t = Template {
+            prefix: Vec::new(),
+            suffix: Vec::new(),
+        };
+        match json.get("type").and_then(Value::as_str) {
+            None if json.is_null() => return Ok(t),
+            Some("TemplateProcessing") => {}
+            other => return Err(bad(format!("post_processor {other:?} is not supported"))),
+        }
+        let single = json
+            .get("single")
+            .and_then(Value::as_array)
+            .ok_or_else(|| bad("TemplateProcessing: missing `single`"))?;
+        let mut seen_a = false;
+        for piece in single {
+            if let Some(seq) = piece.get("Sequence") {
+                if seen_a || seq.get("id").and_then(Value::as_str) != Some("A") {
+                    return Err(bad(
+                        "TemplateProcessing: `single` must hold sequence A once",
+                    ));
+                }
+                seen_a = true;
+            } else if let Some(special) = piece.get("SpecialToken") {
+                let name = str_field(special, "id", "TemplateProcessing")?;
+                let ids = json
+                    .get("special_tokens")
+                    .and_then(|s| s.get(name))
+                    .and_then(|s| s.get("ids"))
+                    .and_then(Value::as_array)
+                    .ok_or_else(|| bad(format!("TemplateProcessing: no ids for {name:?}")))?;
+                let out = if seen_a { &mut t.suffix } else { &mut t.prefix };
+                for id in ids {
+                    let id = id
+                        .as_u64()
+                        .and_then(|id| u32::try_from(id).ok())
+                        .ok_or_else(|| bad(format!("TemplateProcessing: bad id for {name:?}")))?;
+                    out.push(id);
+                }
+            } else {
+                return Err(bad("TemplateProcessing: unknown piece in `single`"));
+            }
+        }
+        if !seen_a {
+            return Err(bad("TemplateProcessing: `single` lacks sequence A"));
+        }
+        Ok(t)
+    }
+
+    fn len(&self) -> usize {
+        self.prefix.len() + self.suffix.len()
+    }
+}
+
+/// The in-house tokenizer for one `tokenizer.json`.
+pub struct FastTokenizer {
+    model: Model,
+    added: AddedTokens,
+    template: Template,
+    truncation: Option<Truncation>,
+    vocab_size: usize,
+}
+
+impl FastTokenizer {
+    pub fn from_file(path: &Path, truncation: Option<Truncation>) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(Error::io(path))?;
+        let json: Value = serde_json::from_str(&text).map_err(|source| Error::Json {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::from_json(&json, truncation)
+            .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))
+    }
+
+    /// Builds from a parsed `tokenizer.json`; anything it cannot reproduce exactly is an error.
+    pub fn from_json(json: &Value, truncation: Option<Truncation>) -> Result<Self> {
+        let null = Value::Null;
+        let section = |k: &str| json.get(k).unwrap_or(&null);
+        let model_json = section("model");
+        let model = match model_json.get("type").and_then(Value::as_str) {
+            Some("WordPiece") => Model::WordPiece(Box::new(wordpiece::WordPiece::parse(
+                model_json,
+                section("normalizer"),
+                section("pre_tokenizer"),
+            )?)),
+            Some("Unigram") => Model::Unigram(unigram::Unigram::parse(
+                model_json,
+                section("normalizer"),
+                section("pre_tokenizer"),
+            )?),
+            other => return Err(bad(format!("model type {other:?} is not supported"))),
+        };
+        let added = AddedTokens::parse(section("added_tokens"))?;
+        let template = Template::parse(section("post_processor"))?;
+        if let Some(t) = truncation {
+            if t.max_length < template.len() {
+                return Err(bad(format!(
+                    "max length {} is shorter than the {} special tokens",
+                    t.max_length,
+                    template.len()
+                )));
+            }
+        }
+        // As the crate counts it: the union of the model's pieces and the added tokens, by content.
+        let (model_size, in_model): (usize, &dyn Fn(&str) -> bool) = match &model {
+            Model::WordPiece(m) => (m.vocab_size(), &|t| m.contains(t)),
+            Model::Unigram(m) => (m.vocab_size(), &|t| m.contains(t)),
+        };
+        let vocab_size = model_size + added.tokens.iter().filter(|(t, _)| !in_model(t)).count();
+        Ok(FastTokenizer {
+            model,
+            added,
+            template,
+            truncation,
+            vocab_size,
+        })
+    }
+
+    fn encode_segment(&self, text: &str, scratch: &mut Scratch, ids: &mut Vec<u32>) -> Result<()> {
+        match &self.model {
+            Model::WordPiece(m) => m.encode(text, scratch, ids),
+            Model::Unigram(m) => m.encode(text, scratch, ids),
+        }
+    }
+}
+
+impl Tokenizer for FastTokenizer {
+    fn encode_with(&self, text: &str, scratch: &mut Scratch, ids: &mut Vec<u32>) -> Result<()> {
+        ids.clear();
+        ids.extend_from_slice(&self.template.prefix);
+        let start = ids.len();
+        let mut from = 0;
+        while let Some((s, e, id)) = self.added.find(text, from) {
+            self.encode_segment(&text[from..s], scratch, ids)?;
+            ids.push(id);
+            from = e;
+        }
+        self.encode_segment(&text[from..], scratch, ids)?;
+        if let Some(t) = self.truncation {
+            let keep = t.max_length - self.template.len();
+            let excess = (ids.len() - start).saturating_sub(keep);
+            match t.side {
+                TruncationSide::Right => ids.truncate(start + keep.min(ids.len() - start)),
+                TruncationSide::Left => drop(ids.drain(start..start + excess)),
+            }
+        }
+        ids.extend_from_slice(&self.template.suffix);
+        Ok(())
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.vocab_size
+    }
+
+    fn max_length(&self) -> usize {
+        self.truncation.map_or(usize::MAX, |t| t.max_length)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vocab_json(file: &str) -> Value {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../workloads/vocab")
+            .join(file);
+        serde_json::from_str(&std::fs::read_to_string(path).expect("vocab file")).expect("JSON")
+    }
+
+    fn minilm() -> Value {
+        vocab_json("all-MiniLM-L6-v2/tokenizer.json")
+    }
+
+    fn encode(t: &FastTokenizer, text: &str) -> Vec<u32> {
+        let mut ids = Vec::new();
+        t.encode(text, &mut ids).expect("encodes");
+        ids
+    }
+
+    #[test]
+    fn truncation_keeps_special_tokens_and_the_chosen_end() {
+        let text = "one two three four five six seven eight";
+        let full = encode(
+            &FastTokenizer::from_json(&minilm(), None).expect("loads"),
+            text,
+        );
+        assert_eq!((full[0], full[full.len() - 1], full.len()), (101, 102, 10));
+        let right = FastTokenizer::from_json(&minilm(), Some(Truncation::right(5))).expect("loads");
+        assert_eq!(encode(&right, text), [&full[..4], &[102]].concat());
+        let left = Truncation {
+            max_length: 5,
+            side: TruncationSide::Left,
+        };
+        let left = FastTokenizer::from_json(&minilm(), Some(left)).expect("loads");
+        assert_eq!(
+            encode(&left, text),
+            [&[101], &full[full.len() - 4..]].concat()
+        );
+        let exact = FastTokenizer::from_json(&minilm(), Some(Truncation::right(2))).expect("loads");
+        assert_eq!(encode(&exact, text), [101, 102]);
+        assert!(FastTokenizer::from_json(&minilm(), Some(Truncation::right(1))).is_err());
+    }
+
+    #[test]
+    fn special_token_text_maps_to_its_id() {
+        let t = FastTokenizer::from_json(&minilm(), None).expect("loads");
+        assert_eq!(
+            encode(&t, "a[SEP]b[MASK]"),
+            [101, 1037, 102, 1038, 103, 102]
+        );
+    }
+
+    /// Loading must fail, naming the part it does not support.
+    fn refused(json: Value, needle: &str) {
+        match FastTokenizer::from_json(&json, None) {
+            Err(Error::Tokenizer(m)) => assert!(m.contains(needle), "{m:?} lacks {needle:?}"),
+            Err(e) => panic!("wrong error kind: {e}"),
+            Ok(_) => panic!("accepted a tokenizer.json with unsupported {needle}"),
+        }
+    }
+
+    #[test]
+    fn unsupported_pipelines_are_refused() {
+        let mut j = minilm();
+        j["normalizer"] = serde_json::json!({"type": "NFKC"});
+        refused(j, "NFKC");
+        let mut j = minilm();
+        j["pre_tokenizer"] = serde_json::json!({"type": "Whitespace"});
+        refused(j, "Whitespace");
+        let mut j = minilm();
+        j["model"]["type"] = "BPE".into();
+        refused(j, "BPE");
+        let mut j = minilm();
+        j["post_processor"] = serde_json::json!({"type": "ByteLevel"});
+        refused(j, "ByteLevel");
+        let mut j = minilm();
+        j["added_tokens"][0]["lstrip"] = true.into();
+        refused(j, "lstrip");
+        let mut j = minilm();
+        j["added_tokens"][0]["normalized"] = true.into();
+        refused(j, "normalised");
+        let mut j = vocab_json("xlmr_style_unigram_1k_tokenizer.json");
+        j["pre_tokenizer"]["prepend_scheme"] = "first".into();
+        refused(j, "first");
+        let mut j = vocab_json("xlmr_style_unigram_1k_tokenizer.json");
+        j["normalizer"]["normalizers"][2]["pattern"]["Regex"] = "\\s+".into();
+        refused(j, "regex");
+        let mut j = vocab_json("xlmr_style_unigram_1k_tokenizer.json");
+        j["normalizer"]["normalizers"][0]["precompiled_charsmap"] = "AAAA!".into();
+        refused(j, "base64");
+    }
+}

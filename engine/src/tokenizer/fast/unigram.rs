@@ -1,0 +1,560 @@
+//! Unigram (SentencePiece) behind its normaliser sequence and the Metaspace pre-tokeniser: Viterbi over the
+//! lattice of vocabulary pieces, walked straight off a byte trie, with the crate's unknown-token rule.
+
+use serde_json::Value;
+
+use super::charsmap::CharsMap;
+use super::{bad, bool_field, str_field, FxMap};
+use crate::error::Result;
+use crate::tokenizer::Scratch;
+
+/// The crate's penalty: an unknown character scores this far below the worst piece.
+const UNK_PENALTY: f64 = 10.0;
+const NONE: u32 = u32::MAX;
+
+enum Pattern {
+    Literal(String),
+    /// `c{min,}`: a run of at least `min` copies of `c`.
+    Run {
+        c: char,
+        min: usize,
+    },
+}
+
+enum Step {
+    Precompiled(Box<CharsMap>),
+    Strip { left: bool, right: bool },
+    Replace { pattern: Pattern, content: String },
+}
+
+/// The Metaspace pre-tokeniser, optionally after `WhitespaceSplit`.
+struct PreTokenizer {
+    whitespace_split: bool,
+    replacement: char,
+    prepend: bool,
+    split: bool,
+}
+
+/// Children of a trie node: a dense table when it has many, else a short list of labels to scan.
+struct Node {
+    value: u32,
+    first: u32,
+    len: u32,
+    dense: u32,
+}
+
+/// A byte trie of the pieces, laid out in sorted order so that a walk stays within nearby memory.
+struct Trie {
+    nodes: Vec<Node>,
+    labels: Vec<u8>,
+    targets: Vec<u32>,
+    dense: Vec<u32>,
+}
+
+const DENSE_FROM: usize = 32;
+
+impl Trie {
+    fn build<'a>(pieces: impl Iterator<Item = (&'a str, u32)>) -> Trie {
+        let mut sorted: Vec<(&str, u32)> = pieces.collect();
+        sorted.sort_unstable();
+        let mut children: Vec<Vec<(u8, u32)>> = vec![Vec::new()];
+        let mut values = vec![NONE];
+        for (piece, id) in sorted {
+            let mut node = 0usize;
+            for &b in piece.as_bytes() {
+                node = match children[node].iter().find(|e| e.0 == b) {
+                    Some(&(_, c)) => c as usize,
+                    None => {
+                        let c = children.len();
+                        children.push(Vec::new());
+                        values.push(NONE);
+                        children[node].push((b, c as u32));
+                        c
+                    }
+                };
+            }
+            values[node] = id;
+        }
+        let mut trie = Trie {
+            nodes: Vec::with_capacity(children.len()),
+            labels: Vec::new(),
+            targets: Vec::new(),
+            dense: Vec::new(),
+        };
+        for (kids, value) in children.into_iter().zip(values) {
+            let mut node = Node {
+                value,
+                first: trie.labels.len() as u32,
+                len: kids.len() as u32,
+                dense: NONE,
+            };
+            if kids.len() >= DENSE_FROM {
+                node.dense = (trie.dense.len() / 256) as u32;
+                let base = trie.dense.len();
+                trie.dense.resize(base + 256, NONE);
+                for &(b, c) in &kids {
+                    trie.dense[base + usize::from(b)] = c;
+                }
+            } else {
+                trie.labels.extend(kids.iter().map(|k| k.0));
+                trie.targets.extend(kids.iter().map(|k| k.1));
+            }
+            trie.nodes.push(node);
+        }
+        trie
+    }
+
+    #[inline]
+    fn child(&self, node: u32, b: u8) -> Option<u32> {
+        let n = &self.nodes[node as usize];
+        if n.dense != NONE {
+            let c = self.dense[n.dense as usize * 256 + usize::from(b)];
+            return (c != NONE).then_some(c);
+        }
+        let (first, len) = (n.first as usize, n.len as usize);
+        let at = self.labels[first..first + len]
+            .iter()
+            .position(|&l| l == b)?;
+        Some(self.targets[first + at])
+    }
+}
+
+/// The best path ending at one byte position of a word.
+#[derive(Clone, Copy)]
+pub(crate) struct Best {
+    score: f64,
+    start: u32,
+    id: u32,
+}
+
+pub(crate) struct Unigram {
+    steps: Vec<Step>,
+    pre: PreTokenizer,
+    scores: Vec<f64>,
+    pieces: FxMap<Box<str>, u32>,
+    trie: Trie,
+    unk: Option<u32>,
+    unk_score: f64,
+    byte_ids: Option<Box<[u32; 256]>>,
+}
+
+fn parse_step(n: &Value, steps: &mut Vec<Step>) -> Result<()> {
+    match n.get("type").and_then(Value::as_str) {
+        Some("Sequence") => {
+            let list = n
+                .get("normalizers")
+                .and_then(Value::as_array)
+                .ok_or_else(|| bad("Sequence normalizer: missing `normalizers`"))?;
+            for n in list {
+                parse_step(n, steps)?;
+            }
+        }
+        Some("Precompiled") => {
+            let map = str_field(n, "precompiled_charsmap", "Precompiled")?;
+            steps.push(Step::Precompiled(Box::new(CharsMap::from_base64(map)?)));
+        }
+        Some("Strip") => steps.push(Step::Strip {
+            left: bool_field(n, "strip_left", false, "Strip")?,
+            right: bool_field(n, "strip_right", false, "Strip")?,
+        }),
+        Some("Replace") => {
+            let content = str_field(n, "content", "Replace")?.to_owned();
+            let p = n.get("pattern").unwrap_or(&Value::Null);
+            let pattern = if let Some(s) = p.get("String").and_then(Value::as_str) {
+                Pattern::Literal(s.to_owned())
+            } else if let Some(r) = p.get("Regex").and_then(Value::as_str) {
+                parse_regex(r)?
+            } else {
+                return Err(bad("Replace: `pattern` is neither String nor Regex"));
+            };
+            if matches!(&pattern, Pattern::Literal(s) if s.is_empty()) {
+                return Err(bad("Replace: empty pattern"));
+            }
+            steps.push(Step::Replace { pattern, content });
+        }
+        None if n.is_null() => {}
+        other => {
+            return Err(bad(format!(
+                "normalizer {other:?} is not supported with Unigram (Precompiled, Strip, Replace and Sequence are)"
+            )))
+        }
+    }
+    Ok(())
+}
+
+/// The regexes that appear in SentencePiece conversions: a literal, or `c{n,}`.
+fn parse_regex(r: &str) -> Result<Pattern> {
+    const META: &str = "\\.^$|?*+()[]{}";
+    if !r.chars().any(|c| META.contains(c)) {
+        return Ok(Pattern::Literal(r.to_owned()));
+    }
+    let mut chars = r.chars();
+    if let (Some(c), Some(rest)) = (chars.next(), r.get(1..)) {
+        if let Some(min) = rest.strip_prefix('{').and_then(|m| m.strip_suffix(",}")) {
+            if let (false, Ok(min @ 1..)) = (META.contains(c), min.parse::<usize>()) {
+                return Ok(Pattern::Run { c, min });
+            }
+        }
+    }
+    Err(bad(format!("Replace: regex {r:?} is not supported")))
+}
+
+fn parse_metaspace(p: &Value, whitespace_split: bool) -> Result<PreTokenizer> {
+    let ctx = "Metaspace";
+    let mut rep = str_field(p, "replacement", ctx)?.chars();
+    let (Some(replacement), None) = (rep.next(), rep.next()) else {
+        return Err(bad("Metaspace: `replacement` must be one character"));
+    };
+    let scheme = match p.get("prepend_scheme") {
+        None | Some(Value::Null) => "always",
+        Some(v) => v
+            .as_str()
+            .ok_or_else(|| bad("Metaspace: bad prepend_scheme"))?,
+    };
+    let prepend = match (scheme, p.get("add_prefix_space").and_then(Value::as_bool)) {
+        ("never", _) => false,
+        (_, Some(false)) => {
+            return Err(bad(
+                "Metaspace: add_prefix_space contradicts prepend_scheme",
+            ))
+        }
+        ("always", _) => true,
+        (s, _) => {
+            return Err(bad(format!(
+                "Metaspace: prepend_scheme {s:?} is not supported"
+            )))
+        }
+    };
+    Ok(PreTokenizer {
+        whitespace_split,
+        replacement,
+        prepend,
+        split: bool_field(p, "split", true, ctx)?,
+    })
+}
+
+fn kind(v: &Value) -> Option<&str> {
+    v.get("type").and_then(Value::as_str)
+}
+
+fn parse_pre_tokenizer(p: &Value) -> Result<PreTokenizer> {
+    let unsupported = || {
+        bad("pre_tokenizer: Unigram supports Metaspace, optionally after WhitespaceSplit in a Sequence")
+    };
+    match p.get("type").and_then(Value::as_str) {
+        Some("Metaspace") => parse_metaspace(p, false),
+        Some("Sequence") => {
+            let list = p
+                .get("pretokenizers")
+                .and_then(Value::as_array)
+                .ok_or_else(unsupported)?;
+            match list.as_slice() {
+                [m] if kind(m) == Some("Metaspace") => parse_metaspace(m, false),
+                [w, m] if kind(w) == Some("WhitespaceSplit") && kind(m) == Some("Metaspace") => {
+                    parse_metaspace(m, true)
+                }
+                _ => Err(unsupported()),
+            }
+        }
+        _ => Err(unsupported()),
+    }
+}
+
+impl Unigram {
+    pub(crate) fn parse(model: &Value, normalizer: &Value, pre_tokenizer: &Value) -> Result<Self> {
+        let mut steps = Vec::new();
+        parse_step(normalizer, &mut steps)?;
+        let pre = parse_pre_tokenizer(pre_tokenizer)?;
+        let vocab = model
+            .get("vocab")
+            .and_then(Value::as_array)
+            .ok_or_else(|| bad("Unigram: `vocab` is not a list"))?;
+        let mut scores = Vec::with_capacity(vocab.len());
+        let mut pieces: FxMap<Box<str>, u32> = FxMap::default();
+        for (id, entry) in vocab.iter().enumerate() {
+            let (Some(piece), Some(score)) = (
+                entry.get(0).and_then(Value::as_str),
+                entry.get(1).and_then(Value::as_f64),
+            ) else {
+                return Err(bad(format!(
+                    "Unigram: vocab entry {id} is not [piece, score]"
+                )));
+            };
+            let id = u32::try_from(id).map_err(|_| bad("Unigram: vocabulary too large"))?;
+            pieces.insert(piece.into(), id);
+            scores.push(score);
+        }
+        let unk = match model.get("unk_id") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(
+                v.as_u64()
+                    .and_then(|u| u32::try_from(u).ok())
+                    .filter(|&u| (u as usize) < scores.len())
+                    .ok_or_else(|| bad("Unigram: `unk_id` is not in the vocabulary"))?,
+            ),
+        };
+        let min_score = scores.iter().copied().fold(f64::INFINITY, f64::min);
+        let byte_ids = if bool_field(model, "byte_fallback", false, "Unigram")? {
+            let mut ids = Box::new([NONE; 256]);
+            for (b, id) in ids.iter_mut().enumerate() {
+                *id = pieces
+                    .get(format!("<0x{b:02X}>").as_str())
+                    .copied()
+                    .unwrap_or(NONE);
+            }
+            Some(ids)
+        } else {
+            None
+        };
+        let trie = Trie::build(pieces.iter().map(|(p, &id)| (&**p, id)));
+        Ok(Unigram {
+            steps,
+            pre,
+            scores,
+            pieces,
+            trie,
+            unk,
+            unk_score: min_score - UNK_PENALTY,
+            byte_ids,
+        })
+    }
+
+    /// Distinct pieces, as the crate counts them.
+    pub(crate) fn vocab_size(&self) -> usize {
+        self.pieces.len()
+    }
+
+    pub(crate) fn contains(&self, piece: &str) -> bool {
+        self.pieces.contains_key(piece)
+    }
+
+    pub(crate) fn encode(
+        &self,
+        text: &str,
+        scratch: &mut Scratch,
+        ids: &mut Vec<u32>,
+    ) -> Result<()> {
+        let Scratch {
+            a, b, best, path, ..
+        } = scratch;
+        a.clear();
+        a.push_str(text);
+        for step in &self.steps {
+            match step {
+                Step::Precompiled(map) => {
+                    b.clear();
+                    map.normalize(a, b);
+                    std::mem::swap(a, b);
+                }
+                Step::Strip { left, right } => {
+                    if *right {
+                        a.truncate(a.trim_end().len());
+                    }
+                    if *left {
+                        let lead = a.len() - a.trim_start().len();
+                        a.drain(..lead);
+                    }
+                }
+                Step::Replace { pattern, content } => {
+                    b.clear();
+                    replace(a, pattern, content, b);
+                    std::mem::swap(a, b);
+                }
+            }
+        }
+        if self.pre.whitespace_split {
+            for word in a.split(char::is_whitespace).filter(|w| !w.is_empty()) {
+                self.metaspace(word, b, best, path, ids)?;
+            }
+            Ok(())
+        } else {
+            self.metaspace(a, b, best, path, ids)
+        }
+    }
+
+    /// Spaces become the replacement, which is prepended and then starts every piece.
+    fn metaspace(
+        &self,
+        word: &str,
+        buf: &mut String,
+        best: &mut Vec<Best>,
+        path: &mut Vec<(u32, u32, u32)>,
+        ids: &mut Vec<u32>,
+    ) -> Result<()> {
+        if word.is_empty() {
+            return Ok(());
+        }
+        let rep = self.pre.replacement;
+        buf.clear();
+        let first = word.chars().next().map(|c| if c == ' ' { rep } else { c });
+        if self.pre.prepend && first != Some(rep) {
+            buf.push(rep);
+        }
+        for c in word.chars() {
+            buf.push(if c == ' ' { rep } else { c });
+        }
+        if !self.pre.split {
+            return self.viterbi(buf, best, path, ids);
+        }
+        let mut start = 0;
+        for (i, _) in buf.match_indices(rep) {
+            if i > start {
+                self.viterbi(&buf[start..i], best, path, ids)?;
+            }
+            start = i;
+        }
+        self.viterbi(&buf[start..], best, path, ids)
+    }
+
+    fn viterbi(
+        &self,
+        piece: &str,
+        best: &mut Vec<Best>,
+        path: &mut Vec<(u32, u32, u32)>,
+        ids: &mut Vec<u32>,
+    ) -> Result<()> {
+        let bytes = piece.as_bytes();
+        let n = bytes.len();
+        if n == 0 {
+            return Ok(());
+        }
+        best.clear();
+        best.resize(
+            n + 1,
+            Best {
+                score: 0.0,
+                start: NONE,
+                id: 0,
+            },
+        );
+        let mut s = 0;
+        while s < n {
+            let base = best[s].score;
+            let char_len = utf8_len(bytes[s]);
+            let mut single = false;
+            let mut node = 0;
+            for (k, &b) in bytes[s..].iter().enumerate() {
+                let Some(c) = self.trie.child(node, b) else {
+                    break;
+                };
+                node = c;
+                let id = self.trie.nodes[c as usize].value;
+                if id == NONE {
+                    continue;
+                }
+                let end = s + k + 1;
+                let score = base + self.scores[id as usize];
+                let t = &mut best[end];
+                if t.start == NONE || score > t.score {
+                    *t = Best {
+                        score,
+                        start: s as u32,
+                        id,
+                    };
+                }
+                single |= k + 1 == char_len;
+            }
+            if !single {
+                let score = base + self.unk_score;
+                let t = &mut best[(s + char_len).min(n)];
+                if t.start == NONE || score > t.score {
+                    *t = Best {
+                        score,
+                        start: s as u32,
+                        id: self.unk.ok_or_else(missing_unk)?,
+                    };
+                }
+            }
+            s += char_len;
+        }
+        path.clear();
+        let mut end = n;
+        while end > 0 {
+            let b = best[end];
+            if b.start == NONE {
+                break;
+            }
+            path.push((b.start, end as u32, b.id));
+            end = b.start as usize;
+        }
+        // Consecutive unknowns fuse into one token, looked up again as a whole.
+        let mut unknown: Option<(usize, usize)> = None;
+        for &(s, e, id) in path.iter().rev() {
+            if Some(id) == self.unk {
+                unknown = Some((unknown.map_or(s as usize, |u| u.0), e as usize));
+                continue;
+            }
+            if let Some((us, ue)) = unknown.take() {
+                self.push_unknown(&piece[us..ue], ids)?;
+            }
+            ids.push(id);
+        }
+        if let Some((us, ue)) = unknown {
+            self.push_unknown(&piece[us..ue], ids)?;
+        }
+        Ok(())
+    }
+
+    fn push_unknown(&self, s: &str, ids: &mut Vec<u32>) -> Result<()> {
+        if let Some(&id) = self.pieces.get(s) {
+            ids.push(id);
+            return Ok(());
+        }
+        if let Some(bytes) = &self.byte_ids {
+            if s.bytes().all(|b| bytes[usize::from(b)] != NONE) {
+                ids.extend(s.bytes().map(|b| bytes[usize::from(b)]));
+                return Ok(());
+            }
+        }
+        ids.push(self.unk.ok_or_else(missing_unk)?);
+        Ok(())
+    }
+}
+
+fn missing_unk() -> crate::error::Error {
+    bad("Unigram: an unknown character needs `unk_id`, which this model lacks")
+}
+
+fn utf8_len(lead: u8) -> usize {
+    match lead {
+        0..=0x7F => 1,
+        0x80..=0xDF => 2,
+        0xE0..=0xEF => 3,
+        _ => 4,
+    }
+}
+
+fn replace(s: &str, pattern: &Pattern, content: &str, out: &mut String) {
+    match pattern {
+        Pattern::Literal(p) => {
+            let mut last = 0;
+            for (i, m) in s.match_indices(p.as_str()) {
+                out.push_str(&s[last..i]);
+                out.push_str(content);
+                last = i + m.len();
+            }
+            out.push_str(&s[last..]);
+        }
+        Pattern::Run { c, min } => {
+            let mut run = 0;
+            for ch in s.chars() {
+                if ch == *c {
+                    run += 1;
+                    continue;
+                }
+                flush_run(*c, run, *min, content, out);
+                run = 0;
+                out.push(ch);
+            }
+            flush_run(*c, run, *min, content, out);
+        }
+    }
+}
+
+fn flush_run(c: char, run: usize, min: usize, content: &str, out: &mut String) {
+    if run >= min {
+        out.push_str(content);
+    } else {
+        out.extend(std::iter::repeat_n(c, run));
+    }
+}

@@ -1,0 +1,386 @@
+//! WordPiece behind the BERT normaliser and pre-tokeniser, fused: each character of the input is cleaned,
+//! decomposed, lowercased and classified in one pass, and words are cut into pieces as soon as they end.
+
+use serde_json::Value;
+use unicode_categories::UnicodeCategories;
+use unicode_normalization_alignments::char::{canonical_combining_class, decompose_canonical};
+
+use super::{bad, bool_field, str_field, FxMap};
+use crate::error::Result;
+use crate::tokenizer::Scratch;
+
+/// `BertNormalizer` settings, with `strip_accents: None` already resolved to `lowercase`.
+#[derive(Clone, Copy)]
+struct Normalizer {
+    clean_text: bool,
+    chinese_chars: bool,
+    strip_accents: bool,
+    lowercase: bool,
+}
+
+/// What an ASCII byte becomes after normalisation, and how the pre-tokeniser sees it.
+#[derive(Clone, Copy)]
+enum Ascii {
+    Dropped,
+    Space,
+    Punct(char),
+    Letter(char),
+}
+
+pub(crate) struct WordPiece {
+    vocab: FxMap<Box<str>, u32>,
+    /// Pieces that continue a word, keyed without the `##` prefix.
+    continuing: FxMap<Box<str>, u32>,
+    /// Byte lengths of the longest keys of each map: no longer substring can match.
+    max_len: usize,
+    max_continuing_len: usize,
+    unk: Option<u32>,
+    unk_token: String,
+    max_chars: usize,
+    norm: Option<Normalizer>,
+    ascii: [Ascii; 128],
+}
+
+// BERT's own definitions, as the crate's BertNormalizer has them: tab, newline and carriage return count as
+// whitespace, not as control characters.
+fn is_control(c: char) -> bool {
+    !matches!(c, '\t' | '\n' | '\r') && c.is_other()
+}
+
+fn is_whitespace(c: char) -> bool {
+    matches!(c, '\t' | '\n' | '\r') || c.is_whitespace()
+}
+
+fn is_chinese(c: char) -> bool {
+    matches!(c as u32,
+        0x4E00..=0x9FFF | 0x3400..=0x4DBF | 0x20000..=0x2A6DF | 0x2A700..=0x2B73F | 0x2B740..=0x2B81F
+        | 0x2B920..=0x2CEAF | 0xF900..=0xFAFF | 0x2F800..=0x2FA1F)
+}
+
+fn is_punct(c: char) -> bool {
+    c.is_ascii_punctuation() || c.is_punctuation()
+}
+
+/// `clean_text`: `None` drops the character.
+fn clean(c: char) -> Option<char> {
+    if c == '\0' || c == '\u{FFFD}' || is_control(c) {
+        None
+    } else if is_whitespace(c) {
+        Some(' ')
+    } else {
+        Some(c)
+    }
+}
+
+impl WordPiece {
+    pub(crate) fn parse(model: &Value, normalizer: &Value, pre_tokenizer: &Value) -> Result<Self> {
+        let norm = match normalizer.get("type").and_then(Value::as_str) {
+            None if normalizer.is_null() => None,
+            Some("BertNormalizer") => {
+                let ctx = "BertNormalizer";
+                let lowercase = bool_field(normalizer, "lowercase", true, ctx)?;
+                Some(Normalizer {
+                    clean_text: bool_field(normalizer, "clean_text", true, ctx)?,
+                    chinese_chars: bool_field(normalizer, "handle_chinese_chars", true, ctx)?,
+                    strip_accents: bool_field(normalizer, "strip_accents", lowercase, ctx)?,
+                    lowercase,
+                })
+            }
+            other => {
+                return Err(bad(format!(
+                    "normalizer {other:?} is not supported with WordPiece (BertNormalizer is)"
+                )))
+            }
+        };
+        match pre_tokenizer.get("type").and_then(Value::as_str) {
+            Some("BertPreTokenizer") => {}
+            other => {
+                return Err(bad(format!(
+                    "pre_tokenizer {other:?} is not supported with WordPiece (BertPreTokenizer is)"
+                )))
+            }
+        }
+        let prefix = str_field(model, "continuing_subword_prefix", "WordPiece")?;
+        let unk_token = str_field(model, "unk_token", "WordPiece")?.to_owned();
+        let max_chars = model
+            .get("max_input_chars_per_word")
+            .and_then(Value::as_u64)
+            .map_or(100, |n| usize::try_from(n).unwrap_or(usize::MAX));
+        let entries = model
+            .get("vocab")
+            .and_then(Value::as_object)
+            .ok_or_else(|| bad("WordPiece: `vocab` is not an object"))?;
+        let mut vocab = FxMap::default();
+        let mut continuing = FxMap::default();
+        for (token, id) in entries {
+            let id = id
+                .as_u64()
+                .and_then(|id| u32::try_from(id).ok())
+                .ok_or_else(|| bad(format!("WordPiece: bad id for {token:?}")))?;
+            if let Some(rest) = token.strip_prefix(prefix) {
+                continuing.insert(rest.into(), id);
+            }
+            vocab.insert(token.as_str().into(), id);
+        }
+        let longest = |m: &FxMap<Box<str>, u32>| m.keys().map(|k| k.len()).max().unwrap_or(0);
+        let mut wp = WordPiece {
+            max_len: longest(&vocab),
+            max_continuing_len: longest(&continuing),
+            unk: vocab.get(unk_token.as_str()).copied(),
+            vocab,
+            continuing,
+            unk_token,
+            max_chars,
+            norm,
+            ascii: [Ascii::Dropped; 128],
+        };
+        for b in 0..128u8 {
+            wp.ascii[usize::from(b)] = wp.classify_ascii(char::from(b));
+        }
+        Ok(wp)
+    }
+
+    pub(crate) fn vocab_size(&self) -> usize {
+        self.vocab.len()
+    }
+
+    pub(crate) fn contains(&self, token: &str) -> bool {
+        self.vocab.contains_key(token)
+    }
+
+    /// The whole pipeline for one ASCII character, which decomposes to itself and lowercases to one character.
+    fn classify_ascii(&self, c: char) -> Ascii {
+        let c = match self.norm {
+            Some(n) => {
+                let Some(c) = (if n.clean_text { clean(c) } else { Some(c) }) else {
+                    return Ascii::Dropped;
+                };
+                if n.lowercase {
+                    c.to_ascii_lowercase()
+                } else {
+                    c
+                }
+            }
+            None => c,
+        };
+        if c.is_whitespace() {
+            Ascii::Space
+        } else if is_punct(c) {
+            Ascii::Punct(c)
+        } else {
+            Ascii::Letter(c)
+        }
+    }
+
+    pub(crate) fn encode(
+        &self,
+        text: &str,
+        scratch: &mut Scratch,
+        ids: &mut Vec<u32>,
+    ) -> Result<()> {
+        let mut w = Words {
+            wp: self,
+            word: &mut scratch.a,
+            chars: 0,
+            ids,
+        };
+        w.word.clear();
+        let marks = &mut scratch.marks;
+        marks.clear();
+        let bytes = text.as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            let b = bytes[i];
+            if b < 0x80 {
+                // An ASCII character is a starter: the combining marks before it are complete.
+                if !marks.is_empty() {
+                    self.flush_marks(marks, &mut w)?;
+                }
+                match self.ascii[usize::from(b)] {
+                    Ascii::Dropped => {}
+                    Ascii::Space => w.end_word()?,
+                    Ascii::Punct(c) => w.punct(c)?,
+                    Ascii::Letter(c) => w.push(c),
+                }
+                i += 1;
+            } else {
+                let Some(c) = text[i..].chars().next() else {
+                    break;
+                };
+                i += c.len_utf8();
+                self.normalize(c, marks, &mut w)?;
+            }
+        }
+        self.flush_marks(marks, &mut w)?;
+        w.end_word()
+    }
+
+    /// The normaliser for one non-ASCII character: clean, isolate CJK, decompose (holding combining marks back
+    /// for canonical ordering), then [`WordPiece::emit`].
+    fn normalize(&self, c: char, marks: &mut Vec<(u8, char)>, w: &mut Words) -> Result<()> {
+        let Some(n) = self.norm else {
+            return w.classify(c);
+        };
+        let c = if n.clean_text {
+            match clean(c) {
+                Some(c) => c,
+                None => return Ok(()),
+            }
+        } else {
+            c
+        };
+        if n.chinese_chars && is_chinese(c) {
+            self.decompose(' ', n, marks, w)?;
+            self.decompose(c, n, marks, w)?;
+            self.decompose(' ', n, marks, w)
+        } else {
+            self.decompose(c, n, marks, w)
+        }
+    }
+
+    fn decompose(
+        &self,
+        c: char,
+        n: Normalizer,
+        marks: &mut Vec<(u8, char)>,
+        w: &mut Words,
+    ) -> Result<()> {
+        if !n.strip_accents {
+            return self.emit(c, n, w);
+        }
+        let mut result = Ok(());
+        decompose_canonical(c, |d| {
+            if result.is_err() {
+                return;
+            }
+            match canonical_combining_class(d) {
+                0 => {
+                    result = self.flush_marks(marks, w).and_then(|()| self.emit(d, n, w));
+                }
+                class => marks.push((class, d)),
+            }
+        });
+        result
+    }
+
+    /// Emits the held combining marks in canonical order (a stable sort by combining class).
+    fn flush_marks(&self, marks: &mut Vec<(u8, char)>, w: &mut Words) -> Result<()> {
+        for i in 1..marks.len() {
+            let mut j = i;
+            while j > 0 && marks[j - 1].0 > marks[j].0 {
+                marks.swap(j - 1, j);
+                j -= 1;
+            }
+        }
+        if let Some(n) = self.norm {
+            for &(_, m) in marks.iter() {
+                self.emit(m, n, w)?;
+            }
+        }
+        marks.clear();
+        Ok(())
+    }
+
+    /// The end of the normaliser: drop non-spacing marks when stripping accents, lowercase.
+    fn emit(&self, c: char, n: Normalizer, w: &mut Words) -> Result<()> {
+        if n.strip_accents && c.is_mark_nonspacing() {
+            return Ok(());
+        }
+        if n.lowercase {
+            for l in c.to_lowercase() {
+                w.classify(l)?;
+            }
+            Ok(())
+        } else {
+            w.classify(c)
+        }
+    }
+
+    /// Greedy longest-match-first WordPiece of one pre-tokenised word of `chars` characters.
+    fn word(&self, word: &str, chars: usize, ids: &mut Vec<u32>) -> Result<()> {
+        if chars > self.max_chars {
+            return self.push_unk(ids);
+        }
+        let mark = ids.len();
+        let mut start = 0;
+        while start < word.len() {
+            let (map, max) = if start == 0 {
+                (&self.vocab, self.max_len)
+            } else {
+                (&self.continuing, self.max_continuing_len)
+            };
+            let mut end = word.len().min(start + max);
+            while !word.is_char_boundary(end) {
+                end -= 1;
+            }
+            loop {
+                if end <= start {
+                    ids.truncate(mark);
+                    return self.push_unk(ids);
+                }
+                if let Some(&id) = map.get(&word[start..end]) {
+                    ids.push(id);
+                    start = end;
+                    break;
+                }
+                end -= 1;
+                while !word.is_char_boundary(end) {
+                    end -= 1;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn push_unk(&self, ids: &mut Vec<u32>) -> Result<()> {
+        let unk = self.unk.ok_or_else(|| {
+            bad(format!(
+                "WordPiece: the unknown token {:?} is not in the vocabulary",
+                self.unk_token
+            ))
+        })?;
+        ids.push(unk);
+        Ok(())
+    }
+}
+
+/// The pre-tokeniser: whitespace ends a word, punctuation is a word of its own.
+struct Words<'a> {
+    wp: &'a WordPiece,
+    word: &'a mut String,
+    chars: usize,
+    ids: &'a mut Vec<u32>,
+}
+
+impl Words<'_> {
+    fn push(&mut self, c: char) {
+        self.word.push(c);
+        self.chars += 1;
+    }
+
+    fn classify(&mut self, c: char) -> Result<()> {
+        if c.is_whitespace() {
+            self.end_word()
+        } else if is_punct(c) {
+            self.punct(c)
+        } else {
+            self.push(c);
+            Ok(())
+        }
+    }
+
+    fn punct(&mut self, c: char) -> Result<()> {
+        self.end_word()?;
+        self.push(c);
+        self.end_word()
+    }
+
+    fn end_word(&mut self) -> Result<()> {
+        if !self.word.is_empty() {
+            self.wp.word(self.word, self.chars, self.ids)?;
+            self.word.clear();
+            self.chars = 0;
+        }
+        Ok(())
+    }
+}

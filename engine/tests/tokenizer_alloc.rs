@@ -1,0 +1,87 @@
+//! A warm `fast` encode performs no heap allocation: counted by a global allocator, which is why this test has
+//! a file (and so a test binary) of its own.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use engine::tokenizer::{self, Scratch, TokenizerKind, Truncation};
+
+struct Counting;
+
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+#[test]
+fn warm_encode_allocates_nothing() {
+    let workloads = Path::new(env!("CARGO_MANIFEST_DIR")).join("../workloads");
+    let mut texts = Vec::new();
+    for file in [
+        "passages_multilingual.jsonl",
+        "queries_multilingual.jsonl",
+        "nasty_unicode.jsonl",
+    ] {
+        let corpus = std::fs::read_to_string(workloads.join("text").join(file)).expect("corpus");
+        for line in corpus.lines().take(300) {
+            let v: serde_json::Value = serde_json::from_str(line).expect("JSON line");
+            texts.push(v["text"].as_str().expect("text").to_owned());
+        }
+    }
+    for file in [
+        "all-MiniLM-L6-v2/tokenizer.json",
+        "pegasus_unigram_tokenizer.json",
+        "xlmr_style_unigram_1k_tokenizer.json",
+    ] {
+        for truncation in [None, Some(Truncation::right(64))] {
+            let t = tokenizer::load(
+                &workloads.join("vocab").join(file),
+                TokenizerKind::Fast,
+                truncation,
+            )
+            .expect("loads");
+            let (mut scratch, mut ids) = (Scratch::default(), Vec::new());
+            let mut batch = Vec::new();
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            // The first pass grows the buffers to the largest input; the second must not allocate.
+            t.encode_batch(&refs, &mut scratch, &mut batch)
+                .expect("encodes");
+            for text in &texts {
+                t.encode_with(text, &mut scratch, &mut ids)
+                    .expect("encodes");
+            }
+            let before = ALLOCATIONS.load(Ordering::Relaxed);
+            let mut total = 0;
+            for text in &texts {
+                t.encode_with(text, &mut scratch, &mut ids)
+                    .expect("encodes");
+                total += ids.len();
+            }
+            t.encode_batch(&refs, &mut scratch, &mut batch)
+                .expect("encodes");
+            let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+            assert_eq!(
+                allocations, 0,
+                "{file} {truncation:?}: {allocations} allocations"
+            );
+            assert!(total > texts.len() * 3, "{file}: really encoded");
+        }
+    }
+}

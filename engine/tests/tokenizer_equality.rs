@@ -1,0 +1,200 @@
+//! `fast` against the reference `hf`, id for id: every shipped corpus text and seeded random Unicode strings,
+//! through WordPiece (all-MiniLM-L6-v2) and three Unigram tokenizers, with and without truncation.
+
+use std::path::{Path, PathBuf};
+
+use engine::tokenizer::{self, Scratch, Tokenizer, TokenizerKind, Truncation, TruncationSide};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+const TOKENIZERS: [&str; 4] = [
+    "all-MiniLM-L6-v2/tokenizer.json",
+    "pegasus_unigram_tokenizer.json",
+    "xlmr_style_unigram_1k_tokenizer.json",
+    "xlmr_style_unigram_ja_8k_tokenizer.json",
+];
+
+fn workloads() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../workloads")
+}
+
+fn corpus() -> Vec<String> {
+    let mut files: Vec<_> = std::fs::read_dir(workloads().join("text"))
+        .expect("workloads/text")
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .collect();
+    files.sort();
+    let mut texts = Vec::new();
+    for f in files {
+        for line in std::fs::read_to_string(&f).expect("corpus").lines() {
+            let v: serde_json::Value = serde_json::from_str(line).expect("JSON line");
+            texts.push(v["text"].as_str().expect("text field").to_owned());
+        }
+    }
+    texts
+}
+
+fn pair(file: &str, truncation: Option<Truncation>) -> (Box<dyn Tokenizer>, Box<dyn Tokenizer>) {
+    let path = workloads().join("vocab").join(file);
+    let fast = tokenizer::load(&path, TokenizerKind::Fast, truncation).expect("fast loads");
+    let hf = tokenizer::load(&path, TokenizerKind::Hf, truncation).expect("hf loads");
+    assert_eq!(fast.vocab_size(), hf.vocab_size(), "{file}: vocab size");
+    (fast, hf)
+}
+
+/// Asserts equal ids on every text; returns how many ids were compared, so callers can check it was real work.
+fn assert_same(file: &str, truncation: Option<Truncation>, texts: &[String]) -> usize {
+    let (fast, hf) = pair(file, truncation);
+    let (mut scratch, mut a, mut b) = (Scratch::default(), Vec::new(), Vec::new());
+    let mut compared = 0;
+    for text in texts {
+        fast.encode_with(text, &mut scratch, &mut a)
+            .expect("fast encodes");
+        hf.encode(text, &mut b).expect("hf encodes");
+        assert_eq!(a, b, "{file} {truncation:?}: {text:?}");
+        compared += a.len();
+    }
+    compared
+}
+
+#[test]
+fn corpus_equal_without_truncation() {
+    let texts = corpus();
+    assert!(texts.len() > 20_000);
+    for file in TOKENIZERS {
+        assert!(assert_same(file, None, &texts) > texts.len() * 10, "{file}");
+    }
+}
+
+#[test]
+fn corpus_equal_with_truncation() {
+    // Truncation acts after tokenisation, so a sample of the corpus is enough to exercise it.
+    let texts: Vec<String> = corpus().into_iter().step_by(7).collect();
+    for file in TOKENIZERS {
+        for (max_length, side) in [
+            (128, TruncationSide::Right),
+            (64, TruncationSide::Left),
+            (3, TruncationSide::Right),
+        ] {
+            assert_same(file, Some(Truncation { max_length, side }), &texts);
+        }
+    }
+}
+
+/// A random string mixing ASCII, accents and combining marks, CJK, kana, Hangul, emoji (with ZWJ and skin
+/// tones), controls, every kind of whitespace, the special tokens' own text, and long runs.
+fn random_text(rng: &mut StdRng) -> String {
+    const PIECES: &[&str] = &[
+        "[CLS]",
+        "[SEP]",
+        "[UNK]",
+        "<s>",
+        "</s>",
+        "<unk>",
+        "<pad>",
+        "<mask_1>",
+        "##",
+        "▁",
+        "\r\n",
+        "  ",
+        "   ",
+        "e\u{301}",
+        "\u{1F44D}\u{1F3FD}",
+        "\u{1F468}\u{200D}\u{1F469}\u{200D}\u{1F467}",
+        "\u{1F1EB}\u{1F1F7}",
+        "ﬁ",
+        "Ⅻ",
+        "①",
+        "ｶﾞ",
+        "ＡＢＣ",
+        "İ",
+        "ß",
+        "Σ",
+        "ǅ",
+        "\u{FEFF}",
+        "\u{FFFD}",
+    ];
+    const RANGES: &[(u32, u32)] = &[
+        (0x20, 0x7E),
+        (0x20, 0x7E),
+        (0x20, 0x7E),
+        (0x00, 0x1F),
+        (0x7F, 0xA0),
+        (0xA0, 0x24F),
+        (0x300, 0x36F),
+        (0x370, 0x3FF),
+        (0x400, 0x4FF),
+        (0x590, 0x6FF),
+        (0x900, 0x97F),
+        (0xE00, 0xE7F),
+        (0x1100, 0x11FF),
+        (0x2000, 0x206F),
+        (0x3000, 0x30FF),
+        (0x3400, 0x4DBF),
+        (0x4E00, 0x9FFF),
+        (0xAC00, 0xD7A3),
+        (0xF900, 0xFAFF),
+        (0xFE00, 0xFE0F),
+        (0xFF00, 0xFFEF),
+        (0x1F300, 0x1FAFF),
+        (0x20000, 0x2A6DF),
+        (0xE0000, 0xE007F),
+        (0x10FFF0, 0x10FFFF),
+    ];
+    let mut s = String::new();
+    for _ in 0..rng.gen_range(0..40) {
+        match rng.gen_range(0..10) {
+            0 => s.push_str(PIECES[rng.gen_range(0..PIECES.len())]),
+            1 => s.extend(std::iter::repeat_n(' ', rng.gen_range(1..4))),
+            2 => s.push_str(
+                ["the", "Tokenization", "naïve", "東京", "안녕", "123", "A.B"][rng.gen_range(0..7)],
+            ),
+            _ => {
+                let (lo, hi) = RANGES[rng.gen_range(0..RANGES.len())];
+                if let Some(c) = char::from_u32(rng.gen_range(lo..=hi)) {
+                    s.push(c);
+                }
+            }
+        }
+    }
+    s
+}
+
+#[test]
+fn random_unicode_equal() {
+    let mut rng = StdRng::seed_from_u64(0x5eed_70c3);
+    let texts: Vec<String> = (0..3000).map(|_| random_text(&mut rng)).collect();
+    for file in TOKENIZERS {
+        assert_same(file, None, &texts);
+        assert_same(
+            file,
+            Some(Truncation {
+                max_length: 16,
+                side: TruncationSide::Left,
+            }),
+            &texts,
+        );
+    }
+}
+
+#[test]
+fn hostile_inputs_equal() {
+    let word = "a".repeat(100_000);
+    let mixed = "é\u{301}".repeat(20_000);
+    let texts = [
+        String::new(),
+        "\0".into(),
+        "\0\0 a\0b".into(),
+        word.clone(),
+        format!("{word} {word}"),
+        mixed,
+        " ".repeat(10_000),
+        "\u{301}".repeat(1000),
+        "[CLS][CLS]<s></s>".into(),
+    ];
+    for file in TOKENIZERS {
+        assert_same(file, None, &texts);
+        assert_same(file, Some(Truncation::right(8)), &texts);
+    }
+}
