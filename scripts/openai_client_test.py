@@ -7,13 +7,14 @@ where ref.json is {"model": NAME, "texts": [...], "embeddings": [[...], ...]} co
 Exits 0 when every vector matches (compared as float32), 1 otherwise.
 Needs: pip install openai
 """
-import argparse, json, struct, sys, urllib.request
+import argparse, base64, json, struct, sys, urllib.request
 
 import openai
 
 
 def f32(xs):
     """Rounds to float32, so JSON decimals and base64-decoded floats compare exactly."""
+    xs = [float(x) for x in xs]
     return list(struct.unpack(f"{len(xs)}f", struct.pack(f"{len(xs)}f", *xs)))
 
 
@@ -37,12 +38,17 @@ def main():
 
     client = openai.OpenAI(base_url=args.base_url + "/v1", api_key="not-needed")
     ok = True
-    # The client asks for base64 by default and decodes it itself; ask for floats too.
-    for fmt in ("base64", "float"):
-        resp = client.embeddings.create(model=ref["model"], input=texts, encoding_format=fmt)
+    # Left unset, the client asks for base64 and decodes it itself; asked for explicitly, base64 comes back raw.
+    for fmt in (None, "float", "base64"):
+        extra = {} if fmt is None else {"encoding_format": fmt}
+        resp = client.embeddings.create(model=ref["model"], input=texts, **extra)
         got = [d.embedding for d in sorted(resp.data, key=lambda d: d.index)]
-        ok &= check(f"openai encoding_format={fmt}", got, want)
+        if fmt == "base64":
+            raws = [base64.b64decode(raw) for raw in got]
+            got = [list(struct.unpack(f"{len(raw) // 4}f", raw)) for raw in raws]
+        ok &= check(f"openai encoding_format={fmt or 'default'}", got, want)
         ok &= resp.usage.prompt_tokens > 0 and resp.usage.total_tokens == resp.usage.prompt_tokens
+        ok &= resp.model == ref["model"]
     one = client.embeddings.create(model=ref["model"], input=texts[0])
     ok &= check("openai single string", [one.data[0].embedding], want[:1], tol=1e-5)
     short = client.embeddings.create(model=ref["model"], input=texts[:2], dimensions=16)
