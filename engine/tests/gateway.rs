@@ -282,6 +282,23 @@ async fn token_ids_dimensions_prompts_and_tokenize() {
     ] {
         assert!(text.contains(needle), "{needle} missing from:\n{text}");
     }
+    let no_time = "embed_stage_seconds_bucket{stage=\"total\",le=\"0.0005\"} ";
+    let fast: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix(no_time))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let all: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("embed_stage_seconds_count{stage=\"total\"} "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        all > 0 && fast < all,
+        "latencies are recorded, not clamped to zero"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

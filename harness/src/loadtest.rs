@@ -189,7 +189,12 @@ async fn offer(
     rate: f64,
     bodies: Vec<Bytes>,
 ) -> Result<Row> {
-    let latencies = Arc::new(Mutex::new(Histogram::<u64>::new(3)?));
+    // Microseconds up to an hour: `saturating_record` clamps to the bounds and never resizes.
+    let latencies = Arc::new(Mutex::new(Histogram::<u64>::new_with_bounds(
+        1,
+        3_600_000_000,
+        3,
+    )?));
     let tally = Arc::new(Mutex::new(Tally::default()));
     let sent = bodies.len();
     let start = Instant::now();

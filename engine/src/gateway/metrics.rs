@@ -49,8 +49,11 @@ struct Hist {
 impl Hist {
     fn new(scale: f64) -> Self {
         Hist {
-            // Three significant digits, auto-resizing: recording never fails on a large value.
-            hist: Mutex::new(Histogram::new(3).expect("3 significant digits is a valid precision")),
+            // Bounded, so `saturating_record` clamps rather than drops (it never auto-resizes): an hour in
+            // microseconds, three significant digits.
+            hist: Mutex::new(
+                Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid constant bounds"),
+            ),
             scale,
         }
     }

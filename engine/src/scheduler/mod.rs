@@ -151,12 +151,8 @@ struct Entry {
 impl State {
     /// Removes sequences whose caller has gone, so they never reach the backend.
     fn drop_abandoned(&mut self) {
-        let before = self.queue.len();
-        if self.queue.iter().all(|e| !e.reply.is_closed()) {
-            return;
-        }
-        self.queue.retain(|e| !e.reply.is_closed());
-        if self.queue.len() != before {
+        if self.queue.iter().any(|e| e.reply.is_closed()) {
+            self.queue.retain(|e| !e.reply.is_closed());
             self.tokens = self.queue.iter().map(|e| e.ids.len()).sum();
         }
     }
