@@ -282,22 +282,19 @@ async fn token_ids_dimensions_prompts_and_tokenize() {
     ] {
         assert!(text.contains(needle), "{needle} missing from:\n{text}");
     }
-    let no_time = "embed_stage_seconds_bucket{stage=\"total\",le=\"0.0005\"} ";
-    let fast: u64 = text
-        .lines()
-        .find_map(|l| l.strip_prefix(no_time))
-        .unwrap()
-        .parse()
-        .unwrap();
-    let all: u64 = text
-        .lines()
-        .find_map(|l| l.strip_prefix("embed_stage_seconds_count{stage=\"total\"} "))
-        .unwrap()
-        .parse()
-        .unwrap();
+    let value = |prefix: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let sum = value("embed_stage_seconds_sum{stage=\"total\"} ");
+    let count = value("embed_stage_seconds_count{stage=\"total\"} ");
+    // Any HTTP request takes more than 10 µs; a clamped histogram would say 2 µs.
     assert!(
-        all > 0 && fast < all,
-        "latencies are recorded, not clamped to zero"
+        count > 0.0 && sum > count * 1e-5,
+        "latencies recorded: {sum} s over {count}"
     );
 }
 
