@@ -19,6 +19,15 @@ pub struct EngineConfig {
     pub max_seq_length: Option<usize>,
     /// Which tokenizer implementation reads the model's `tokenizer.json` (`hf` or `fast`; the same ids).
     pub tokenizer: TokenizerKind,
+    /// How long the scheduler may hold a partial batch waiting for more work, in milliseconds; 0 dispatches as soon
+    /// as the backend can take work.
+    pub max_wait_ms: u64,
+    /// Submit batch N+1 while batch N's results are still being copied out and answered (two batches in flight).
+    pub overlap: bool,
+    /// The scheduler's queue bound in tokens; work beyond it is refused as overloaded.
+    pub max_queue_tokens: usize,
+    /// The scheduler's queue bound in sequences.
+    pub max_queue_requests: usize,
 }
 
 impl Default for EngineConfig {
@@ -30,6 +39,11 @@ impl Default for EngineConfig {
             max_batch_seqs: 512,
             max_seq_length: None,
             tokenizer: TokenizerKind::Fast,
+            max_wait_ms: 0,
+            overlap: true,
+            // Several full batches: enough to keep the backend busy, short enough that queueing stays bounded.
+            max_queue_tokens: 65_536,
+            max_queue_requests: 4096,
         }
     }
 }
@@ -46,6 +60,12 @@ impl EngineConfig {
             return Err(Error::Config {
                 name: "max_batch_seqs",
                 message: "must be at least 1".into(),
+            });
+        }
+        if self.max_queue_tokens == 0 || self.max_queue_requests == 0 {
+            return Err(Error::Config {
+                name: "max_queue_tokens",
+                message: "the queue bounds must be at least 1".into(),
             });
         }
         if self.max_seq_length == Some(0) {

@@ -36,7 +36,9 @@ pub mod backend;
 mod batch;
 pub mod config;
 mod error;
+pub mod gateway;
 pub mod model;
+pub mod scheduler;
 pub mod tokenizer;
 
 use std::path::Path;
@@ -47,6 +49,7 @@ pub use batch::Batch;
 pub use config::EngineConfig;
 pub use error::{Error, Result};
 use model::{bert::Bert, ModelDir};
+pub use scheduler::cut_batches;
 use tokenizer::{Tokenizer, Truncation};
 
 /// What a loaded engine reports about itself.
@@ -176,40 +179,4 @@ fn collect(handle: Handle, out: &mut Vec<Vec<f32>>) -> Result<()> {
     let result = handle.wait()?;
     out.extend(result.embeddings.rows().map(<[f32]>::to_vec));
     Ok(())
-}
-
-/// Cuts sequences of the given lengths, in order, into consecutive batches of at most `max_tokens` tokens and
-/// `max_seqs` sequences; a sequence longer than the budget goes alone.
-pub fn cut_batches(
-    lens: &[usize],
-    max_tokens: usize,
-    max_seqs: usize,
-) -> Vec<std::ops::Range<usize>> {
-    let mut batches = Vec::new();
-    let (mut start, mut tokens) = (0, 0);
-    for (i, &len) in lens.iter().enumerate() {
-        let full = i > start && (tokens + len > max_tokens || i - start >= max_seqs);
-        if full {
-            batches.push(start..i);
-            (start, tokens) = (i, 0);
-        }
-        tokens += len;
-    }
-    if start < lens.len() {
-        batches.push(start..lens.len());
-    }
-    batches
-}
-
-#[cfg(test)]
-mod tests {
-    use super::cut_batches;
-
-    #[test]
-    fn batches_respect_budget_and_order() {
-        assert_eq!(cut_batches(&[3, 3, 3, 3], 6, 10), vec![0..2, 2..4]);
-        assert_eq!(cut_batches(&[10, 2, 2], 6, 10), vec![0..1, 1..3]);
-        assert_eq!(cut_batches(&[1, 1, 1], 100, 2), vec![0..2, 2..3]);
-        assert_eq!(cut_batches(&[], 6, 2), Vec::<std::ops::Range<usize>>::new());
-    }
 }

@@ -1,5 +1,8 @@
 //! `bench`: the Embedding Workbench command line.
 
+mod loadtest;
+mod serve;
+
 use std::io::{BufRead, BufWriter, Write};
 use std::path::PathBuf;
 
@@ -24,11 +27,16 @@ enum Command {
     Embed(EmbedArgs),
     /// Tokenize texts: JSON Lines with a `text` field (or plain lines) in, one JSON array of ids out each.
     Tokenize(TokenizeArgs),
+    /// Serve embeddings over HTTP: OpenAI-compatible /v1/embeddings, TEI-style /embed, /tokenize, /health, /info,
+    /// /metrics.
+    Serve(serve::ServeArgs),
+    /// Load-test the HTTP server on loopback: open-loop request rates × overlap on/off × token budgets.
+    Loadtest(loadtest::LoadtestArgs),
 }
 
 /// Engine settings shared by every command that loads a model.
 #[derive(Args)]
-struct EngineArgs {
+pub(crate) struct EngineArgs {
     /// Model directory (sentence-transformers layout); default: all-MiniLM-L6-v2, fetched on first use.
     #[arg(long)]
     model: Option<PathBuf>,
@@ -41,23 +49,48 @@ struct EngineArgs {
     /// Tokenizer implementation: `fast` (in-house) or `hf` (the Hugging Face crate).
     #[arg(long, default_value = "fast")]
     tokenizer: String,
+    /// Longest a partial batch waits for more work before it is dispatched, in milliseconds.
+    #[arg(long, default_value_t = EngineConfig::default().max_wait_ms)]
+    max_wait_ms: u64,
+    /// Wait for each batch's answers before submitting the next (overlap is on by default).
+    #[arg(long)]
+    no_overlap: bool,
+    /// Queue bound in tokens; work beyond it is refused as overloaded.
+    #[arg(long, default_value_t = EngineConfig::default().max_queue_tokens)]
+    max_queue_tokens: usize,
+    /// Queue bound in sequences.
+    #[arg(long, default_value_t = EngineConfig::default().max_queue_requests)]
+    max_queue_requests: usize,
 }
 
 impl EngineArgs {
-    fn load(&self) -> Result<Engine> {
-        let dir = match &self.model {
-            Some(dir) => dir.clone(),
-            None => engine::model::fetch::default_model_dir()?,
-        };
-        let config = EngineConfig {
+    fn model_dir(&self) -> Result<PathBuf> {
+        match &self.model {
+            Some(dir) => Ok(dir.clone()),
+            None => Ok(engine::model::fetch::default_model_dir()?),
+        }
+    }
+
+    fn config(&self) -> Result<EngineConfig> {
+        Ok(EngineConfig {
             threads: self.threads,
             max_batch_tokens: self.max_batch_tokens,
             tokenizer: self.tokenizer.parse()?,
+            max_wait_ms: self.max_wait_ms,
+            overlap: !self.no_overlap,
+            max_queue_tokens: self.max_queue_tokens,
+            max_queue_requests: self.max_queue_requests,
             ..Default::default()
-        };
-        Engine::load(&dir, config)
-            .with_context(|| format!("loading the model from {}", dir.display()))
+        })
     }
+
+    fn load(&self) -> Result<Engine> {
+        load_engine(&self.model_dir()?, self.config()?)
+    }
+}
+
+fn load_engine(dir: &std::path::Path, config: EngineConfig) -> Result<Engine> {
+    Engine::load(dir, config).with_context(|| format!("loading the model from {}", dir.display()))
 }
 
 #[derive(Args)]
@@ -220,5 +253,7 @@ fn main() -> Result<()> {
     match Cli::parse().command {
         Command::Embed(args) => embed(args),
         Command::Tokenize(args) => tokenize(args),
+        Command::Serve(args) => serve::run(args),
+        Command::Loadtest(args) => loadtest::run(args),
     }
 }

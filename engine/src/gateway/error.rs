@@ -1,0 +1,102 @@
+//! The gateway's one error shape: `{"error": {"message", "type", "code"}}` with the matching HTTP status.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+
+use crate::scheduler;
+
+/// An error answered to a client. `code` is stable and machine-readable; `message` says what was wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, message)
+    }
+
+    pub fn too_large(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::PAYLOAD_TOO_LARGE, code, message)
+    }
+
+    pub fn unprocessable(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNPROCESSABLE_ENTITY, code, message)
+    }
+
+    pub fn unauthorized() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "invalid_api_key",
+            "missing or wrong API key: send `Authorization: Bearer <key>`",
+        )
+    }
+
+    pub fn shutting_down() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "shutting_down",
+            "the server is shutting down",
+        )
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+    }
+
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// The OpenAI-style `type`, one per status class.
+    pub fn kind(&self) -> &'static str {
+        match self.status {
+            StatusCode::UNAUTHORIZED => "authentication_error",
+            StatusCode::TOO_MANY_REQUESTS => "overloaded_error",
+            StatusCode::SERVICE_UNAVAILABLE => "unavailable_error",
+            s if s.is_client_error() => "invalid_request_error",
+            _ => "server_error",
+        }
+    }
+
+    /// The label of this outcome in the request counters.
+    pub fn outcome(&self) -> &'static str {
+        match self.status {
+            StatusCode::BAD_REQUEST => "bad_request",
+            StatusCode::UNAUTHORIZED => "unauthorized",
+            StatusCode::PAYLOAD_TOO_LARGE => "too_large",
+            StatusCode::UNPROCESSABLE_ENTITY => "unprocessable",
+            StatusCode::TOO_MANY_REQUESTS => "overloaded",
+            StatusCode::SERVICE_UNAVAILABLE => "shutting_down",
+            _ => "error",
+        }
+    }
+}
+
+impl From<scheduler::Error> for ApiError {
+    fn from(e: scheduler::Error) -> Self {
+        match e {
+            scheduler::Error::Overloaded { .. } => {
+                Self::new(StatusCode::TOO_MANY_REQUESTS, "overloaded", e.to_string())
+            }
+            scheduler::Error::ShuttingDown => Self::shutting_down(),
+            scheduler::Error::Batch(_) => Self::internal(e.to_string()),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({
+            "error": { "message": self.message, "type": self.kind(), "code": self.code }
+        });
+        (self.status, Json(body)).into_response()
+    }
+}

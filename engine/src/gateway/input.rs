@@ -1,0 +1,256 @@
+//! From a request's inputs to model-ready token ids: validation, prompt templating, tokenization and the token
+//! limit (refused, or truncated on the chosen side).
+
+use serde::Deserialize;
+
+use super::error::ApiError;
+use crate::tokenizer::Tokenizer;
+use crate::Engine;
+
+/// What a client asked to embed: texts, or token ids taken as the model's full input (special tokens included).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Inputs {
+    Texts(Vec<String>),
+    Ids(Vec<Vec<u32>>),
+}
+
+impl Inputs {
+    pub fn len(&self) -> usize {
+        match self {
+            Inputs::Texts(t) => t.len(),
+            Inputs::Ids(t) => t.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Which end of an input over the token limit is cut.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub enum Direction {
+    #[default]
+    #[serde(alias = "right")]
+    Right,
+    #[serde(alias = "left")]
+    Left,
+}
+
+/// How inputs are turned into ids.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    pub prompt_name: Option<String>,
+    /// Cut inputs over the limit instead of refusing them.
+    pub truncate: bool,
+    pub direction: Direction,
+}
+
+/// The tokenizers the gateway uses: the engine's own (truncating at the model's limit, so it is what the model
+/// would see) and an untruncated one from the same `tokenizer.json`, consulted only for inputs that reach the
+/// limit, to tell "exactly at the limit" from "over it" and to cut from the left.
+pub struct Tokenization {
+    untruncated: Box<dyn Tokenizer>,
+    prompts: Vec<(String, String)>,
+    default_prompt: Option<String>,
+    max_len: usize,
+    vocab_size: usize,
+}
+
+impl Tokenization {
+    pub fn new(engine: &Engine, default_prompt_name: Option<&str>) -> crate::Result<Self> {
+        let info = engine.info();
+        let path = info.path.join("tokenizer.json");
+        let untruncated = crate::tokenizer::load(&path, engine.config().tokenizer, None)?;
+        let default_prompt = match default_prompt_name {
+            None => None,
+            Some(name) => {
+                Some(
+                    find_prompt(&info.prompts, name).ok_or_else(|| crate::Error::Config {
+                        name: "default_prompt_name",
+                        message: format!(
+                            "the model has no prompt `{name}` (it has: {})",
+                            prompt_names(&info.prompts)
+                        ),
+                    })?,
+                )
+            }
+        };
+        Ok(Tokenization {
+            untruncated,
+            prompts: info.prompts.clone(),
+            default_prompt: default_prompt.map(str::to_owned),
+            max_len: info.max_seq_length,
+            vocab_size: engine.backend().info().vocab_size,
+        })
+    }
+
+    /// Token ids for each input, in order. Refuses empty inputs, unknown prompts, bad token ids, and inputs over
+    /// the limit unless `options.truncate`.
+    pub fn prepare(
+        &self,
+        engine: &Engine,
+        inputs: Inputs,
+        options: &Options,
+    ) -> Result<Vec<Vec<u32>>, ApiError> {
+        if inputs.is_empty() {
+            return Err(ApiError::bad_request(
+                "empty_input",
+                "the input list is empty",
+            ));
+        }
+        match inputs {
+            Inputs::Texts(texts) => {
+                let prefix = self.prefix(options.prompt_name.as_deref())?;
+                texts
+                    .iter()
+                    .enumerate()
+                    .map(|(i, text)| self.encode_text(engine, i, prefix, text, options))
+                    .collect()
+            }
+            Inputs::Ids(seqs) => seqs
+                .into_iter()
+                .enumerate()
+                .map(|(i, ids)| self.check_ids(i, ids, options))
+                .collect(),
+        }
+    }
+
+    fn prefix(&self, name: Option<&str>) -> Result<&str, ApiError> {
+        match name {
+            None => Ok(self.default_prompt.as_deref().unwrap_or("")),
+            Some(name) => find_prompt(&self.prompts, name).ok_or_else(|| {
+                ApiError::bad_request(
+                    "unknown_prompt",
+                    format!(
+                        "unknown prompt_name `{name}`; the model has: {}",
+                        prompt_names(&self.prompts)
+                    ),
+                )
+            }),
+        }
+    }
+
+    fn encode_text(
+        &self,
+        engine: &Engine,
+        i: usize,
+        prefix: &str,
+        text: &str,
+        options: &Options,
+    ) -> Result<Vec<u32>, ApiError> {
+        // Like OpenAI's API: an empty string is refused rather than embedded as special tokens alone.
+        if text.is_empty() {
+            return Err(ApiError::bad_request(
+                "empty_input",
+                format!("input {i} is an empty string"),
+            ));
+        }
+        let templated;
+        let text = if prefix.is_empty() {
+            text
+        } else {
+            templated = format!("{prefix}{text}");
+            &templated
+        };
+        let tokenize_error = |e: crate::Error| {
+            ApiError::unprocessable("tokenization_failed", format!("input {i}: {e}"))
+        };
+        let ids = engine.tokenize(text).map_err(tokenize_error)?;
+        if ids.len() < self.max_len {
+            return Ok(ids);
+        }
+        let mut full = Vec::new();
+        self.untruncated
+            .encode(text, &mut full)
+            .map_err(tokenize_error)?;
+        if full.len() <= self.max_len {
+            return Ok(ids);
+        }
+        self.over_limit(i, full, options, Some(ids))
+    }
+
+    fn check_ids(&self, i: usize, ids: Vec<u32>, options: &Options) -> Result<Vec<u32>, ApiError> {
+        if ids.is_empty() {
+            return Err(ApiError::bad_request(
+                "empty_input",
+                format!("input {i} is an empty token list"),
+            ));
+        }
+        if let Some(&id) = ids.iter().find(|&&id| id as usize >= self.vocab_size) {
+            return Err(ApiError::bad_request(
+                "invalid_token_id",
+                format!(
+                    "input {i}: token id {id} is outside the vocabulary of {}",
+                    self.vocab_size
+                ),
+            ));
+        }
+        if ids.len() <= self.max_len {
+            return Ok(ids);
+        }
+        self.over_limit(i, ids, options, None)
+    }
+
+    /// An input of `full.len() > max_len` tokens: refused, or cut keeping its first and last (special) tokens.
+    /// `right` is the engine's own right-truncated encoding, when there is one.
+    fn over_limit(
+        &self,
+        i: usize,
+        mut full: Vec<u32>,
+        options: &Options,
+        right: Option<Vec<u32>>,
+    ) -> Result<Vec<u32>, ApiError> {
+        let (n, max) = (full.len(), self.max_len);
+        if !options.truncate {
+            return Err(ApiError::unprocessable(
+                "input_too_long",
+                format!(
+                    "input {i} has {n} tokens, more than the model's limit of {max}; shorten it or set truncation"
+                ),
+            ));
+        }
+        if max < 2 {
+            full.truncate(max);
+            return Ok(full);
+        }
+        Ok(match options.direction {
+            Direction::Right => right.unwrap_or_else(|| {
+                let last = full[n - 1];
+                full.truncate(max - 1);
+                full.push(last);
+                full
+            }),
+            Direction::Left => {
+                let first = full[0];
+                let mut ids = Vec::with_capacity(max);
+                ids.push(first);
+                ids.extend_from_slice(&full[n - (max - 1)..]);
+                ids
+            }
+        })
+    }
+
+    /// Longest input, in tokens, that is embedded without truncation.
+    pub fn max_len(&self) -> usize {
+        self.max_len
+    }
+}
+
+fn find_prompt<'a>(prompts: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    prompts
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, p)| p.as_str())
+}
+
+fn prompt_names(prompts: &[(String, String)]) -> String {
+    if prompts.is_empty() {
+        return "no prompts".into();
+    }
+    prompts
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}

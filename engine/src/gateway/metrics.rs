@@ -1,0 +1,198 @@
+//! Prometheus text metrics: request counts by route and outcome, per-stage latency histograms, queue size and
+//! batch telemetry. Histograms are kept in HDR form and rendered onto fixed Prometheus buckets when scraped.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+
+use crate::scheduler::{BatchStats, Load};
+
+/// Where a request's time went, as carried in the response headers.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Times {
+    pub tokenization: Duration,
+    pub queue: Duration,
+    pub inference: Duration,
+    pub total: Duration,
+}
+
+impl Times {
+    /// `(header, duration)` pairs, in pipeline order.
+    pub fn stages(&self) -> [(&'static str, Duration); 4] {
+        [
+            ("tokenization", self.tokenization),
+            ("queue", self.queue),
+            ("inference", self.inference),
+            ("total", self.total),
+        ]
+    }
+}
+
+/// Seconds; spans loopback-fast requests to overloaded ones.
+const LATENCY_BUCKETS: [f64; 14] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+const TOKEN_BUCKETS: [f64; 9] = [
+    64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0,
+];
+const FILL_BUCKETS: [f64; 6] = [0.1, 0.25, 0.5, 0.75, 0.9, 1.0];
+
+/// One HDR histogram recording values scaled to integers (`scale` units per rendered unit).
+struct Hist {
+    hist: Mutex<Histogram<u64>>,
+    scale: f64,
+}
+
+impl Hist {
+    fn new(scale: f64) -> Self {
+        Hist {
+            // Bounded, so `saturating_record` clamps rather than drops (it never auto-resizes): an hour in
+            // microseconds, three significant digits.
+            hist: Mutex::new(
+                Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid constant bounds"),
+            ),
+            scale,
+        }
+    }
+
+    fn record(&self, value: f64) {
+        let v = (value * self.scale).round().max(0.0) as u64;
+        self.lock().saturating_record(v);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Histogram<u64>> {
+        self.hist.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn render(&self, out: &mut String, name: &str, labels: &str, buckets: &[f64]) {
+        let h = self.lock();
+        let sep = if labels.is_empty() { "" } else { "," };
+        for &le in buckets {
+            let count = h.count_between(0, (le * self.scale) as u64);
+            let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{le}\"}} {count}");
+        }
+        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {}", h.len());
+        let sum = h.mean() * h.len() as f64 / self.scale;
+        let block = if labels.is_empty() {
+            String::new()
+        } else {
+            format!("{{{labels}}}")
+        };
+        let _ = writeln!(out, "{name}_sum{block} {sum}");
+        let _ = writeln!(out, "{name}_count{block} {}", h.len());
+    }
+}
+
+/// Everything `/metrics` reports, shared by the routes and every replica's scheduler observer.
+pub struct Metrics {
+    requests: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
+    stages: [Hist; 4],
+    batch_tokens: Hist,
+    batch_fill: Hist,
+    batch_forward: Hist,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        // Latencies in microseconds, fill in thousandths.
+        Metrics {
+            requests: Mutex::default(),
+            stages: std::array::from_fn(|_| Hist::new(1e6)),
+            batch_tokens: Hist::new(1.0),
+            batch_fill: Hist::new(1e3),
+            batch_forward: Hist::new(1e6),
+        }
+    }
+}
+
+impl Metrics {
+    pub fn count(&self, route: &'static str, outcome: &'static str) {
+        let mut requests = self.requests.lock().unwrap_or_else(PoisonError::into_inner);
+        *requests.entry((route, outcome)).or_default() += 1;
+    }
+
+    pub fn record_times(&self, times: &Times) {
+        for (hist, (_, d)) in self.stages.iter().zip(times.stages()) {
+            hist.record(d.as_secs_f64());
+        }
+    }
+
+    pub fn record_batch(&self, stats: &BatchStats) {
+        self.batch_tokens.record(stats.tokens as f64);
+        self.batch_fill.record(stats.fill);
+        self.batch_forward.record(stats.forward.as_secs_f64());
+    }
+
+    /// The Prometheus text exposition, with each replica's current queue.
+    pub fn render(&self, loads: &[Load]) -> String {
+        let mut out = String::new();
+        out.push_str("# HELP embed_requests_total Requests answered, by route and outcome.\n");
+        out.push_str("# TYPE embed_requests_total counter\n");
+        for ((route, outcome), n) in self
+            .requests
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+        {
+            let _ = writeln!(
+                out,
+                "embed_requests_total{{route=\"{route}\",outcome=\"{outcome}\"}} {n}"
+            );
+        }
+        out.push_str("# HELP embed_stage_seconds Time of each stage of successful requests.\n");
+        out.push_str("# TYPE embed_stage_seconds histogram\n");
+        for (hist, (stage, _)) in self.stages.iter().zip(Times::default().stages()) {
+            let labels = format!("stage=\"{stage}\"");
+            hist.render(&mut out, "embed_stage_seconds", &labels, &LATENCY_BUCKETS);
+        }
+        for (name, help, pick) in [
+            (
+                "embed_queue_sequences",
+                "Sequences waiting in a replica's queue.",
+                (|l: &Load| l.queued_seqs) as fn(&Load) -> usize,
+            ),
+            (
+                "embed_queue_tokens",
+                "Tokens waiting in a replica's queue.",
+                |l: &Load| l.queued_tokens,
+            ),
+            (
+                "embed_in_flight_tokens",
+                "Tokens submitted to a replica's backend, not yet answered.",
+                |l: &Load| l.in_flight_tokens,
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+            for (i, load) in loads.iter().enumerate() {
+                let _ = writeln!(out, "{name}{{replica=\"{i}\"}} {}", pick(load));
+            }
+        }
+        for (name, help, hist, buckets) in [
+            (
+                "embed_batch_tokens",
+                "Tokens per batch.",
+                &self.batch_tokens,
+                &TOKEN_BUCKETS[..],
+            ),
+            (
+                "embed_batch_fill",
+                "Batch tokens over the token budget.",
+                &self.batch_fill,
+                &FILL_BUCKETS[..],
+            ),
+            (
+                "embed_batch_forward_seconds",
+                "Forward pass time per batch.",
+                &self.batch_forward,
+                &LATENCY_BUCKETS[..],
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+            hist.render(&mut out, name, "", buckets);
+        }
+        out
+    }
+}

@@ -1,0 +1,292 @@
+//! The HTTP gateway: OpenAI-compatible `POST /v1/embeddings`, TEI-style `POST /embed`, `POST /tokenize`,
+//! `GET /health`, `GET /info` and `GET /metrics` in front of one [`Scheduler`] per engine replica.
+//!
+//! A request is parsed and validated, templated with its prompt, tokenized (off the async threads), split into
+//! sub-batches of at most `split_size` inputs spread over the replicas by least outstanding tokens, and
+//! reassembled in order. Errors all have one shape (see [`ApiError`]).
+//!
+//! Input rules: an empty input list, an empty string and an empty token list are refused (400), as OpenAI does;
+//! token-id inputs are the model's full input, special tokens included; an input over the model's token limit is
+//! refused (422) unless truncation is on (`truncate` in `/embed`, or [`GatewayConfig::auto_truncate`]).
+
+mod error;
+mod input;
+mod metrics;
+mod routes;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::Serialize;
+
+pub use error::ApiError;
+use input::Tokenization;
+pub use input::{Direction, Inputs, Options};
+pub use metrics::{Metrics, Times};
+
+use crate::scheduler::{Scheduler, StageTimes};
+use crate::Engine;
+
+/// The gateway's own settings; the engine's are in each replica's [`crate::EngineConfig`].
+#[derive(Clone, Debug, Serialize)]
+pub struct GatewayConfig {
+    /// The model name reported in responses and `/info`; a request's `model` field is accepted whatever it says.
+    pub model_name: String,
+    /// When set, every route but `/health` needs `Authorization: Bearer <key>`.
+    #[serde(skip)]
+    pub api_key: Option<String>,
+    /// Most inputs in one request (413 beyond).
+    pub max_client_batch: usize,
+    /// A request with more inputs than this is split into sub-batches of this size across replicas.
+    pub split_size: usize,
+    /// Largest request body, in bytes (413 beyond).
+    pub max_payload_bytes: usize,
+    /// Truncate over-limit inputs when the request does not say (OpenAI's endpoint never says).
+    pub auto_truncate: bool,
+    /// Prompt from the model's `config_sentence_transformers.json` applied when a request names none.
+    pub default_prompt_name: Option<String>,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        GatewayConfig {
+            model_name: "all-MiniLM-L6-v2".into(),
+            api_key: None,
+            // OpenAI's own limit.
+            max_client_batch: 2048,
+            split_size: 64,
+            max_payload_bytes: 4 << 20,
+            auto_truncate: false,
+            default_prompt_name: None,
+        }
+    }
+}
+
+/// One engine and the scheduler in front of it.
+struct Replica {
+    engine: Arc<Engine>,
+    scheduler: Scheduler,
+}
+
+/// The server's shared state; cheap to clone.
+#[derive(Clone)]
+pub struct Gateway {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: GatewayConfig,
+    replicas: Vec<Replica>,
+    tokenization: Tokenization,
+    metrics: Arc<Metrics>,
+    draining: AtomicBool,
+}
+
+/// A request's embeddings, in input order, with what they cost.
+pub struct Embedded {
+    pub vectors: Vec<Vec<f32>>,
+    pub tokens: usize,
+    pub times: Times,
+}
+
+impl Gateway {
+    /// Starts a scheduler per engine (on the current tokio runtime). The engines are replicas of one model.
+    pub fn new(engines: Vec<Engine>, config: GatewayConfig) -> crate::Result<Gateway> {
+        let first = engines.first().ok_or(crate::Error::Config {
+            name: "replicas",
+            message: "at least one engine is needed".into(),
+        })?;
+        for (name, value) in [
+            ("max_client_batch", config.max_client_batch),
+            ("split_size", config.split_size),
+            ("max_payload_bytes", config.max_payload_bytes),
+        ] {
+            if value == 0 {
+                return Err(crate::Error::Config {
+                    name,
+                    message: "must be at least 1".into(),
+                });
+            }
+        }
+        let tokenization = Tokenization::new(first, config.default_prompt_name.as_deref())?;
+        let metrics = Arc::new(Metrics::default());
+        let replicas = engines
+            .into_iter()
+            .map(|engine| {
+                let observer = metrics.clone();
+                let scheduler =
+                    Scheduler::start(engine.backend().clone(), engine.config(), move |stats| {
+                        observer.record_batch(stats)
+                    });
+                Replica {
+                    engine: Arc::new(engine),
+                    scheduler,
+                }
+            })
+            .collect();
+        Ok(Gateway {
+            inner: Arc::new(Inner {
+                config,
+                replicas,
+                tokenization,
+                metrics,
+                draining: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    pub fn config(&self) -> &GatewayConfig {
+        &self.inner.config
+    }
+
+    /// The axum router with every route.
+    pub fn router(&self) -> axum::Router {
+        routes::router(self.clone())
+    }
+
+    /// Serves on `listener` until `shutdown` resolves, then stops accepting, finishes the requests in flight and
+    /// returns.
+    pub async fn serve(
+        self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let gateway = self.clone();
+        axum::serve(listener, self.router())
+            .with_graceful_shutdown(async move {
+                shutdown.await;
+                gateway.begin_shutdown();
+            })
+            .await?;
+        for r in &self.inner.replicas {
+            r.scheduler.close();
+        }
+        Ok(())
+    }
+
+    /// From now on new requests are answered 503; those in flight go on.
+    pub fn begin_shutdown(&self) {
+        self.inner.draining.store(true, Ordering::SeqCst);
+    }
+
+    fn is_draining(&self) -> bool {
+        self.inner.draining.load(Ordering::SeqCst)
+    }
+
+    fn engine(&self) -> &Engine {
+        &self.inner.replicas[0].engine
+    }
+
+    /// Validates, templates and tokenizes `inputs` off the async threads; returns the ids and the time taken.
+    async fn tokenize(
+        &self,
+        inputs: Inputs,
+        options: Options,
+    ) -> Result<(Vec<Vec<u32>>, std::time::Duration), ApiError> {
+        if self.is_draining() {
+            return Err(ApiError::shutting_down());
+        }
+        let max = self.inner.config.max_client_batch;
+        if inputs.len() > max {
+            return Err(ApiError::too_large(
+                "too_many_inputs",
+                format!(
+                    "{} inputs in one request; at most {max} are allowed",
+                    inputs.len()
+                ),
+            ));
+        }
+        let gateway = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let start = Instant::now();
+            let inner = &gateway.inner;
+            let ids = inner
+                .tokenization
+                .prepare(gateway.engine(), inputs, &options)?;
+            Ok((ids, start.elapsed()))
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("tokenization task failed: {e}")))?
+    }
+
+    /// Embeds `inputs`: sub-batches of at most `split_size` go to the replica with the fewest outstanding tokens
+    /// at the time; the answers are put back in input order.
+    pub async fn embed(&self, inputs: Inputs, options: Options) -> Result<Embedded, ApiError> {
+        let start = Instant::now();
+        let (seqs, tokenization) = self.tokenize(inputs, options).await?;
+        let (n, tokens) = (seqs.len(), seqs.iter().map(Vec::len).sum());
+        let mut tickets = Vec::new();
+        let mut seqs = seqs.into_iter().peekable();
+        while seqs.peek().is_some() {
+            let part: Vec<Vec<u32>> = seqs.by_ref().take(self.inner.config.split_size).collect();
+            // Admission of a sub-batch updates its replica's load at once, so the next choice sees it. If one is
+            // refused, dropping the tickets already taken abandons their work.
+            tickets.push(self.least_loaded().scheduler.submit(part)?);
+        }
+        let mut vectors = Vec::with_capacity(n);
+        let mut stages = StageTimes::default();
+        for ticket in tickets {
+            for e in ticket.wait().await? {
+                stages = stages.max(e.times);
+                vectors.push(e.embedding);
+            }
+        }
+        Ok(Embedded {
+            vectors,
+            tokens,
+            times: Times {
+                tokenization,
+                queue: stages.queue,
+                inference: stages.inference,
+                total: start.elapsed(),
+            },
+        })
+    }
+
+    fn least_loaded(&self) -> &Replica {
+        let replicas = &self.inner.replicas;
+        replicas
+            .iter()
+            .min_by_key(|r| r.scheduler.load().outstanding_tokens())
+            .unwrap_or(&replicas[0])
+    }
+
+    /// Every replica's current load, in replica order.
+    pub fn loads(&self) -> Vec<crate::scheduler::Load> {
+        self.inner
+            .replicas
+            .iter()
+            .map(|r| r.scheduler.load())
+            .collect()
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+}
+
+/// Resolves on SIGINT (Ctrl-C) or SIGTERM.
+pub async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = interrupt => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = interrupt.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = interrupt.await;
+    }
+}

@@ -1,0 +1,323 @@
+//! The HTTP routes: request and response shapes of the OpenAI and TEI APIs, authentication, timing headers.
+
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{header, HeaderName, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use base64::Engine as _;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use subtle::ConstantTimeEq;
+
+use super::{ApiError, Direction, Embedded, Gateway, Inputs, Options, Times};
+
+pub(super) fn router(gateway: Gateway) -> Router {
+    let limit = gateway.config().max_payload_bytes;
+    let protected = Router::new()
+        .route("/v1/embeddings", post(openai_embeddings))
+        .route("/embed", post(tei_embed))
+        .route("/tokenize", post(tokenize))
+        .route("/info", get(info))
+        .route("/metrics", get(metrics))
+        .route_layer(middleware::from_fn_with_state(gateway.clone(), authorize));
+    Router::new()
+        .route("/health", get(health))
+        .merge(protected)
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(gateway)
+}
+
+/// Checks the API key, if one is set, in constant time.
+async fn authorize(State(gw): State<Gateway>, request: Request, next: Next) -> Response {
+    let Some(key) = gw.config().api_key.as_deref() else {
+        return next.run(request).await;
+    };
+    let given = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if bool::from(given.as_bytes().ct_eq(key.as_bytes())) {
+        next.run(request).await
+    } else {
+        gw.metrics().count("any", "unauthorized");
+        ApiError::unauthorized().into_response()
+    }
+}
+
+/// Parses a JSON body: a body over the size limit is 413, bad UTF-8 or bad JSON 400, a JSON value of the wrong
+/// shape 400.
+fn parse<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
+    let body = body.map_err(|e| match e.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::too_large("payload_too_large", e.body_text()),
+        _ => ApiError::bad_request("invalid_body", e.body_text()),
+    })?;
+    if let Err(e) = std::str::from_utf8(&body) {
+        return Err(ApiError::bad_request(
+            "invalid_utf8",
+            format!("the body is not valid UTF-8: {e}"),
+        ));
+    }
+    serde_json::from_slice(&body).map_err(|e| {
+        let code = match e.classify() {
+            serde_json::error::Category::Data => "invalid_type",
+            _ => "invalid_json",
+        };
+        ApiError::bad_request(code, format!("invalid request body: {e}"))
+    })
+}
+
+/// Counts the outcome and, on success, records the stage times and sends them as headers (milliseconds).
+fn respond(
+    gw: &Gateway,
+    route: &'static str,
+    result: Result<(Times, Response), ApiError>,
+) -> Response {
+    match result {
+        Ok((times, mut response)) => {
+            gw.metrics().count(route, "ok");
+            gw.metrics().record_times(&times);
+            for (stage, d) in times.stages() {
+                let name = HeaderName::try_from(format!("x-{stage}-time"));
+                let value = HeaderValue::from_str(&format!("{:.3}", d.as_secs_f64() * 1e3));
+                if let (Ok(name), Ok(value)) = (name, value) {
+                    response.headers_mut().insert(name, value);
+                }
+            }
+            response
+        }
+        Err(e) => {
+            gw.metrics().count(route, e.outcome());
+            e.into_response()
+        }
+    }
+}
+
+/// Checks a requested Matryoshka size before any work is done.
+fn check_dims(dims: Option<usize>, full: usize) -> Result<Option<usize>, ApiError> {
+    match dims {
+        Some(d) if d == 0 || d > full => Err(ApiError::bad_request(
+            "invalid_dimensions",
+            format!("dimensions must be between 1 and the model's {full}, not {d}"),
+        )),
+        _ => Ok(dims),
+    }
+}
+
+/// Cuts each vector to its first `dims` components and re-normalizes it (Matryoshka truncation).
+fn truncate_dims(vectors: &mut [Vec<f32>], dims: Option<usize>) {
+    let Some(d) = dims else { return };
+    for v in vectors {
+        v.truncate(d);
+        crate::backend::cpu::kernels::l2_normalize(v);
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum OpenAiInput {
+    Text(String),
+    Texts(Vec<String>),
+    Ids(Vec<u32>),
+    IdLists(Vec<Vec<u32>>),
+}
+
+#[derive(Deserialize, Default, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum EncodingFormat {
+    #[default]
+    Float,
+    Base64,
+}
+
+/// OpenAI's embeddings request; fields it defines that change nothing here (`user`) are accepted and ignored.
+#[derive(Deserialize)]
+struct OpenAiRequest {
+    input: OpenAiInput,
+    #[serde(default)]
+    encoding_format: EncodingFormat,
+    dimensions: Option<usize>,
+    /// Not OpenAI's: a prompt of the model's `config_sentence_transformers.json`.
+    prompt_name: Option<String>,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Vector {
+    Float(Vec<f32>),
+    Base64(String),
+}
+
+async fn openai_embeddings(
+    State(gw): State<Gateway>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let result = async {
+        let req: OpenAiRequest = parse(body)?;
+        let dims = check_dims(req.dimensions, gw.engine().dim())?;
+        let inputs = match req.input {
+            OpenAiInput::Text(t) => Inputs::Texts(vec![t]),
+            OpenAiInput::Texts(t) => Inputs::Texts(t),
+            OpenAiInput::Ids(ids) => Inputs::Ids(vec![ids]),
+            OpenAiInput::IdLists(ids) => Inputs::Ids(ids),
+        };
+        let options = Options {
+            prompt_name: req.prompt_name,
+            truncate: gw.config().auto_truncate,
+            direction: Direction::Right,
+        };
+        let Embedded {
+            mut vectors,
+            tokens,
+            times,
+        } = gw.embed(inputs, options).await?;
+        truncate_dims(&mut vectors, dims);
+        let data: Vec<_> = vectors
+            .into_iter()
+            .enumerate()
+            .map(|(index, v)| {
+                let embedding = match req.encoding_format {
+                    EncodingFormat::Float => Vector::Float(v),
+                    EncodingFormat::Base64 => {
+                        let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+                        Vector::Base64(base64::engine::general_purpose::STANDARD.encode(bytes))
+                    }
+                };
+                serde_json::json!({ "object": "embedding", "index": index, "embedding": embedding })
+            })
+            .collect();
+        let body = serde_json::json!({
+            "object": "list",
+            "data": data,
+            "model": gw.config().model_name,
+            "usage": { "prompt_tokens": tokens, "total_tokens": tokens },
+        });
+        Ok((times, Json(body).into_response()))
+    }
+    .await;
+    respond(&gw, "openai", result)
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum TeiInput {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl From<TeiInput> for Inputs {
+    fn from(i: TeiInput) -> Self {
+        match i {
+            TeiInput::One(t) => Inputs::Texts(vec![t]),
+            TeiInput::Many(t) => Inputs::Texts(t),
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// TEI's `/embed` request.
+#[derive(Deserialize)]
+struct TeiRequest {
+    inputs: TeiInput,
+    /// The model's output is already normalized when it has a Normalize module; then `false` changes nothing.
+    #[serde(default = "yes")]
+    normalize: bool,
+    truncate: Option<bool>,
+    #[serde(default)]
+    truncation_direction: Direction,
+    prompt_name: Option<String>,
+    dimensions: Option<usize>,
+}
+
+async fn tei_embed(State(gw): State<Gateway>, body: Result<Bytes, BytesRejection>) -> Response {
+    let result = async {
+        let req: TeiRequest = parse(body)?;
+        let dims = check_dims(req.dimensions, gw.engine().dim())?;
+        let options = Options {
+            prompt_name: req.prompt_name,
+            truncate: req.truncate.unwrap_or(gw.config().auto_truncate),
+            direction: req.truncation_direction,
+        };
+        let Embedded {
+            mut vectors, times, ..
+        } = gw.embed(req.inputs.into(), options).await?;
+        truncate_dims(&mut vectors, dims);
+        if req.normalize && !gw.engine().info().normalize {
+            vectors
+                .iter_mut()
+                .for_each(|v| crate::backend::cpu::kernels::l2_normalize(v));
+        }
+        Ok((times, Json(vectors).into_response()))
+    }
+    .await;
+    respond(&gw, "embed", result)
+}
+
+/// `/tokenize`: the ids the model would run for each input, after templating and truncation.
+#[derive(Deserialize)]
+struct TokenizeRequest {
+    inputs: TeiInput,
+    prompt_name: Option<String>,
+    truncate: Option<bool>,
+    #[serde(default)]
+    truncation_direction: Direction,
+}
+
+async fn tokenize(State(gw): State<Gateway>, body: Result<Bytes, BytesRejection>) -> Response {
+    let start = Instant::now();
+    let result = async {
+        let req: TokenizeRequest = parse(body)?;
+        let options = Options {
+            prompt_name: req.prompt_name,
+            truncate: req.truncate.unwrap_or(gw.config().auto_truncate),
+            direction: req.truncation_direction,
+        };
+        let (ids, tokenization) = gw.tokenize(req.inputs.into(), options).await?;
+        let times = Times {
+            tokenization,
+            total: start.elapsed(),
+            ..Default::default()
+        };
+        Ok((times, Json(ids).into_response()))
+    }
+    .await;
+    respond(&gw, "tokenize", result)
+}
+
+async fn health(State(gw): State<Gateway>) -> Response {
+    if gw.is_draining() {
+        return ApiError::shutting_down().into_response();
+    }
+    Json(serde_json::json!({ "status": "ok" })).into_response()
+}
+
+async fn info(State(gw): State<Gateway>) -> Response {
+    let engine = gw.engine();
+    Json(serde_json::json!({
+        "model_id": gw.config().model_name,
+        "version": env!("CARGO_PKG_VERSION"),
+        "model": engine.info(),
+        "backend": engine.backend().info(),
+        "engine": engine.config(),
+        "replicas": gw.loads().len(),
+        "max_input_length": gw.inner.tokenization.max_len(),
+        "gateway": gw.config(),
+        "api_key": gw.config().api_key.is_some(),
+    }))
+    .into_response()
+}
+
+async fn metrics(State(gw): State<Gateway>) -> Response {
+    let text = gw.metrics().render(&gw.loads());
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}

@@ -1,0 +1,694 @@
+//! The HTTP gateway end to end on the tiny model: every route, every refusal (status and error body), overload,
+//! batch splitting across replicas, and graceful shutdown.
+
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use axum::Router;
+use base64::Engine as _;
+use engine::gateway::{Gateway, GatewayConfig};
+use engine::{Engine, EngineConfig};
+use http_body_util::BodyExt;
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+fn model_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    engine::model::tiny::write_tiny_bert(dir.path(), Default::default()).unwrap();
+    std::fs::write(
+        dir.path().join("config_sentence_transformers.json"),
+        r#"{"prompts": {"query": "query: ", "passage": "the "}}"#,
+    )
+    .unwrap();
+    dir
+}
+
+fn engine(dir: &tempfile::TempDir, config: EngineConfig) -> Engine {
+    Engine::load(
+        dir.path(),
+        EngineConfig {
+            threads: 1,
+            ..config
+        },
+    )
+    .unwrap()
+}
+
+fn gateway(dir: &tempfile::TempDir, replicas: usize, config: GatewayConfig) -> Gateway {
+    let engines = (0..replicas)
+        .map(|_| engine(dir, EngineConfig::default()))
+        .collect();
+    Gateway::new(engines, config).unwrap()
+}
+
+/// The engine's own answer, computed off the test's async threads (`Engine::embed` blocks).
+fn embed<S: AsRef<str> + Sync>(engine: &Engine, texts: &[S]) -> Vec<Vec<f32>> {
+    std::thread::scope(|s| s.spawn(|| engine.embed(texts).unwrap()).join().unwrap())
+}
+
+/// Vectors computed in batches of different composition agree to float rounding (GEMM blocking follows the row
+/// count); the same batch gives the same bits.
+fn assert_close(a: &[Vec<f32>], b: &[Vec<f32>]) {
+    assert_eq!(a.len(), b.len());
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        assert_eq!(x.len(), y.len());
+        let diff = x
+            .iter()
+            .zip(y)
+            .map(|(p, q)| (p - q).abs())
+            .fold(0.0, f32::max);
+        assert!(diff < 1e-5, "vector {i} differs by {diff}");
+    }
+}
+
+struct Reply {
+    status: StatusCode,
+    headers: axum::http::HeaderMap,
+    body: Value,
+}
+
+async fn send(router: &Router, method: &str, path: &str, body: impl Into<Body>) -> Reply {
+    send_with(router, Request::builder().method(method).uri(path), body).await
+}
+
+async fn send_with(
+    router: &Router,
+    request: axum::http::request::Builder,
+    body: impl Into<Body>,
+) -> Reply {
+    let response = router
+        .clone()
+        .oneshot(request.body(body.into()).unwrap())
+        .await
+        .unwrap();
+    let status = response.status();
+    let headers = response.headers().clone();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let body = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+    Reply {
+        status,
+        headers,
+        body,
+    }
+}
+
+async fn post(router: &Router, path: &str, body: Value) -> Reply {
+    send(router, "POST", path, body.to_string()).await
+}
+
+fn vectors(openai: &Value) -> Vec<Vec<f32>> {
+    openai["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| floats(&d["embedding"]))
+        .collect()
+}
+
+fn floats(v: &Value) -> Vec<f32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect()
+}
+
+/// Asserts the one error shape, and returns the code.
+fn error_code(reply: &Reply, status: StatusCode) -> String {
+    assert_eq!(reply.status, status, "{}", reply.body);
+    let e = &reply.body["error"];
+    assert!(e["message"].as_str().is_some_and(|m| !m.is_empty()), "{e}");
+    assert!(e["type"].as_str().is_some(), "{e}");
+    e["code"].as_str().unwrap().to_owned()
+}
+
+const TEXTS: [&str; 3] = ["the search query", "embedding a passage", "a"];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_and_tei_answer_the_engines_numbers() {
+    let dir = model_dir();
+    let reference = embed(&engine(&dir, EngineConfig::default()), &TEXTS);
+    let gw = gateway(&dir, 1, GatewayConfig::default());
+    let router = gw.router();
+
+    let r = post(
+        &router,
+        "/v1/embeddings",
+        json!({ "input": TEXTS, "model": "x" }),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(vectors(&r.body), reference);
+    assert_eq!(r.body["object"], "list");
+    assert_eq!(r.body["data"][1]["index"], 1);
+    let tokens: usize = TEXTS.iter().map(|t| gw_engine_tokens(&dir, t)).sum();
+    assert_eq!(r.body["usage"]["prompt_tokens"], tokens);
+    assert_eq!(r.body["usage"]["total_tokens"], tokens);
+    for h in [
+        "x-tokenization-time",
+        "x-queue-time",
+        "x-inference-time",
+        "x-total-time",
+    ] {
+        let ms: f64 = r.headers[h].to_str().unwrap().parse().unwrap();
+        assert!(ms >= 0.0, "{h}");
+    }
+
+    let one = post(&router, "/v1/embeddings", json!({ "input": TEXTS[0] })).await;
+    assert_close(&vectors(&one.body), &reference[..1]);
+
+    let b64 = post(
+        &router,
+        "/v1/embeddings",
+        json!({ "input": TEXTS, "encoding_format": "base64" }),
+    )
+    .await;
+    for (d, want) in b64.body["data"].as_array().unwrap().iter().zip(&reference) {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(d["embedding"].as_str().unwrap())
+            .unwrap();
+        let got: Vec<f32> = bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(&got, want);
+    }
+
+    let tei = post(&router, "/embed", json!({ "inputs": TEXTS })).await;
+    assert_eq!(tei.status, StatusCode::OK);
+    let tei: Vec<Vec<f32>> = tei.body.as_array().unwrap().iter().map(floats).collect();
+    assert_eq!(tei, reference);
+    let tei_one = post(
+        &router,
+        "/embed",
+        json!({ "inputs": TEXTS[2], "normalize": true }),
+    )
+    .await;
+    assert_close(&[floats(&tei_one.body[0])], &reference[2..]);
+}
+
+fn gw_engine_tokens(dir: &tempfile::TempDir, text: &str) -> usize {
+    engine(dir, EngineConfig::default())
+        .tokenize(text)
+        .unwrap()
+        .len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_ids_dimensions_prompts_and_tokenize() {
+    let dir = model_dir();
+    let e = engine(&dir, EngineConfig::default());
+    let gw = gateway(&dir, 1, GatewayConfig::default());
+    let router = gw.router();
+
+    let ids = e.tokenize(TEXTS[0]).unwrap();
+    let tok = post(&router, "/tokenize", json!({ "inputs": TEXTS[0] })).await;
+    assert_eq!(tok.body, json!([ids]));
+
+    let by_ids = post(&router, "/v1/embeddings", json!({ "input": ids })).await;
+    let by_text = post(&router, "/v1/embeddings", json!({ "input": [TEXTS[0]] })).await;
+    assert_eq!(vectors(&by_ids.body), vectors(&by_text.body));
+    let lists = post(&router, "/v1/embeddings", json!({ "input": [ids, ids] })).await;
+    assert_eq!(vectors(&lists.body).len(), 2);
+
+    let short = post(
+        &router,
+        "/v1/embeddings",
+        json!({ "input": TEXTS[0], "dimensions": 8 }),
+    )
+    .await;
+    let v = &vectors(&short.body)[0];
+    let full = &vectors(&by_text.body)[0];
+    assert_eq!(v.len(), 8);
+    let norm: f32 = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    assert!((norm - 1.0).abs() < 1e-5, "re-normalized after truncation");
+    let scale = full[..8].iter().map(|x| x * x).sum::<f32>().sqrt();
+    for (a, b) in v.iter().zip(&full[..8]) {
+        assert!((a - b / scale).abs() < 1e-5);
+    }
+
+    let prompted = post(
+        &router,
+        "/embed",
+        json!({ "inputs": "is it", "prompt_name": "query" }),
+    )
+    .await;
+    assert_eq!(floats(&prompted.body[0]), embed(&e, &["query: is it"])[0]);
+    let prompted_openai = post(
+        &router,
+        "/v1/embeddings",
+        json!({ "input": "is it", "prompt_name": "query" }),
+    )
+    .await;
+    assert_eq!(vectors(&prompted_openai.body)[0], floats(&prompted.body[0]));
+
+    let with_default = gateway(
+        &dir,
+        1,
+        GatewayConfig {
+            default_prompt_name: Some("passage".into()),
+            ..Default::default()
+        },
+    );
+    let d = post(
+        &with_default.router(),
+        "/embed",
+        json!({ "inputs": "search" }),
+    )
+    .await;
+    assert_close(&[floats(&d.body[0])], &embed(&e, &["the search"]));
+    let unknown = GatewayConfig {
+        default_prompt_name: Some("nope".into()),
+        ..Default::default()
+    };
+    assert!(Gateway::new(vec![engine(&dir, EngineConfig::default())], unknown).is_err());
+
+    let health = send(&router, "GET", "/health", Body::empty()).await;
+    assert_eq!(health.status, StatusCode::OK);
+    let info = send(&router, "GET", "/info", Body::empty()).await;
+    assert_eq!(info.body["model_id"], "all-MiniLM-L6-v2");
+    assert_eq!(info.body["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(info.body["model"]["dim"], e.dim());
+    let metrics = send(&router, "GET", "/metrics", Body::empty()).await;
+    let text = metrics.body.as_str().unwrap();
+    for needle in [
+        "embed_requests_total{route=\"openai\",outcome=\"ok\"}",
+        "embed_stage_seconds_bucket{stage=\"queue\",le=\"+Inf\"}",
+        "embed_queue_sequences{replica=\"0\"} 0",
+        "embed_batch_fill_count",
+        "embed_batch_tokens_bucket",
+    ] {
+        assert!(text.contains(needle), "{needle} missing from:\n{text}");
+    }
+    let value = |prefix: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let sum = value("embed_stage_seconds_sum{stage=\"total\"} ");
+    let count = value("embed_stage_seconds_count{stage=\"total\"} ");
+    // Any HTTP request takes more than 10 µs; a clamped histogram would say 2 µs.
+    assert!(
+        count > 0.0 && sum > count * 1e-5,
+        "latencies recorded: {sum} s over {count}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_the_right_status_and_one_error_shape() {
+    let dir = model_dir();
+    let gw = gateway(
+        &dir,
+        1,
+        GatewayConfig {
+            max_client_batch: 4,
+            max_payload_bytes: 1024,
+            ..Default::default()
+        },
+    );
+    let router = gw.router();
+    let long = "a ".repeat(100);
+    let cases: Vec<(&str, Body, StatusCode, &str)> = vec![
+        (
+            "/v1/embeddings",
+            "{not json".into(),
+            StatusCode::BAD_REQUEST,
+            "invalid_json",
+        ),
+        ("/embed", "".into(), StatusCode::BAD_REQUEST, "invalid_json"),
+        (
+            "/v1/embeddings",
+            Body::from(b"{\"input\": \"\xff\xfe\"}".to_vec()),
+            StatusCode::BAD_REQUEST,
+            "invalid_utf8",
+        ),
+        (
+            "/v1/embeddings",
+            json!({ "input": 5 }).to_string().into(),
+            StatusCode::BAD_REQUEST,
+            "invalid_type",
+        ),
+        (
+            "/v1/embeddings",
+            json!({ "input": [1, "a"] }).to_string().into(),
+            StatusCode::BAD_REQUEST,
+            "invalid_type",
+        ),
+        (
+            "/v1/embeddings",
+            json!({ "inputs": "a" }).to_string().into(),
+            StatusCode::BAD_REQUEST,
+            "invalid_type",
+        ),
+        (
+            "/embed",
+            json!({ "inputs": "a", "normalize": "yes" })
+                .to_string()
+                .into(),
+            StatusCode::BAD_REQUEST,
+            "invalid_type",
+        ),
+        (
+            "/v1/embeddings",
+            json!({ "input": "a", "encoding_format": "int8" })
+                .to_string()
+                .into(),
+            StatusCode::BAD_REQUEST,
+            "invalid_type",
+        ),
+        (
+            "/v1/embeddings",
+            json!({ "input": [] }).to_string().into(),
+            StatusCode::BAD_REQUEST,
+            "empty_input",
+        ),
+        (
+            "/embed",
+            json!({ "inputs": [] }).to_string().into(),
+            StatusCode::BAD_REQUEST,
+            "empty_input",
+        ),
+        (
+            "/v1/embeddings",
+            json!({ "input": "" }).to_string().into(),
+            StatusCode::BAD_REQUEST,
+            "empty_input",
+        ),
+        (
+            "/embed",
+            json!({ "inputs": ["a", ""] }).to_string().into(),
+            StatusCode::BAD_REQUEST,
+            "empty_input",
+        ),
+        (
+            "/v1/embeddings",
+            json!({ "input": [[]] }).to_string().into(),
+            StatusCode::BAD_REQUEST,
+            "empty_input",
+        ),
+        (
+            "/v1/embeddings",
+            json!({ "input": [2, 999999, 3] }).to_string().into(),
+            StatusCode::BAD_REQUEST,
+            "invalid_token_id",
+        ),
+        (
+            "/v1/embeddings",
+            json!({ "input": "a", "dimensions": 0 }).to_string().into(),
+            StatusCode::BAD_REQUEST,
+            "invalid_dimensions",
+        ),
+        (
+            "/v1/embeddings",
+            json!({ "input": "a", "dimensions": 33 }).to_string().into(),
+            StatusCode::BAD_REQUEST,
+            "invalid_dimensions",
+        ),
+        (
+            "/embed",
+            json!({ "inputs": "a", "prompt_name": "nope" })
+                .to_string()
+                .into(),
+            StatusCode::BAD_REQUEST,
+            "unknown_prompt",
+        ),
+        (
+            "/v1/embeddings",
+            json!({ "input": vec!["a"; 5] }).to_string().into(),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_many_inputs",
+        ),
+        (
+            "/embed",
+            json!({ "inputs": "a".repeat(2000) }).to_string().into(),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+        ),
+        (
+            "/v1/embeddings",
+            json!({ "input": long }).to_string().into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "input_too_long",
+        ),
+        (
+            "/embed",
+            json!({ "inputs": long, "truncate": false })
+                .to_string()
+                .into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "input_too_long",
+        ),
+        (
+            "/tokenize",
+            json!({ "inputs": long }).to_string().into(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "input_too_long",
+        ),
+    ];
+    for (path, body, status, code) in cases {
+        let r = send(&router, "POST", path, body).await;
+        assert_eq!(error_code(&r, status), code, "{path}: {}", r.body);
+    }
+    assert_eq!(
+        gw.loads()[0].batches,
+        0,
+        "no refused request reached the engine"
+    );
+
+    // Truncation on: over-limit input is cut to the model's limit, keeping its special tokens, from either side.
+    let right = post(
+        &router,
+        "/tokenize",
+        json!({ "inputs": format!("{long} b"), "truncate": true }),
+    )
+    .await;
+    let left = post(
+        &router,
+        "/tokenize",
+        json!({ "inputs": format!("{long} b"), "truncate": true, "truncation_direction": "Left" }),
+    )
+    .await;
+    let (right, left) = (&right.body[0], &left.body[0]);
+    assert_eq!(right.as_array().unwrap().len(), 48);
+    assert_eq!(left.as_array().unwrap().len(), 48);
+    assert_eq!(
+        (right[0].clone(), right[47].clone()),
+        (left[0].clone(), left[47].clone())
+    );
+    assert_ne!(right, left, "the left cut keeps the tail (`b`)");
+    let embedded = post(
+        &router,
+        "/embed",
+        json!({ "inputs": long, "truncate": true }),
+    )
+    .await;
+    assert_eq!(embedded.status, StatusCode::OK);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_key_and_shutting_down() {
+    let dir = model_dir();
+    let gw = gateway(
+        &dir,
+        1,
+        GatewayConfig {
+            api_key: Some("sesame".into()),
+            ..Default::default()
+        },
+    );
+    let router = gw.router();
+    let body = json!({ "input": "a" }).to_string();
+    let req = || Request::builder().method("POST").uri("/v1/embeddings");
+    let none = send_with(&router, req(), body.clone()).await;
+    assert_eq!(
+        error_code(&none, StatusCode::UNAUTHORIZED),
+        "invalid_api_key"
+    );
+    let wrong = send_with(
+        &router,
+        req().header("authorization", "Bearer sesamf"),
+        body.clone(),
+    )
+    .await;
+    assert_eq!(
+        error_code(&wrong, StatusCode::UNAUTHORIZED),
+        "invalid_api_key"
+    );
+    let right = send_with(
+        &router,
+        req().header("authorization", "Bearer sesame"),
+        body.clone(),
+    )
+    .await;
+    assert_eq!(right.status, StatusCode::OK);
+    let metrics = send(&router, "GET", "/metrics", Body::empty()).await;
+    assert_eq!(metrics.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        send(&router, "GET", "/health", Body::empty()).await.status,
+        StatusCode::OK
+    );
+
+    gw.begin_shutdown();
+    let late = send_with(
+        &router,
+        req().header("authorization", "Bearer sesame"),
+        body,
+    )
+    .await;
+    assert_eq!(
+        error_code(&late, StatusCode::SERVICE_UNAVAILABLE),
+        "shutting_down"
+    );
+    let health = send(&router, "GET", "/health", Body::empty()).await;
+    assert_eq!(
+        error_code(&health, StatusCode::SERVICE_UNAVAILABLE),
+        "shutting_down"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_burst_beyond_the_queue_gets_quick_429s_and_the_rest_complete() {
+    // Small batches and a small queue: a handful of 32-input requests fill it.
+    // A slower model than the default tiny one and one-sequence batches, so the queue cannot drain mid-burst.
+    let slow = tempfile::tempdir().unwrap();
+    let spec = engine::model::tiny::TinySpec {
+        hidden: 128,
+        layers: 4,
+        intermediate: 512,
+        ..Default::default()
+    };
+    engine::model::tiny::write_tiny_bert(slow.path(), spec).unwrap();
+    let config = EngineConfig {
+        threads: 1,
+        max_batch_tokens: 8,
+        max_queue_requests: 40,
+        max_queue_tokens: 1 << 20,
+        ..Default::default()
+    };
+    let gw = Gateway::new(
+        vec![Engine::load(slow.path(), config).unwrap()],
+        GatewayConfig::default(),
+    )
+    .unwrap();
+    let router = gw.router();
+    let texts: Vec<String> = (0..32).map(|i| format!("the query {i}")).collect();
+    let body = json!({ "input": texts }).to_string();
+    let burst: Vec<_> = (0..24)
+        .map(|_| {
+            let (router, body) = (router.clone(), body.clone());
+            tokio::spawn(async move {
+                let t0 = Instant::now();
+                let r = send(&router, "POST", "/v1/embeddings", body).await;
+                (r, t0.elapsed())
+            })
+        })
+        .collect();
+    let (mut ok, mut refused) = (Vec::new(), Vec::new());
+    for t in burst {
+        let (r, elapsed) = t.await.unwrap();
+        if r.status == StatusCode::OK {
+            ok.push((vectors(&r.body), elapsed));
+        } else {
+            assert_eq!(error_code(&r, StatusCode::TOO_MANY_REQUESTS), "overloaded");
+            refused.push(elapsed);
+        }
+    }
+    assert!(!refused.is_empty(), "the burst overflowed the queue");
+    assert!(!ok.is_empty(), "some of the burst was accepted");
+    let want = &ok[0].0;
+    assert!(
+        ok.iter().all(|(v, _)| v == want && v.len() == 32),
+        "accepted ones all complete"
+    );
+    let slowest_ok = ok.iter().map(|(_, e)| *e).max().unwrap();
+    let slowest_refusal = refused.iter().max().unwrap();
+    assert!(
+        *slowest_refusal < slowest_ok.max(Duration::from_millis(50)),
+        "refusals are immediate: {slowest_refusal:?} vs {slowest_ok:?}"
+    );
+    let metrics = send(&router, "GET", "/metrics", Body::empty()).await;
+    let overloaded = format!(
+        "embed_requests_total{{route=\"openai\",outcome=\"overloaded\"}} {}",
+        refused.len()
+    );
+    assert!(metrics.body.as_str().unwrap().contains(&overloaded));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn split_batches_keep_order_and_numbers_across_replicas() {
+    let dir = model_dir();
+    let texts: Vec<String> = (0..23)
+        .map(|i| format!("query {} of the {}", "a".repeat(i % 7 + 1), i))
+        .collect();
+    let whole = gateway(
+        &dir,
+        1,
+        GatewayConfig {
+            split_size: 1000,
+            ..Default::default()
+        },
+    );
+    let split = gateway(
+        &dir,
+        2,
+        GatewayConfig {
+            split_size: 4,
+            ..Default::default()
+        },
+    );
+    let body = json!({ "input": texts });
+    let a = post(&whole.router(), "/v1/embeddings", body.clone()).await;
+    let b = post(&split.router(), "/v1/embeddings", body).await;
+    let (a, b) = (vectors(&a.body), vectors(&b.body));
+    assert_eq!(a.len(), 23);
+    assert_close(&a, &b);
+    assert_close(&b, &embed(&engine(&dir, EngineConfig::default()), &texts));
+    let batches: Vec<u64> = split.loads().iter().map(|l| l.batches).collect();
+    assert!(
+        batches.iter().all(|&n| n > 0),
+        "both replicas ran work: {batches:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_shutdown_finishes_in_flight_requests() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = model_dir();
+    let gw = gateway(&dir, 1, GatewayConfig::default());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(gw.serve(listener, async {
+        let _ = stopped.await;
+    }));
+    let texts: Vec<String> = (0..200).map(|i| format!("the passage {i}")).collect();
+    let body = json!({ "input": texts }).to_string();
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "POST /v1/embeddings HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    conn.write_all(request.as_bytes()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    stop.send(()).unwrap();
+    let mut response = String::new();
+    conn.read_to_string(&mut response).await.unwrap();
+    assert!(
+        response.starts_with("HTTP/1.1 200"),
+        "{}",
+        &response[..response.len().min(200)]
+    );
+    tokio::time::timeout(Duration::from_secs(10), server)
+        .await
+        .expect("the server exits after draining")
+        .unwrap()
+        .unwrap();
+    assert!(
+        tokio::net::TcpStream::connect(addr).await.is_err(),
+        "no longer accepting"
+    );
+}

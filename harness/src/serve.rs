@@ -1,0 +1,103 @@
+//! `bench serve`: the HTTP gateway over one or more engine replicas.
+
+use std::io::Write;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use engine::gateway::{Gateway, GatewayConfig};
+use engine::{Engine, EngineConfig};
+
+use crate::{load_engine, EngineArgs};
+
+#[derive(Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    #[command(flatten)]
+    pub gateway: GatewayArgs,
+    /// Address to bind; the default keeps the server on this machine.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on; 0 picks a free one (the address is printed on start).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+}
+
+/// Gateway settings shared by `serve` and `loadtest`.
+#[derive(Args)]
+pub struct GatewayArgs {
+    /// Engine replicas, each with its own compute threads (`--threads` each; 0 shares the cores among them).
+    #[arg(long, default_value_t = 1)]
+    pub replicas: usize,
+    /// Require `Authorization: Bearer <KEY>` on every route but /health.
+    #[arg(long)]
+    pub api_key: Option<String>,
+    /// Model name reported in responses (default: the model directory's name).
+    #[arg(long)]
+    pub model_name: Option<String>,
+    /// Most inputs in one request.
+    #[arg(long, default_value_t = GatewayConfig::default().max_client_batch)]
+    pub max_client_batch: usize,
+    /// Requests with more inputs are split into sub-batches of this many, spread across replicas.
+    #[arg(long, default_value_t = GatewayConfig::default().split_size)]
+    pub split_size: usize,
+    /// Largest request body in bytes.
+    #[arg(long, default_value_t = GatewayConfig::default().max_payload_bytes)]
+    pub max_payload_bytes: usize,
+    /// Truncate inputs over the model's token limit instead of refusing them (when a request does not say).
+    #[arg(long)]
+    pub auto_truncate: bool,
+    /// Prompt of the model's config_sentence_transformers.json applied when a request names none.
+    #[arg(long)]
+    pub default_prompt_name: Option<String>,
+}
+
+impl GatewayArgs {
+    /// Loads the replicas and starts the gateway (on the current tokio runtime).
+    pub fn start(&self, dir: &Path, mut config: EngineConfig) -> Result<Gateway> {
+        let replicas = self.replicas.max(1);
+        if config.threads == 0 {
+            config.threads = (config.resolved_threads() / replicas).max(1);
+        }
+        let engines = (0..replicas)
+            .map(|_| load_engine(dir, config.clone()))
+            .collect::<Result<Vec<Engine>>>()?;
+        let model_name = self.model_name.clone().unwrap_or_else(|| {
+            dir.file_name()
+                .map_or("model".into(), |n| n.to_string_lossy().into_owned())
+        });
+        let gateway = GatewayConfig {
+            model_name,
+            api_key: self.api_key.clone(),
+            max_client_batch: self.max_client_batch,
+            split_size: self.split_size,
+            max_payload_bytes: self.max_payload_bytes,
+            auto_truncate: self.auto_truncate,
+            default_prompt_name: self.default_prompt_name.clone(),
+        };
+        Gateway::new(engines, gateway).context("starting the gateway")
+    }
+}
+
+pub fn run(args: ServeArgs) -> Result<()> {
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    runtime.block_on(async {
+        let gateway = args
+            .gateway
+            .start(&args.engine.model_dir()?, args.engine.config()?)?;
+        let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
+            .await
+            .with_context(|| format!("binding {}:{}", args.host, args.port))?;
+        let addr = listener.local_addr()?;
+        // Scripts and tests read this line to find the port.
+        println!("listening on http://{addr}");
+        std::io::stdout().flush()?;
+        gateway
+            .serve(listener, engine::gateway::shutdown_signal())
+            .await
+            .context("serving")?;
+        eprintln!("shut down cleanly");
+        Ok(())
+    })
+}

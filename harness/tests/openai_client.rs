@@ -1,0 +1,110 @@
+//! The official `openai` Python client against the `bench serve` binary (scripts/openai_client_test.py): its
+//! embeddings, and a TEI-style request's, must equal the engine's in-process ones. Uses the real model when it is
+//! cached, the tiny one otherwise; skipped, saying so, without python3 and the `openai` package.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use engine::{Engine, EngineConfig};
+
+fn openai_available() -> bool {
+    Command::new("python3")
+        .args(["-c", "import openai"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The cached real model, or a tiny one written into `tmp`.
+fn model(tmp: &Path) -> PathBuf {
+    let real = engine::model::fetch::cache_root()
+        .join("models")
+        .join(engine::model::fetch::DEFAULT_MODEL);
+    if real.join("model.safetensors").is_file() {
+        return real;
+    }
+    eprintln!("the real model is not cached; using the tiny one");
+    engine::model::tiny::write_tiny_bert(tmp, Default::default()).unwrap();
+    tmp.to_owned()
+}
+
+#[test]
+fn openai_python_client_gets_the_engines_embeddings() {
+    if !openai_available() {
+        println!("SKIP: python3 with the `openai` package is not available (pip install openai)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = model(tmp.path());
+    let texts = [
+        "what is the capital of France?",
+        "Paris is the capital and most populous city of France.",
+        "Das ist ein Satz auf Deutsch.",
+        "🙂 emoji and ünïcödé",
+    ];
+    let engine = Engine::load(
+        &dir,
+        EngineConfig {
+            threads: 1,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let reference = tmp.path().join("reference.json");
+    let json = serde_json::json!({ "model": "test-model", "texts": texts, "embeddings": engine.embed(&texts).unwrap() });
+    std::fs::write(&reference, json.to_string()).unwrap();
+    drop(engine);
+
+    let mut server = Command::new(env!("CARGO_BIN_EXE_bench"))
+        .args([
+            "serve",
+            "--port",
+            "0",
+            "--threads",
+            "1",
+            "--model-name",
+            "test-model",
+            "--model",
+        ])
+        .arg(&dir)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let base = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line from the server: {line:?}"))
+        .to_owned();
+
+    let client = Command::new("python3")
+        .arg(repo_root().join("scripts/openai_client_test.py"))
+        .args(["--base-url", &base, "--reference"])
+        .arg(&reference)
+        .status()
+        .unwrap();
+
+    // SIGTERM: the server drains and exits cleanly.
+    let term = Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status()
+        .unwrap();
+    let exit = server.wait().unwrap();
+    assert!(
+        client.success(),
+        "the openai client's embeddings differ from the engine's"
+    );
+    assert!(term.success());
+    assert!(
+        exit.success(),
+        "the server did not shut down cleanly: {exit:?}"
+    );
+}
