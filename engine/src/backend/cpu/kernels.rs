@@ -252,11 +252,12 @@ simd_fn! {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
 
-    fn naive(x: &[f32], m: usize, k: usize, w: &[f32], bias: &[f32]) -> Vec<f32> {
+    /// `x · wᵀ + bias` in f64, the reference every GEMM test compares against.
+    pub(crate) fn naive(x: &[f32], m: usize, k: usize, w: &[f32], bias: &[f32]) -> Vec<f32> {
         let n = bias.len();
         let mut out = vec![0.0; m * n];
         for i in 0..m {

@@ -255,22 +255,9 @@ mod tests {
     use rand::{Rng, SeedableRng};
 
     fn reference(x: &[f32], m: usize, k: usize, w: &[f32], bias: &[f32], gelu: bool) -> Vec<f32> {
-        let n = bias.len();
-        let mut out = vec![0.0; m * n];
-        for i in 0..m {
-            for j in 0..n {
-                let mut s = bias[j] as f64;
-                for l in 0..k {
-                    s += x[i * k + l] as f64 * w[j * k + l] as f64;
-                }
-                let s = s as f32;
-                out[i * n + j] = if gelu {
-                    0.5 * s
-                        * (1.0 + super::super::kernels::erf(s * std::f32::consts::FRAC_1_SQRT_2))
-                } else {
-                    s
-                };
-            }
+        let mut out = super::super::kernels::tests::naive(x, m, k, w, bias);
+        if gelu {
+            super::super::kernels::gelu_rows(&mut out);
         }
         out
     }
