@@ -1,6 +1,7 @@
 //! Forward-pass throughput on all-MiniLM-L6-v2 at three shapes (one short query, a mid batch, a bulk batch), and the
-//! f32 GEMM rate at the model's weight shapes of our packed kernel and of the `gemm` crate it replaced, so each forward figure can be read as a fraction of
-//! the roofline: FLOPs per token (printed) × tokens/s ÷ peak FLOP/s.
+//! f32 GEMM rate (`gemm_f32`, reported as elements/s = FLOP/s) at the model's weight shapes, for our packed kernel
+//! and for the `gemm` crate it replaced. The best GEMM rate is the roofline: a forward figure's fraction of it is
+//! FLOPs per token (printed) × tokens/s ÷ peak FLOP/s.
 //!
 //! `cargo bench -p engine --bench forward`; `EW_THREADS` sets the thread count (default: all cores).
 
@@ -8,7 +9,9 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use engine::backend::cpu::kernels;
+use engine::backend::cpu::packed::{self, Epilogue, PackedB};
 use engine::{Batch, Engine, EngineConfig};
+use gemm::Parallelism;
 
 fn threads() -> usize {
     std::env::var("EW_THREADS")
@@ -35,31 +38,33 @@ fn gemm_peak(c: &mut Criterion) {
         .num_threads(threads)
         .build()
         .expect("pool");
-    let mut g = c.benchmark_group("gemm_peak_f32");
+    let mut g = c.benchmark_group("gemm_f32");
     g.measurement_time(Duration::from_secs(3));
-    // The model's weight shapes (out × in) at a bulk-batch row count.
-    for (n, k) in [(1152, 384), (384, 384), (1536, 384), (384, 1536)] {
-        let m = 4096;
-        let x = vec![0.5f32; m * k];
-        let w = vec![0.25f32; n * k];
-        let b = vec![0.0f32; n];
-        let mut out = vec![0.0f32; m * n];
-        g.throughput(Throughput::Elements((2 * m * n * k) as u64));
-        g.bench_function(BenchmarkId::new(format!("{m}x{k}x{n}"), threads), |bench| {
-            bench.iter(|| {
-                pool.install(|| {
-                    kernels::linear(
-                        &x,
-                        m,
-                        k,
-                        &w,
-                        &b,
-                        &mut out,
-                        gemm::Parallelism::Rayon(threads),
-                    )
+    // The model's weight shapes (out × in), at a bulk-batch row count and at one 12-token query.
+    for m in [4096, 12] {
+        for (n, k) in [(1152, 384), (384, 384), (1536, 384), (384, 1536)] {
+            let x: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32 * 0.1).collect();
+            let w: Vec<f32> = (0..n * k).map(|i| (i % 5) as f32 * 0.1).collect();
+            let b = vec![0.0f32; n];
+            let mut out = vec![0.0f32; m * n];
+            let packed = PackedB::pack(&w, n, k);
+            g.throughput(Throughput::Elements((2 * m * n * k) as u64));
+            let shape = format!("{m}x{k}x{n}");
+            g.bench_function(BenchmarkId::new("packed", &shape), |bench| {
+                bench.iter(|| {
+                    pool.install(|| {
+                        packed::matmul(&x, m, &packed, &b, Epilogue::Bias, &mut out, threads)
+                    })
                 })
-            })
-        });
+            });
+            g.bench_function(BenchmarkId::new("gemm_crate", &shape), |bench| {
+                bench.iter(|| {
+                    pool.install(|| {
+                        kernels::linear(&x, m, k, &w, &b, &mut out, Parallelism::Rayon(threads))
+                    })
+                })
+            });
+        }
     }
     g.finish();
 }
@@ -100,6 +105,13 @@ fn forward(c: &mut Criterion) {
             })
         });
     }
+    // One search query end to end in-process: tokenize, submit, wait for the pooled, normalised vector.
+    let query = "how to reset a forgotten wifi router password";
+    assert_eq!(engine.tokenize(query).expect("tokenize").len(), 12);
+    g.throughput(Throughput::Elements(12));
+    g.bench_function("query_12_tokens_embed", |bench| {
+        bench.iter(|| engine.embed(&[query]).expect("embed"))
+    });
     g.finish();
 }
 
