@@ -35,26 +35,34 @@ struct PreTokenizer {
     split: bool,
 }
 
-/// Children of a trie node: a dense table when it has many, else a short list of labels to scan.
-struct Node {
-    value: u32,
-    first: u32,
-    len: u32,
-    dense: u32,
+/// One unit of the double-array trie: the base its children are placed from, the unit it is a child of, and the
+/// score of the piece that ends here (NaN where none does; JSON has no NaN).
+#[derive(Clone, Copy)]
+struct Unit {
+    base: u32,
+    check: u32,
+    score: f64,
 }
 
-/// A byte trie of the pieces, laid out in sorted order so that a walk stays within nearby memory.
+const FREE: Unit = Unit {
+    base: 0,
+    check: NONE,
+    score: f64::NAN,
+};
+
+/// A double-array trie of the pieces (Aoe's layout, the one SentencePiece's Darts uses): the child of unit `u` on
+/// byte `b` is unit `base(u) + b` if that unit's `check` is `u`. Walking a byte touches one 16-byte unit, where a
+/// pointer trie touched a node, its label list and its target list; with a 96k-piece vocabulary those are cache
+/// misses, and they were most of Viterbi's time. The piece's score lives in the unit for the same reason.
 struct Trie {
-    nodes: Vec<Node>,
-    labels: Vec<u8>,
-    targets: Vec<u32>,
-    dense: Vec<u32>,
+    units: Vec<Unit>,
+    /// The piece id ending at each unit, read only when a path through it improves.
+    ids: Vec<u32>,
 }
-
-const DENSE_FROM: usize = 32;
 
 impl Trie {
-    fn build<'a>(pieces: impl Iterator<Item = (&'a str, u32)>) -> Trie {
+    fn build<'a>(pieces: impl Iterator<Item = (&'a str, u32)>, scores: &[f64]) -> Trie {
+        // A pointer trie first, children in label order.
         let mut sorted: Vec<(&str, u32)> = pieces.collect();
         sorted.sort_unstable();
         let mut children: Vec<Vec<(u8, u32)>> = vec![Vec::new()];
@@ -75,47 +83,139 @@ impl Trie {
             }
             values[node] = id;
         }
+        // Then place each node's children, breadth first, at the first base where all their units are free.
+        let mut free = FreeList::default();
         let mut trie = Trie {
-            nodes: Vec::with_capacity(children.len()),
-            labels: Vec::new(),
-            targets: Vec::new(),
-            dense: Vec::new(),
+            units: Vec::new(),
+            ids: Vec::new(),
         };
-        for (kids, value) in children.into_iter().zip(values) {
-            let mut node = Node {
-                value,
-                first: trie.labels.len() as u32,
-                len: kids.len() as u32,
-                dense: NONE,
+        free.grow(&mut trie.units, 512);
+        free.take(&mut trie.units, 0, NONE - 1);
+        let mut queue = std::collections::VecDeque::from([(0usize, 0usize)]);
+        while let Some((node, unit)) = queue.pop_front() {
+            let kids = &children[node];
+            let Some(&(lo, _)) = kids.first() else {
+                continue;
             };
-            if kids.len() >= DENSE_FROM {
-                node.dense = (trie.dense.len() / 256) as u32;
-                let base = trie.dense.len();
-                trie.dense.resize(base + 256, NONE);
-                for &(b, c) in &kids {
-                    trie.dense[base + usize::from(b)] = c;
+            let base = free.find(&mut trie.units, lo, |units, base| {
+                kids.iter()
+                    .all(|&(l, _)| units[base + usize::from(l)].check == NONE)
+            });
+            trie.units[unit].base = base as u32;
+            for &(l, child) in kids {
+                let at = base + usize::from(l);
+                free.take(&mut trie.units, at, unit as u32);
+                let id = values[child as usize];
+                if id != NONE {
+                    trie.units[at].score = scores[id as usize];
+                    if trie.ids.len() <= at {
+                        trie.ids.resize(at + 1, NONE);
+                    }
+                    trie.ids[at] = id;
                 }
-            } else {
-                trie.labels.extend(kids.iter().map(|k| k.0));
-                trie.targets.extend(kids.iter().map(|k| k.1));
+                queue.push_back((child as usize, at));
             }
-            trie.nodes.push(node);
         }
         trie
     }
 
     #[inline]
-    fn child(&self, node: u32, b: u8) -> Option<u32> {
-        let n = &self.nodes[node as usize];
-        if n.dense != NONE {
-            let c = self.dense[n.dense as usize * 256 + usize::from(b)];
-            return (c != NONE).then_some(c);
+    fn child(&self, unit: u32, b: u8) -> Option<u32> {
+        let next = self.units[unit as usize].base as usize + usize::from(b);
+        match self.units.get(next) {
+            Some(u) if u.check == unit => Some(next as u32),
+            _ => None,
         }
-        let (first, len) = (n.first as usize, n.len as usize);
-        let at = self.labels[first..first + len]
-            .iter()
-            .position(|&l| l == b)?;
-        Some(self.targets[first + at])
+    }
+}
+
+/// The free units still worth trying as a first child, in a doubly linked list, so a placement skips the full
+/// stretches of the array; a unit that failed many placements leaves the list (it stays free for later children),
+/// as in Darts. Without these a 96k-piece trie took 25 s to lay out.
+#[derive(Default)]
+struct FreeList {
+    prev: Vec<u32>,
+    next: Vec<u32>,
+    listed: Vec<bool>,
+    tries: Vec<u8>,
+    head: u32,
+    tail: u32,
+}
+
+/// Failed placements after which a free unit stops being tried as a first child.
+const MAX_TRIES: u8 = 16;
+
+impl FreeList {
+    fn grow(&mut self, units: &mut Vec<Unit>, len: usize) {
+        if self.next.is_empty() {
+            (self.head, self.tail) = (NONE, NONE);
+        }
+        for i in units.len()..len {
+            units.push(FREE);
+            self.prev.push(self.tail);
+            self.next.push(NONE);
+            self.listed.push(true);
+            self.tries.push(0);
+            match self.tail {
+                NONE => self.head = i as u32,
+                t => self.next[t as usize] = i as u32,
+            }
+            self.tail = i as u32;
+        }
+    }
+
+    fn unlink(&mut self, i: usize) {
+        if !std::mem::take(&mut self.listed[i]) {
+            return;
+        }
+        let (p, n) = (self.prev[i], self.next[i]);
+        match p {
+            NONE => self.head = n,
+            p => self.next[p as usize] = n,
+        }
+        match n {
+            NONE => self.tail = p,
+            n => self.prev[n as usize] = p,
+        }
+    }
+
+    fn take(&mut self, units: &mut [Unit], i: usize, parent: u32) {
+        units[i].check = parent;
+        self.unlink(i);
+    }
+
+    /// The first base at which `fits` holds, with the lowest child (label `lo`) on a listed free unit; the array
+    /// grows so that any label from that base is in bounds.
+    fn find(
+        &mut self,
+        units: &mut Vec<Unit>,
+        lo: u8,
+        fits: impl Fn(&[Unit], usize) -> bool,
+    ) -> usize {
+        let mut pos = self.head;
+        loop {
+            if pos == NONE {
+                let len = units.len();
+                self.grow(units, len + 256);
+                pos = len as u32;
+            }
+            let i = pos as usize;
+            let next = self.next[i];
+            if i > usize::from(lo) {
+                let base = i - usize::from(lo);
+                if units.len() < base + 256 {
+                    self.grow(units, base + 256);
+                }
+                if fits(units, base) {
+                    return base;
+                }
+                self.tries[i] += 1;
+                if self.tries[i] >= MAX_TRIES {
+                    self.unlink(i);
+                }
+            }
+            pos = if next == NONE { self.next[i] } else { next };
+        }
     }
 }
 
@@ -130,7 +230,6 @@ pub(crate) struct Best {
 pub(crate) struct Unigram {
     steps: Vec<Step>,
     pre: PreTokenizer,
-    scores: Vec<f64>,
     pieces: FxMap<Box<str>, u32>,
     trie: Trie,
     unk: Option<u32>,
@@ -306,11 +405,10 @@ impl Unigram {
         } else {
             None
         };
-        let trie = Trie::build(pieces.iter().map(|(p, &id)| (&**p, id)));
+        let trie = Trie::build(pieces.iter().map(|(p, &id)| (&**p, id)), &scores);
         Ok(Unigram {
             steps,
             pre,
-            scores,
             pieces,
             trie,
             unk,
@@ -438,18 +536,17 @@ impl Unigram {
                     break;
                 };
                 node = c;
-                let id = self.trie.nodes[c as usize].value;
-                if id == NONE {
+                let piece = self.trie.units[c as usize].score;
+                if piece.is_nan() {
                     continue;
                 }
-                let end = s + k + 1;
-                let score = base + self.scores[id as usize];
-                let t = &mut best[end];
+                let score = base + piece;
+                let t = &mut best[s + k + 1];
                 if t.start == NONE || score > t.score {
                     *t = Best {
                         score,
                         start: s as u32,
-                        id,
+                        id: self.trie.ids[c as usize],
                     };
                 }
                 single |= k + 1 == char_len;
