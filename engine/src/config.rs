@@ -3,7 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::backend::cpu::gemm::Dtype;
 use crate::error::{Error, Result};
+use crate::plan::{CaptureMode, Ladder};
 use crate::tokenizer::TokenizerKind;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -28,6 +30,18 @@ pub struct EngineConfig {
     pub max_queue_tokens: usize,
     /// The scheduler's queue bound in sequences.
     pub max_queue_requests: usize,
+    /// Precision of the linear layers: `f32`, or `bf16` (weights in bf16, f32 accumulation) where the CPU has
+    /// AVX512-BF16; elsewhere bf16 falls back to f32 (the backend's info says which ran).
+    pub dtype: Dtype,
+    /// When forward plans are made: `off` (always eager), `eager` (every bucket at start-up) or `lazy` (a
+    /// bucket's second batch captures, later ones replay).
+    pub capture: CaptureMode,
+    /// Token rungs of the bucket ladder, ascending; empty: doubling from 16 up to `max_batch_tokens`.
+    pub token_buckets: Vec<usize>,
+    /// Sequence rungs of the bucket ladder, ascending; empty: growing fourfold from 1 up to `max_batch_seqs`.
+    pub seq_buckets: Vec<usize>,
+    /// Memory cap of the plan cache, in MiB; the least recently used plans are evicted past it.
+    pub plan_cache_mib: usize,
 }
 
 impl Default for EngineConfig {
@@ -44,6 +58,12 @@ impl Default for EngineConfig {
             // Several full batches: enough to keep the backend busy, short enough that queueing stays bounded.
             max_queue_tokens: 65_536,
             max_queue_requests: 4096,
+            dtype: Dtype::F32,
+            capture: CaptureMode::Lazy,
+            token_buckets: Vec::new(),
+            seq_buckets: Vec::new(),
+            // Every bucket of the default ladder fits, for a MiniLM-sized model.
+            plan_cache_mib: 1024,
         }
     }
 }
@@ -74,7 +94,24 @@ impl EngineConfig {
                 message: "must be at least 1 (it includes the special tokens)".into(),
             });
         }
-        Ok(())
+        self.ladder().validate()
+    }
+
+    /// The bucket ladder: the configured rungs, or the default one for the batch budget.
+    pub fn ladder(&self) -> Ladder {
+        let default = Ladder::up_to(self.max_batch_tokens, self.max_batch_seqs);
+        Ladder {
+            tokens: if self.token_buckets.is_empty() {
+                default.tokens
+            } else {
+                self.token_buckets.clone()
+            },
+            seqs: if self.seq_buckets.is_empty() {
+                default.seqs
+            } else {
+                self.seq_buckets.clone()
+            },
+        }
     }
 
     /// The thread count actually used: `threads`, or the available cores when it is 0.

@@ -38,17 +38,20 @@ pub mod config;
 mod error;
 pub mod gateway;
 pub mod model;
+pub mod plan;
 pub mod scheduler;
 pub mod tokenizer;
 
 use std::path::Path;
 use std::sync::Arc;
 
+pub use backend::cpu::gemm::Dtype;
 pub use backend::{Backend, BackendInfo, Embeddings, Handle, Output};
 pub use batch::Batch;
 pub use config::EngineConfig;
 pub use error::{Error, Result};
 use model::{bert::Bert, ModelDir};
+pub use plan::CaptureMode;
 pub use scheduler::cut_batches;
 use tokenizer::{Tokenizer, Truncation};
 
@@ -96,7 +99,12 @@ impl Engine {
                 ),
             ));
         }
-        let model = Bert::load(&dir)?;
+        // bf16 needs AVX512-BF16; elsewhere the f32 kernels run (the backend's info reports the dtype used).
+        let dtype = match config.dtype {
+            Dtype::Bf16 if !backend::cpu::gemm::bf16_supported() => Dtype::F32,
+            d => d,
+        };
+        let model = Bert::load(&dir, dtype)?;
         let info = ModelInfo {
             path: dir.root.clone(),
             dim: model.dim(),
@@ -106,10 +114,7 @@ impl Engine {
             normalize: dir.normalize,
             prompts: dir.prompts.clone(),
         };
-        let backend = Arc::new(backend::cpu::CpuBackend::new(
-            model,
-            config.resolved_threads(),
-        )?);
+        let backend = Arc::new(backend::cpu::CpuBackend::new(model, &config)?);
         Ok(Engine {
             config,
             tokenizer,

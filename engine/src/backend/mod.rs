@@ -30,6 +30,14 @@ pub struct BackendInfo {
     pub dim: usize,
     pub vocab_size: usize,
     pub max_positions: usize,
+    /// Precision the weights run in (bf16 falls back to f32 where the CPU lacks AVX512-BF16).
+    pub dtype: cpu::gemm::Dtype,
+    /// The kernels' instruction set.
+    pub isa: cpu::gemm::Isa,
+    pub capture: crate::plan::CaptureMode,
+    /// How long capturing every bucket took at start-up, under `capture = eager`.
+    pub startup_capture: Option<Duration>,
+    pub startup_plans: usize,
 }
 
 /// What a resolved handle carries.
@@ -40,6 +48,8 @@ pub struct Output {
     pub queued: Duration,
     /// The forward pass itself, pooling and copy-out included.
     pub compute: Duration,
+    /// How the forward ran (eager, capture or replay) and the plan cache after it; `None` when nothing ran.
+    pub forward: Option<crate::plan::ForwardStats>,
 }
 
 /// The pending result of one submitted batch: await it, poll it with [`Handle::try_take`], or block with

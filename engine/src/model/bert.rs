@@ -3,15 +3,23 @@
 //! Mirrors Hugging Face transformers' `modeling_bert.py` (BertEmbeddings, BertSelfAttention, BertSelfOutput,
 //! BertIntermediate, BertOutput, BertLayer) block for block, and sentence-transformers' Pooling and Normalize
 //! modules after it. Differences, all exact in real arithmetic: sequences are concatenated without padding, so
-//! attention runs per sequence and needs no mask; Q, K and V are one fused projection.
-
-use rayon::prelude::*;
+//! attention runs per sequence and needs no mask; Q, K and V are one fused projection; the residual of each
+//! block is added in its output projection's epilogue, before the LayerNorm.
+//!
+//! Every operation is split into tasks through [`Par`], so the same code runs eager (one fork/join per operation)
+//! or inside a plan (all threads run the whole pass, with a barrier after each operation): see
+//! [`crate::backend::cpu::par`].
 
 use super::{BertConfig, ModelDir, Pooling, Tensor, Weights};
-use crate::backend::cpu::kernels::{self, View};
-use crate::backend::cpu::packed::{self, Epilogue, PackedB};
+use crate::backend::cpu::attention;
+use crate::backend::cpu::gemm::{self, Dtype, Epilogue, Isa, PackedB};
+use crate::backend::cpu::kernels;
+use crate::backend::cpu::par::{Mat, Par, Scratch};
 use crate::batch::Batch;
 use crate::error::Result;
+
+/// Rows per task of the row-wise operations: enough to amortise a task, few enough to balance.
+const ROWS_PER_TASK: usize = 16;
 
 /// `y = x · Wᵀ + b`, weights read in PyTorch's `[out, in]` layout and packed once for our GEMM kernel.
 pub struct Linear {
@@ -20,8 +28,14 @@ pub struct Linear {
 }
 
 impl Linear {
-    pub fn load(w: &Weights, prefix: &str, out_dim: usize, in_dim: usize) -> Result<Self> {
-        Self::load_stacked(w, &[prefix], out_dim, in_dim)
+    pub fn load(
+        w: &Weights,
+        prefix: &str,
+        out_dim: usize,
+        in_dim: usize,
+        dtype: Dtype,
+    ) -> Result<Self> {
+        Self::load_stacked(w, &[prefix], out_dim, in_dim, dtype)
     }
 
     /// Stacks several projections of the same input (Q, K, V → QKV), so one GEMM reads the input once.
@@ -30,6 +44,7 @@ impl Linear {
         prefixes: &[&str],
         out_dim: usize,
         in_dim: usize,
+        dtype: Dtype,
     ) -> Result<Self> {
         let (mut weight, mut bias) = (Vec::new(), Vec::new());
         for p in prefixes {
@@ -38,17 +53,27 @@ impl Linear {
         }
         let n = out_dim * prefixes.len();
         Ok(Linear {
-            weight: PackedB::pack(&weight, n, in_dim),
+            weight: PackedB::pack(&weight, n, in_dim, dtype),
             bias: Tensor::from_vec(bias, vec![n]),
         })
     }
 
-    fn out_dim(&self) -> usize {
-        self.weight.n()
-    }
-
-    fn forward(&self, x: &[f32], rows: usize, out: &mut [f32], epi: Epilogue, threads: usize) {
-        packed::matmul(x, rows, &self.weight, self.bias.data(), epi, out, threads);
+    /// `out = gelu?(x · Wᵀ + b) + residual?`
+    fn forward(
+        &self,
+        par: &dyn Par,
+        x: Mat,
+        out: Mat,
+        gelu: bool,
+        residual: Option<Mat>,
+        s: &Scratch,
+    ) {
+        let epi = Epilogue {
+            bias: Some(self.bias.data()),
+            gelu,
+            residual,
+        };
+        gemm::linear(par, x, &self.weight, epi, out, s);
     }
 }
 
@@ -67,9 +92,17 @@ impl LayerNorm {
         })
     }
 
-    /// `x = LayerNorm(x + residual)`; an empty residual gives a plain LayerNorm.
-    fn forward(&self, x: &mut [f32], residual: &[f32]) {
-        kernels::add_layer_norm(x, residual, self.gamma.data(), self.beta.data(), self.eps);
+    fn row(&self, row: &mut [f32]) {
+        kernels::layer_norm(row, self.gamma.data(), self.beta.data(), self.eps);
+    }
+
+    fn forward(&self, par: &dyn Par, x: Mat) {
+        par.run(x.rows.div_ceil(ROWS_PER_TASK), &|task, _| {
+            for r in task * ROWS_PER_TASK..((task + 1) * ROWS_PER_TASK).min(x.rows) {
+                // Safety: each task owns its rows.
+                self.row(unsafe { x.row_mut(r) });
+            }
+        });
     }
 }
 
@@ -98,25 +131,29 @@ impl Embeddings {
         })
     }
 
-    fn forward(&self, batch: &Batch, out: &mut [f32]) {
-        let h = self.norm.gamma.shape()[0];
+    fn forward(&self, par: &dyn Par, batch: &Batch, x: Mat) {
+        let h = x.cols;
         let (word, pos, ty) = (
             self.word.data(),
             self.position.data(),
             &self.token_type.data()[..h],
         );
         let offsets = batch.offsets();
-        out.par_chunks_mut(h).enumerate().for_each(|(t, row)| {
-            // Position of token t inside its own sequence: the ragged layout restarts positions per sequence.
-            let seq = offsets.partition_point(|&o| o <= t) - 1;
-            let p = t - offsets[seq];
-            let id = batch.ids()[t] as usize;
-            let (w, pe) = (&word[id * h..(id + 1) * h], &pos[p * h..(p + 1) * h]);
-            for j in 0..h {
-                row[j] = w[j] + pe[j] + ty[j];
+        par.run(x.rows.div_ceil(ROWS_PER_TASK), &|task, _| {
+            for t in task * ROWS_PER_TASK..((task + 1) * ROWS_PER_TASK).min(x.rows) {
+                // Position of token t inside its own sequence: the ragged layout restarts positions per sequence.
+                let seq = offsets.partition_point(|&o| o <= t) - 1;
+                let p = t - offsets[seq];
+                let id = batch.ids()[t] as usize;
+                let (w, pe) = (&word[id * h..(id + 1) * h], &pos[p * h..(p + 1) * h]);
+                // Safety: each task owns its rows.
+                let row = unsafe { x.row_mut(t) };
+                for j in 0..h {
+                    row[j] = w[j] + pe[j] + ty[j];
+                }
+                self.norm.row(row);
             }
         });
-        self.norm.forward(out, &[]);
     }
 }
 
@@ -133,120 +170,36 @@ pub struct Layer {
 }
 
 impl Layer {
-    pub fn load(w: &Weights, c: &BertConfig, i: usize) -> Result<Self> {
+    pub fn load(w: &Weights, c: &BertConfig, i: usize, dtype: Dtype) -> Result<Self> {
         let (h, f) = (c.hidden_size, c.intermediate_size);
         let p = format!("encoder.layer.{i}");
         let qkv = ["query", "key", "value"].map(|n| format!("{p}.attention.self.{n}"));
+        let eps = c.layer_norm_eps;
         Ok(Layer {
-            qkv: Linear::load_stacked(w, &qkv.each_ref().map(String::as_str), h, h)?,
-            attn_out: Linear::load(w, &format!("{p}.attention.output.dense"), h, h)?,
-            attn_norm: LayerNorm::load(
-                w,
-                &format!("{p}.attention.output.LayerNorm"),
-                h,
-                c.layer_norm_eps,
-            )?,
-            intermediate: Linear::load(w, &format!("{p}.intermediate.dense"), f, h)?,
-            output: Linear::load(w, &format!("{p}.output.dense"), h, f)?,
-            out_norm: LayerNorm::load(w, &format!("{p}.output.LayerNorm"), h, c.layer_norm_eps)?,
+            qkv: Linear::load_stacked(w, &qkv.each_ref().map(String::as_str), h, h, dtype)?,
+            attn_out: Linear::load(w, &format!("{p}.attention.output.dense"), h, h, dtype)?,
+            attn_norm: LayerNorm::load(w, &format!("{p}.attention.output.LayerNorm"), h, eps)?,
+            intermediate: Linear::load(w, &format!("{p}.intermediate.dense"), f, h, dtype)?,
+            output: Linear::load(w, &format!("{p}.output.dense"), h, f, dtype)?,
+            out_norm: LayerNorm::load(w, &format!("{p}.output.LayerNorm"), h, eps)?,
             heads: c.num_attention_heads,
         })
     }
 
-    /// `hidden` holds the layer's input and receives its output.
-    fn forward(&self, batch: &Batch, hidden: &mut [f32], ws: &mut Workspace, threads: usize) {
-        let t = batch.tokens();
-        let h = self.attn_out.out_dim();
-        let ctx = &mut ws.ctx[..t * h];
-        let qkv = &mut ws.qkv[..t * 3 * h];
-        self.qkv.forward(hidden, t, qkv, Epilogue::Bias, threads);
-        attention(batch, qkv, ctx, h, self.heads);
-        let tmp = &mut ws.tmp[..t * h];
-        self.attn_out.forward(ctx, t, tmp, Epilogue::Bias, threads);
-        self.attn_norm.forward(tmp, hidden);
-        let inter = &mut ws.inter[..t * self.intermediate.out_dim()];
-        self.intermediate
-            .forward(tmp, t, inter, Epilogue::BiasGelu, threads);
-        self.output
-            .forward(inter, t, hidden, Epilogue::Bias, threads);
-        self.out_norm.forward(hidden, tmp);
-    }
-}
-
-/// Scaled dot-product attention per (sequence, head), reading Q, K, V in place from the fused `[t, 3h]` buffer.
-/// Sequences never see each other, which is what the padding mask achieves in the padded reference.
-fn attention(batch: &Batch, qkv: &[f32], ctx: &mut [f32], h: usize, heads: usize) {
-    let d = h / heads;
-    let scale = 1.0 / (d as f32).sqrt();
-    let offsets = batch.offsets();
-    // Raw pointers cross the rayon boundary as integers: every task writes its own (rows × head columns) block.
-    let (qkv_ptr, ctx_ptr) = (qkv.as_ptr() as usize, ctx.as_mut_ptr() as usize);
-    let stride = 3 * h as isize;
-    (0..batch.len() * heads).into_par_iter().for_each_init(
-        Vec::new,
-        |scores: &mut Vec<f32>, task| {
-            let (s, head) = (task / heads, task % heads);
-            let (start, len) = (offsets[s], offsets[s + 1] - offsets[s]);
-            scores.resize(len * len, 0.0);
-            let base = qkv_ptr as *const f32;
-            // Safety: start + len ≤ t rows of the [t, 3h] buffer; head columns stay within h; each task's ctx block is
-            // disjoint from every other task's.
-            unsafe {
-                let q = base.add(start * 3 * h + head * d);
-                let k = q.add(h);
-                let v = q.add(2 * h);
-                let q = View {
-                    ptr: q,
-                    rs: stride,
-                    cs: 1,
-                };
-                let kt = View {
-                    ptr: k,
-                    rs: 1,
-                    cs: stride,
-                };
-                kernels::matmul_strided(len, len, d, scores.as_mut_ptr(), len as isize, q, kt, 1.0);
-                kernels::softmax_rows(scores, len, scale);
-                let p = View {
-                    ptr: scores.as_ptr(),
-                    rs: len as isize,
-                    cs: 1,
-                };
-                let v = View {
-                    ptr: v,
-                    rs: stride,
-                    cs: 1,
-                };
-                let out = (ctx_ptr as *mut f32).add(start * h + head * d);
-                kernels::matmul_strided(len, d, len, out, h as isize, p, v, 1.0);
-            }
-        },
-    );
-}
-
-/// Activation buffers, grown to the largest batch seen and reused, so a steady stream of batches allocates nothing.
-#[derive(Default)]
-pub struct Workspace {
-    hidden: Vec<f32>,
-    qkv: Vec<f32>,
-    ctx: Vec<f32>,
-    tmp: Vec<f32>,
-    inter: Vec<f32>,
-}
-
-impl Workspace {
-    fn reserve(&mut self, tokens: usize, h: usize, f: usize) {
-        for (buf, width) in [
-            (&mut self.hidden, h),
-            (&mut self.qkv, 3 * h),
-            (&mut self.ctx, h),
-            (&mut self.tmp, h),
-            (&mut self.inter, f),
-        ] {
-            if buf.len() < tokens * width {
-                buf.resize(tokens * width, 0.0);
-            }
-        }
+    /// The layer's input is in `b.hidden` and its output lands there.
+    fn forward(&self, par: &dyn Par, offsets: &[usize], b: &Buffers) {
+        let s = b.scratch;
+        let (x, tmp) = (b.hidden, b.tmp);
+        let (qkv, ctx) = (b.qkv(), b.ctx());
+        self.qkv.forward(par, x, qkv, false, None, s);
+        attention::attention(par, offsets, qkv, ctx, self.heads, s);
+        self.attn_out.forward(par, ctx, tmp, false, Some(x), s);
+        self.attn_norm.forward(par, tmp);
+        // The intermediate activations reuse the memory of QKV and the context: both are dead by now.
+        let inter = b.inter();
+        self.intermediate.forward(par, tmp, inter, true, None, s);
+        self.output.forward(par, inter, x, false, Some(tmp), s);
+        self.out_norm.forward(par, x);
     }
 }
 
@@ -255,22 +208,25 @@ pub struct Bert {
     pub config: BertConfig,
     pub pooling: Pooling,
     pub normalize: bool,
+    dtype: Dtype,
     embeddings: Embeddings,
     layers: Vec<Layer>,
 }
 
 impl Bert {
-    pub fn load(dir: &ModelDir) -> Result<Self> {
+    /// Loads the weights, packed for `dtype` (bf16 needs AVX512-BF16; see [`gemm::bf16_supported`]).
+    pub fn load(dir: &ModelDir, dtype: Dtype) -> Result<Self> {
         let w = Weights::open(&dir.weights_path)?;
         let c = &dir.config;
         Ok(Bert {
             embeddings: Embeddings::load(&w, c)?,
             layers: (0..c.num_hidden_layers)
-                .map(|i| Layer::load(&w, c, i))
+                .map(|i| Layer::load(&w, c, i, dtype))
                 .collect::<Result<_>>()?,
             config: c.clone(),
             pooling: dir.pooling,
             normalize: dir.normalize,
+            dtype,
         })
     }
 
@@ -278,43 +234,158 @@ impl Bert {
         self.config.hidden_size
     }
 
-    /// Runs the batch and writes one pooled embedding per sequence into `out` (`batch.len() × dim`).
-    /// The batch must have passed [`Batch::validate`]; GEMMs use `threads` threads of the current rayon pool.
-    pub fn forward(&self, batch: &Batch, ws: &mut Workspace, threads: usize, out: &mut [f32]) {
-        let (h, f) = (self.config.hidden_size, self.config.intermediate_size);
-        let t = batch.tokens();
-        ws.reserve(t, h, f);
-        let mut hidden = std::mem::take(&mut ws.hidden);
-        let x = &mut hidden[..t * h];
-        self.embeddings.forward(batch, x);
-        for layer in &self.layers {
-            layer.forward(batch, x, ws, threads);
-        }
-        self.pool(batch, x, out);
-        ws.hidden = hidden;
+    pub fn dtype(&self) -> Dtype {
+        self.dtype
     }
 
-    fn pool(&self, batch: &Batch, x: &[f32], out: &mut [f32]) {
-        let h = self.config.hidden_size;
+    /// Runs the batch and writes one pooled embedding per sequence into the rows of `out`. Every thread of `par`
+    /// calls this with the same arguments. The batch must have passed [`Batch::validate`] and fit the arena.
+    pub fn forward(&self, par: &dyn Par, batch: &Batch, b: &Buffers, out: Mat) {
+        assert_eq!(b.tokens, batch.tokens(), "buffers carved for another batch");
+        self.embeddings.forward(par, batch, b.hidden);
+        for layer in &self.layers {
+            layer.forward(par, batch.offsets(), b);
+        }
+        self.pool(par, batch, b.hidden, out);
+    }
+
+    fn pool(&self, par: &dyn Par, batch: &Batch, x: Mat, out: Mat) {
         let offsets = batch.offsets();
-        out.par_chunks_mut(h).enumerate().for_each(|(s, row)| {
-            let (start, end) = (offsets[s], offsets[s + 1]);
-            match self.pooling {
-                Pooling::Cls => row.copy_from_slice(&x[start * h..(start + 1) * h]),
-                Pooling::Mean => {
-                    row.fill(0.0);
-                    for tok in x[start * h..end * h].chunks_exact(h) {
-                        for (o, &v) in row.iter_mut().zip(tok) {
-                            *o += v;
+        par.run(batch.len().div_ceil(ROWS_PER_TASK), &|task, _| {
+            for s in task * ROWS_PER_TASK..((task + 1) * ROWS_PER_TASK).min(batch.len()) {
+                let (start, end) = (offsets[s], offsets[s + 1]);
+                // Safety: the hidden states are read only here; each task owns its output rows.
+                let row = unsafe { out.row_mut(s) };
+                match self.pooling {
+                    Pooling::Cls => row.copy_from_slice(unsafe { x.row(start) }),
+                    Pooling::Mean => {
+                        row.fill(0.0);
+                        for t in start..end {
+                            for (o, &v) in row.iter_mut().zip(unsafe { x.row(t) }) {
+                                *o += v;
+                            }
                         }
+                        let inv = 1.0 / (end - start) as f32;
+                        row.iter_mut().for_each(|o| *o *= inv);
                     }
-                    let inv = 1.0 / (end - start) as f32;
-                    row.iter_mut().for_each(|o| *o *= inv);
+                }
+                if self.normalize {
+                    kernels::l2_normalize(row);
                 }
             }
-            if self.normalize {
-                kernels::l2_normalize(row);
-            }
         });
+    }
+
+    /// An arena for batches of up to `tokens` tokens, with scratch for `threads` threads.
+    pub fn arena(&self, tokens: usize, threads: usize) -> Arena {
+        let c = &self.config;
+        let (h, f) = (c.hidden_size, c.intermediate_size);
+        let max_len = tokens.min(c.max_position_embeddings);
+        let linear_scratch = self
+            .layers
+            .first()
+            .map(|l| {
+                [&l.qkv, &l.attn_out, &l.intermediate, &l.output]
+                    .map(|lin| lin.weight.scratch_floats())
+                    .into_iter()
+                    .max()
+                    .unwrap_or(0)
+            })
+            .unwrap_or(0);
+        let attn_scratch =
+            attention::scratch_floats(Isa::detect(), max_len, h / c.num_attention_heads);
+        Arena {
+            tokens,
+            h,
+            f,
+            hidden: vec![0.0; tokens * h],
+            tmp: vec![0.0; tokens * h],
+            big: vec![0.0; tokens * (4 * h).max(f)],
+            scratch: Scratch::new(threads, linear_scratch.max(attn_scratch)),
+        }
+    }
+}
+
+/// The activation memory of one forward pass: the hidden states, the block's intermediate (`tmp`), one region
+/// that holds QKV and the attention context and then, once both are dead, the feed-forward activations, and each
+/// thread's scratch. A plan keeps one per bucket; eager runs allocate one per call.
+pub struct Arena {
+    tokens: usize,
+    h: usize,
+    f: usize,
+    hidden: Vec<f32>,
+    tmp: Vec<f32>,
+    big: Vec<f32>,
+    scratch: Scratch,
+}
+
+impl Arena {
+    /// Token capacity.
+    pub fn tokens(&self) -> usize {
+        self.tokens
+    }
+
+    pub fn bytes(&self) -> usize {
+        4 * (self.hidden.len() + self.tmp.len() + self.big.len() + self.scratch.floats())
+    }
+
+    /// Touches every page now, so a plan's first replay does not pay the page faults.
+    pub fn prefault(&mut self) {
+        for buf in [&mut self.hidden, &mut self.tmp, &mut self.big] {
+            buf.fill(0.0);
+        }
+        self.scratch.prefault();
+    }
+
+    /// The arena carved for a batch of `tokens` tokens; the borrow keeps it for one forward pass.
+    pub fn buffers(&mut self, tokens: usize) -> Buffers<'_> {
+        assert!(
+            tokens <= self.tokens,
+            "batch of {tokens} tokens in an arena of {}",
+            self.tokens
+        );
+        let (h, f) = (self.h, self.f);
+        Buffers {
+            hidden: Mat::new(&mut self.hidden, tokens, h),
+            tmp: Mat::new(&mut self.tmp, tokens, h),
+            big: self.big.as_mut_ptr(),
+            tokens,
+            h,
+            f,
+            scratch: &self.scratch,
+        }
+    }
+}
+
+/// The arena carved for one batch, shared by the threads of its forward pass.
+pub struct Buffers<'a> {
+    hidden: Mat,
+    tmp: Mat,
+    big: *mut f32,
+    tokens: usize,
+    h: usize,
+    f: usize,
+    scratch: &'a Scratch,
+}
+
+// Safety: like `Mat`, written only by tasks that own disjoint parts, with barriers between operations.
+unsafe impl Sync for Buffers<'_> {}
+
+impl Buffers<'_> {
+    fn qkv(&self) -> Mat {
+        Mat::from_raw(self.big, self.tokens, 3 * self.h)
+    }
+
+    fn ctx(&self) -> Mat {
+        // Safety: `big` holds tokens × max(4h, f) floats; the context follows the QKV block.
+        Mat::from_raw(
+            unsafe { self.big.add(self.tokens * 3 * self.h) },
+            self.tokens,
+            self.h,
+        )
+    }
+
+    fn inter(&self) -> Mat {
+        Mat::from_raw(self.big, self.tokens, self.f)
     }
 }

@@ -160,7 +160,11 @@ impl ModelDir {
                 ),
             ));
         }
-        if config.num_attention_heads == 0 || config.hidden_size % config.num_attention_heads != 0 {
+        if config.num_attention_heads == 0
+            || !config
+                .hidden_size
+                .is_multiple_of(config.num_attention_heads)
+        {
             return Err(Error::model(
                 &config_path,
                 format!(

@@ -76,6 +76,8 @@ pub struct BatchStats {
     /// Time in the backend's own queue before the forward pass.
     pub backend_queue: Duration,
     pub forward: Duration,
+    /// How the backend ran the batch (eager, capture or replay, its bucket, the plan cache after it).
+    pub plan: Option<crate::plan::ForwardStats>,
 }
 
 /// A snapshot of the scheduler's load.
@@ -329,6 +331,7 @@ async fn answer(
             embeddings,
             queued,
             compute,
+            forward: plan,
         }) => {
             for (entry, row) in entries.into_iter().zip(embeddings.rows()) {
                 let times = StageTimes {
@@ -347,6 +350,7 @@ async fn answer(
                 fill: tokens as f64 / shared.budget.max_tokens as f64,
                 backend_queue: queued,
                 forward: compute,
+                plan,
             });
         }
         Err(e) => {

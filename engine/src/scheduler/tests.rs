@@ -32,6 +32,11 @@ impl Backend for Manual {
             dim: DIM,
             vocab_size: 100,
             max_positions: 100,
+            dtype: crate::Dtype::F32,
+            isa: crate::backend::cpu::gemm::Isa::Portable,
+            capture: crate::CaptureMode::Off,
+            startup_capture: None,
+            startup_plans: 0,
         }
     }
 }
@@ -52,6 +57,7 @@ impl Manual {
             embeddings: emb,
             queued: Duration::ZERO,
             compute: Duration::from_millis(1),
+            forward: None,
         }));
     }
 }

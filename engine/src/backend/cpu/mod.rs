@@ -1,17 +1,28 @@
-//! The CPU backend: one compute thread owns the model and a rayon pool of `threads` workers; batches queue on a
-//! channel and run one at a time, each using every worker, so the machine is never oversubscribed.
+//! The CPU backend: one compute thread owns the model, a rayon pool of `threads` workers and the plan cache;
+//! batches queue on a channel and run one at a time, each using every worker, so the machine is never
+//! oversubscribed.
+//!
+//! Each batch runs one of three ways ([`crate::plan`]): *eager* (one rayon fork/join per operation, buffers
+//! allocated for the call), *capture* (an arena is made for the batch's bucket, pages touched, then replayed), or
+//! *replay* (the pool's threads run the whole forward together in one broadcast, meeting at spin barriers, in the
+//! bucket's arena).
 
+pub mod attention;
+pub mod gemm;
 pub mod kernels;
-pub mod packed;
+pub mod par;
 
 use std::sync::mpsc;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use super::{Backend, BackendInfo, BufferPool, Handle, Output, Resolver};
+use super::{Backend, BackendInfo, BufferPool, Embeddings, Handle, Output, Resolver};
 use crate::batch::Batch;
+use crate::config::EngineConfig;
 use crate::error::{Error, Result};
-use crate::model::bert::{Bert, Workspace};
+use crate::model::bert::{Arena, Bert};
+use crate::plan::{Action, Bucket, ForwardStats, Ladder, PlanCache, Run};
+use par::{Eager, Mat, Team};
 
 struct Job {
     batch: Batch,
@@ -25,16 +36,25 @@ pub struct CpuBackend {
     pool: Arc<BufferPool>,
 }
 
+/// A captured plan: the arena of one bucket. The model's weights, packed at load, are shared by every plan.
+struct Plan {
+    bucket: Bucket,
+    arena: Arena,
+}
+
+/// What the compute thread owns.
+struct Compute {
+    model: Bert,
+    workers: rayon::ThreadPool,
+    team: Team,
+    threads: usize,
+    ladder: Ladder,
+    cache: PlanCache<Plan>,
+}
+
 impl CpuBackend {
-    pub fn new(model: Bert, threads: usize) -> Result<Self> {
-        let threads = threads.max(1);
-        let info = BackendInfo {
-            name: "cpu",
-            threads,
-            dim: model.dim(),
-            vocab_size: model.config.vocab_size,
-            max_positions: model.config.max_position_embeddings,
-        };
+    pub fn new(model: Bert, config: &EngineConfig) -> Result<Self> {
+        let threads = config.resolved_threads().max(1);
         let workers = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .thread_name(|i| format!("engine-cpu-{i}"))
@@ -43,22 +63,49 @@ impl CpuBackend {
                 name: "threads",
                 message: format!("cannot start {threads} compute threads: {e}"),
             })?;
+        let mut compute = Compute {
+            team: Team::new(threads),
+            threads,
+            ladder: config.ladder(),
+            cache: PlanCache::new(config.capture, config.plan_cache_mib << 20),
+            workers,
+            model,
+        };
+        let startup = (config.capture == crate::plan::CaptureMode::Eager).then(|| {
+            let start = Instant::now();
+            for bucket in compute.ladder.buckets().collect::<Vec<_>>() {
+                compute.capture(bucket);
+            }
+            start.elapsed()
+        });
+        let info = BackendInfo {
+            name: "cpu",
+            threads,
+            dim: compute.model.dim(),
+            vocab_size: compute.model.config.vocab_size,
+            max_positions: compute.model.config.max_position_embeddings,
+            dtype: compute.model.dtype(),
+            isa: gemm::Isa::detect(),
+            capture: config.capture,
+            startup_capture: startup,
+            startup_plans: compute.cache.stats().plans,
+        };
         let (tx, rx) = mpsc::channel::<Job>();
         let pool = Arc::new(BufferPool::default());
         let results = pool.clone();
         std::thread::Builder::new()
             .name("engine-cpu".into())
             .spawn(move || {
-                let mut ws = Workspace::default();
                 // Runs until every sender (the backend) is dropped.
                 for job in rx {
                     let start = Instant::now();
-                    let mut emb = results.take(job.batch.len(), model.dim());
-                    workers.install(|| model.forward(&job.batch, &mut ws, threads, emb.data_mut()));
+                    let mut emb = results.take(job.batch.len(), compute.model.dim());
+                    let forward = compute.run(&job.batch, &mut emb);
                     job.resolver.resolve(Ok(Output {
                         embeddings: emb,
                         queued: start - job.submitted,
                         compute: start.elapsed(),
+                        forward: Some(forward),
                     }));
                 }
             })
@@ -70,6 +117,79 @@ impl CpuBackend {
     }
 }
 
+impl Compute {
+    /// Runs one batch the way the plan cache says, and reports how.
+    fn run(&mut self, batch: &Batch, out: &mut Embeddings) -> ForwardStats {
+        let bucket = self.ladder.bucket(batch.len(), batch.tokens());
+        let mut capture_time = None;
+        let run = match (self.cache.action(bucket), bucket) {
+            (Action::Replay, Some(b)) if self.replay(b, batch, out) => Run::Replay,
+            (Action::Capture, Some(b)) => {
+                let start = Instant::now();
+                let captured = self.capture(b);
+                capture_time = Some(start.elapsed());
+                if captured && self.replay(b, batch, out) {
+                    Run::Capture
+                } else {
+                    self.eager(batch, out);
+                    Run::Eager
+                }
+            }
+            _ => {
+                self.eager(batch, out);
+                Run::Eager
+            }
+        };
+        ForwardStats {
+            run,
+            bucket,
+            padding_tokens: bucket.map_or(0, |b| b.tokens - batch.tokens()),
+            capture_time,
+            cache: self.cache.stats(),
+        }
+    }
+
+    /// Makes the plan of `bucket` (its arena, every page touched) and caches it; false if it is over the cap.
+    fn capture(&mut self, bucket: Bucket) -> bool {
+        let mut arena = self.model.arena(bucket.tokens, self.threads);
+        arena.prefault();
+        let bytes = arena.bytes();
+        self.cache
+            .insert(bucket, Plan { bucket, arena }, bytes)
+            .is_ok()
+    }
+
+    /// One fork/join per operation, in an arena allocated for this call.
+    fn eager(&self, batch: &Batch, out: &mut Embeddings) {
+        let mut arena = self.model.arena(batch.tokens(), self.threads);
+        let buffers = arena.buffers(batch.tokens());
+        let out = Mat::new(out.data_mut(), batch.len(), self.model.dim());
+        let par = Eager {
+            threads: self.threads,
+        };
+        self.workers
+            .install(|| self.model.forward(&par, batch, &buffers, out));
+    }
+
+    /// The whole forward in one broadcast to the team, in the plan's arena. False if no plan fits the batch.
+    fn replay(&mut self, bucket: Bucket, batch: &Batch, out: &mut Embeddings) -> bool {
+        let Some(plan) = self.cache.replay(bucket) else {
+            return false;
+        };
+        // A plan only ever runs batches that fit its own bucket.
+        if !plan.bucket.fits(batch.len(), batch.tokens()) {
+            return false;
+        }
+        let buffers = plan.arena.buffers(batch.tokens());
+        let out = Mat::new(out.data_mut(), batch.len(), self.model.dim());
+        let model = &self.model;
+        self.team.broadcast(&self.workers, |member| {
+            model.forward(member, batch, &buffers, out)
+        });
+        true
+    }
+}
+
 impl Backend for CpuBackend {
     fn submit(&self, batch: Batch) -> Handle {
         if let Err(e) = batch.validate(self.info.vocab_size, self.info.max_positions) {
@@ -78,8 +198,9 @@ impl Backend for CpuBackend {
         if batch.is_empty() {
             return Handle::ready(Ok(Output {
                 embeddings: self.pool.take(0, self.info.dim),
-                queued: Default::default(),
-                compute: Default::default(),
+                queued: Duration::ZERO,
+                compute: Duration::ZERO,
+                forward: None,
             }));
         }
         let (resolver, handle) = Handle::new();

@@ -1,0 +1,327 @@
+//! How one forward pass spreads over the CPU backend's threads.
+//!
+//! The forward pass is written once, as a sequence of operations, each split into independent tasks
+//! ([`Par::run`]). Two ways to run it:
+//!
+//! - [`Eager`]: the forward runs on one thread and every operation is its own rayon fork/join: one wake-up, one
+//!   join, per operation, about fifty per forward.
+//! - [`Member`]: every thread of the pool runs the whole forward at once (one `broadcast` per forward); each
+//!   operation's tasks are taken from a shared counter, and the operation ends at a spin barrier. This is what a
+//!   captured plan replays: one dispatch per forward instead of one per operation.
+//!
+//! Both run the same tasks with the same kernels, so their outputs are bitwise equal.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use rayon::prelude::*;
+
+/// A way to run an operation's tasks across the backend's threads.
+pub trait Par {
+    fn threads(&self) -> usize;
+    /// Runs `f(task, worker)` for every task in `0..tasks` and returns once all have run and their writes are
+    /// visible to every thread; `worker < threads()` names the thread, for its scratch memory. Tasks should cost
+    /// about the same: a team splits them statically, so that a thread reads the same weights in every forward
+    /// pass and finds them in its own cache.
+    fn run(&self, tasks: usize, f: &(dyn Fn(usize, usize) + Sync));
+    /// As [`Par::run`], for tasks of uneven cost (attention over sequences of different lengths): a team hands
+    /// them out one at a time.
+    fn run_dynamic(&self, tasks: usize, f: &(dyn Fn(usize, usize) + Sync));
+}
+
+/// One rayon fork/join per operation, on the current pool (call inside `ThreadPool::install`).
+pub struct Eager {
+    pub threads: usize,
+}
+
+impl Par for Eager {
+    fn threads(&self) -> usize {
+        self.threads
+    }
+
+    fn run(&self, tasks: usize, f: &(dyn Fn(usize, usize) + Sync)) {
+        let worker = || rayon::current_thread_index().unwrap_or(0) % self.threads;
+        if tasks == 1 {
+            f(0, worker());
+        } else {
+            (0..tasks).into_par_iter().for_each(|t| f(t, worker()));
+        }
+    }
+
+    fn run_dynamic(&self, tasks: usize, f: &(dyn Fn(usize, usize) + Sync)) {
+        self.run(tasks, f);
+    }
+}
+
+/// State shared by the threads of a team while they run one forward pass together.
+pub struct Team {
+    threads: usize,
+    next: AtomicUsize,
+    barrier: SpinBarrier,
+}
+
+impl Team {
+    pub fn new(threads: usize) -> Self {
+        Team {
+            threads,
+            next: AtomicUsize::new(0),
+            barrier: SpinBarrier::new(threads),
+        }
+    }
+
+    /// Runs `body` on every thread of `pool` at once (the pool must have exactly `threads` threads), each with its
+    /// own [`Member`].
+    pub fn broadcast(&self, pool: &rayon::ThreadPool, body: impl Fn(&Member) + Sync) {
+        debug_assert_eq!(pool.current_num_threads(), self.threads);
+        pool.broadcast(|ctx| {
+            body(&Member {
+                team: self,
+                worker: ctx.index(),
+                _not_sync: Cell::new(()),
+            })
+        });
+    }
+}
+
+/// One thread's view of a [`Team`]: every member runs the same sequence of operations.
+pub struct Member<'a> {
+    team: &'a Team,
+    worker: usize,
+    /// A member belongs to its thread.
+    _not_sync: Cell<()>,
+}
+
+impl Par for Member<'_> {
+    fn threads(&self) -> usize {
+        self.team.threads
+    }
+
+    fn run(&self, tasks: usize, f: &(dyn Fn(usize, usize) + Sync)) {
+        // Contiguous shares: with a column split, each thread keeps the same weight panels from pass to pass.
+        let n = self.team.threads;
+        for t in self.worker * tasks / n..(self.worker + 1) * tasks / n {
+            f(t, self.worker);
+        }
+        self.team.barrier.wait(|| {});
+    }
+
+    fn run_dynamic(&self, tasks: usize, f: &(dyn Fn(usize, usize) + Sync)) {
+        loop {
+            let t = self.team.next.fetch_add(1, Ordering::Relaxed);
+            if t >= tasks {
+                break;
+            }
+            f(t, self.worker);
+        }
+        // The last member to arrive resets the counter for the next operation before anyone is released.
+        self.team
+            .barrier
+            .wait(|| self.team.next.store(0, Ordering::Relaxed));
+    }
+}
+
+/// A barrier that spins: the team's threads all arrive within microseconds of each other, and parking and
+/// waking a thread through the kernel (as `std::sync::Barrier` does) costs more than the operations it separates
+/// at small batches. Written here because no well-kept crate offers a spin barrier with a last-arriver hook.
+struct SpinBarrier {
+    threads: usize,
+    arrived: AtomicUsize,
+    generation: AtomicUsize,
+}
+
+impl SpinBarrier {
+    fn new(threads: usize) -> Self {
+        SpinBarrier {
+            threads,
+            arrived: AtomicUsize::new(0),
+            generation: AtomicUsize::new(0),
+        }
+    }
+
+    fn wait(&self, last: impl FnOnce()) {
+        let generation = self.generation.load(Ordering::Acquire);
+        if self.arrived.fetch_add(1, Ordering::AcqRel) + 1 == self.threads {
+            self.arrived.store(0, Ordering::Relaxed);
+            last();
+            self.generation.fetch_add(1, Ordering::Release);
+            return;
+        }
+        let mut spins = 0u32;
+        while self.generation.load(Ordering::Acquire) == generation {
+            // Spin briefly, then yield: with more threads than free cores, spinning would starve the laggard.
+            if spins < 1 << 10 {
+                std::hint::spin_loop();
+                spins += 1;
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+/// A row-major f32 matrix that the tasks of one operation write concurrently, each its own rows or columns.
+/// It is a raw pointer: the forward pass's buffers are shared by every thread of a team.
+#[derive(Clone, Copy, Debug)]
+pub struct Mat {
+    ptr: *mut f32,
+    pub rows: usize,
+    pub cols: usize,
+    /// Stride between rows, in floats.
+    pub ld: usize,
+}
+
+// Safety: a `Mat` is only written through by tasks that own disjoint parts of it, with a barrier (the end of
+// `Par::run`) between an operation's writes and the next operation's reads.
+unsafe impl Send for Mat {}
+unsafe impl Sync for Mat {}
+
+impl Mat {
+    pub fn new(data: &mut [f32], rows: usize, cols: usize) -> Mat {
+        assert!(data.len() >= rows * cols, "matrix larger than its buffer");
+        Mat::from_raw(data.as_mut_ptr(), rows, cols)
+    }
+
+    /// A view of `rows × cols` floats at `ptr`; using it is unsafe, making it is not.
+    pub(crate) fn from_raw(ptr: *mut f32, rows: usize, cols: usize) -> Mat {
+        Mat {
+            ptr,
+            rows,
+            cols,
+            ld: cols,
+        }
+    }
+
+    /// Columns `start..start + cols` of every row, sharing the rows' stride.
+    pub fn columns(self, start: usize, cols: usize) -> Mat {
+        assert!(start + cols <= self.cols, "columns out of range");
+        Mat {
+            // Safety: within the matrix, as just checked.
+            ptr: unsafe { self.ptr.add(start) },
+            cols,
+            ..self
+        }
+    }
+
+    pub fn ptr(self) -> *mut f32 {
+        self.ptr
+    }
+
+    /// Pointer to element `(r, c)`.
+    ///
+    /// # Safety
+    /// `r < rows` and `c <= cols`.
+    pub unsafe fn at(self, r: usize, c: usize) -> *mut f32 {
+        self.ptr.add(r * self.ld + c)
+    }
+
+    /// Row `r`, for reading.
+    ///
+    /// # Safety
+    /// `r < rows`, and no task writes the row during the caller's operation.
+    pub unsafe fn row<'a>(self, r: usize) -> &'a [f32] {
+        debug_assert!(r < self.rows);
+        std::slice::from_raw_parts(self.at(r, 0), self.cols)
+    }
+
+    /// Row `r`, for writing.
+    ///
+    /// # Safety
+    /// `r < rows`, and the calling task is the only one touching the row during its operation.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn row_mut<'a>(self, r: usize) -> &'a mut [f32] {
+        debug_assert!(r < self.rows);
+        std::slice::from_raw_parts_mut(self.at(r, 0), self.cols)
+    }
+}
+
+/// Per-thread scratch memory: one slab per worker, each used only by the tasks that worker runs.
+pub struct Scratch {
+    slabs: Vec<std::cell::UnsafeCell<Vec<f32>>>,
+}
+
+// Safety: worker `w` only ever touches slab `w` (see `Par::run`'s worker argument).
+unsafe impl Sync for Scratch {}
+
+impl Scratch {
+    pub fn new(workers: usize, floats: usize) -> Self {
+        Scratch {
+            slabs: (0..workers)
+                .map(|_| std::cell::UnsafeCell::new(vec![0.0; floats]))
+                .collect(),
+        }
+    }
+
+    /// Worker `w`'s slab.
+    ///
+    /// # Safety
+    /// Only worker `w` calls this, and not while a slice it got earlier is still in use.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn slab(&self, worker: usize) -> &mut [f32] {
+        &mut *self.slabs[worker].get()
+    }
+
+    pub fn floats(&self) -> usize {
+        // Safety: reading lengths only; callers do this outside any forward pass.
+        self.slabs.iter().map(|s| unsafe { (*s.get()).len() }).sum()
+    }
+
+    /// Touches every page of every slab now.
+    pub fn prefault(&mut self) {
+        for s in &mut self.slabs {
+            s.get_mut().fill(0.0);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each operation must see every write of the one before it, on every thread.
+    #[test]
+    fn team_operations_are_ordered_by_the_barrier() {
+        let threads = 2;
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .expect("pool");
+        let team = Team::new(threads);
+        let n = 1000;
+        let mut data = vec![0.0f32; n];
+        let m = Mat::new(&mut data, n, 1);
+        let stale = AtomicUsize::new(0);
+        team.broadcast(&pool, |member| {
+            for step in 1..=50 {
+                member.run(n, &|t, _| unsafe { *m.at(t, 0) = step as f32 });
+                // Reads the other end of the vector, written (most likely) by the other thread.
+                member.run(n, &|t, _| unsafe {
+                    if *m.at(n - 1 - t, 0) != step as f32 {
+                        stale.fetch_add(1, Ordering::Relaxed);
+                    }
+                });
+            }
+        });
+        assert_eq!(stale.load(Ordering::Relaxed), 0);
+        assert!(data.iter().all(|&v| v == 50.0));
+    }
+
+    #[test]
+    fn eager_and_team_run_every_task_once() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .expect("pool");
+        let counts: Vec<AtomicUsize> = (0..257).map(|_| AtomicUsize::new(0)).collect();
+        let f = |t: usize, w: usize| {
+            assert!(w < 2);
+            counts[t].fetch_add(1, Ordering::Relaxed);
+        };
+        pool.install(|| Eager { threads: 2 }.run(counts.len(), &f));
+        let team = Team::new(2);
+        team.broadcast(&pool, |m| {
+            m.run(counts.len(), &f);
+            m.run_dynamic(counts.len(), &f);
+        });
+        assert!(counts.iter().all(|c| c.load(Ordering::Relaxed) == 3));
+    }
+}
