@@ -13,9 +13,11 @@ one fixed 12-token query embedded alone many times, and the min cosine of each e
 sentence-transformers' over the same texts (a throughput figure from a wrong engine is worthless).
 
 Setup (once; a venv of its own, which this script finds and re-runs itself in):  bash scripts/setup_peers.sh
-Full run:      python3 scripts/compare_peers.py --bench target/release/bench --json results/peers.json
+Full run (on a quiet machine; a release build: cargo build --release --bin bench):
+    python3 scripts/compare_peers.py --json results/peers-$(date +%Y%m%d)/peers.json
 Quick check:   python3 scripts/compare_peers.py --n 64 --repeats 1 --query-reps 50
-Variants:      --ours "f32=--dtype f32" --ours "bf16=--dtype bf16"
+Variants:      --ours "f32=--dtype f32" --ours "bf16=--dtype bf16"   (rows named by NAME, flags to `bench embed`)
+Parsers only:  python3 scripts/compare_peers.py --self-test
 """
 import argparse
 import hashlib
@@ -516,6 +518,9 @@ def report(result):
           f"{w['query_reps']} times after {w['query_warmup']} warm-ups, tokenization included. "
           f"Model: {w['gflop_per_token']:.4f} GFLOP per token on this workload "
           f"({w['query_gflop']:.3f} GFLOP for the query).")
+    busy = max(m["loadavg_start"][0], m["loadavg_end"][0])
+    if busy > 0.5:
+        print(f"- Warning: load average up to {busy:.2f}: other work shared the CPUs, so these figures are noisy.")
     for e in result["engines"]:
         b = e["bulk"]
         if b and b.get("tokens_per_s_excl_tokenize"):
