@@ -517,7 +517,7 @@ def report(result):
           f"tokenization included. Single query: {w['query']!r} ({w['query_tokens']} tokens) embedded alone "
           f"{w['query_reps']} times after {w['query_warmup']} warm-ups, tokenization included. "
           f"Model: {w['gflop_per_token']:.4f} GFLOP per token on this workload "
-          f"({w['query_gflop']:.3f} GFLOP for the query).")
+          f"({w['query_gflop']:.3f} GFLOP for the query). ×ORT is against the faster ONNX Runtime row.")
     busy = max(m["loadavg_start"][0], m["loadavg_end"][0])
     if busy > 0.5:
         print(f"- Warning: load average up to {busy:.2f}: other work shared the CPUs, so these figures are noisy.")
