@@ -54,13 +54,38 @@ def log(msg):
 # ---------------------------------------------------------------------------------------------------------------
 # Environment: the peers live in the venv that scripts/setup_peers.sh made.
 
+def cpu_snapshot():
+    """Busy CPU-seconds of the whole machine (/proc/stat: all but idle and iowait; steal counts, as time taken
+    from us) and of this process with its finished children, for telling how much other work ran meanwhile."""
+    busy = None
+    try:
+        with open("/proc/stat", encoding="utf-8") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        busy = (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        pass
+    t = os.times()
+    return {"wall": time.monotonic(), "busy": busy,
+            "own": t.user + t.system + t.children_user + t.children_system}
+
+
+def interference(start, end):
+    wall = end["wall"] - start["wall"]
+    if start["busy"] is None or end["busy"] is None or wall <= 0:
+        return {"wall_s": wall, "others_cpu_s": None, "others_cores_avg": None}
+    others = max(0.0, (end["busy"] - start["busy"]) - (end["own"] - start["own"]))
+    return {"wall_s": wall, "others_cpu_s": others, "others_cores_avg": others / wall}
+
+
+def cache_root():
+    """The engine's cache folder (as engine/src/model/fetch.rs finds it): the venv and the ONNX exports go there."""
+    if os.environ.get("EMBED_WORKBENCH_CACHE"):
+        return Path(os.environ["EMBED_WORKBENCH_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "embedding-workbench"
+
+
 def peers_venv():
-    if os.environ.get("PEERS_VENV"):
-        return Path(os.environ["PEERS_VENV"])
-    cache = os.environ.get("EMBED_WORKBENCH_CACHE")
-    if not cache:
-        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "embedding-workbench"
-    return Path(cache) / "peers-venv"
+    return Path(os.environ["PEERS_VENV"]) if os.environ.get("PEERS_VENV") else cache_root() / "peers-venv"
 
 
 def ensure_peers():
@@ -90,20 +115,14 @@ def limit_threads(threads):
 
 
 def machine_info(threads):
-    cpu = "unknown CPU"
+    cpu, flags = "unknown CPU", set()
     try:
         for line in open("/proc/cpuinfo", encoding="utf-8"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    flags = set()
-    try:
-        for line in open("/proc/cpuinfo", encoding="utf-8"):
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-                break
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and cpu == "unknown CPU":
+                cpu = value.strip()
+            elif key.strip() == "flags" and not flags:
+                flags = set(value.split())
     except OSError:
         pass
     isa = [f for f in ["avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16"] if f in flags]
@@ -117,13 +136,6 @@ def machine_info(threads):
         "kernel": platform.release(),
         "python": platform.python_version(),
     }
-
-
-def cache_dir():
-    cache = os.environ.get("EMBED_WORKBENCH_CACHE")
-    if not cache:
-        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "embedding-workbench"
-    return Path(cache) / "peers"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -217,7 +229,7 @@ def export_onnx(model_dir, opset):
     from transformers import AutoTokenizer, BertModel
     weights = Path(model_dir) / "model.safetensors"
     digest = hashlib.sha256(weights.read_bytes()).hexdigest()[:12]
-    folder = cache_dir() / "onnx" / f"{digest}-torch{torch.__version__.split('+')[0]}-opset{opset}-eager"
+    folder = cache_root() / "peers" / "onnx" / f"{digest}-torch{torch.__version__.split('+')[0]}-opset{opset}-eager"
     meta_path = folder / "export.json"
     if meta_path.is_file():
         return folder / "model.onnx", json.loads(meta_path.read_text())
@@ -239,7 +251,8 @@ def export_onnx(model_dir, opset):
     enc = tok(["a short one", "and a somewhat longer sentence to pad the first"], padding=True, return_tensors="pt")
     args = (enc["input_ids"], enc["attention_mask"], enc["token_type_ids"])
     names = ["input_ids", "attention_mask", "token_type_ids"]
-    tmp = Path(tempfile.mkdtemp(prefix="export-", dir=folder.parent if folder.parent.exists() else None))
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="export-", dir=folder.parent))  # same file system: the rename is atomic
     try:
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -258,7 +271,6 @@ def export_onnx(model_dir, opset):
         meta = {"exporter": exporter, "attention": "eager", "opset": opset, "torch": torch.__version__,
                 "weights_sha256_12": digest}
         (tmp / "export.json").write_text(json.dumps(meta))
-        folder.parent.mkdir(parents=True, exist_ok=True)
         if folder.exists():
             shutil.rmtree(folder)
         tmp.rename(folder)  # whole folder at once: a half-written export is never reused
@@ -508,9 +520,11 @@ def report(result):
         lines.append("| " + " | ".join(row) + " |")
     print("\n".join(lines))
     print()
-    print(f"Machine: {m['cpu']} ({' '.join(m['isa']) or 'no AVX2'}), {m['logical_cpus']} logical CPUs ({m['cpus_allowed']} allowed), "
-          f"{m['threads']} threads per engine, load average {m['loadavg_start'][0]:.2f} at start, "
-          f"{m['loadavg_end'][0]:.2f} at end; Linux {m['kernel']}, Python {m['python']}.")
+    others = m["interference"]["others_cores_avg"]
+    print(f"Machine: {m['cpu']} ({' '.join(m['isa']) or 'no AVX2'}), {m['logical_cpus']} logical CPUs "
+          f"({m['cpus_allowed']} allowed), {m['threads']} threads per engine; other processes used "
+          f"{fmt(others, '.2f')} cores on average during the run (load average {m['loadavg_start'][0]:.2f} before "
+          f"it); Linux {m['kernel']}, Python {m['python']}.")
     print(f"Workload: first {w['n']} texts of {w['file']}, {w['tokens']} tokens (model tokenizer, special tokens "
           f"included, truncated at {w['max_seq_length']}), mean {w['tokens'] / max(w['n'], 1):.1f} per text; "
           f"batch size {w['batch_size']}; bulk figure = median of {w['repeats']} runs after a warm-up, "
@@ -518,9 +532,9 @@ def report(result):
           f"{w['query_reps']} times after {w['query_warmup']} warm-ups, tokenization included. "
           f"Model: {w['gflop_per_token']:.4f} GFLOP per token on this workload "
           f"({w['query_gflop']:.3f} GFLOP for the query). ×ORT is against the faster ONNX Runtime row.")
-    busy = max(m["loadavg_start"][0], m["loadavg_end"][0])
-    if busy > 0.5:
-        print(f"- Warning: load average up to {busy:.2f}: other work shared the CPUs, so these figures are noisy.")
+    if others is not None and others > 0.1:
+        print(f"- Warning: other processes used {others:.2f} cores on average during this run: these figures are "
+              f"noisy; rerun on a quiet machine.")
     for e in result["engines"]:
         b = e["bulk"]
         if b and b.get("tokens_per_s_excl_tokenize"):
@@ -576,6 +590,7 @@ def main():
     cfg = json.loads((model_dir / "config.json").read_text())
     max_len = json.loads((model_dir / "sentence_bert_config.json").read_text())["max_seq_length"]
     machine = machine_info(args.threads)
+    snap = cpu_snapshot()
     lines, texts = load_texts(args.file, args.n)
 
     # Engines are built first (the ONNX export happens here, untimed).
@@ -692,7 +707,7 @@ def main():
         tps = r["bulk"] and r["bulk"]["tokens_per_s"]
         r["x_st"] = tps / st_tps if tps and st_tps else None
         r["x_ort"] = tps / ort_tps if tps and ort_tps else None  # against the faster ORT row
-    machine["loadavg_end"] = list(os.getloadavg())
+    machine["interference"] = interference(snap, cpu_snapshot())
     result = {
         "schema_version": SCHEMA_VERSION,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
