@@ -210,6 +210,10 @@ impl<P> PlanCache<P> {
         self.stats
     }
 
+    pub fn cap_bytes(&self) -> usize {
+        self.cap_bytes
+    }
+
     /// Decides how the next batch of `bucket` runs. Under `lazy` the first sighting of a bucket runs eager and
     /// the second captures; under `eager` a missing plan (evicted, or past the start-up set) is captured at once.
     pub fn action(&mut self, bucket: Option<Bucket>) -> Action {

@@ -43,8 +43,12 @@ fn fixtures() -> Vec<Fixture> {
 }
 
 fn minilm() -> Engine {
+    minilm_with(EngineConfig::default())
+}
+
+fn minilm_with(config: EngineConfig) -> Engine {
     let dir = engine::model::fetch::default_model_dir().expect("default model");
-    Engine::load(dir, EngineConfig::default()).expect("load all-MiniLM-L6-v2")
+    Engine::load(dir, config).expect("load all-MiniLM-L6-v2")
 }
 
 fn cosine(a: &[f32], b: &[f32]) -> f64 {
@@ -54,20 +58,32 @@ fn cosine(a: &[f32], b: &[f32]) -> f64 {
     dot / (na * nb)
 }
 
+/// The lowest cosine between the engine's embeddings and the references, and the text it was for.
+fn worst_cosine<'a>(fx: &'a [Fixture], got: &[Vec<f32>]) -> (f64, &'a str) {
+    fx.iter()
+        .zip(got)
+        .map(|(f, e)| (cosine(e, &f.embedding), f.text.as_str()))
+        .fold((1.0, ""), |w, c| if c.0 < w.0 { c } else { w })
+}
+
 #[test]
 fn every_fixture_matches_sentence_transformers() {
     let fx = fixtures();
     assert!(fx.len() >= 200, "only {} fixtures", fx.len());
     let engine = minilm();
     let texts: Vec<&str> = fx.iter().map(|f| f.text.as_str()).collect();
-    let got = engine.embed(&texts).expect("embed");
-    let mut worst = (1.0f64, "");
-    for (f, e) in fx.iter().zip(&got) {
-        let c = cosine(e, &f.embedding);
-        if c < worst.0 {
-            worst = (c, &f.text);
-        }
-    }
+    // Under lazy capture the first pass runs each bucket eager and the second captures and replays its plan.
+    let eager = engine.embed(&texts).expect("embed");
+    let replayed = engine.embed(&texts).expect("embed again");
+    assert!(
+        eager
+            .iter()
+            .flatten()
+            .zip(replayed.iter().flatten())
+            .all(|(a, b)| a.to_bits() == b.to_bits()),
+        "a replayed plan differs from the eager pass"
+    );
+    let worst = worst_cosine(&fx, &eager);
     println!(
         "min cosine over {} fixtures: {:.9} (1 - cos = {:.1e})",
         fx.len(),
@@ -76,6 +92,34 @@ fn every_fixture_matches_sentence_transformers() {
     );
     assert!(
         worst.0 >= 0.9999,
+        "cosine {} for {:?}",
+        worst.0,
+        worst.1.chars().take(80).collect::<String>()
+    );
+}
+
+#[test]
+fn bf16_reaches_0_999_on_every_fixture() {
+    if !engine::backend::cpu::gemm::bf16_supported() {
+        eprintln!("skipped: this CPU has no AVX512-BF16 (dtype bf16 runs the f32 kernels here)");
+        return;
+    }
+    let fx = fixtures();
+    let engine = minilm_with(EngineConfig {
+        dtype: engine::Dtype::Bf16,
+        ..Default::default()
+    });
+    assert_eq!(engine.backend().info().dtype, engine::Dtype::Bf16);
+    let texts: Vec<&str> = fx.iter().map(|f| f.text.as_str()).collect();
+    let worst = worst_cosine(&fx, &engine.embed(&texts).expect("embed"));
+    println!(
+        "bf16: min cosine over {} fixtures: {:.6} (1 - cos = {:.1e})",
+        fx.len(),
+        worst.0,
+        1.0 - worst.0
+    );
+    assert!(
+        worst.0 >= 0.999,
         "cosine {} for {:?}",
         worst.0,
         worst.1.chars().take(80).collect::<String>()

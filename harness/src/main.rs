@@ -1,6 +1,7 @@
 //! `bench`: the Embedding Workbench command line.
 
 mod loadtest;
+mod plans;
 mod serve;
 
 use std::io::{BufRead, BufWriter, Write};
@@ -32,6 +33,8 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Load-test the HTTP server on loopback: open-loop request rates × overlap on/off × token budgets.
     Loadtest(loadtest::LoadtestArgs),
+    /// Measure what forward plans buy: eager vs replayed latency per batch shape, capture cost, start-up time.
+    Plans(plans::PlansArgs),
 }
 
 /// Engine settings shared by every command that loads a model.
@@ -61,6 +64,21 @@ pub(crate) struct EngineArgs {
     /// Queue bound in sequences.
     #[arg(long, default_value_t = EngineConfig::default().max_queue_requests)]
     max_queue_requests: usize,
+    /// Precision of the linear layers: f32, or bf16 where the CPU has AVX512-BF16 (f32 elsewhere).
+    #[arg(long, default_value = "f32")]
+    dtype: String,
+    /// When forward plans are made: off (always eager), eager (every bucket at start-up) or lazy.
+    #[arg(long, default_value = "lazy")]
+    capture: String,
+    /// Token rungs of the bucket ladder, comma-separated (default: doubling from 16 to the token budget).
+    #[arg(long, value_delimiter = ',')]
+    token_buckets: Vec<usize>,
+    /// Sequence rungs of the bucket ladder, comma-separated (default: fourfold from 1 to the sequence cap).
+    #[arg(long, value_delimiter = ',')]
+    seq_buckets: Vec<usize>,
+    /// Memory cap of the plan cache, in MiB.
+    #[arg(long, default_value_t = EngineConfig::default().plan_cache_mib)]
+    plan_cache_mib: usize,
 }
 
 impl EngineArgs {
@@ -80,6 +98,11 @@ impl EngineArgs {
             overlap: !self.no_overlap,
             max_queue_tokens: self.max_queue_tokens,
             max_queue_requests: self.max_queue_requests,
+            dtype: self.dtype.parse()?,
+            capture: self.capture.parse()?,
+            token_buckets: self.token_buckets.clone(),
+            seq_buckets: self.seq_buckets.clone(),
+            plan_cache_mib: self.plan_cache_mib,
             ..Default::default()
         })
     }
@@ -90,7 +113,26 @@ impl EngineArgs {
 }
 
 fn load_engine(dir: &std::path::Path, config: EngineConfig) -> Result<Engine> {
-    Engine::load(dir, config).with_context(|| format!("loading the model from {}", dir.display()))
+    let engine = Engine::load(dir, config)
+        .with_context(|| format!("loading the model from {}", dir.display()))?;
+    let info = engine.backend().info();
+    let requested = engine.config().dtype;
+    let fallback = if info.dtype != requested {
+        format!(" ({requested} requested: this CPU lacks AVX512-BF16)")
+    } else {
+        String::new()
+    };
+    let startup = info.startup_capture.map_or(String::new(), |t| {
+        format!(
+            ", {} plans captured at start-up in {t:.2?}",
+            info.startup_plans
+        )
+    });
+    eprintln!(
+        "engine: {} backend, {} threads, {:?} kernels, {}{fallback}, capture {}{startup}",
+        info.name, info.threads, info.isa, info.dtype, info.capture
+    );
+    Ok(engine)
 }
 
 #[derive(Args)]
@@ -100,6 +142,10 @@ struct EmbedArgs {
     /// Read plain text, one input per line, instead of JSON Lines.
     #[arg(long)]
     lines: bool,
+    /// Embed each input on its own, one after another (as online queries arrive), and report the latency
+    /// percentiles of one input instead of bulk throughput.
+    #[arg(long)]
+    per_input: bool,
     /// Input file; standard input when absent or `-`.
     input: Option<PathBuf>,
 }
@@ -179,18 +225,32 @@ fn embed(args: EmbedArgs) -> Result<()> {
     let reader = open_input(args.input.as_deref())?;
     let mut out = BufWriter::new(std::io::stdout().lock());
     let mut chunk = Vec::with_capacity(CHUNK);
-    let mut stats = EmbedStats::default();
+    let mut stats = EmbedStats {
+        per_input: args.per_input.then(latency_histogram),
+        ..Default::default()
+    };
     for (n, line) in reader.lines().enumerate() {
         let line = line.with_context(|| format!("reading input line {}", n + 1))?;
         chunk
             .push(parse_input(&line, args.lines).with_context(|| format!("input line {}", n + 1))?);
         if chunk.len() == CHUNK {
-            stats += write_embeddings(&engine, &chunk, &mut out)?;
+            write_embeddings(&engine, &chunk, &mut stats, &mut out)?;
             chunk.clear();
         }
     }
-    stats += write_embeddings(&engine, &chunk, &mut out)?;
+    write_embeddings(&engine, &chunk, &mut stats, &mut out)?;
     out.flush()?;
+    if let Some(h) = &stats.per_input {
+        let ms = |q: f64| h.value_at_quantile(q) as f64 / 1e3;
+        eprintln!(
+            "per input: n {}, p50 {:.3} ms, p90 {:.3} ms, p99 {:.3} ms, mean {:.3} ms",
+            h.len(),
+            ms(0.5),
+            ms(0.9),
+            ms(0.99),
+            h.mean() / 1e3
+        );
+    }
     let secs = stats.time.as_secs_f64();
     eprintln!(
         "embedded {} inputs ({} tokens) in {secs:.3} s: {:.0} tokens/s",
@@ -207,14 +267,13 @@ struct EmbedStats {
     inputs: usize,
     tokens: usize,
     time: std::time::Duration,
+    /// With `--per-input`: each input's latency, tokenization to embedding, in microseconds.
+    per_input: Option<hdrhistogram::Histogram<u64>>,
 }
 
-impl std::ops::AddAssign for EmbedStats {
-    fn add_assign(&mut self, o: Self) {
-        self.inputs += o.inputs;
-        self.tokens += o.tokens;
-        self.time += o.time;
-    }
+fn latency_histogram() -> hdrhistogram::Histogram<u64> {
+    // 1 µs to 100 s at 3 significant digits; the bound cannot be wrong, so neither can this.
+    hdrhistogram::Histogram::new_with_bounds(1, 100_000_000, 3).expect("valid histogram bounds")
 }
 
 fn parse_input(line: &str, plain: bool) -> Result<String> {
@@ -229,10 +288,26 @@ fn parse_input(line: &str, plain: bool) -> Result<String> {
     }
 }
 
-fn write_embeddings(engine: &Engine, texts: &[String], out: &mut impl Write) -> Result<EmbedStats> {
+fn write_embeddings(
+    engine: &Engine,
+    texts: &[String],
+    stats: &mut EmbedStats,
+    out: &mut impl Write,
+) -> Result<()> {
     let start = std::time::Instant::now();
-    let embeddings = engine.embed(texts)?;
-    let time = start.elapsed();
+    let embeddings = match &mut stats.per_input {
+        None => engine.embed(texts)?,
+        Some(h) => {
+            let mut all = Vec::with_capacity(texts.len());
+            for t in texts {
+                let one = std::time::Instant::now();
+                all.extend(engine.embed(&[t])?);
+                h.saturating_record(one.elapsed().as_micros() as u64);
+            }
+            all
+        }
+    };
+    stats.time += start.elapsed();
     // Counted apart from the timed work: the figure is what embedding costs, not this bookkeeping.
     let tokens = texts
         .iter()
@@ -242,11 +317,9 @@ fn write_embeddings(engine: &Engine, texts: &[String], out: &mut impl Write) -> 
         serde_json::to_writer(&mut *out, &serde_json::json!({ "embedding": e }))?;
         out.write_all(b"\n")?;
     }
-    Ok(EmbedStats {
-        inputs: texts.len(),
-        tokens,
-        time,
-    })
+    stats.inputs += texts.len();
+    stats.tokens += tokens;
+    Ok(())
 }
 
 fn main() -> Result<()> {
@@ -255,5 +328,6 @@ fn main() -> Result<()> {
         Command::Tokenize(args) => tokenize(args),
         Command::Serve(args) => serve::run(args),
         Command::Loadtest(args) => loadtest::run(args),
+        Command::Plans(args) => plans::run(args),
     }
 }

@@ -560,6 +560,15 @@ mod x86 {
         _mm512_mask_storeu_ps(o.add(16), m.1, hi);
     }
 
+    /// Asks for the panel's bytes a kilobyte ahead of the ones being read: a query's tile streams weights that a
+    /// single pass never reuses, faster than the hardware prefetcher fetches them on its own.
+    #[inline(always)]
+    unsafe fn prefetch(at: *const u8) {
+        const AHEAD: usize = 4096;
+        _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(AHEAD) as *const i8);
+        _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(AHEAD + 64) as *const i8);
+    }
+
     /// 12 × 32 f32 tile: per k, two panel loads, twelve broadcasts, 24 FMAs into 24 of the 32 zmm registers.
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn tile_avx512(
@@ -585,6 +594,7 @@ mod x86 {
         let (lo0, hi0) = init512(out, m);
         let (mut lo, mut hi) = ([lo0; R], [hi0; R]);
         for kk in 0..k {
+            prefetch(b.add(kk * 32) as *const u8);
             let b0 = _mm512_loadu_ps(b.add(kk * 32));
             let b1 = _mm512_loadu_ps(b.add(kk * 32 + 16));
             for r in 0..R {
@@ -618,6 +628,7 @@ mod x86 {
         let (lo0, hi0) = init512(out, m);
         let (mut lo, mut hi) = ([lo0; R], [hi0; R]);
         for j in 0..kp {
+            prefetch(b.add(j * 2 * BF16_NR) as *const u8);
             let b0: __m512bh =
                 std::mem::transmute(_mm512_loadu_si512(b.add(j * 2 * BF16_NR) as *const __m512i));
             let b1: __m512bh = std::mem::transmute(_mm512_loadu_si512(

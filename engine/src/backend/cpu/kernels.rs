@@ -4,8 +4,9 @@
 
 use gemm::Parallelism;
 
-/// Compiles `$body` twice, once with AVX2+FMA enabled, and picks at run time: the loops below are written so LLVM
-/// vectorises them, and this lets it use 8-wide registers without building the whole crate for one CPU.
+/// Compiles `$body` three times, with AVX-512, with AVX2+FMA and without, and picks at run time: the loops below
+/// are written so LLVM vectorises them, and this lets it use 16- or 8-wide registers without building the whole
+/// crate for one CPU.
 macro_rules! simd_fn {
     ($(#[$meta:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $body:block) => {
         $(#[$meta])*
@@ -14,9 +15,17 @@ macro_rules! simd_fn {
             fn body($($arg: $ty),*) $body
             #[cfg(target_arch = "x86_64")]
             {
+                #[target_feature(enable = "avx512f,avx2,fma")]
+                unsafe fn avx512($($arg: $ty),*) {
+                    body($($arg),*)
+                }
                 #[target_feature(enable = "avx2,fma")]
                 unsafe fn avx2($($arg: $ty),*) {
                     body($($arg),*)
+                }
+                if std::is_x86_feature_detected!("avx512f") {
+                    // Safety: the feature was detected on this CPU just now.
+                    return unsafe { avx512($($arg),*) };
                 }
                 if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
                     // Safety: the features were detected on this CPU just now.
@@ -109,8 +118,12 @@ pub fn erf(x: f32) -> f32 {
 /// relative error about 2e-7, branch-free so that it vectorises.
 #[inline(always)]
 pub fn exp_neg(x: f32) -> f32 {
+    // Adding 1.5·2²³ rounds to an integer in the mantissa's low bits: both n and its bits come without a float to
+    // integer conversion, which Rust saturates with scalar branches that would stop the loop vectorising.
+    const ROUND: f32 = 12_582_912.0;
     let x = x.max(-87.0);
-    let n = (x * std::f32::consts::LOG2_E).round();
+    let t = x * std::f32::consts::LOG2_E + ROUND;
+    let n = t - ROUND;
     // Cody-Waite: ln 2 split in two so that r = x - n ln 2 keeps its low bits.
     let r = x - n * 0.693_145_75 - n * 1.428_606_8e-6;
     let mut p = 1.0 / 720.0_f32;
@@ -120,28 +133,46 @@ pub fn exp_neg(x: f32) -> f32 {
     p = p * r + 0.5;
     p = p * r + 1.0;
     p = p * r + 1.0;
-    p * f32::from_bits(((n as i32 + 127) as u32) << 23)
+    let two_n = (t.to_bits().wrapping_sub(ROUND.to_bits()).wrapping_add(127)) << 23;
+    p * f32::from_bits(two_n)
 }
 
-/// Sum of a slice in 8 independent lanes, so the reduction vectorises without reassociation by the compiler.
+/// Sum of a slice in 16 independent lanes, so the reduction vectorises without reassociation by the compiler.
 #[inline(always)]
 fn sum_lanes(x: &[f32], f: impl Fn(f32) -> f32) -> f32 {
-    let mut acc = [0.0f32; 8];
-    let chunks = x.chunks_exact(8);
+    let mut acc = [0.0f32; 16];
+    let chunks = x.chunks_exact(16);
     let tail = chunks.remainder();
     for c in chunks {
-        for i in 0..8 {
+        for i in 0..16 {
             acc[i] += f(c[i]);
         }
     }
     acc.iter().sum::<f32>() + tail.iter().map(|&v| f(v)).sum::<f32>()
 }
 
+/// Max of a slice in 16 independent lanes: a fold over `f32::max` does not vectorise (its NaN rules), lanes
+/// compared with `>` do.
+#[inline(always)]
+fn max_lanes(x: &[f32]) -> f32 {
+    let mut acc = [f32::NEG_INFINITY; 16];
+    let chunks = x.chunks_exact(16);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for i in 0..16 {
+            acc[i] = if c[i] > acc[i] { c[i] } else { acc[i] };
+        }
+    }
+    acc.iter()
+        .chain(tail)
+        .fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m })
+}
+
 simd_fn! {
     /// Row-wise softmax of `scale · x`, in place.
     pub fn softmax_rows(x: &mut [f32], cols: usize, scale: f32) {
         for row in x.chunks_exact_mut(cols) {
-            let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+            let max = max_lanes(row);
             for v in row.iter_mut() {
                 *v = exp_neg((*v - max) * scale);
             }

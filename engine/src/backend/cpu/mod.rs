@@ -152,8 +152,11 @@ impl Compute {
     /// Makes the plan of `bucket` (its arena, every page touched) and caches it; false if it is over the cap.
     fn capture(&mut self, bucket: Bucket) -> bool {
         let mut arena = self.model.arena(bucket.tokens, self.threads);
-        arena.prefault();
         let bytes = arena.bytes();
+        // Not for a plan the cache will refuse: its pages would be touched for nothing.
+        if bytes <= self.cache.cap_bytes() {
+            arena.prefault();
+        }
         self.cache
             .insert(bucket, Plan { bucket, arena }, bytes)
             .is_ok()

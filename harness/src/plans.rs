@@ -1,0 +1,253 @@
+//! `bench plans`: what forward plans buy on this machine. For each batch shape, the forward latency run eager
+//! (`capture = off`: one fork/join per operation, buffers allocated per call) against a replayed plan, the first
+//! two calls under `lazy` (eager, then capture), and the capture cost; and the start-up time of `eager` (every
+//! bucket captured) against `lazy`.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use engine::plan::{ForwardStats, Run};
+use engine::{Batch, CaptureMode, Engine, EngineConfig};
+
+use crate::{load_engine, EngineArgs};
+
+#[derive(Args)]
+pub struct PlansArgs {
+    #[command(flatten)]
+    engine: EngineArgs,
+    /// Batch shapes as SEQSxLEN (sequences × tokens each), comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1x8,1x32,4x32,32x128,256x150"
+    )]
+    shapes: Vec<Shape>,
+    /// Timed runs per shape and mode, after a warm-up.
+    #[arg(long, default_value_t = 30)]
+    runs: usize,
+    /// Replay "stops mattering" from the first shape where eager is within this fraction of replay.
+    #[arg(long, default_value_t = 0.05)]
+    threshold: f64,
+    /// Also write the figures as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct Shape {
+    seqs: usize,
+    len: usize,
+}
+
+impl std::str::FromStr for Shape {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        let (seqs, len) = s
+            .split_once('x')
+            .with_context(|| format!("shape {s:?}: expected SEQSxLEN, e.g. 32x128"))?;
+        let shape = Shape {
+            seqs: seqs
+                .trim()
+                .parse()
+                .with_context(|| format!("shape {s:?}"))?,
+            len: len.trim().parse().with_context(|| format!("shape {s:?}"))?,
+        };
+        if shape.seqs == 0 || shape.len < 2 {
+            bail!("shape {s:?}: needs at least one sequence of two tokens ([CLS] and [SEP])");
+        }
+        Ok(shape)
+    }
+}
+
+/// One shape's figures, in milliseconds.
+#[derive(serde::Serialize)]
+struct Row {
+    shape: Shape,
+    tokens: usize,
+    eager_p50_ms: f64,
+    replay_p50_ms: f64,
+    speedup: f64,
+    lazy_first_call_ms: f64,
+    lazy_second_call_ms: f64,
+    capture_ms: f64,
+    plan_mib: f64,
+}
+
+#[derive(serde::Serialize)]
+struct Startup {
+    lazy_load_ms: f64,
+    eager_load_ms: f64,
+    eager_capture_ms: f64,
+    eager_plans: usize,
+}
+
+pub fn run(args: PlansArgs) -> Result<()> {
+    let dir = args.engine.model_dir()?;
+    let base = args.engine.config()?;
+    let startup = startup(&dir, &base)?;
+    eprintln!(
+        "start-up: lazy {:.0} ms; eager {:.0} ms ({} plans captured in {:.0} ms)",
+        startup.lazy_load_ms, startup.eager_load_ms, startup.eager_plans, startup.eager_capture_ms
+    );
+
+    // Every shape gets a bucket: the budget covers the largest.
+    let largest = args
+        .shapes
+        .iter()
+        .map(|s| s.seqs * s.len)
+        .max()
+        .unwrap_or(1);
+    let config = |capture| EngineConfig {
+        capture,
+        max_batch_tokens: base.max_batch_tokens.max(largest),
+        max_batch_seqs: base
+            .max_batch_seqs
+            .max(args.shapes.iter().map(|s| s.seqs).max().unwrap_or(1)),
+        ..base.clone()
+    };
+    let off = load_engine(&dir, config(CaptureMode::Off))?;
+    let vocab = off.backend().info().vocab_size as u32;
+    let mut rows = Vec::new();
+    for &shape in &args.shapes {
+        // A fresh lazy engine per shape, so its first two calls are really the bucket's first two.
+        let lazy = load_engine(&dir, config(CaptureMode::Lazy))?;
+        let batch = shape_batch(shape, vocab);
+        let (first, s1) = timed(&lazy, &batch)?;
+        let (second, s2) = timed(&lazy, &batch)?;
+        if (s1.run, s2.run) != (Run::Eager, Run::Capture) {
+            bail!(
+                "lazy capture went {:?} then {:?}, not eager then capture",
+                s1.run,
+                s2.run
+            );
+        }
+        for _ in 0..3 {
+            timed(&off, &batch)?;
+            timed(&lazy, &batch)?;
+        }
+        // Interleaved, so that drift in the machine's speed hits both modes alike.
+        let (mut eager, mut replay) = (Vec::new(), Vec::new());
+        for _ in 0..args.runs.max(1) {
+            eager.push(timed(&off, &batch)?.0);
+            let (t, s) = timed(&lazy, &batch)?;
+            if s.run != Run::Replay {
+                bail!("expected a replay, got {:?}", s.run);
+            }
+            replay.push(t);
+        }
+        let (eager_p50, replay_p50) = (median(&mut eager), median(&mut replay));
+        rows.push(Row {
+            shape,
+            tokens: shape.seqs * shape.len,
+            eager_p50_ms: ms(eager_p50),
+            replay_p50_ms: ms(replay_p50),
+            speedup: eager_p50.as_secs_f64() / replay_p50.as_secs_f64(),
+            lazy_first_call_ms: ms(first),
+            lazy_second_call_ms: ms(second),
+            capture_ms: s2.capture_time.map_or(0.0, ms),
+            plan_mib: s2.cache.bytes as f64 / (1 << 20) as f64,
+        });
+    }
+
+    println!("| shape | tokens | eager p50 ms | replay p50 ms | eager / replay | lazy 1st call ms | lazy 2nd call ms (capture) | capture ms | plan MiB |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for r in &rows {
+        println!(
+            "| {}x{} | {} | {:.3} | {:.3} | {:.2} | {:.3} | {:.3} | {:.3} | {:.1} |",
+            r.shape.seqs,
+            r.shape.len,
+            r.tokens,
+            r.eager_p50_ms,
+            r.replay_p50_ms,
+            r.speedup,
+            r.lazy_first_call_ms,
+            r.lazy_second_call_ms,
+            r.capture_ms,
+            r.plan_mib
+        );
+    }
+    let stops = rows.iter().find(|r| r.speedup < 1.0 + args.threshold);
+    match stops {
+        Some(r) => println!(
+            "\nreplay stops mattering (eager within {:.0}% of replay) from {}x{} = {} tokens",
+            args.threshold * 100.0,
+            r.shape.seqs,
+            r.shape.len,
+            r.tokens
+        ),
+        None => println!(
+            "\nreplay is more than {:.0}% faster than eager at every shape measured",
+            args.threshold * 100.0
+        ),
+    }
+    println!(
+        "start-up: lazy {:.0} ms, eager {:.0} ms ({} plans in {:.0} ms)",
+        startup.lazy_load_ms, startup.eager_load_ms, startup.eager_plans, startup.eager_capture_ms
+    );
+    if let Some(path) = &args.json {
+        let json = serde_json::json!({
+            "schema_version": 1,
+            "config": base,
+            "threshold": args.threshold,
+            "startup": startup,
+            "rows": rows,
+            "replay_stops_mattering_from": stops.map(|r| r.shape),
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&json)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Load times of the same engine under `lazy` and under `eager` (which captures every bucket first).
+fn startup(dir: &std::path::Path, base: &EngineConfig) -> Result<Startup> {
+    let load = |capture| -> Result<(Duration, Engine)> {
+        let start = Instant::now();
+        let engine = load_engine(
+            dir,
+            EngineConfig {
+                capture,
+                ..base.clone()
+            },
+        )?;
+        Ok((start.elapsed(), engine))
+    };
+    let (lazy, _) = load(CaptureMode::Lazy)?;
+    let (eager, engine) = load(CaptureMode::Eager)?;
+    let info = engine.backend().info();
+    Ok(Startup {
+        lazy_load_ms: ms(lazy),
+        eager_load_ms: ms(eager),
+        eager_capture_ms: info.startup_capture.map_or(0.0, ms),
+        eager_plans: info.startup_plans,
+    })
+}
+
+/// `seqs` sequences of `len` deterministic ids: a forward pass costs the same for any ids of one shape.
+fn shape_batch(shape: Shape, vocab: u32) -> Batch {
+    let seq: Vec<u32> = (0..shape.len as u32)
+        .map(|i| 1000 + (i * 7919) % (vocab - 1000))
+        .collect();
+    Batch::from_sequences(std::iter::repeat_n(seq.as_slice(), shape.seqs))
+}
+
+fn timed(engine: &Engine, batch: &Batch) -> Result<(Duration, ForwardStats)> {
+    let start = Instant::now();
+    let out = engine.backend().submit(batch.clone()).wait()?;
+    let elapsed = start.elapsed();
+    Ok((
+        elapsed,
+        out.forward.context("the backend ran no forward pass")?,
+    ))
+}
+
+fn median(v: &mut [Duration]) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
