@@ -11,7 +11,7 @@
 //! [`crate::backend::cpu::par`].
 
 use super::{BertConfig, ModelDir, Pooling, Tensor, Weights};
-use crate::backend::cpu::attention;
+use crate::backend::cpu::attention::{self, Qkv};
 use crate::backend::cpu::gemm::{self, Dtype, Epilogue, Isa, PackedB};
 use crate::backend::cpu::kernels;
 use crate::backend::cpu::par::{Mat, Par, Scratch};
@@ -167,6 +167,8 @@ pub struct Layer {
     output: Linear,
     out_norm: LayerNorm,
     heads: usize,
+    /// Attention's products on the bf16 tile: with bf16 weights, when heads split into bf16 pairs evenly.
+    bf16_attention: bool,
 }
 
 impl Layer {
@@ -183,6 +185,7 @@ impl Layer {
             output: Linear::load(w, &format!("{p}.output.dense"), h, f, dtype)?,
             out_norm: LayerNorm::load(w, &format!("{p}.output.LayerNorm"), h, eps)?,
             heads: c.num_attention_heads,
+            bf16_attention: dtype == Dtype::Bf16 && (h / c.num_attention_heads).is_multiple_of(2),
         })
     }
 
@@ -192,6 +195,14 @@ impl Layer {
         let (x, tmp) = (b.hidden, b.tmp);
         let (qkv, ctx) = (b.qkv(), b.ctx());
         self.qkv.forward(par, x, qkv, false, None, s);
+        let qkv = if self.bf16_attention {
+            Qkv::Bf16 {
+                ptr: to_bf16(par, qkv, b.qkv16()),
+                ld: qkv.cols,
+            }
+        } else {
+            Qkv::F32(qkv)
+        };
         attention::attention(par, offsets, qkv, ctx, self.heads, s);
         self.attn_out.forward(par, ctx, tmp, false, Some(x), s);
         self.attn_norm.forward(par, tmp);
@@ -201,6 +212,28 @@ impl Layer {
         self.output.forward(par, inter, x, false, Some(tmp), s);
         self.out_norm.forward(par, x);
     }
+}
+
+/// Rounds `x` to bf16 into `out` (row-major, `x.cols` apart), whole rows per task; returns `out`.
+fn to_bf16(par: &dyn Par, x: Mat, out: *mut u16) -> *const u16 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let out = out as usize;
+        par.run(x.rows.div_ceil(ROWS_PER_TASK), &|task, _| {
+            for r in task * ROWS_PER_TASK..((task + 1) * ROWS_PER_TASK).min(x.rows) {
+                // Safety: bf16 attention is only chosen where AVX512-BF16 exists; each task owns its rows of
+                // `out`, which holds x.rows × x.cols values.
+                unsafe {
+                    let dst =
+                        std::slice::from_raw_parts_mut((out as *mut u16).add(r * x.cols), x.cols);
+                    crate::backend::cpu::gemm::to_bf16(x.row(r), dst);
+                }
+            }
+        });
+        out as *const u16
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    unreachable!("bf16 needs AVX512-BF16: {par:p} {x:?} {out:p}")
 }
 
 /// A sentence-embedding BERT: encoder, pooling and optional L2 normalisation.
@@ -292,23 +325,26 @@ impl Bert {
                     .unwrap_or(0)
             })
             .unwrap_or(0);
+        let bf16 = self.layers.first().is_some_and(|l| l.bf16_attention);
         let attn_scratch =
-            attention::scratch_floats(Isa::detect(), max_len, h / c.num_attention_heads);
+            attention::scratch_floats(Isa::detect(), max_len, h / c.num_attention_heads, bf16);
+        // QKV and the context, then (bf16 attention) QKV rounded to bf16; or the feed-forward activations.
+        let big = (4 * h + if bf16 { 3 * h / 2 } else { 0 }).max(f);
         Arena {
             tokens,
             h,
             f,
             hidden: vec![0.0; tokens * h],
             tmp: vec![0.0; tokens * h],
-            big: vec![0.0; tokens * (4 * h).max(f)],
+            big: vec![0.0; tokens * big],
             scratch: Scratch::new(threads, linear_scratch.max(attn_scratch)),
         }
     }
 }
 
 /// The activation memory of one forward pass: the hidden states, the block's intermediate (`tmp`), one region
-/// that holds QKV and the attention context and then, once both are dead, the feed-forward activations, and each
-/// thread's scratch. A plan keeps one per bucket; eager runs allocate one per call.
+/// that holds QKV and the attention context (and QKV in bf16 for bf16 attention) and then, once they are dead,
+/// the feed-forward activations, and each thread's scratch. A plan keeps one per bucket; eager runs allocate one per call.
 pub struct Arena {
     tokens: usize,
     h: usize,
@@ -387,5 +423,11 @@ impl Buffers<'_> {
 
     fn inter(&self) -> Mat {
         Mat::from_raw(self.big, self.tokens, self.f)
+    }
+
+    /// QKV rounded to bf16, after QKV and the context (only in arenas made for bf16 attention).
+    fn qkv16(&self) -> *mut u16 {
+        // Safety: such an arena's `big` holds tokens × (4h + 3h/2) floats.
+        unsafe { self.big.add(self.tokens * 4 * self.h) as *mut u16 }
     }
 }

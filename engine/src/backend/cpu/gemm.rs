@@ -60,11 +60,14 @@ impl Isa {
     }
 }
 
-/// Whether this CPU has the `vdpbf16ps` dot product the bf16 kernel is built on.
+/// Whether this CPU has the `vdpbf16ps` dot product the bf16 kernel is built on (and the 16-bit shuffles that
+/// pack its operands).
 pub fn bf16_supported() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512bf16")
+        std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512bw")
+            && std::is_x86_feature_detected!("avx512bf16")
     }
     #[cfg(not(target_arch = "x86_64"))]
     false
@@ -257,12 +260,33 @@ pub unsafe fn pack_rows(
         dst.len() >= panels * nr * k,
         "pack_rows: destination too small"
     );
+    #[cfg(target_arch = "x86_64")]
+    let fast = Isa::detect() == Isa::Avx512;
     for p in 0..panels {
         let panel = &mut dst[p * nr * k..(p + 1) * nr * k];
         let cols = nr.min(n - p * nr);
+        let src = src.add(p * nr * ld);
+        // Whole 16 × 16 blocks in registers (attention packs its keys this way for every head of every
+        // sequence); the ragged edges one value at a time.
+        let (mut c_done, mut k_done) = (0, 0);
+        #[cfg(target_arch = "x86_64")]
+        if fast {
+            (c_done, k_done) = (cols / 16 * 16, k / 16 * 16);
+            for c0 in (0..c_done).step_by(16) {
+                for k0 in (0..k_done).step_by(16) {
+                    x86::transpose16(
+                        src.add(c0 * ld + k0),
+                        ld,
+                        panel.as_mut_ptr().add(k0 * nr + c0),
+                        nr,
+                    );
+                }
+            }
+        }
         for c in 0..cols {
-            let row = std::slice::from_raw_parts(src.add((p * nr + c) * ld), k);
-            for (kk, &v) in row.iter().enumerate() {
+            let row = std::slice::from_raw_parts(src.add(c * ld), k);
+            let from = if c < c_done { k_done } else { 0 };
+            for (kk, &v) in row.iter().enumerate().skip(from) {
                 panel[kk * nr + c] = v;
             }
         }
@@ -488,6 +512,50 @@ unsafe fn tile_portable(
     }
 }
 
+/// The bf16 tile's rows and columns.
+pub const BF16_TILE: (usize, usize) = (BF16_MR, BF16_NR);
+
+/// One bf16 register tile over `kp` pairs of k: `a` holds `rows` rows of bf16 pairs (`lda` u16 apart), `b` one
+/// panel in the pair layout of [`PackedB`]'s bf16 weights.
+///
+/// # Safety
+/// [`bf16_supported`]; the pointers cover what they describe; `out` as for [`tile_f32`], with 32 columns.
+#[cfg(target_arch = "x86_64")]
+pub unsafe fn tile_bf16(
+    a: *const u16,
+    lda: usize,
+    rows: usize,
+    b: *const u16,
+    kp: usize,
+    out: &Out,
+) {
+    x86::tile_bf16(a, lda, rows, b, kp, out)
+}
+
+/// One panel row of attention's values: `dst[2c], dst[2c + 1] = first[c], second[c]` for `c < cols`, zero
+/// past `cols` and where there is no second row.
+///
+/// # Safety
+/// [`bf16_supported`]; `first` (and `second`) cover `cols <= 32` values; `dst` holds 64.
+#[cfg(target_arch = "x86_64")]
+pub unsafe fn interleave_bf16(
+    first: *const u16,
+    second: Option<*const u16>,
+    cols: usize,
+    dst: &mut [u16],
+) {
+    x86::interleave_bf16(first, second, cols, dst)
+}
+
+/// Rounds `src` to bf16 into `dst`, zero-padding past it.
+///
+/// # Safety
+/// [`bf16_supported`]; `dst.len() >= src.len()`.
+#[cfg(target_arch = "x86_64")]
+pub unsafe fn to_bf16(src: &[f32], dst: &mut [u16]) {
+    x86::to_bf16(src, dst)
+}
+
 /// Widest tile of any kernel.
 const NR_MAX: usize = 32;
 
@@ -697,6 +765,81 @@ mod x86 {
         }
     }
 
+    /// `dst[j][i] = src[i][j]` for a 16 × 16 block (rows `lds` and `ldd` floats apart), in three rounds of
+    /// shuffles: 32-bit pairs, 64-bit pairs, then 128-bit lanes.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn transpose16(src: *const f32, lds: usize, dst: *mut f32, ldd: usize) {
+        let r: [__m512; 16] = std::array::from_fn(|i| _mm512_loadu_ps(src.add(i * lds)));
+        // t[2i], t[2i+1]: in each 128-bit lane, rows 2i and 2i+1 interleaved.
+        let mut t = [_mm512_setzero_ps(); 16];
+        for i in 0..8 {
+            t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+            t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+        }
+        // u[4i + m], lane l: column 4l + m of rows 4i..4i+4.
+        let mut u = [_mm512_setzero_ps(); 16];
+        for i in 0..4 {
+            let pd = |v: __m512| _mm512_castps_pd(v);
+            let (a, b, c, d) = (
+                pd(t[4 * i]),
+                pd(t[4 * i + 1]),
+                pd(t[4 * i + 2]),
+                pd(t[4 * i + 3]),
+            );
+            u[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+            u[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+            u[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+            u[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+        }
+        // Output row 4l + m gathers lane l of u[m], u[4 + m], u[8 + m], u[12 + m].
+        for m in 0..4 {
+            let v1 = _mm512_shuffle_f32x4::<0x44>(u[m], u[4 + m]);
+            let v2 = _mm512_shuffle_f32x4::<0xEE>(u[m], u[4 + m]);
+            let w1 = _mm512_shuffle_f32x4::<0x44>(u[8 + m], u[12 + m]);
+            let w2 = _mm512_shuffle_f32x4::<0xEE>(u[8 + m], u[12 + m]);
+            _mm512_storeu_ps(dst.add(m * ldd), _mm512_shuffle_f32x4::<0x88>(v1, w1));
+            _mm512_storeu_ps(dst.add((4 + m) * ldd), _mm512_shuffle_f32x4::<0xDD>(v1, w1));
+            _mm512_storeu_ps(dst.add((8 + m) * ldd), _mm512_shuffle_f32x4::<0x88>(v2, w2));
+            _mm512_storeu_ps(
+                dst.add((12 + m) * ldd),
+                _mm512_shuffle_f32x4::<0xDD>(v2, w2),
+            );
+        }
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub(super) unsafe fn interleave_bf16(
+        first: *const u16,
+        second: Option<*const u16>,
+        cols: usize,
+        dst: &mut [u16],
+    ) {
+        debug_assert!(cols <= 32 && dst.len() >= 64);
+        let mask = if cols >= 32 {
+            u32::MAX
+        } else {
+            (1u32 << cols) - 1
+        };
+        let a = _mm512_maskz_loadu_epi16(mask, first as *const i16);
+        let b = second.map_or(_mm512_setzero_si512(), |s| {
+            _mm512_maskz_loadu_epi16(mask, s as *const i16)
+        });
+        // Index i < 32 picks a[i], 32 + i picks b[i]: (a0 b0 a1 b1 ...) then (a16 b16 ...).
+        let lo = _mm512_set_epi16(
+            47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37, 5, 36,
+            4, 35, 3, 34, 2, 33, 1, 32, 0,
+        );
+        let hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+        _mm512_storeu_si512(
+            dst.as_mut_ptr() as *mut __m512i,
+            _mm512_permutex2var_epi16(a, lo, b),
+        );
+        _mm512_storeu_si512(
+            dst.as_mut_ptr().add(32) as *mut __m512i,
+            _mm512_permutex2var_epi16(a, hi, b),
+        );
+    }
+
     /// Rounds a row of activations to bf16 (nearest even), zero-padding `dst` past the row.
     pub(super) unsafe fn to_bf16(src: &[f32], dst: &mut [u16]) {
         debug_assert!(dst.len() >= src.len());
@@ -900,6 +1043,24 @@ pub(crate) mod tests {
                             "{isa:?} rows={rows} cols={cols} [{i}]: {s} vs {p}"
                         );
                     }
+                }
+            }
+        }
+    }
+
+    /// Large enough for the 16 × 16 register transposes and their ragged edges.
+    #[test]
+    fn pack_rows_transposes_whole_blocks_and_edges() {
+        let (n, k, ld, nr) = (45, 37, 40, 32);
+        let src: Vec<f32> = (0..n * ld).map(|i| i as f32).collect();
+        let mut dst = vec![f32::NAN; 2 * nr * k];
+        unsafe { pack_rows(src.as_ptr(), ld, n, k, nr, &mut dst) };
+        for p in 0..2 {
+            for kk in 0..k {
+                for c in 0..nr {
+                    let row = p * nr + c;
+                    let want = if row < n { src[row * ld + kk] } else { 0.0 };
+                    assert_eq!(dst[(p * k + kk) * nr + c], want, "panel {p} k {kk} col {c}");
                 }
             }
         }
