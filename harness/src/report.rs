@@ -1,0 +1,543 @@
+//! Reports: `reports/<run-id>/` with plots (PNG and SVG, drawn by plotters) and an `index.html` that shows them
+//! with the findings and the summary table. Latency percentiles against offered load with the SLO line and each
+//! configuration's saturation point; achieved against offered throughput with the knee; for workloads with a
+//! batch class, its tokens/s; for a single-step replay, the step's timeline.
+//!
+//! PNG text is drawn with DejaVu Sans, shipped in `harness/assets/` (its license beside it), so no system font
+//! is needed.
+
+use std::path::Path;
+use std::sync::Once;
+
+use anyhow::{anyhow, Context, Result};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use crate::results::{table, RunResult};
+use crate::search::x_of;
+use crate::step::StepResult;
+use crate::workload::{quantile_name, Level};
+
+static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
+
+fn register_font() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // The font is compiled in and known to be valid; a failure would only leave PNG text blank.
+        let _ = plotters::style::register_font("sans-serif", FontStyle::Normal, FONT);
+    });
+}
+
+/// Colours that stay apart in print and for the common colour-vision deficiencies (Okabe–Ito).
+const PALETTE: [RGBColor; 7] = [
+    RGBColor(0, 114, 178),
+    RGBColor(213, 94, 0),
+    RGBColor(0, 158, 115),
+    RGBColor(204, 121, 167),
+    RGBColor(230, 159, 0),
+    RGBColor(86, 180, 233),
+    RGBColor(0, 0, 0),
+];
+
+/// One line of a chart.
+struct Line {
+    label: String,
+    color: RGBColor,
+    points: Vec<(f64, f64)>,
+    dashed: bool,
+}
+
+/// A point called out on a chart.
+struct Mark {
+    label: String,
+    color: RGBColor,
+    at: (f64, f64),
+}
+
+/// What one chart shows; drawn the same way on PNG and SVG.
+struct Chart {
+    file: &'static str,
+    title: String,
+    x_desc: String,
+    y_desc: String,
+    log_y: bool,
+    lines: Vec<Line>,
+    marks: Vec<Mark>,
+    /// A horizontal reference line (the SLO) and its label.
+    hline: Option<(f64, String)>,
+    /// Draw y = x (achieved equal to offered).
+    diagonal: bool,
+}
+
+/// Writes the plots and `index.html` into `dir`; returns the page's path.
+pub fn write(dir: &Path, result: &RunResult) -> Result<std::path::PathBuf> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    register_font();
+    let charts = charts(result);
+    for chart in &charts {
+        let png = dir.join(format!("{}.png", chart.file));
+        draw(
+            BitMapBackend::new(&png, (1000, 620)).into_drawing_area(),
+            chart,
+        )
+        .with_context(|| format!("drawing {}", png.display()))?;
+        let svg = dir.join(format!("{}.svg", chart.file));
+        draw(
+            SVGBackend::new(&svg, (1000, 620)).into_drawing_area(),
+            chart,
+        )
+        .with_context(|| format!("drawing {}", svg.display()))?;
+    }
+    let page = dir.join("index.html");
+    std::fs::write(&page, html(result, &charts))
+        .with_context(|| format!("writing {}", page.display()))?;
+    Ok(page)
+}
+
+fn charts(result: &RunResult) -> Vec<Chart> {
+    let configs = &result.configs;
+    let color = |i: usize| PALETTE[i % PALETTE.len()];
+    let many = configs.len() > 1;
+    let name = |label: &str, what: &str| {
+        if many {
+            format!("{label}: {what}")
+        } else {
+            what.to_owned()
+        }
+    };
+    let measured = |steps: &[StepResult]| -> Vec<StepResult> {
+        let mut v: Vec<StepResult> = steps
+            .iter()
+            .filter(|s| !s.phase.starts_with("probe"))
+            .cloned()
+            .collect();
+        v.sort_by(|a, b| x_of(a).total_cmp(&x_of(b)));
+        v
+    };
+    let Some(first) = configs.iter().flat_map(|c| c.steps.first()).next() else {
+        return Vec::new();
+    };
+    let rate_mode = matches!(first.level, Level::Rate(_));
+    let main = &first.main();
+    let x_desc = if rate_mode {
+        format!("offered load ({} requests/s)", main.class)
+    } else {
+        format!("concurrency ({} clients)", main.class)
+    };
+    let single_step = configs.iter().all(|c| measured(&c.steps).len() <= 1);
+    if single_step {
+        return timeline_charts(result);
+    }
+
+    let mut latency = Chart {
+        file: "latency",
+        title: format!("{} latency vs load", main.class),
+        x_desc: x_desc.clone(),
+        y_desc: "latency from the scheduled time (ms, log)".into(),
+        log_y: true,
+        lines: Vec::new(),
+        marks: Vec::new(),
+        hline: Some((
+            main.slo.latency_ms,
+            format!(
+                "SLO: {} <= {} ms",
+                quantile_name(main.slo.quantile),
+                main.slo.latency_ms
+            ),
+        )),
+        diagonal: false,
+    };
+    let mut throughput = Chart {
+        file: "throughput",
+        title: if rate_mode {
+            "achieved vs offered throughput".into()
+        } else {
+            "throughput vs concurrency".into()
+        },
+        x_desc: x_desc.clone(),
+        y_desc: if rate_mode {
+            "achieved (requests/s)".into()
+        } else {
+            "tokens/s".into()
+        },
+        log_y: false,
+        lines: Vec::new(),
+        marks: Vec::new(),
+        hline: None,
+        diagonal: rate_mode,
+    };
+    let batch_class = first
+        .classes
+        .iter()
+        .position(|c| c.closed_loop)
+        .filter(|_| rate_mode);
+    let mut batch = batch_class.map(|_| Chart {
+        file: "batch_tokens",
+        title: "batch class throughput while the online load rises".into(),
+        x_desc: x_desc.clone(),
+        y_desc: "batch tokens/s".into(),
+        log_y: false,
+        lines: Vec::new(),
+        marks: Vec::new(),
+        hline: None,
+        diagonal: false,
+    });
+    for (i, config) in configs.iter().enumerate() {
+        let steps = measured(&config.steps);
+        let pick = |f: &dyn Fn(&StepResult) -> f64| {
+            steps.iter().map(|s| (x_of(s), f(s))).collect::<Vec<_>>()
+        };
+        latency.lines.push(Line {
+            label: name(&config.label, &quantile_name(main.slo.quantile)),
+            color: color(i),
+            points: pick(&|s| s.main().slo_latency_ms.max(0.001)),
+            dashed: false,
+        });
+        latency.lines.push(Line {
+            label: name(&config.label, "p50"),
+            color: color(i),
+            points: pick(&|s| s.main().latency_ms.p50.max(0.001)),
+            dashed: true,
+        });
+        let y_of = |s: &StepResult| {
+            if rate_mode {
+                s.main().achieved_rps
+            } else {
+                s.main().tokens_per_s
+            }
+        };
+        throughput.lines.push(Line {
+            label: name(
+                &config.label,
+                if rate_mode { "achieved" } else { "tokens/s" },
+            ),
+            color: color(i),
+            points: pick(&y_of),
+            dashed: false,
+        });
+        let at = |x: Option<f64>, f: &dyn Fn(&StepResult) -> f64| {
+            let x = x?;
+            steps
+                .iter()
+                .find(|s| (x_of(s) - x).abs() < 1e-9)
+                .map(|s| (x, f(s)))
+        };
+        if let Some(p) = at(config.saturation.value, &|s| {
+            s.main().slo_latency_ms.max(0.001)
+        }) {
+            latency.marks.push(Mark {
+                label: name(&config.label, &format!("saturation {:.1}", p.0)),
+                color: color(i),
+                at: p,
+            });
+        }
+        if let Some(p) = at(config.knee.value, &y_of) {
+            throughput.marks.push(Mark {
+                label: name(&config.label, &format!("knee {:.1}", p.0)),
+                color: color(i),
+                at: p,
+            });
+        }
+        if let (Some(chart), Some(b)) = (batch.as_mut(), batch_class) {
+            chart.lines.push(Line {
+                label: name(&config.label, &steps[0].classes[b].class),
+                color: color(i),
+                points: pick(&|s| s.classes[b].tokens_per_s),
+                dashed: false,
+            });
+        }
+    }
+    let mut out = vec![latency, throughput];
+    out.extend(batch);
+    out
+}
+
+/// A replay's single step over time: latency of the requests due in each bucket, and due vs answered.
+fn timeline_charts(result: &RunResult) -> Vec<Chart> {
+    let Some(step) = result.configs.first().and_then(|c| c.steps.last()) else {
+        return Vec::new();
+    };
+    let class = step.main();
+    let width = match class.timeline.as_slice() {
+        [a, b, ..] => b.t - a.t,
+        _ => 1.0,
+    };
+    let pts = |f: &dyn Fn(&crate::step::Bucket) -> f64| {
+        class
+            .timeline
+            .iter()
+            .map(|b| (b.t, f(b)))
+            .collect::<Vec<_>>()
+    };
+    let line = |label: &str, i: usize, points, dashed| Line {
+        label: label.into(),
+        color: PALETTE[i],
+        points,
+        dashed,
+    };
+    vec![
+        Chart {
+            file: "timeline_latency",
+            title: format!("{} latency over the run", class.class),
+            x_desc: "time (s)".into(),
+            y_desc: "latency from the scheduled time (ms, log)".into(),
+            log_y: true,
+            lines: vec![
+                line("p99", 0, pts(&|b| b.p99_ms.max(0.001)), false),
+                line("p50", 0, pts(&|b| b.p50_ms.max(0.001)), true),
+            ],
+            marks: Vec::new(),
+            hline: Some((
+                class.slo.latency_ms,
+                format!("SLO {} ms", class.slo.latency_ms),
+            )),
+            diagonal: false,
+        },
+        Chart {
+            file: "timeline_rate",
+            title: format!("{} requests over the run", class.class),
+            x_desc: "time (s)".into(),
+            y_desc: "requests/s".into(),
+            log_y: false,
+            lines: vec![
+                line("due", 0, pts(&|b| b.due as f64 / width), false),
+                line("answered", 1, pts(&|b| b.answered as f64 / width), false),
+            ],
+            marks: Vec::new(),
+            hline: None,
+            diagonal: false,
+        },
+    ]
+}
+
+fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, chart: &Chart) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow!("{e:?}");
+    root.fill(&WHITE).map_err(err)?;
+    let xs = chart
+        .lines
+        .iter()
+        .flat_map(|l| l.points.iter().map(|p| p.0));
+    let ys = chart
+        .lines
+        .iter()
+        .flat_map(|l| l.points.iter().map(|p| p.1))
+        .chain(chart.hline.iter().map(|h| h.0));
+    let x_max = xs.fold(0.0, f64::max).max(1e-9) * 1.05;
+    let (y_lo, y_hi) = ys.fold((f64::MAX, 0.0f64), |(lo, hi), y| (lo.min(y), hi.max(y)));
+    let mut builder = ChartBuilder::on(&root);
+    builder
+        .caption(&chart.title, ("sans-serif", 24))
+        .margin(16)
+        .x_label_area_size(50)
+        .y_label_area_size(70);
+    let style = ("sans-serif", 15);
+    macro_rules! body {
+        ($ctx:expr) => {{
+            let mut ctx = $ctx;
+            ctx.configure_mesh()
+                .x_desc(chart.x_desc.as_str())
+                .y_desc(chart.y_desc.as_str())
+                .label_style(style)
+                .axis_desc_style(("sans-serif", 16))
+                .light_line_style(RGBColor(235, 235, 235))
+                .draw()
+                .map_err(err)?;
+            if chart.diagonal {
+                ctx.draw_series(DashedLineSeries::new(
+                    vec![(0.0, 0.0), (x_max, x_max)],
+                    6,
+                    4,
+                    RGBColor(150, 150, 150).stroke_width(1),
+                ))
+                .map_err(err)?
+                .label("achieved = offered")
+                .legend(|(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], RGBColor(150, 150, 150))
+                });
+            }
+            if let Some((y, label)) = &chart.hline {
+                ctx.draw_series(DashedLineSeries::new(
+                    vec![(0.0, *y), (x_max, *y)],
+                    8,
+                    5,
+                    RED.stroke_width(2),
+                ))
+                .map_err(err)?
+                .label(label.as_str())
+                .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED.stroke_width(2)));
+            }
+            for line in &chart.lines {
+                let c = line.color;
+                let legend = move |(x, y): (i32, i32)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2))
+                };
+                if line.dashed {
+                    ctx.draw_series(DashedLineSeries::new(
+                        line.points.clone(),
+                        5,
+                        4,
+                        c.stroke_width(1),
+                    ))
+                    .map_err(err)?
+                    .label(line.label.as_str())
+                    .legend(legend);
+                } else {
+                    ctx.draw_series(LineSeries::new(line.points.clone(), c.stroke_width(2)))
+                        .map_err(err)?
+                        .label(line.label.as_str())
+                        .legend(legend);
+                    ctx.draw_series(line.points.iter().map(|&p| Circle::new(p, 3, c.filled())))
+                        .map_err(err)?;
+                }
+            }
+            for mark in &chart.marks {
+                let c = mark.color;
+                ctx.draw_series(std::iter::once(TriangleMarker::new(
+                    mark.at,
+                    11,
+                    c.filled(),
+                )))
+                .map_err(err)?
+                .label(mark.label.as_str())
+                .legend(move |(x, y)| TriangleMarker::new((x + 10, y), 7, c.filled()));
+                ctx.draw_series(std::iter::once(Circle::new(mark.at, 13, c.stroke_width(2))))
+                    .map_err(err)?;
+            }
+            ctx.configure_series_labels()
+                .position(SeriesLabelPosition::UpperLeft)
+                .label_font(("sans-serif", 14))
+                .background_style(WHITE.mix(0.85))
+                .border_style(RGBColor(180, 180, 180))
+                .draw()
+                .map_err(err)?;
+        }};
+    }
+    if chart.log_y {
+        let lo = (y_lo.max(1e-3) / 2.0).min(y_hi / 10.0);
+        body!(builder
+            .build_cartesian_2d(0.0..x_max, (lo..y_hi * 2.0).log_scale())
+            .map_err(err)?);
+    } else {
+        body!(builder
+            .build_cartesian_2d(0.0..x_max, 0.0..(y_hi * 1.1).max(1e-9))
+            .map_err(err)?);
+    }
+    root.present().map_err(err)?;
+    Ok(())
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+fn html(result: &RunResult, charts: &[Chart]) -> String {
+    let mut out = String::new();
+    let title = format!(
+        "bench {} {} — {}",
+        result.command, result.workload.kind, result.run_id
+    );
+    out.push_str(&format!(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>{t}</title><style>\
+         body{{font-family:sans-serif;margin:2em;max-width:1400px}}table{{border-collapse:collapse;font-size:13px}}\
+         td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}}th{{background:#f0f0f0}}\
+         td:first-child,th:first-child{{text-align:left}}.fail{{color:#b00}}img{{max-width:100%;border:1px solid #ddd}}\
+         .finding{{background:#f7f7f7;padding:.6em 1em;margin:.5em 0}}</style></head><body><h1>{t}</h1>",
+        t = escape(&title)
+    ));
+    let m = &result.machine;
+    let facts = [
+        ("command", format!("bench {}", result.args.join(" "))),
+        ("target", result.target.clone()),
+        ("model", result.model.clone().unwrap_or_else(|| "-".into())),
+        (
+            "machine",
+            format!(
+                "{} ({} cores, {} GiB), {}, Linux {}",
+                m.cpu, m.cores, m.memory_gib, m.os, m.kernel
+            ),
+        ),
+        (
+            "revision",
+            result.git.as_ref().map_or("-".into(), |g| {
+                format!("{}{}", g.revision, if g.dirty { " (dirty)" } else { "" })
+            }),
+        ),
+        (
+            "started",
+            format!("{} ({:.0} s)", result.started_at, result.wall_s),
+        ),
+    ];
+    out.push_str("<table>");
+    for (k, v) in facts {
+        out.push_str(&format!(
+            "<tr><th>{k}</th><td style=\"text-align:left\">{}</td></tr>",
+            escape(&v)
+        ));
+    }
+    for c in &result.workload.classes {
+        out.push_str(&format!(
+            "<tr><th>class {}</th><td style=\"text-align:left\">{}; corpus {}; SLO {}; timeout {} s</td></tr>",
+            escape(&c.name),
+            escape(&c.load),
+            escape(&c.corpus),
+            escape(&c.slo.describe()),
+            c.timeout_s
+        ));
+    }
+    out.push_str("</table><h2>Findings</h2>");
+    if let Some(best) = &result.best {
+        out.push_str(&format!(
+            "<p class=\"finding\"><b>Best setting for the SLO: {}</b> — {:.1} {} within the SLO.</p>",
+            escape(&best.label),
+            best.throughput_within_slo,
+            escape(&best.unit)
+        ));
+    }
+    for c in &result.configs {
+        let fmt = |f: &crate::search::Finding| match f.value {
+            Some(v) => format!("{}{v:.1}", if f.lower_bound { "≥ " } else { "" }),
+            None => "none".into(),
+        };
+        out.push_str(&format!(
+            "<div class=\"finding\"><b>{}</b>: saturation point <b>{}</b>, knee <b>{}</b>.<br>\
+             <small>Saturation: {}<br>Knee: {}<br>Search: {}</small></div>",
+            escape(&c.label),
+            fmt(&c.saturation),
+            fmt(&c.knee),
+            escape(&c.saturation.how),
+            escape(&c.knee.how),
+            escape(&c.search_end)
+        ));
+    }
+    for chart in charts {
+        out.push_str(&format!(
+            "<h2>{}</h2><img src=\"{f}.svg\" alt=\"{}\"><p><a href=\"{f}.png\">PNG</a></p>",
+            escape(&chart.title),
+            escape(&chart.title),
+            f = chart.file
+        ));
+    }
+    out.push_str("<h2>Steps</h2><p>Latency counts from each request's scheduled time; the warm-up of each step is \
+                  excluded. <i>behind</i>: the generator's dispatch delay exceeded its bound.</p><table><tr>");
+    let (headers, rows) = table(result);
+    for h in &headers {
+        out.push_str(&format!("<th>{}</th>", escape(h)));
+    }
+    out.push_str("</tr>");
+    for row in rows {
+        let fail = row.last().is_some_and(|v| v == "FAIL");
+        out.push_str(if fail { "<tr class=\"fail\">" } else { "<tr>" });
+        for v in row {
+            out.push_str(&format!("<td>{}</td>", escape(&v)));
+        }
+        out.push_str("</tr>");
+    }
+    out.push_str("</table></body></html>\n");
+    out
+}
