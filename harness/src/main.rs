@@ -50,7 +50,7 @@ enum Command {
         /// results/<run-id>/ or its result.json.
         results: PathBuf,
         #[arg(long, default_value = "reports")]
-        reports_dir: String,
+        reports_dir: PathBuf,
     },
 }
 

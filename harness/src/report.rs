@@ -39,6 +39,12 @@ const PALETTE: [RGBColor; 7] = [
     RGBColor(0, 0, 0),
 ];
 
+/// Half-way to white: a reference line in a series' colour.
+fn lighter(c: RGBColor) -> RGBColor {
+    let mid = |v: u8| ((v as u16 + 255) / 2) as u8;
+    RGBColor(mid(c.0), mid(c.1), mid(c.2))
+}
+
 /// One line of a chart.
 struct Line {
     label: String,
@@ -63,8 +69,8 @@ struct Chart {
     log_y: bool,
     lines: Vec<Line>,
     marks: Vec<Mark>,
-    /// A horizontal reference line (the SLO) and its label.
-    hline: Option<(f64, String)>,
+    /// Horizontal reference lines (the SLO, the probed maximum) with their labels and colours.
+    hlines: Vec<(f64, String, RGBColor)>,
     /// Draw y = x (achieved equal to offered).
     diagonal: bool,
 }
@@ -114,11 +120,11 @@ fn charts(result: &RunResult) -> Vec<Chart> {
         v.sort_by(|a, b| x_of(a).total_cmp(&x_of(b)));
         v
     };
-    let Some(first) = configs.iter().flat_map(|c| c.steps.first()).next() else {
+    let Some(first) = configs.iter().flat_map(|c| measured(&c.steps)).next() else {
         return Vec::new();
     };
     let rate_mode = matches!(first.level, Level::Rate(_));
-    let main = &first.main();
+    let main = first.main();
     let x_desc = if rate_mode {
         format!("offered load ({} requests/s)", main.class)
     } else {
@@ -137,14 +143,15 @@ fn charts(result: &RunResult) -> Vec<Chart> {
         log_y: true,
         lines: Vec::new(),
         marks: Vec::new(),
-        hline: Some((
+        hlines: vec![(
             main.slo.latency_ms,
             format!(
                 "SLO: {} <= {} ms",
                 quantile_name(main.slo.quantile),
                 main.slo.latency_ms
             ),
-        )),
+            RED,
+        )],
         diagonal: false,
     };
     let mut throughput = Chart {
@@ -163,7 +170,7 @@ fn charts(result: &RunResult) -> Vec<Chart> {
         log_y: false,
         lines: Vec::new(),
         marks: Vec::new(),
-        hline: None,
+        hlines: Vec::new(),
         diagonal: rate_mode,
     };
     let batch_class = first
@@ -179,7 +186,7 @@ fn charts(result: &RunResult) -> Vec<Chart> {
         log_y: false,
         lines: Vec::new(),
         marks: Vec::new(),
-        hline: None,
+        hlines: Vec::new(),
         diagonal: false,
     });
     for (i, config) in configs.iter().enumerate() {
@@ -230,6 +237,20 @@ fn charts(result: &RunResult) -> Vec<Chart> {
                 color: color(i),
                 at: p,
             });
+        }
+        let probe = config.steps.iter().find(|s| s.phase.starts_with("probe"));
+        if let (Some(probe), true) = (probe, rate_mode) {
+            throughput.hlines.push((
+                probe.main().achieved_rps,
+                name(
+                    &config.label,
+                    &format!(
+                        "probe maximum {:.1} (closed loop)",
+                        probe.main().achieved_rps
+                    ),
+                ),
+                lighter(color(i)),
+            ));
         }
         if let Some(p) = at(config.knee.value, &y_of) {
             throughput.marks.push(Mark {
@@ -287,10 +308,11 @@ fn timeline_charts(result: &RunResult) -> Vec<Chart> {
                 line("p50", 0, pts(&|b| b.p50_ms.max(0.001)), true),
             ],
             marks: Vec::new(),
-            hline: Some((
+            hlines: vec![(
                 class.slo.latency_ms,
                 format!("SLO {} ms", class.slo.latency_ms),
-            )),
+                RED,
+            )],
             diagonal: false,
         },
         Chart {
@@ -304,7 +326,7 @@ fn timeline_charts(result: &RunResult) -> Vec<Chart> {
                 line("answered", 1, pts(&|b| b.answered as f64 / width), false),
             ],
             marks: Vec::new(),
-            hline: None,
+            hlines: Vec::new(),
             diagonal: false,
         },
     ]
@@ -324,9 +346,14 @@ where
         .lines
         .iter()
         .flat_map(|l| l.points.iter().map(|p| p.1))
-        .chain(chart.hline.iter().map(|h| h.0));
+        .chain(chart.hlines.iter().map(|h| h.0));
     let x_max = xs.fold(0.0, f64::max).max(1e-9) * 1.05;
     let (y_lo, y_hi) = ys.fold((f64::MAX, 0.0f64), |(lo, hi), y| (lo.min(y), hi.max(y)));
+    let y_top = if chart.log_y {
+        y_hi * 2.0
+    } else {
+        (y_hi * 1.1).max(1e-9)
+    };
     let mut builder = ChartBuilder::on(&root);
     builder
         .caption(&chart.title, ("sans-serif", 24))
@@ -338,6 +365,8 @@ where
         ($ctx:expr) => {{
             let mut ctx = $ctx;
             ctx.configure_mesh()
+                .x_label_formatter(&|v| number(*v))
+                .y_label_formatter(&|v| number(*v))
                 .x_desc(chart.x_desc.as_str())
                 .y_desc(chart.y_desc.as_str())
                 .label_style(style)
@@ -347,7 +376,8 @@ where
                 .map_err(err)?;
             if chart.diagonal {
                 ctx.draw_series(DashedLineSeries::new(
-                    vec![(0.0, 0.0), (x_max, x_max)],
+                    // Ends inside the plotting area: plotters does not clip a line leaving it.
+                    vec![(0.0, 0.0), (x_max.min(y_top), x_max.min(y_top))],
                     6,
                     4,
                     RGBColor(150, 150, 150).stroke_width(1),
@@ -358,16 +388,19 @@ where
                     PathElement::new(vec![(x, y), (x + 20, y)], RGBColor(150, 150, 150))
                 });
             }
-            if let Some((y, label)) = &chart.hline {
+            for (y, label, c) in &chart.hlines {
+                let c = *c;
                 ctx.draw_series(DashedLineSeries::new(
                     vec![(0.0, *y), (x_max, *y)],
                     8,
                     5,
-                    RED.stroke_width(2),
+                    c.stroke_width(2),
                 ))
                 .map_err(err)?
                 .label(label.as_str())
-                .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED.stroke_width(2)));
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2))
+                });
             }
             for line in &chart.lines {
                 let c = line.color;
@@ -418,15 +451,27 @@ where
     if chart.log_y {
         let lo = (y_lo.max(1e-3) / 2.0).min(y_hi / 10.0);
         body!(builder
-            .build_cartesian_2d(0.0..x_max, (lo..y_hi * 2.0).log_scale())
+            .build_cartesian_2d(0.0..x_max, (lo..y_top).log_scale())
             .map_err(err)?);
     } else {
         body!(builder
-            .build_cartesian_2d(0.0..x_max, 0.0..(y_hi * 1.1).max(1e-9))
+            .build_cartesian_2d(0.0..x_max, 0.0..y_top)
             .map_err(err)?);
     }
     root.present().map_err(err)?;
     Ok(())
+}
+
+/// Axis labels without needless decimals: 1000, 25, 2.5, 0.25.
+fn number(v: f64) -> String {
+    let a = v.abs();
+    if a >= 10.0 || a == 0.0 {
+        format!("{v:.0}")
+    } else if a >= 1.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
 }
 
 fn escape(s: &str) -> String {

@@ -16,7 +16,7 @@ pub const SCHEMA_VERSION: u32 = 1;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ResultsError {
-    #[error("{path}: {source}")]
+    #[error("reading {path}")]
     Io {
         path: PathBuf,
         source: std::io::Error,

@@ -112,9 +112,7 @@ pub fn next(plan: &Plan, history: &[Observation]) -> Next {
                 level: Level::Rate(fail / 2.0),
                 phase: "extend: no step met the SLO, going lower".into(),
             },
-            (Some(pass), Some(fail)) => {
-                narrow(plan, pass, fail, |x| Level::Rate(x), |a, b| (a + b) / 2.0)
-            }
+            (Some(pass), Some(fail)) => narrow(plan, pass, fail, Level::Rate, |a, b| (a + b) / 2.0),
         }
     } else {
         let Some(max_run) = steps.iter().map(|o| o.level.value()).max_by(f64::total_cmp) else {

@@ -268,7 +268,7 @@ fn class_metrics(samples: &[&Sample], spec: &ClassSpec, w: &Window) -> ClassMetr
     if due.is_empty() {
         reasons.push("no requests in the measured window".to_owned());
     }
-    if latency.len() > 0 && slo_latency_ms > spec.slo.latency_ms {
+    if !latency.is_empty() && slo_latency_ms > spec.slo.latency_ms {
         reasons.push(format!(
             "{} {slo_latency_ms:.1} ms > {} ms",
             quantile_name(spec.slo.quantile),
@@ -299,7 +299,7 @@ fn class_metrics(samples: &[&Sample], spec: &ClassSpec, w: &Window) -> ClassMetr
         timeouts,
         error_rate,
         latency_ms: Percentiles::of(&latency),
-        queue_ms: (queue.len() > 0).then(|| Percentiles::of(&queue)),
+        queue_ms: (!queue.is_empty()).then(|| Percentiles::of(&queue)),
         dispatch_delay_ms: Percentiles::of(&dispatch),
         slo_latency_ms,
         slo: spec.slo,

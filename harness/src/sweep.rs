@@ -76,17 +76,18 @@ pub struct Common {
     #[arg(long)]
     pub timeout_ms: Option<f64>,
     /// Flag a step whose dispatch delay p99 exceeds this: the generator fell behind its schedule.
-    #[arg(long, default_value_t = 5.0)]
+    #[arg(long, default_value_t = 10.0)]
     pub max_dispatch_delay_ms: f64,
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
     /// Name of the run's directories (default: UTC time and workload).
     #[arg(long)]
     pub run_id: Option<String>,
+    /// Where results/<run-id>/ goes (relative to the current directory).
     #[arg(long, default_value = "results")]
-    pub results_dir: String,
+    pub results_dir: PathBuf,
     #[arg(long, default_value = "reports")]
-    pub reports_dir: String,
+    pub reports_dir: PathBuf,
     /// Write results only, no plots or page.
     #[arg(long)]
     pub no_report: bool,
@@ -692,12 +693,12 @@ fn execute(
         configs,
         best,
     };
-    let results_dir = repo_path(&c.results_dir).join(&run_id);
+    let results_dir = c.results_dir.join(&run_id);
     results::write(&results_dir, &result)?;
     print_summary(&result);
     eprintln!("results: {}", results_dir.join("result.json").display());
     if !c.no_report {
-        let page = crate::report::write(&repo_path(&c.reports_dir).join(&run_id), &result)?;
+        let page = crate::report::write(&c.reports_dir.join(&run_id), &result)?;
         eprintln!("report:  {}", page.display());
     }
     Ok(())
@@ -777,15 +778,15 @@ pub fn print_summary(result: &RunResult) {
 }
 
 /// `bench report`: draws the report of an existing results file again.
-pub fn rereport(path: PathBuf, reports_dir: String) -> Result<()> {
-    let file = if path.is_dir() {
-        path.join("result.json")
-    } else {
+pub fn rereport(path: PathBuf, reports_dir: PathBuf) -> Result<()> {
+    let file = if path.extension().is_some_and(|e| e == "json") {
         path
+    } else {
+        path.join("result.json")
     };
     let result = results::read(&file)?;
     print_summary(&result);
-    let page = crate::report::write(&repo_path(&reports_dir).join(&result.run_id), &result)?;
+    let page = crate::report::write(&reports_dir.join(&result.run_id), &result)?;
     eprintln!("report: {}", page.display());
     Ok(())
 }

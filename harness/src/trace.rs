@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 /// Why a trace could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
-    #[error("reading {path}: {source}")]
+    #[error("reading {path}")]
     Io {
         path: PathBuf,
         source: std::io::Error,

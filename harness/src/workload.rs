@@ -27,7 +27,7 @@ pub fn repo_path(rel: &str) -> PathBuf {
 
 #[derive(Debug, thiserror::Error)]
 pub enum CorpusError {
-    #[error("reading {path}: {source}")]
+    #[error("reading {path}")]
     Io {
         path: PathBuf,
         source: std::io::Error,
@@ -146,7 +146,7 @@ pub struct Source {
 enum Order {
     /// The next index, and where to stop (one pass over the corpus) if anywhere.
     Sequential(AtomicUsize, Option<usize>),
-    Random(Mutex<StdRng>),
+    Random(Box<Mutex<StdRng>>),
 }
 
 impl Source {
@@ -166,7 +166,7 @@ impl Source {
         Source {
             corpus,
             per_request,
-            order: Order::Random(Mutex::new(StdRng::seed_from_u64(seed))),
+            order: Order::Random(Box::new(Mutex::new(StdRng::seed_from_u64(seed)))),
         }
     }
 
