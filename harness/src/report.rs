@@ -73,6 +73,8 @@ struct Chart {
     hlines: Vec<(f64, String, RGBColor)>,
     /// Draw y = x (achieved equal to offered).
     diagonal: bool,
+    /// Where the legend hides the least: above rising latency curves, below throughput that levels off.
+    legend: SeriesLabelPosition,
 }
 
 /// Writes the plots and `index.html` into `dir`; returns the page's path.
@@ -112,11 +114,7 @@ fn charts(result: &RunResult) -> Vec<Chart> {
         }
     };
     let measured = |steps: &[StepResult]| -> Vec<StepResult> {
-        let mut v: Vec<StepResult> = steps
-            .iter()
-            .filter(|s| !s.phase.starts_with("probe"))
-            .cloned()
-            .collect();
+        let mut v: Vec<StepResult> = steps.iter().filter(|s| !s.probe).cloned().collect();
         v.sort_by(|a, b| x_of(a).total_cmp(&x_of(b)));
         v
     };
@@ -153,13 +151,14 @@ fn charts(result: &RunResult) -> Vec<Chart> {
             RED,
         )],
         diagonal: false,
+        legend: SeriesLabelPosition::UpperLeft,
     };
     let mut throughput = Chart {
         file: "throughput",
         title: if rate_mode {
             "achieved vs offered throughput".into()
         } else {
-            "throughput vs concurrency".into()
+            format!("{} tokens/s vs concurrency", main.class)
         },
         x_desc: x_desc.clone(),
         y_desc: if rate_mode {
@@ -172,6 +171,7 @@ fn charts(result: &RunResult) -> Vec<Chart> {
         marks: Vec::new(),
         hlines: Vec::new(),
         diagonal: rate_mode,
+        legend: SeriesLabelPosition::LowerRight,
     };
     let batch_class = first
         .classes
@@ -188,6 +188,7 @@ fn charts(result: &RunResult) -> Vec<Chart> {
         marks: Vec::new(),
         hlines: Vec::new(),
         diagonal: false,
+        legend: SeriesLabelPosition::LowerRight,
     });
     for (i, config) in configs.iter().enumerate() {
         let steps = measured(&config.steps);
@@ -238,7 +239,7 @@ fn charts(result: &RunResult) -> Vec<Chart> {
                 at: p,
             });
         }
-        let probe = config.steps.iter().find(|s| s.phase.starts_with("probe"));
+        let probe = config.steps.iter().find(|s| s.probe);
         if let (Some(probe), true) = (probe, rate_mode) {
             throughput.hlines.push((
                 probe.main().achieved_rps,
@@ -314,6 +315,7 @@ fn timeline_charts(result: &RunResult) -> Vec<Chart> {
                 RED,
             )],
             diagonal: false,
+            legend: SeriesLabelPosition::UpperLeft,
         },
         Chart {
             file: "timeline_rate",
@@ -328,6 +330,7 @@ fn timeline_charts(result: &RunResult) -> Vec<Chart> {
             marks: Vec::new(),
             hlines: Vec::new(),
             diagonal: false,
+            legend: SeriesLabelPosition::LowerRight,
         },
     ]
 }
@@ -440,7 +443,7 @@ where
                     .map_err(err)?;
             }
             ctx.configure_series_labels()
-                .position(SeriesLabelPosition::UpperLeft)
+                .position(chart.legend.clone())
                 .label_font(("sans-serif", 14))
                 .background_style(WHITE.mix(0.85))
                 .border_style(RGBColor(180, 180, 180))

@@ -227,10 +227,7 @@ fn unit(step: &StepResult) -> &'static str {
 
 /// The measured steps (no probe), ordered by level.
 fn ordered(steps: &[StepResult]) -> Vec<&StepResult> {
-    let mut v: Vec<&StepResult> = steps
-        .iter()
-        .filter(|s| !s.phase.starts_with("probe"))
-        .collect();
+    let mut v: Vec<&StepResult> = steps.iter().filter(|s| !s.probe).collect();
     v.sort_by(|a, b| x_of(a).total_cmp(&x_of(b)));
     v
 }

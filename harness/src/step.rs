@@ -160,6 +160,8 @@ pub struct StepResult {
     pub index: usize,
     /// Why this level was run (the search's phase and reason).
     pub phase: String,
+    /// The closed-loop probe of a rate sweep: it measures the maximum throughput and is no point of the curves.
+    pub probe: bool,
     pub level: Level,
     pub duration_s: f64,
     pub warmup_s: f64,
@@ -291,8 +293,8 @@ fn class_metrics(samples: &[&Sample], spec: &ClassSpec, w: &Window) -> ClassMetr
         requests: due.len() as u64,
         offered_rps: due.len() as f64 / len,
         achieved_rps: answered.len() as f64 / len,
-        inputs_per_s: answered.iter().map(|s| s.inputs as f64).sum::<f64>() / len,
-        tokens_per_s: answered.iter().map(|s| s.tokens as f64).sum::<f64>() / len,
+        inputs_per_s: answered.iter().map(|s| s.inputs as u64).sum::<u64>() as f64 / len,
+        tokens_per_s: answered.iter().map(|s| s.tokens as u64).sum::<u64>() as f64 / len,
         ok,
         refused,
         errors,
@@ -356,7 +358,7 @@ fn closed_stability(answered: &[&Sample], w: &Window) -> Stability {
             ),
         };
     }
-    let tokens = |v: &[&&Sample]| v.iter().map(|s| s.tokens as f64).sum::<f64>();
+    let tokens = |v: &[&&Sample]| v.iter().map(|s| s.tokens as u64).sum::<u64>() as f64;
     let (a, b) = (tokens(&first), tokens(&second));
     let ratio = b / a.max(1.0);
     Stability {

@@ -303,12 +303,18 @@ fn workload(c: &Common, corpus_pass: bool) -> Result<Workload> {
 
 /// How one step is run.
 pub struct StepSpec {
+    /// A probe measures throughput: its requests may take as long as they need (up to a minute).
+    pub probe: bool,
     index: usize,
     level: Level,
     phase: String,
     duration_s: f64,
     warmup_s: f64,
 }
+
+/// The timeout of a probe's requests: long enough that an overloaded target still answers, so its throughput
+/// shows.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Runs steps of one workload against a target: what a sweep does per knob combination, free of the command
 /// line so that tests drive it with fake targets on a paused clock.
@@ -341,11 +347,12 @@ impl Runner<'_> {
                 Next::Done(why) => break why,
                 Next::Run { level, phase } => (level, phase),
             };
-            let probe = phase.starts_with("probe");
+            let probe = plan.rate_mode && matches!(level, Level::Concurrency(_));
             let spec = StepSpec {
                 index: steps.len(),
                 level,
                 phase,
+                probe,
                 duration_s: if probe { times.probe_s } else { times.step_s },
                 warmup_s: if probe {
                     (times.probe_s / 5.0).min(times.warmup_s)
@@ -393,7 +400,17 @@ impl Runner<'_> {
         let timing = Timing {
             duration_s: spec.duration_s,
             warmup_s: spec.warmup_s,
-            timeouts: w.classes.iter().map(|c| c.timeout).collect(),
+            timeouts: w
+                .classes
+                .iter()
+                .map(|c| {
+                    if spec.probe {
+                        c.timeout.max(PROBE_TIMEOUT)
+                    } else {
+                        c.timeout
+                    }
+                })
+                .collect(),
         };
         let run = generator::run(target.clone(), loads, &timing, Some(bar.clone())).await;
         bar.finish_and_clear();
@@ -425,6 +442,7 @@ impl Runner<'_> {
         StepResult {
             index: spec.index,
             phase: spec.phase,
+            probe: spec.probe,
             level: spec.level,
             duration_s: end_s,
             warmup_s: spec.warmup_s,
@@ -547,6 +565,7 @@ pub fn replay(args: ReplayArgs) -> Result<()> {
     execute(&setup, c, "replay", settings, |setup, target, runtime| {
         let spec = StepSpec {
             index: 0,
+            probe: false,
             level,
             phase: if batch {
                 "replay: one pass over the corpus".into()
