@@ -8,13 +8,13 @@ use std::sync::Arc;
 use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, Exp, Gamma};
 
-use crate::trace::{Arrival, Trace, TraceError};
+use crate::trace::{Arrival, InputError, Trace};
 use crate::workload::repo_path;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ArrivalsError {
     #[error(transparent)]
-    Trace(#[from] TraceError),
+    Trace(#[from] InputError),
     #[error(
         "unknown arrivals `{0}`: expected uniform, poisson, gamma:CV, azure-conv, azure-code, mooncake, \
          servegen[:client=N][,window=S], or a trace file (Azure CSV, Mooncake or native JSON Lines)"
@@ -219,12 +219,12 @@ impl ServeGenWindow {
         client: Option<u64>,
         window: Option<u64>,
     ) -> Result<ServeGenWindow, ArrivalsError> {
-        let parse_err = |line: usize, message: String| TraceError::Parse {
+        let parse_err = |line: usize, message: String| InputError::Parse {
             path: path.to_owned(),
             line,
             message,
         };
-        let mut csv = csv::Reader::from_path(path).map_err(|e| TraceError::Format {
+        let mut csv = csv::Reader::from_path(path).map_err(|e| InputError::Format {
             path: path.to_owned(),
             message: e.to_string(),
         })?;
@@ -232,7 +232,7 @@ impl ServeGenWindow {
         let mut rows: Vec<(u64, u64, f64, f64)> = Vec::new();
         for (i, record) in csv.records().enumerate() {
             let record = record.map_err(|e| parse_err(i + 2, e.to_string()))?;
-            let num = |c: usize| -> Result<f64, TraceError> {
+            let num = |c: usize| -> Result<f64, InputError> {
                 let field = record.get(c).unwrap_or("");
                 field.parse::<f64>().map_err(|_| {
                     parse_err(

@@ -222,35 +222,36 @@ pub fn read(path: &Path) -> Result<RunResult, ResultsError> {
     }
 }
 
+/// The summary's columns, and whether the terminal table (narrower than the CSV and the page) shows each.
+pub const COLUMNS: [(&str, bool); 22] = [
+    ("config", true),
+    ("step", true),
+    ("phase", false),
+    ("level", true),
+    ("class", true),
+    ("offered/s", true),
+    ("achieved/s", true),
+    ("inputs/s", false),
+    ("tokens/s", true),
+    ("p50 ms", true),
+    ("p90 ms", false),
+    ("p99 ms", true),
+    ("p99.9 ms", false),
+    ("max ms", true),
+    ("queue p50 ms", false),
+    ("fill", true),
+    ("refused", true),
+    ("errors", true),
+    ("timeouts", true),
+    ("stable", true),
+    ("behind", true),
+    ("SLO", true),
+];
+
 /// The per-step summary: one row per configuration, step and class. The CSV, the terminal table and the HTML
 /// page all show these columns.
 pub fn table(result: &RunResult) -> (Vec<String>, Vec<Vec<String>>) {
-    let headers = [
-        "config",
-        "step",
-        "phase",
-        "level",
-        "class",
-        "offered/s",
-        "achieved/s",
-        "inputs/s",
-        "tokens/s",
-        "p50 ms",
-        "p90 ms",
-        "p99 ms",
-        "p99.9 ms",
-        "max ms",
-        "queue p50 ms",
-        "fill",
-        "refused",
-        "errors",
-        "timeouts",
-        "stable",
-        "behind",
-        "SLO",
-    ]
-    .map(String::from)
-    .to_vec();
+    let headers = COLUMNS.map(|(name, _)| name.to_owned()).to_vec();
     let mut rows = Vec::new();
     for config in &result.configs {
         for step in &config.steps {

@@ -733,28 +733,8 @@ fn finding(f: &search::Finding) -> String {
 /// The summary table on stderr: the columns that fit a terminal.
 pub fn print_summary(result: &RunResult) {
     let (headers, rows) = results::table(result);
-    let keep = [
-        "config",
-        "step",
-        "level",
-        "class",
-        "offered/s",
-        "achieved/s",
-        "tokens/s",
-        "p50 ms",
-        "p99 ms",
-        "max ms",
-        "fill",
-        "refused",
-        "errors",
-        "timeouts",
-        "stable",
-        "behind",
-        "SLO",
-    ];
-    let cols: Vec<usize> = keep
-        .iter()
-        .filter_map(|k| headers.iter().position(|h| h == k))
+    let cols: Vec<usize> = (0..headers.len())
+        .filter(|&i| results::COLUMNS[i].1)
         .collect();
     let cells: Vec<Vec<&str>> = std::iter::once(&headers)
         .chain(&rows)

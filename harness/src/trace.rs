@@ -9,9 +9,9 @@
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
-/// Why a trace could not be read.
+/// Why an input file (a trace, a corpus) could not be read.
 #[derive(Debug, thiserror::Error)]
-pub enum TraceError {
+pub enum InputError {
     #[error("reading {path}")]
     Io {
         path: PathBuf,
@@ -91,8 +91,8 @@ impl TraceStats {
 impl Trace {
     /// Reads a trace file, its format told by its content: a CSV with a `TIMESTAMP` column (Azure LLM 2023),
     /// JSON Lines with `timestamp` in milliseconds (Mooncake) or `t` in seconds (native).
-    pub fn load(path: &Path) -> Result<Trace, TraceError> {
-        let io = |source| TraceError::Io {
+    pub fn load(path: &Path) -> Result<Trace, InputError> {
+        let io = |source| InputError::Io {
             path: path.to_owned(),
             source,
         };
@@ -111,7 +111,7 @@ impl Trace {
             read_azure_csv(path, reader)?
         };
         if arrivals.len() < 2 {
-            return Err(TraceError::Format {
+            return Err(InputError::Format {
                 path: path.to_owned(),
                 message: format!("{} requests; a trace needs at least two", arrivals.len()),
             });
@@ -165,9 +165,9 @@ impl Trace {
 
 /// Azure LLM inference trace 2023: `TIMESTAMP,ContextTokens,GeneratedTokens`, one row per request, the prompt's
 /// length taken as the input's token count.
-fn read_azure_csv(path: &Path, reader: impl std::io::Read) -> Result<Vec<Arrival>, TraceError> {
+fn read_azure_csv(path: &Path, reader: impl std::io::Read) -> Result<Vec<Arrival>, InputError> {
     let mut csv = csv::Reader::from_reader(reader);
-    let parse_err = |line: usize, message: String| TraceError::Parse {
+    let parse_err = |line: usize, message: String| InputError::Parse {
         path: path.to_owned(),
         line,
         message,
@@ -177,7 +177,7 @@ fn read_azure_csv(path: &Path, reader: impl std::io::Read) -> Result<Vec<Arrival
         headers
             .iter()
             .position(|h| h.trim() == name)
-            .ok_or_else(|| TraceError::Format {
+            .ok_or_else(|| InputError::Format {
                 path: path.to_owned(),
                 message: format!(
                     "no `{name}` column (expected Azure's TIMESTAMP,ContextTokens,GeneratedTokens or JSON Lines)"
@@ -242,15 +242,15 @@ struct JsonLine {
 }
 
 /// Native lines (`t` in seconds) or Mooncake's (`timestamp` in milliseconds, `input_length` tokens).
-fn read_jsonl(path: &Path, reader: impl BufRead) -> Result<Vec<Arrival>, TraceError> {
+fn read_jsonl(path: &Path, reader: impl BufRead) -> Result<Vec<Arrival>, InputError> {
     let mut out = Vec::new();
     for (i, line) in reader.lines().enumerate() {
-        let parse_err = |message: String| TraceError::Parse {
+        let parse_err = |message: String| InputError::Parse {
             path: path.to_owned(),
             line: i + 1,
             message,
         };
-        let line = line.map_err(|e| TraceError::Io {
+        let line = line.map_err(|e| InputError::Io {
             path: path.to_owned(),
             source: e,
         })?;

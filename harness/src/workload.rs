@@ -13,7 +13,7 @@ use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use crate::arrivals::Arrivals;
-use crate::trace::Arrival;
+use crate::trace::{Arrival, InputError};
 
 /// A path under the repository: as given when it exists from the current directory, else under the workspace
 /// this binary was built from (so `bench` and the tests find `workloads/` from anywhere in the checkout).
@@ -23,23 +23,6 @@ pub fn repo_path(rel: &str) -> PathBuf {
         return here;
     }
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel)
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum CorpusError {
-    #[error("reading {path}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{path}, line {line}: {message}")]
-    Parse {
-        path: PathBuf,
-        line: usize,
-        message: String,
-    },
-    #[error("{0} has no non-empty `text` fields")]
-    Empty(PathBuf),
 }
 
 /// Texts to embed, with their token counts (special tokens included).
@@ -57,8 +40,8 @@ const SPECIAL_TOKENS: u32 = 2;
 impl Corpus {
     /// JSON Lines with a `text` field and, optionally, `n_tok_minilm` (otherwise a length estimate of one token
     /// per four bytes is kept, used only where the target does not report its token count).
-    pub fn load(path: &Path) -> Result<Corpus, CorpusError> {
-        let content = std::fs::read_to_string(path).map_err(|source| CorpusError::Io {
+    pub fn load(path: &Path) -> Result<Corpus, InputError> {
+        let content = std::fs::read_to_string(path).map_err(|source| InputError::Io {
             path: path.to_owned(),
             source,
         })?;
@@ -72,7 +55,7 @@ impl Corpus {
             if line.trim().is_empty() {
                 continue;
             }
-            let l: Line = serde_json::from_str(line).map_err(|e| CorpusError::Parse {
+            let l: Line = serde_json::from_str(line).map_err(|e| InputError::Parse {
                 path: path.to_owned(),
                 line: i + 1,
                 message: e.to_string(),
@@ -83,7 +66,10 @@ impl Corpus {
             }
         }
         if pairs.is_empty() {
-            return Err(CorpusError::Empty(path.to_owned()));
+            return Err(InputError::Format {
+                path: path.to_owned(),
+                message: "no non-empty `text` fields".into(),
+            });
         }
         let name = path
             .file_stem()
