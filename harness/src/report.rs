@@ -51,6 +51,28 @@ struct Line {
     color: RGBColor,
     points: Vec<(f64, f64)>,
     dashed: bool,
+    /// Points further apart than this in x are not joined: a timeline's empty buckets are gaps, not zeros.
+    max_gap: Option<f64>,
+}
+
+impl Line {
+    /// The runs of points to join.
+    fn segments(&self) -> Vec<Vec<(f64, f64)>> {
+        let mut out: Vec<Vec<(f64, f64)>> = Vec::new();
+        for &p in &self.points {
+            match out.last_mut() {
+                Some(run)
+                    if self
+                        .max_gap
+                        .is_none_or(|g| run.last().is_some_and(|q| p.0 - q.0 <= g)) =>
+                {
+                    run.push(p)
+                }
+                _ => out.push(vec![p]),
+            }
+        }
+        out
+    }
 }
 
 /// A point called out on a chart.
@@ -200,12 +222,14 @@ fn charts(result: &RunResult) -> Vec<Chart> {
             color: color(i),
             points: pick(&|s| s.main().slo_latency_ms.max(0.001)),
             dashed: false,
+            max_gap: None,
         });
         latency.lines.push(Line {
             label: name(&config.label, "p50"),
             color: color(i),
             points: pick(&|s| s.main().latency_ms.p50.max(0.001)),
             dashed: true,
+            max_gap: None,
         });
         let y_of = |s: &StepResult| {
             if rate_mode {
@@ -222,6 +246,7 @@ fn charts(result: &RunResult) -> Vec<Chart> {
             color: color(i),
             points: pick(&y_of),
             dashed: false,
+            max_gap: None,
         });
         let at = |x: Option<f64>, f: &dyn Fn(&StepResult) -> f64| {
             let x = x?;
@@ -266,6 +291,7 @@ fn charts(result: &RunResult) -> Vec<Chart> {
                 color: color(i),
                 points: pick(&|s| s.classes[b].tokens_per_s),
                 dashed: false,
+                max_gap: None,
             });
         }
     }
@@ -284,10 +310,12 @@ fn timeline_charts(result: &RunResult) -> Vec<Chart> {
         [a, b, ..] => b.t - a.t,
         _ => 1.0,
     };
-    let pts = |f: &dyn Fn(&crate::step::Bucket) -> f64| {
+    // Latency exists only where requests were due; rates are zero elsewhere.
+    let pts = |f: &dyn Fn(&crate::step::Bucket) -> f64, only_busy: bool| {
         class
             .timeline
             .iter()
+            .filter(|b| !only_busy || b.due > 0)
             .map(|b| (b.t, f(b)))
             .collect::<Vec<_>>()
     };
@@ -296,6 +324,7 @@ fn timeline_charts(result: &RunResult) -> Vec<Chart> {
         color: PALETTE[i],
         points,
         dashed,
+        max_gap: Some(width * 1.5),
     };
     vec![
         Chart {
@@ -305,8 +334,8 @@ fn timeline_charts(result: &RunResult) -> Vec<Chart> {
             y_desc: "latency from the scheduled time (ms, log)".into(),
             log_y: true,
             lines: vec![
-                line("p99", 0, pts(&|b| b.p99_ms.max(0.001)), false),
-                line("p50", 0, pts(&|b| b.p50_ms.max(0.001)), true),
+                line("p99", 0, pts(&|b| b.p99_ms.max(0.001), true), false),
+                line("p50", 0, pts(&|b| b.p50_ms.max(0.001), true), true),
             ],
             marks: Vec::new(),
             hlines: vec![(
@@ -324,13 +353,18 @@ fn timeline_charts(result: &RunResult) -> Vec<Chart> {
             y_desc: "requests/s".into(),
             log_y: false,
             lines: vec![
-                line("due", 0, pts(&|b| b.due as f64 / width), false),
-                line("answered", 1, pts(&|b| b.answered as f64 / width), false),
+                line("due", 0, pts(&|b| b.due as f64 / width, false), false),
+                line(
+                    "answered",
+                    1,
+                    pts(&|b| b.answered as f64 / width, false),
+                    false,
+                ),
             ],
             marks: Vec::new(),
             hlines: Vec::new(),
             diagonal: false,
-            legend: SeriesLabelPosition::LowerRight,
+            legend: SeriesLabelPosition::UpperMiddle,
         },
     ]
 }
@@ -407,24 +441,22 @@ where
             }
             for line in &chart.lines {
                 let c = line.color;
-                let legend = move |(x, y): (i32, i32)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2))
-                };
-                if line.dashed {
-                    ctx.draw_series(DashedLineSeries::new(
-                        line.points.clone(),
-                        5,
-                        4,
-                        c.stroke_width(1),
-                    ))
-                    .map_err(err)?
-                    .label(line.label.as_str())
-                    .legend(legend);
-                } else {
-                    ctx.draw_series(LineSeries::new(line.points.clone(), c.stroke_width(2)))
-                        .map_err(err)?
-                        .label(line.label.as_str())
-                        .legend(legend);
+                let width = if line.dashed { 1 } else { 2 };
+                for (k, run) in line.segments().into_iter().enumerate() {
+                    let drawn = if line.dashed {
+                        ctx.draw_series(DashedLineSeries::new(run, 5, 4, c.stroke_width(width)))
+                    } else {
+                        ctx.draw_series(LineSeries::new(run, c.stroke_width(width)))
+                    }
+                    .map_err(err)?;
+                    // One legend entry per line, not per segment.
+                    if k == 0 {
+                        drawn.label(line.label.as_str()).legend(move |(x, y)| {
+                            PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(width))
+                        });
+                    }
+                }
+                if !line.dashed {
                     ctx.draw_series(line.points.iter().map(|&p| Circle::new(p, 3, c.filled())))
                         .map_err(err)?;
                 }
