@@ -13,7 +13,7 @@ use indicatif::ProgressBar;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::target::{Failure, Target, Telemetry};
+use crate::target::{Failure, Reply, Target, Telemetry};
 use crate::workload::{ClassLoad, Request, Source};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,8 +37,9 @@ pub struct Sample {
     pub outcome: Outcome,
     pub inputs: u32,
     pub tokens: u32,
-    /// Time in the target's queue, when it says.
+    /// Time in the target's queue and its batch's forward pass, when the target says.
     pub queue: Option<f64>,
+    pub inference: Option<f64>,
 }
 
 impl Sample {
@@ -229,21 +230,17 @@ async fn send(ctx: Ctx, request: Request, due: Instant) {
     let (inputs, est) = (request.texts.len() as u32, request.est_tokens);
     let result = tokio::time::timeout(ctx.timeout, ctx.target.embed(request)).await;
     let done = Instant::now();
-    let (outcome, tokens, queue) = match result {
-        Ok(Ok(reply)) => (
-            Outcome::Ok,
-            reply.tokens.unwrap_or(est),
-            reply.queue.map(|q| q.as_secs_f64()),
-        ),
+    let (outcome, tokens, reply) = match result {
+        Ok(Ok(reply)) => (Outcome::Ok, reply.tokens.unwrap_or(est), reply),
         Ok(Err(Failure::Refused(m))) => {
             ctx.rec.error(format!("refused: {m}"));
-            (Outcome::Refused, 0, None)
+            (Outcome::Refused, 0, Reply::default())
         }
         Ok(Err(Failure::Error(m))) => {
             ctx.rec.error(m);
-            (Outcome::Error, 0, None)
+            (Outcome::Error, 0, Reply::default())
         }
-        Err(_) => (Outcome::Timeout, 0, None),
+        Err(_) => (Outcome::Timeout, 0, Reply::default()),
     };
     ctx.rec.done.fetch_add(1, Ordering::Relaxed);
     if outcome != Outcome::Ok {
@@ -258,7 +255,8 @@ async fn send(ctx: Ctx, request: Request, due: Instant) {
         outcome,
         inputs,
         tokens,
-        queue,
+        queue: reply.queue.map(|d| d.as_secs_f64()),
+        inference: reply.inference.map(|d| d.as_secs_f64()),
     };
     ctx.rec
         .samples
@@ -270,7 +268,7 @@ async fn send(ctx: Ctx, request: Request, due: Instant) {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::target::{BoxFuture, Reply};
+    use crate::target::BoxFuture;
 
     pub(crate) fn request() -> Request {
         Request {

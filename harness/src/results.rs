@@ -223,7 +223,7 @@ pub fn read(path: &Path) -> Result<RunResult, ResultsError> {
 }
 
 /// The summary's columns, and whether the terminal table (narrower than the CSV and the page) shows each.
-pub const COLUMNS: [(&str, bool); 22] = [
+pub const COLUMNS: [(&str, bool); 24] = [
     ("config", true),
     ("step", true),
     ("phase", false),
@@ -238,7 +238,9 @@ pub const COLUMNS: [(&str, bool); 22] = [
     ("p99 ms", true),
     ("p99.9 ms", false),
     ("max ms", true),
+    ("goodput/s", false),
     ("queue p50 ms", false),
+    ("inference p50 ms", false),
     ("fill", true),
     ("refused", true),
     ("errors", true),
@@ -276,7 +278,10 @@ pub fn table(result: &RunResult) -> (Vec<String>, Vec<Vec<String>>) {
                     format!("{:.1}", c.latency_ms.p99),
                     format!("{:.1}", c.latency_ms.p999),
                     format!("{:.1}", c.latency_ms.max),
+                    format!("{:.1}", c.goodput_rps),
                     c.queue_ms.map_or("-".into(), |q| format!("{:.1}", q.p50)),
+                    c.inference_ms
+                        .map_or("-".into(), |q| format!("{:.1}", q.p50)),
                     step.batches
                         .map_or("-".into(), |b| format!("{:.2}", b.mean_fill)),
                     c.refused.to_string(),

@@ -92,8 +92,13 @@ pub struct ClassMetrics {
     pub error_rate: f64,
     /// Of requests due in the window, answered or timed out (a timeout counts as its timeout: a lower bound).
     pub latency_ms: Percentiles,
-    /// The target's queue time, when it reports one.
+    /// The target's queue time and forward time, when it reports them: where the latency went.
     pub queue_ms: Option<Percentiles>,
+    pub inference_ms: Option<Percentiles>,
+    /// Requests answered within the SLO's latency, per second of the window (vLLM's goodput).
+    pub goodput_rps: f64,
+    /// Share of the requests due in the window answered within the SLO's latency.
+    pub slo_attainment: f64,
     pub dispatch_delay_ms: Percentiles,
     /// The latency at the SLO's quantile.
     pub slo_latency_ms: f64,
@@ -245,7 +250,12 @@ fn class_metrics(samples: &[&Sample], spec: &ClassSpec, w: &Window) -> ClassMetr
         count(Outcome::Error),
         count(Outcome::Timeout),
     );
-    let (mut latency, mut dispatch, mut queue) = (histogram(), histogram(), histogram());
+    let (mut latency, mut dispatch) = (histogram(), histogram());
+    let (mut queue, mut inference) = (histogram(), histogram());
+    let good = due
+        .iter()
+        .filter(|s| s.outcome == Outcome::Ok && s.latency() * 1e3 <= spec.slo.latency_ms)
+        .count();
     for s in &due {
         if matches!(s.outcome, Outcome::Ok | Outcome::Timeout) {
             record_ms(&mut latency, s.latency());
@@ -253,6 +263,9 @@ fn class_metrics(samples: &[&Sample], spec: &ClassSpec, w: &Window) -> ClassMetr
         record_ms(&mut dispatch, s.dispatch_delay().max(0.0));
         if let Some(q) = s.queue {
             record_ms(&mut queue, q);
+        }
+        if let Some(f) = s.inference {
+            record_ms(&mut inference, f);
         }
     }
     let error_rate = if due.is_empty() {
@@ -302,6 +315,13 @@ fn class_metrics(samples: &[&Sample], spec: &ClassSpec, w: &Window) -> ClassMetr
         error_rate,
         latency_ms: Percentiles::of(&latency),
         queue_ms: (!queue.is_empty()).then(|| Percentiles::of(&queue)),
+        inference_ms: (!inference.is_empty()).then(|| Percentiles::of(&inference)),
+        goodput_rps: good as f64 / len,
+        slo_attainment: if due.is_empty() {
+            0.0
+        } else {
+            good as f64 / due.len() as f64
+        },
         dispatch_delay_ms: Percentiles::of(&dispatch),
         slo_latency_ms,
         slo: spec.slo,
@@ -383,6 +403,7 @@ mod tests {
             inputs: 1,
             tokens: 10,
             queue: Some(latency / 2.0),
+            inference: Some(latency / 4.0),
         }
     }
 
@@ -423,6 +444,8 @@ mod tests {
         assert!((m.latency_ms.max - 10.0).abs() < 0.05, "{:?}", m.latency_ms);
         assert!(m.stability.stable, "{:?}", m.stability);
         assert!(m.verdict.pass, "{:?}", m.verdict);
+        assert_eq!((m.goodput_rps, m.slo_attainment), (100.0, 1.0));
+        assert!((m.inference_ms.unwrap().p50 - 2.5).abs() < 0.01);
         // The serialized histogram reads back with the same count.
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(&m.latency_histogram)

@@ -809,12 +809,13 @@ mod tests {
             let mut free_at = self.free_at.lock().unwrap();
             let start = (*free_at).max(now);
             *free_at = start + self.service;
-            let done = *free_at;
+            let (done, service) = (*free_at, self.service);
             Box::pin(async move {
                 tokio::time::sleep_until(done).await;
                 Ok(Reply {
                     tokens: Some(10),
                     queue: Some(start - now),
+                    inference: Some(service),
                 })
             })
         }

@@ -29,6 +29,8 @@ pub struct Reply {
     pub tokens: Option<u32>,
     /// Time the request waited in the target's queue (its `x-queue-time` header, or the scheduler's own figure).
     pub queue: Option<Duration>,
+    /// Its batch's forward pass (`x-inference-time`, or the scheduler's figure).
+    pub inference: Option<Duration>,
 }
 
 /// Why a request got no embeddings.
@@ -183,6 +185,7 @@ impl Target for InProcess {
                 Ok(e) => Ok(Reply {
                     tokens: Some(e.tokens as u32),
                     queue: Some(e.times.queue),
+                    inference: Some(e.times.inference),
                 }),
                 Err(e) => Err(failure(e.status, e.message)),
             }
@@ -291,7 +294,9 @@ impl Target for Http {
                     .parse::<f64>()
                     .ok()
             };
-            let queue = header_ms("x-queue-time").map(|ms| Duration::from_secs_f64(ms / 1e3));
+            let header_time =
+                |name: &str| header_ms(name).map(|ms| Duration::from_secs_f64(ms.max(0.0) / 1e3));
+            let (queue, inference) = (header_time("x-queue-time"), header_time("x-inference-time"));
             let header_tokens = header_ms("x-compute-tokens").map(|t| t as u32);
             let body = response
                 .into_body()
@@ -322,7 +327,11 @@ impl Target for Http {
             if got != n {
                 return Err(Failure::Error(format!("{got} embeddings for {n} inputs")));
             }
-            Ok(Reply { tokens, queue })
+            Ok(Reply {
+                tokens,
+                queue,
+                inference,
+            })
         })
     }
 
