@@ -13,7 +13,7 @@ use anyhow::{anyhow, Context, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::results::{table, RunResult};
+use crate::results::{config_table, table, RunResult};
 use crate::search::x_of;
 use crate::step::StepResult;
 use crate::workload::{quantile_name, Level};
@@ -571,6 +571,8 @@ fn html(result: &RunResult, charts: &[Chart]) -> String {
         ));
     }
     out.push_str("</table><h2>Findings</h2>");
+    let (headers, rows) = config_table(result);
+    html_table(&mut out, &headers, &rows);
     if let Some(best) = &result.best {
         out.push_str(&format!(
             "<p class=\"finding\"><b>Best setting for the SLO: {}</b> — {:.1} {} within the SLO.</p>",
@@ -580,16 +582,12 @@ fn html(result: &RunResult, charts: &[Chart]) -> String {
         ));
     }
     for c in &result.configs {
-        let fmt = |f: &crate::search::Finding| match f.value {
-            Some(v) => format!("{}{v:.1}", if f.lower_bound { "≥ " } else { "" }),
-            None => "none".into(),
-        };
         out.push_str(&format!(
             "<div class=\"finding\"><b>{}</b>: saturation point <b>{}</b>, knee <b>{}</b>.<br>\
              <small>Saturation: {}<br>Knee: {}<br>Search: {}</small></div>",
             escape(&c.label),
-            fmt(&c.saturation),
-            fmt(&c.knee),
+            c.saturation.show(),
+            c.knee.show(),
             escape(&c.saturation.how),
             escape(&c.knee.how),
             escape(&c.search_end)
@@ -604,9 +602,17 @@ fn html(result: &RunResult, charts: &[Chart]) -> String {
         ));
     }
     out.push_str("<h2>Steps</h2><p>Latency counts from each request's scheduled time; the warm-up of each step is \
-                  excluded. <i>behind</i>: the generator's dispatch delay exceeded its bound.</p><table><tr>");
+                  excluded. <i>behind</i>: the generator's dispatch delay exceeded its bound.</p>");
     let (headers, rows) = table(result);
-    for h in &headers {
+    html_table(&mut out, &headers, &rows);
+    out.push_str("</body></html>\n");
+    out
+}
+
+/// A table whose rows ending in FAIL are marked.
+fn html_table(out: &mut String, headers: &[String], rows: &[Vec<String>]) {
+    out.push_str("<table><tr>");
+    for h in headers {
         out.push_str(&format!("<th>{}</th>", escape(h)));
     }
     out.push_str("</tr>");
@@ -614,10 +620,9 @@ fn html(result: &RunResult, charts: &[Chart]) -> String {
         let fail = row.last().is_some_and(|v| v == "FAIL");
         out.push_str(if fail { "<tr class=\"fail\">" } else { "<tr>" });
         for v in row {
-            out.push_str(&format!("<td>{}</td>", escape(&v)));
+            out.push_str(&format!("<td>{}</td>", escape(v)));
         }
         out.push_str("</tr>");
     }
-    out.push_str("</table></body></html>\n");
-    out
+    out.push_str("</table>");
 }

@@ -289,11 +289,64 @@ pub fn table(result: &RunResult) -> (Vec<String>, Vec<Vec<String>>) {
                     c.timeouts.to_string(),
                     if c.stability.stable { "yes" } else { "no" }.into(),
                     if step.behind { "BEHIND" } else { "" }.into(),
-                    if c.verdict.pass { "pass" } else { "FAIL" }.into(),
+                    // A probe measures throughput; its latency is not meant to meet anything.
+                    match (step.probe, c.verdict.pass) {
+                        (true, _) => "probe",
+                        (false, true) => "pass",
+                        (false, false) => "FAIL",
+                    }
+                    .into(),
                 ]);
             }
         }
     }
+    (headers, rows)
+}
+
+/// One row per configuration: what was found, for comparing knob values at a glance.
+pub fn config_table(result: &RunResult) -> (Vec<String>, Vec<Vec<String>>) {
+    let rate_mode = result
+        .configs
+        .iter()
+        .flat_map(|c| c.steps.iter().find(|s| !s.probe))
+        .any(|s| matches!(s.level, crate::workload::Level::Rate(_)));
+    let unit = if rate_mode { "req/s" } else { "tokens/s" };
+    let headers = vec![
+        "config".to_owned(),
+        "saturation point".to_owned(),
+        "knee".to_owned(),
+        format!("best within SLO ({unit})"),
+        format!("peak ({unit})"),
+        "steps".to_owned(),
+        "time s".to_owned(),
+    ];
+    let rows = result
+        .configs
+        .iter()
+        .map(|c| {
+            let peak = c
+                .steps
+                .iter()
+                .map(|s| {
+                    if rate_mode {
+                        s.main().achieved_rps
+                    } else {
+                        s.main().tokens_per_s
+                    }
+                })
+                .fold(0.0, f64::max);
+            vec![
+                c.label.clone(),
+                c.saturation.show(),
+                c.knee.show(),
+                c.throughput_within_slo
+                    .map_or("-".into(), |t| format!("{t:.1}")),
+                format!("{peak:.1}"),
+                c.steps.len().to_string(),
+                format!("{:.0}", c.wall_s),
+            ]
+        })
+        .collect();
     (headers, rows)
 }
 

@@ -210,6 +210,16 @@ pub struct Finding {
     pub how: String,
 }
 
+impl Finding {
+    /// `42.0`, `>= 42.0` for a lower bound, or `none`.
+    pub fn show(&self) -> String {
+        match self.value {
+            Some(v) => format!("{}{v:.1}", if self.lower_bound { ">= " } else { "" }),
+            None => "none".into(),
+        }
+    }
+}
+
 /// The level a step is plotted and judged at: its measured offered rate, or its concurrency.
 pub fn x_of(step: &StepResult) -> f64 {
     match step.level {

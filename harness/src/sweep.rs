@@ -646,8 +646,8 @@ fn execute(
         setup.say(format!(
             "{}: saturation {}, knee {} ({:.0} s; {})",
             config.label,
-            finding(&config.saturation),
-            finding(&config.knee),
+            config.saturation.show(),
+            config.knee.show(),
             config.wall_s,
             config.search_end
         ));
@@ -723,56 +723,50 @@ fn execute(
     Ok(())
 }
 
-fn finding(f: &search::Finding) -> String {
-    match f.value {
-        Some(v) => format!("{}{v:.1}", if f.lower_bound { ">= " } else { "" }),
-        None => "none".into(),
-    }
-}
-
 /// The summary table on stderr: the columns that fit a terminal.
 pub fn print_summary(result: &RunResult) {
     let (headers, rows) = results::table(result);
     let cols: Vec<usize> = (0..headers.len())
         .filter(|&i| results::COLUMNS[i].1)
         .collect();
-    let cells: Vec<Vec<&str>> = std::iter::once(&headers)
-        .chain(&rows)
-        .map(|r| cols.iter().map(|&i| r[i].as_str()).collect())
-        .collect();
-    let widths: Vec<usize> = (0..cols.len())
-        .map(|j| {
-            cells
-                .iter()
-                .map(|r| r[j].chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
+    let pick = |r: &Vec<String>| cols.iter().map(|&i| r[i].clone()).collect::<Vec<_>>();
     eprintln!();
-    for row in &cells {
-        let line: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .map(|(v, w)| format!("{v:>w$}"))
-            .collect();
-        eprintln!("{}", line.join("  "));
-    }
+    print_table(&pick(&headers), &rows.iter().map(pick).collect::<Vec<_>>());
+    eprintln!();
+    let (headers, rows) = results::config_table(result);
+    print_table(&headers, &rows);
     eprintln!();
     for c in &result.configs {
         eprintln!(
             "{}: saturation point {} — {}",
             c.label,
-            finding(&c.saturation),
+            c.saturation.show(),
             c.saturation.how
         );
-        eprintln!("{}: knee {} — {}", c.label, finding(&c.knee), c.knee.how);
+        eprintln!("{}: knee {} — {}", c.label, c.knee.show(), c.knee.how);
     }
     if let Some(b) = &result.best {
         eprintln!(
             "best setting for the SLO: {} ({:.1} {})",
             b.label, b.throughput_within_slo, b.unit
         );
+    }
+}
+
+/// Right-aligned columns on stderr.
+fn print_table(headers: &[String], rows: &[Vec<String>]) {
+    let headers = headers.to_vec();
+    let all: Vec<&Vec<String>> = std::iter::once(&headers).chain(rows).collect();
+    let widths: Vec<usize> = (0..headers.len())
+        .map(|j| all.iter().map(|r| r[j].chars().count()).max().unwrap_or(0))
+        .collect();
+    for row in all {
+        let line: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(v, w)| format!("{v:>w$}"))
+            .collect();
+        eprintln!("{}", line.join("  "));
     }
 }
 
