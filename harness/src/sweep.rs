@@ -67,6 +67,7 @@ pub struct Common {
     /// Batch SLO, per bulk request.
     #[arg(long, default_value_t = 30_000.0)]
     pub batch_slo_ms: f64,
+    /// The latency quantile the SLOs bound (0.99: p99).
     #[arg(long, default_value_t = 0.99)]
     pub slo_quantile: f64,
     /// Share of requests that may be refused, fail or time out within the SLO.
@@ -78,6 +79,7 @@ pub struct Common {
     /// Flag a step whose dispatch delay p99 exceeds this: the generator fell behind its schedule.
     #[arg(long, default_value_t = 10.0)]
     pub max_dispatch_delay_ms: f64,
+    /// Seed of every schedule and text choice: the same seed and rate give the same requests for every knob value.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
     /// Name of the run's directories (default: UTC time and workload).
@@ -86,6 +88,7 @@ pub struct Common {
     /// Where results/<run-id>/ goes (relative to the current directory).
     #[arg(long, default_value = "results")]
     pub results_dir: PathBuf,
+    /// Where reports/<run-id>/ goes.
     #[arg(long, default_value = "reports")]
     pub reports_dir: PathBuf,
     /// Write results only, no plots or page.
@@ -715,7 +718,11 @@ fn execute(
     let results_dir = c.results_dir.join(&run_id);
     results::write(&results_dir, &result)?;
     print_summary(&result);
-    eprintln!("results: {}", results_dir.join("result.json").display());
+    eprintln!(
+        "{command} took {:.0} s; results: {}",
+        result.wall_s,
+        results_dir.join("result.json").display()
+    );
     if !c.no_report {
         let page = crate::report::write(&c.reports_dir.join(&run_id), &result)?;
         eprintln!("report:  {}", page.display());

@@ -34,7 +34,7 @@ fn scratch() -> (tempfile::TempDir, String) {
 }
 
 #[test]
-fn sweep_over_a_knob_axis_writes_results_and_a_report() {
+fn sweep_over_knob_axes_writes_results_and_a_report() {
     let (tmp, model) = scratch();
     let stderr = ok(&bench(
         &[
@@ -43,8 +43,10 @@ fn sweep_over_a_knob_axis_writes_results_and_a_report() {
             &model,
             "--set",
             "threads=1",
+            "--set",
+            "overlap=false",
             "--axis",
-            "overlap=true,false",
+            "replicas=1,2",
             "--arrivals",
             "poisson",
             "--probe-s",
@@ -64,10 +66,7 @@ fn sweep_over_a_knob_axis_writes_results_and_a_report() {
         ],
         tmp.path(),
     ));
-    assert!(
-        stderr.contains("overlap=true: saturation point"),
-        "{stderr}"
-    );
+    assert!(stderr.contains("replicas=2: saturation point"), "{stderr}");
     assert!(stderr.contains("best setting for the SLO"), "{stderr}");
 
     let result = json(&tmp.path().join("results/t/result.json"));
@@ -89,8 +88,13 @@ fn sweep_over_a_knob_axis_writes_results_and_a_report() {
             .contains("backlog"));
         assert!(c["saturation"]["how"].as_str().unwrap().contains("SLO"));
         assert_eq!(c["engine"]["threads"], 1);
+        assert_eq!(c["engine"]["overlap"], false);
     }
-    assert_eq!(configs[1]["knobs"]["overlap"], false);
+    let replicas: Vec<u64> = configs
+        .iter()
+        .map(|c| c["replicas"].as_u64().unwrap())
+        .collect();
+    assert_eq!(replicas, [1, 2]);
     assert!(result["machine"]["cores"].as_u64().unwrap() >= 1);
 
     let csv = std::fs::read_to_string(tmp.path().join("results/t/summary.csv")).unwrap();
