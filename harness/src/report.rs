@@ -573,6 +573,9 @@ fn html(result: &RunResult, charts: &[Chart]) -> String {
     out.push_str("</table><h2>Findings</h2>");
     let (headers, rows) = config_table(result);
     html_table(&mut out, &headers, &rows);
+    if let Some(w) = crate::results::behind_warning(result) {
+        out.push_str(&format!("<p class=\"finding fail\">{}</p>", escape(&w)));
+    }
     if let Some(best) = &result.best {
         out.push_str(&format!(
             "<p class=\"finding\"><b>Best setting for the SLO: {}</b> — {:.1} {} within the SLO.</p>",

@@ -350,6 +350,36 @@ pub fn config_table(result: &RunResult) -> (Vec<String>, Vec<Vec<String>>) {
     (headers, rows)
 }
 
+/// A warning when the generator fell behind in some steps (it was starved of CPU, or the load was more than it
+/// can send): those steps offered their load later than planned, and their latencies include the delay.
+pub fn behind_warning(result: &RunResult) -> Option<String> {
+    let behind: Vec<(&str, &StepResult)> = result
+        .configs
+        .iter()
+        .flat_map(|c| {
+            c.steps
+                .iter()
+                .filter(|s| s.behind)
+                .map(move |s| (c.label.as_str(), s))
+        })
+        .collect();
+    let worst = behind
+        .iter()
+        .flat_map(|(_, s)| s.classes.iter().map(|c| c.dispatch_delay_ms.max))
+        .fold(0.0, f64::max);
+    (!behind.is_empty()).then(|| {
+        let steps: Vec<String> = behind.iter().map(|(c, s)| format!("{c} step {}", s.index)).collect();
+        format!(
+            "WARNING: the generator fell behind its schedule in {} step(s) ({}; dispatch delay up to {:.0} ms): the \
+             load went out later than planned and those latencies include the delay. On a shared or niced machine \
+             this is the harness being starved of CPU; rerun those levels on a quieter machine.",
+            behind.len(),
+            steps.join(", "),
+            worst
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -758,6 +758,9 @@ pub fn print_summary(result: &RunResult) {
             b.label, b.throughput_within_slo, b.unit
         );
     }
+    if let Some(w) = results::behind_warning(result) {
+        eprintln!("{w}");
+    }
 }
 
 /// Right-aligned columns on stderr.
