@@ -266,11 +266,11 @@ async fn send(ctx: Ctx, request: Request, due: Instant) {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
     use crate::target::BoxFuture;
 
-    pub(crate) fn request() -> Request {
+    fn request() -> Request {
         Request {
             texts: vec![Arc::from("q")].into(),
             est_tokens: 3,

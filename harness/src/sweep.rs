@@ -235,6 +235,14 @@ impl Setup {
     }
 }
 
+/// Durations, rates and bounds must be positive numbers.
+fn positive(values: &[(&str, f64)]) -> Result<()> {
+    match values.iter().find(|(_, v)| !(v.is_finite() && *v > 0.0)) {
+        Some((name, v)) => bail!("{name} must be a positive number, not {v}"),
+        None => Ok(()),
+    }
+}
+
 fn load_corpus(path: &str, limit: Option<usize>) -> Result<Arc<Corpus>> {
     let corpus = Corpus::load(&repo_path(path))?;
     Ok(Arc::new(match limit {
@@ -260,8 +268,20 @@ fn workload(c: &Common, corpus_pass: bool) -> Result<Workload> {
     if !(0.0..1.0).contains(&c.slo_quantile) {
         bail!("--slo-quantile must be in [0, 1), not {}", c.slo_quantile);
     }
+    if !(0.0..=1.0).contains(&c.max_error_rate) {
+        bail!(
+            "--max-error-rate must be in [0, 1], not {}",
+            c.max_error_rate
+        );
+    }
+    positive(&[
+        ("--slo-ms", c.slo_ms),
+        ("--batch-slo-ms", c.batch_slo_ms),
+        ("--timeout-ms", c.timeout_ms.unwrap_or(1.0)),
+        ("--max-dispatch-delay-ms", c.max_dispatch_delay_ms),
+    ])?;
     let timeout = |slo_ms: f64| {
-        Duration::from_secs_f64(c.timeout_ms.unwrap_or(10.0 * slo_ms).max(1000.0) / 1e3)
+        Duration::from_secs_f64(c.timeout_ms.unwrap_or((10.0 * slo_ms).max(1000.0)) / 1e3)
     };
     let online = || -> Result<Class> {
         Ok(Class {
@@ -508,8 +528,9 @@ pub fn sweep(args: SweepArgs) -> Result<()> {
     let batch = c.workload == WorkloadKind::Batch;
     let step_s = args.step_s.unwrap_or(if batch { 20.0 } else { 10.0 });
     let warmup_s = args.warmup_s.unwrap_or(if batch { 4.0 } else { 2.0 });
-    if warmup_s >= step_s {
-        bail!("--warmup-s ({warmup_s}) must be shorter than --step-s ({step_s})");
+    positive(&[("--step-s", step_s), ("--probe-s", args.probe_s)])?;
+    if !(0.0..step_s).contains(&warmup_s) {
+        bail!("--warmup-s ({warmup_s}) must be at least 0 and shorter than --step-s ({step_s})");
     }
     let plan = Plan {
         rate_mode: setup.workload.steps_rate(),
@@ -554,6 +575,10 @@ pub fn replay(args: ReplayArgs) -> Result<()> {
             ) => t.stats().mean_rate,
             (None, _) => bail!("--rate is needed with synthetic or ServeGen arrivals"),
         };
+        positive(&[("--rate", rate), ("--duration-s", args.duration_s)])?;
+        if !(0.0..args.duration_s).contains(&args.warmup_s) {
+            bail!("--warmup-s must be at least 0 and shorter than --duration-s");
+        }
         Level::Rate(rate)
     };
     let duration_s = if batch {

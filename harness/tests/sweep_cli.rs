@@ -226,6 +226,14 @@ fn bad_input_gets_a_clear_error() {
             "--rate is needed",
         ),
         (vec!["report", "results/none"], "results/none/result.json"),
+        (
+            vec!["sweep", "--model", &model, "--step-s=-1"],
+            "--step-s must be a positive number",
+        ),
+        (
+            vec!["sweep", "--model", &model, "--timeout-ms", "0"],
+            "--timeout-ms must be a positive",
+        ),
     ] {
         let out = bench(&args, tmp.path());
         let stderr = String::from_utf8_lossy(&out.stderr);
