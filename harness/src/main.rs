@@ -1,8 +1,18 @@
 //! `bench`: the Embedding Workbench command line.
 
-mod loadtest;
+mod arrivals;
+mod generator;
+mod knobs;
 mod plans;
+mod report;
+mod results;
+mod search;
 mod serve;
+mod step;
+mod sweep;
+mod target;
+mod trace;
+mod workload;
 
 use std::io::{BufRead, BufWriter, Write};
 use std::path::PathBuf;
@@ -31,10 +41,20 @@ enum Command {
     /// Serve embeddings over HTTP: OpenAI-compatible /v1/embeddings, TEI-style /embed, /tokenize, /health, /info,
     /// /metrics.
     Serve(serve::ServeArgs),
-    /// Load-test the HTTP server on loopback: open-loop request rates × overlap on/off × token budgets.
-    Loadtest(loadtest::LoadtestArgs),
     /// Measure what forward plans buy: eager vs replayed latency per batch shape, capture cost, start-up time.
     Plans(plans::PlansArgs),
+    /// Find where the engine saturates: step the load (open-loop rate, or batch concurrency) from low to past
+    /// saturation for each knob combination; write results/<run-id>/ and reports/<run-id>/.
+    Sweep(sweep::SweepArgs),
+    /// Replay one trace (or one batch re-index of a corpus) at one setting; same outputs as a sweep.
+    Replay(sweep::ReplayArgs),
+    /// Draw the report of a results directory (or result.json) again.
+    Report {
+        /// results/<run-id>/ or its result.json.
+        results: PathBuf,
+        #[arg(long, default_value = "reports")]
+        reports_dir: PathBuf,
+    },
 }
 
 /// Engine settings shared by every command that loads a model.
@@ -327,7 +347,12 @@ fn main() -> Result<()> {
         Command::Embed(args) => embed(args),
         Command::Tokenize(args) => tokenize(args),
         Command::Serve(args) => serve::run(args),
-        Command::Loadtest(args) => loadtest::run(args),
         Command::Plans(args) => plans::run(args),
+        Command::Sweep(args) => sweep::sweep(args),
+        Command::Replay(args) => sweep::replay(args),
+        Command::Report {
+            results,
+            reports_dir,
+        } => sweep::rereport(results, reports_dir),
     }
 }

@@ -24,7 +24,7 @@ pub struct ServeArgs {
     pub port: u16,
 }
 
-/// Gateway settings shared by `serve` and `loadtest`.
+/// Gateway settings of `serve`.
 #[derive(Args)]
 pub struct GatewayArgs {
     /// Engine replicas, each with its own compute threads (`--threads` each; 0 shares the cores among them).
@@ -55,14 +55,8 @@ pub struct GatewayArgs {
 
 impl GatewayArgs {
     /// Loads the replicas and starts the gateway (on the current tokio runtime).
-    pub fn start(&self, dir: &Path, mut config: EngineConfig) -> Result<Gateway> {
-        let replicas = self.replicas.max(1);
-        if config.threads == 0 {
-            config.threads = (config.resolved_threads() / replicas).max(1);
-        }
-        let engines = (0..replicas)
-            .map(|_| load_engine(dir, config.clone()))
-            .collect::<Result<Vec<Engine>>>()?;
+    pub fn start(&self, dir: &Path, config: EngineConfig) -> Result<Gateway> {
+        let engines = load_replicas(dir, config, self.replicas)?;
         let model_name = self.model_name.clone().unwrap_or_else(|| {
             dir.file_name()
                 .map_or("model".into(), |n| n.to_string_lossy().into_owned())
@@ -78,6 +72,17 @@ impl GatewayArgs {
         };
         Gateway::new(engines, gateway).context("starting the gateway")
     }
+}
+
+/// `replicas` engines of the model in `dir`; with `threads` 0 they share the cores between them.
+pub fn load_replicas(dir: &Path, mut config: EngineConfig, replicas: usize) -> Result<Vec<Engine>> {
+    let replicas = replicas.max(1);
+    if config.threads == 0 {
+        config.threads = (config.resolved_threads() / replicas).max(1);
+    }
+    (0..replicas)
+        .map(|_| load_engine(dir, config.clone()))
+        .collect()
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {

@@ -1,0 +1,238 @@
+//! Knobs: engine settings set by name (`--set tokenizer=hf`) or swept (`--axis max_batch_tokens=256,1024`).
+//! [`EngineConfig`] is read through its serde form, so every field it has — including ones added later — is a
+//! knob without code here; `replicas` is the gateway's and handled by name.
+
+use std::collections::BTreeMap;
+
+use engine::EngineConfig;
+use serde_json::Value;
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum KnobError {
+    #[error("`{0}` is not NAME=VALUE")]
+    Syntax(String),
+    #[error("unknown knob `{name}`; the knobs are: {valid}")]
+    Unknown { name: String, valid: String },
+    #[error("knob {name}={value}: {message}")]
+    Invalid {
+        name: String,
+        value: String,
+        message: String,
+    },
+    #[error("knob `{0}` is given twice")]
+    Repeated(String),
+}
+
+/// Knobs that are not `EngineConfig` fields.
+pub const REPLICAS: &str = "replicas";
+
+/// One combination of knob values: name → JSON value, in name order.
+pub type Knobs = BTreeMap<String, Value>;
+
+/// A value as typed: JSON when it parses (`256`, `true`, `null`, `"x"`), else a plain string (`hf`).
+fn value(raw: &str) -> Value {
+    serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_owned()))
+}
+
+fn valid_names() -> Vec<String> {
+    let mut names: Vec<String> = match serde_json::to_value(EngineConfig::default()) {
+        Ok(Value::Object(map)) => map.keys().cloned().collect(),
+        _ => Vec::new(),
+    };
+    names.push(REPLICAS.to_owned());
+    names.sort();
+    names
+}
+
+/// Parses `--set NAME=VALUE` and `--axis NAME=V1,V2,...` into the list of knob combinations to run (the
+/// cartesian product of the axes, each with every `--set`), checking each against `EngineConfig`.
+pub fn combinations(sets: &[String], axes: &[String]) -> Result<Vec<Knobs>, KnobError> {
+    let valid = valid_names();
+    let split = |arg: &String| -> Result<(String, String), KnobError> {
+        let (name, raw) = arg
+            .split_once('=')
+            .ok_or_else(|| KnobError::Syntax(arg.clone()))?;
+        let name = name.trim().replace('-', "_");
+        if !valid.contains(&name) {
+            return Err(KnobError::Unknown {
+                name,
+                valid: valid.join(", "),
+            });
+        }
+        Ok((name, raw.trim().to_owned()))
+    };
+    let mut fixed = Knobs::new();
+    for arg in sets {
+        let (name, raw) = split(arg)?;
+        if fixed.insert(name.clone(), value(&raw)).is_some() {
+            return Err(KnobError::Repeated(name));
+        }
+    }
+    let mut combos = vec![fixed];
+    for arg in axes {
+        let (name, raw) = split(arg)?;
+        if combos[0].contains_key(&name) {
+            return Err(KnobError::Repeated(name));
+        }
+        let values: Vec<Value> = raw.split(',').map(|v| value(v.trim())).collect();
+        combos = combos
+            .into_iter()
+            .flat_map(|c| {
+                let name = &name;
+                values.iter().map(move |v| {
+                    let mut c = c.clone();
+                    c.insert(name.clone(), v.clone());
+                    c
+                })
+            })
+            .collect();
+    }
+    for c in &combos {
+        apply(c, EngineConfig::default())?;
+    }
+    Ok(combos)
+}
+
+/// `base` with the knobs set, validated, and the replica count.
+pub fn apply(knobs: &Knobs, base: EngineConfig) -> Result<(EngineConfig, usize), KnobError> {
+    let invalid = |name: &str, v: &Value, message: String| KnobError::Invalid {
+        name: name.to_owned(),
+        value: v.to_string(),
+        message,
+    };
+    let mut json =
+        serde_json::to_value(base).map_err(|e| invalid("config", &Value::Null, e.to_string()))?;
+    let mut replicas = 1;
+    for (name, v) in knobs {
+        if name == REPLICAS {
+            replicas = v
+                .as_u64()
+                .filter(|&n| n >= 1)
+                .ok_or_else(|| invalid(name, v, "must be a whole number, at least 1".into()))?
+                as usize;
+        } else if let Value::Object(map) = &mut json {
+            map.insert(name.clone(), v.clone());
+        }
+    }
+    let config: EngineConfig = serde_json::from_value(json).map_err(|e| {
+        // serde names the field only for some errors; name the knobs set, one of which is wrong.
+        let names: Vec<&str> = knobs.keys().map(String::as_str).collect();
+        invalid(&names.join(","), &Value::Null, e.to_string())
+    })?;
+    config
+        .validate()
+        .map_err(|e| invalid("config", &Value::Null, e.to_string()))?;
+    Ok((config, replicas))
+}
+
+/// `max_batch_tokens=256 overlap=false`, or `defaults`.
+pub fn label(knobs: &Knobs, axes: &[String]) -> String {
+    let parts: Vec<String> = knobs
+        .iter()
+        .filter(|(k, _)| axes.is_empty() || axes.contains(k))
+        .map(|(k, v)| match v {
+            Value::String(s) => format!("{k}={s}"),
+            other => format!("{k}={other}"),
+        })
+        .collect();
+    if parts.is_empty() {
+        "defaults".into()
+    } else {
+        parts.join(" ")
+    }
+}
+
+/// The names swept by `--axis` arguments, for labels.
+pub fn axis_names(axes: &[String]) -> Vec<String> {
+    axes.iter()
+        .filter_map(|a| a.split_once('=').map(|(n, _)| n.trim().replace('-', "_")))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn axes_multiply_and_sets_apply_to_each() {
+        let combos = combinations(
+            &s(&["tokenizer=hf", "replicas=2"]),
+            &s(&["max_batch_tokens=256,1024,8192", "overlap=true,false"]),
+        )
+        .unwrap();
+        assert_eq!(combos.len(), 6);
+        let (config, replicas) = apply(&combos[1], EngineConfig::default()).unwrap();
+        assert_eq!(config.max_batch_tokens, 256);
+        assert!(!config.overlap);
+        assert_eq!(config.tokenizer, engine::tokenizer::TokenizerKind::Hf);
+        assert_eq!(replicas, 2);
+        assert_eq!(
+            label(
+                &combos[1],
+                &axis_names(&s(&["max_batch_tokens=1", "overlap=1"]))
+            ),
+            "max_batch_tokens=256 overlap=false"
+        );
+    }
+
+    #[test]
+    fn every_engine_config_field_is_a_knob() {
+        let names = valid_names();
+        for field in [
+            "threads",
+            "max_batch_tokens",
+            "max_wait_ms",
+            "overlap",
+            "tokenizer",
+            "max_seq_length",
+        ] {
+            assert!(
+                names.contains(&field.to_owned()),
+                "{field} missing from {names:?}"
+            );
+        }
+        let (config, _) = apply(
+            &combinations(&s(&["max_seq_length=null", "max-wait-ms=5"]), &[]).unwrap()[0],
+            EngineConfig::default(),
+        )
+        .unwrap();
+        assert_eq!((config.max_seq_length, config.max_wait_ms), (None, 5));
+    }
+
+    #[test]
+    fn bad_knobs_say_what_is_wrong() {
+        let e = combinations(&s(&["batch_size=3"]), &[]).unwrap_err();
+        assert!(
+            e.to_string().contains("unknown knob `batch_size`")
+                && e.to_string().contains("max_batch_tokens"),
+            "{e}"
+        );
+        let e = combinations(&[], &s(&["tokenizer=fast,sentencepiece"]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("tokenizer") && e.contains("sentencepiece"),
+            "{e}"
+        );
+        let e = combinations(&s(&["max_batch_tokens=0"]), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("at least 1"), "{e}");
+        let e = combinations(&s(&["replicas=0"]), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("replicas"), "{e}");
+        assert_eq!(
+            combinations(&s(&["threads"]), &[]).unwrap_err(),
+            KnobError::Syntax("threads".into())
+        );
+        assert_eq!(
+            combinations(&s(&["threads=1"]), &s(&["threads=2,3"])).unwrap_err(),
+            KnobError::Repeated("threads".into())
+        );
+    }
+}

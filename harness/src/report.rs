@@ -1,0 +1,631 @@
+//! Reports: `reports/<run-id>/` with plots (PNG and SVG, drawn by plotters) and an `index.html` that shows them
+//! with the findings and the summary table. Latency percentiles against offered load with the SLO line and each
+//! configuration's saturation point; achieved against offered throughput with the knee; for workloads with a
+//! batch class, its tokens/s; for a single-step replay, the step's timeline.
+//!
+//! PNG text is drawn with DejaVu Sans, shipped in `harness/assets/` (its license beside it), so no system font
+//! is needed.
+
+use std::path::Path;
+use std::sync::Once;
+
+use anyhow::{anyhow, Context, Result};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use crate::results::{config_table, table, RunResult};
+use crate::search::x_of;
+use crate::step::StepResult;
+use crate::workload::{quantile_name, Level};
+
+static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
+
+fn register_font() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // The font is compiled in and known to be valid; a failure would only leave PNG text blank.
+        let _ = plotters::style::register_font("sans-serif", FontStyle::Normal, FONT);
+    });
+}
+
+/// Colours that stay apart in print and for the common colour-vision deficiencies (Okabe–Ito).
+const PALETTE: [RGBColor; 7] = [
+    RGBColor(0, 114, 178),
+    RGBColor(213, 94, 0),
+    RGBColor(0, 158, 115),
+    RGBColor(204, 121, 167),
+    RGBColor(230, 159, 0),
+    RGBColor(86, 180, 233),
+    RGBColor(0, 0, 0),
+];
+
+/// Half-way to white: a reference line in a series' colour.
+fn lighter(c: RGBColor) -> RGBColor {
+    let mid = |v: u8| ((v as u16 + 255) / 2) as u8;
+    RGBColor(mid(c.0), mid(c.1), mid(c.2))
+}
+
+/// One line of a chart.
+struct Line {
+    label: String,
+    color: RGBColor,
+    points: Vec<(f64, f64)>,
+    dashed: bool,
+    /// Points further apart than this in x are not joined: a timeline's empty buckets are gaps, not zeros.
+    max_gap: Option<f64>,
+}
+
+impl Line {
+    /// The runs of points to join.
+    fn segments(&self) -> Vec<Vec<(f64, f64)>> {
+        let mut out: Vec<Vec<(f64, f64)>> = Vec::new();
+        for &p in &self.points {
+            match out.last_mut() {
+                Some(run)
+                    if self
+                        .max_gap
+                        .is_none_or(|g| run.last().is_some_and(|q| p.0 - q.0 <= g)) =>
+                {
+                    run.push(p)
+                }
+                _ => out.push(vec![p]),
+            }
+        }
+        out
+    }
+}
+
+/// A point called out on a chart.
+struct Mark {
+    label: String,
+    color: RGBColor,
+    at: (f64, f64),
+}
+
+/// What one chart shows; drawn the same way on PNG and SVG.
+struct Chart {
+    file: &'static str,
+    title: String,
+    x_desc: String,
+    y_desc: String,
+    log_y: bool,
+    lines: Vec<Line>,
+    marks: Vec<Mark>,
+    /// Horizontal reference lines (the SLO, the probed maximum) with their labels and colours.
+    hlines: Vec<(f64, String, RGBColor)>,
+    /// Draw y = x (achieved equal to offered).
+    diagonal: bool,
+    /// Where the legend hides the least: above rising latency curves, below throughput that levels off.
+    legend: SeriesLabelPosition,
+}
+
+/// Writes the plots and `index.html` into `dir`; returns the page's path.
+pub fn write(dir: &Path, result: &RunResult) -> Result<std::path::PathBuf> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    register_font();
+    let charts = charts(result);
+    for chart in &charts {
+        let png = dir.join(format!("{}.png", chart.file));
+        draw(
+            BitMapBackend::new(&png, (1000, 620)).into_drawing_area(),
+            chart,
+        )
+        .with_context(|| format!("drawing {}", png.display()))?;
+        let svg = dir.join(format!("{}.svg", chart.file));
+        draw(
+            SVGBackend::new(&svg, (1000, 620)).into_drawing_area(),
+            chart,
+        )
+        .with_context(|| format!("drawing {}", svg.display()))?;
+    }
+    let page = dir.join("index.html");
+    std::fs::write(&page, html(result, &charts))
+        .with_context(|| format!("writing {}", page.display()))?;
+    Ok(page)
+}
+
+fn charts(result: &RunResult) -> Vec<Chart> {
+    let configs = &result.configs;
+    let color = |i: usize| PALETTE[i % PALETTE.len()];
+    let many = configs.len() > 1;
+    let name = |label: &str, what: &str| {
+        if many {
+            format!("{label}: {what}")
+        } else {
+            what.to_owned()
+        }
+    };
+    let measured = |steps: &[StepResult]| -> Vec<StepResult> {
+        let mut v: Vec<StepResult> = steps.iter().filter(|s| !s.probe).cloned().collect();
+        v.sort_by(|a, b| x_of(a).total_cmp(&x_of(b)));
+        v
+    };
+    let Some(first) = configs.iter().flat_map(|c| measured(&c.steps)).next() else {
+        return Vec::new();
+    };
+    let rate_mode = matches!(first.level, Level::Rate(_));
+    let main = first.main();
+    let x_desc = if rate_mode {
+        format!("offered load ({} requests/s)", main.class)
+    } else {
+        format!("concurrency ({} clients)", main.class)
+    };
+    let single_step = configs.iter().all(|c| measured(&c.steps).len() <= 1);
+    if single_step {
+        return timeline_charts(result);
+    }
+
+    let mut latency = Chart {
+        file: "latency",
+        title: format!("{} latency vs load", main.class),
+        x_desc: x_desc.clone(),
+        y_desc: "latency from the scheduled time (ms, log)".into(),
+        log_y: true,
+        lines: Vec::new(),
+        marks: Vec::new(),
+        hlines: vec![(
+            main.slo.latency_ms,
+            format!(
+                "SLO: {} <= {} ms",
+                quantile_name(main.slo.quantile),
+                main.slo.latency_ms
+            ),
+            RED,
+        )],
+        diagonal: false,
+        legend: SeriesLabelPosition::UpperLeft,
+    };
+    let mut throughput = Chart {
+        file: "throughput",
+        title: if rate_mode {
+            "achieved vs offered throughput".into()
+        } else {
+            format!("{} tokens/s vs concurrency", main.class)
+        },
+        x_desc: x_desc.clone(),
+        y_desc: if rate_mode {
+            "achieved (requests/s)".into()
+        } else {
+            "tokens/s".into()
+        },
+        log_y: false,
+        lines: Vec::new(),
+        marks: Vec::new(),
+        hlines: Vec::new(),
+        diagonal: rate_mode,
+        legend: SeriesLabelPosition::LowerRight,
+    };
+    let batch_class = first
+        .classes
+        .iter()
+        .position(|c| c.closed_loop)
+        .filter(|_| rate_mode);
+    let mut batch = batch_class.map(|_| Chart {
+        file: "batch_tokens",
+        title: "batch class throughput while the online load rises".into(),
+        x_desc: x_desc.clone(),
+        y_desc: "batch tokens/s".into(),
+        log_y: false,
+        lines: Vec::new(),
+        marks: Vec::new(),
+        hlines: Vec::new(),
+        diagonal: false,
+        legend: SeriesLabelPosition::LowerRight,
+    });
+    for (i, config) in configs.iter().enumerate() {
+        let steps = measured(&config.steps);
+        let pick = |f: &dyn Fn(&StepResult) -> f64| {
+            steps.iter().map(|s| (x_of(s), f(s))).collect::<Vec<_>>()
+        };
+        latency.lines.push(Line {
+            label: name(&config.label, &quantile_name(main.slo.quantile)),
+            color: color(i),
+            points: pick(&|s| s.main().slo_latency_ms.max(0.001)),
+            dashed: false,
+            max_gap: None,
+        });
+        latency.lines.push(Line {
+            label: name(&config.label, "p50"),
+            color: color(i),
+            points: pick(&|s| s.main().latency_ms.p50.max(0.001)),
+            dashed: true,
+            max_gap: None,
+        });
+        let y_of = |s: &StepResult| {
+            if rate_mode {
+                s.main().achieved_rps
+            } else {
+                s.main().tokens_per_s
+            }
+        };
+        throughput.lines.push(Line {
+            label: name(
+                &config.label,
+                if rate_mode { "achieved" } else { "tokens/s" },
+            ),
+            color: color(i),
+            points: pick(&y_of),
+            dashed: false,
+            max_gap: None,
+        });
+        let at = |x: Option<f64>, f: &dyn Fn(&StepResult) -> f64| {
+            let x = x?;
+            steps
+                .iter()
+                .find(|s| (x_of(s) - x).abs() < 1e-9)
+                .map(|s| (x, f(s)))
+        };
+        if let Some(p) = at(config.saturation.value, &|s| {
+            s.main().slo_latency_ms.max(0.001)
+        }) {
+            latency.marks.push(Mark {
+                label: name(&config.label, &format!("saturation {:.1}", p.0)),
+                color: color(i),
+                at: p,
+            });
+        }
+        let probe = config.steps.iter().find(|s| s.probe);
+        if let (Some(probe), true) = (probe, rate_mode) {
+            throughput.hlines.push((
+                probe.main().achieved_rps,
+                name(
+                    &config.label,
+                    &format!(
+                        "probe maximum {:.1} (closed loop)",
+                        probe.main().achieved_rps
+                    ),
+                ),
+                lighter(color(i)),
+            ));
+        }
+        if let Some(p) = at(config.knee.value, &y_of) {
+            throughput.marks.push(Mark {
+                label: name(&config.label, &format!("knee {:.1}", p.0)),
+                color: color(i),
+                at: p,
+            });
+        }
+        if let (Some(chart), Some(b)) = (batch.as_mut(), batch_class) {
+            chart.lines.push(Line {
+                label: name(&config.label, &steps[0].classes[b].class),
+                color: color(i),
+                points: pick(&|s| s.classes[b].tokens_per_s),
+                dashed: false,
+                max_gap: None,
+            });
+        }
+    }
+    let mut out = vec![latency, throughput];
+    out.extend(batch);
+    out
+}
+
+/// A replay's single step over time: latency of the requests due in each bucket, and due vs answered.
+fn timeline_charts(result: &RunResult) -> Vec<Chart> {
+    let Some(step) = result.configs.first().and_then(|c| c.steps.last()) else {
+        return Vec::new();
+    };
+    let class = step.main();
+    let width = match class.timeline.as_slice() {
+        [a, b, ..] => b.t - a.t,
+        _ => 1.0,
+    };
+    // Latency exists only where requests were due; rates are zero elsewhere.
+    let pts = |f: &dyn Fn(&crate::step::Bucket) -> f64, only_busy: bool| {
+        class
+            .timeline
+            .iter()
+            .filter(|b| !only_busy || b.due > 0)
+            .map(|b| (b.t, f(b)))
+            .collect::<Vec<_>>()
+    };
+    let line = |label: &str, i: usize, points, dashed| Line {
+        label: label.into(),
+        color: PALETTE[i],
+        points,
+        dashed,
+        max_gap: Some(width * 1.5),
+    };
+    vec![
+        Chart {
+            file: "timeline_latency",
+            title: format!("{} latency over the run", class.class),
+            x_desc: "time (s)".into(),
+            y_desc: "latency from the scheduled time (ms, log)".into(),
+            log_y: true,
+            lines: vec![
+                line("p99", 0, pts(&|b| b.p99_ms.max(0.001), true), false),
+                line("p50", 0, pts(&|b| b.p50_ms.max(0.001), true), true),
+            ],
+            marks: Vec::new(),
+            hlines: vec![(
+                class.slo.latency_ms,
+                format!("SLO {} ms", class.slo.latency_ms),
+                RED,
+            )],
+            diagonal: false,
+            legend: SeriesLabelPosition::UpperLeft,
+        },
+        Chart {
+            file: "timeline_rate",
+            title: format!("{} requests over the run", class.class),
+            x_desc: "time (s)".into(),
+            y_desc: "requests/s".into(),
+            log_y: false,
+            lines: vec![
+                line("due", 0, pts(&|b| b.due as f64 / width, false), false),
+                line(
+                    "answered",
+                    1,
+                    pts(&|b| b.answered as f64 / width, false),
+                    false,
+                ),
+            ],
+            marks: Vec::new(),
+            hlines: Vec::new(),
+            diagonal: false,
+            legend: SeriesLabelPosition::UpperMiddle,
+        },
+    ]
+}
+
+fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, chart: &Chart) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow!("{e:?}");
+    root.fill(&WHITE).map_err(err)?;
+    let xs = chart
+        .lines
+        .iter()
+        .flat_map(|l| l.points.iter().map(|p| p.0));
+    let ys = chart
+        .lines
+        .iter()
+        .flat_map(|l| l.points.iter().map(|p| p.1))
+        .chain(chart.hlines.iter().map(|h| h.0));
+    let x_max = xs.fold(0.0, f64::max).max(1e-9) * 1.05;
+    let (y_lo, y_hi) = ys.fold((f64::MAX, 0.0f64), |(lo, hi), y| (lo.min(y), hi.max(y)));
+    let y_top = if chart.log_y {
+        y_hi * 2.0
+    } else {
+        (y_hi * 1.1).max(1e-9)
+    };
+    let mut builder = ChartBuilder::on(&root);
+    builder
+        .caption(&chart.title, ("sans-serif", 24))
+        .margin(16)
+        .x_label_area_size(50)
+        .y_label_area_size(70);
+    let style = ("sans-serif", 15);
+    macro_rules! body {
+        ($ctx:expr) => {{
+            let mut ctx = $ctx;
+            ctx.configure_mesh()
+                .x_label_formatter(&|v| number(*v))
+                .y_label_formatter(&|v| number(*v))
+                .x_desc(chart.x_desc.as_str())
+                .y_desc(chart.y_desc.as_str())
+                .label_style(style)
+                .axis_desc_style(("sans-serif", 16))
+                .light_line_style(RGBColor(235, 235, 235))
+                .draw()
+                .map_err(err)?;
+            if chart.diagonal {
+                ctx.draw_series(DashedLineSeries::new(
+                    // Ends inside the plotting area: plotters does not clip a line leaving it.
+                    vec![(0.0, 0.0), (x_max.min(y_top), x_max.min(y_top))],
+                    6,
+                    4,
+                    RGBColor(150, 150, 150).stroke_width(1),
+                ))
+                .map_err(err)?
+                .label("achieved = offered")
+                .legend(|(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], RGBColor(150, 150, 150))
+                });
+            }
+            for (y, label, c) in &chart.hlines {
+                let c = *c;
+                ctx.draw_series(DashedLineSeries::new(
+                    vec![(0.0, *y), (x_max, *y)],
+                    8,
+                    5,
+                    c.stroke_width(2),
+                ))
+                .map_err(err)?
+                .label(label.as_str())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2))
+                });
+            }
+            for line in &chart.lines {
+                let c = line.color;
+                let width = if line.dashed { 1 } else { 2 };
+                for (k, run) in line.segments().into_iter().enumerate() {
+                    let drawn = if line.dashed {
+                        ctx.draw_series(DashedLineSeries::new(run, 5, 4, c.stroke_width(width)))
+                    } else {
+                        ctx.draw_series(LineSeries::new(run, c.stroke_width(width)))
+                    }
+                    .map_err(err)?;
+                    // One legend entry per line, not per segment.
+                    if k == 0 {
+                        drawn.label(line.label.as_str()).legend(move |(x, y)| {
+                            PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(width))
+                        });
+                    }
+                }
+                if !line.dashed {
+                    ctx.draw_series(line.points.iter().map(|&p| Circle::new(p, 3, c.filled())))
+                        .map_err(err)?;
+                }
+            }
+            for mark in &chart.marks {
+                let c = mark.color;
+                ctx.draw_series(std::iter::once(TriangleMarker::new(
+                    mark.at,
+                    11,
+                    c.filled(),
+                )))
+                .map_err(err)?
+                .label(mark.label.as_str())
+                .legend(move |(x, y)| TriangleMarker::new((x + 10, y), 7, c.filled()));
+                ctx.draw_series(std::iter::once(Circle::new(mark.at, 13, c.stroke_width(2))))
+                    .map_err(err)?;
+            }
+            ctx.configure_series_labels()
+                .position(chart.legend.clone())
+                .label_font(("sans-serif", 14))
+                .background_style(WHITE.mix(0.85))
+                .border_style(RGBColor(180, 180, 180))
+                .draw()
+                .map_err(err)?;
+        }};
+    }
+    if chart.log_y {
+        let lo = (y_lo.max(1e-3) / 2.0).min(y_hi / 10.0);
+        body!(builder
+            .build_cartesian_2d(0.0..x_max, (lo..y_top).log_scale())
+            .map_err(err)?);
+    } else {
+        body!(builder
+            .build_cartesian_2d(0.0..x_max, 0.0..y_top)
+            .map_err(err)?);
+    }
+    root.present().map_err(err)?;
+    Ok(())
+}
+
+/// Axis labels without needless decimals: 1000, 25, 2.5, 0.25.
+fn number(v: f64) -> String {
+    let a = v.abs();
+    if a >= 10.0 || a == 0.0 {
+        format!("{v:.0}")
+    } else if a >= 1.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+fn html(result: &RunResult, charts: &[Chart]) -> String {
+    let mut out = String::new();
+    let title = format!(
+        "bench {} {} — {}",
+        result.command, result.workload.kind, result.run_id
+    );
+    out.push_str(&format!(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>{t}</title><style>\
+         body{{font-family:sans-serif;margin:2em;max-width:1400px}}table{{border-collapse:collapse;font-size:13px}}\
+         td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}}th{{background:#f0f0f0}}\
+         td:first-child,th:first-child{{text-align:left}}.fail{{color:#b00}}img{{max-width:100%;border:1px solid #ddd}}\
+         .finding{{background:#f7f7f7;padding:.6em 1em;margin:.5em 0}}</style></head><body><h1>{t}</h1>",
+        t = escape(&title)
+    ));
+    let m = &result.machine;
+    let facts = [
+        ("command", format!("bench {}", result.args.join(" "))),
+        ("target", result.target.clone()),
+        ("model", result.model.clone().unwrap_or_else(|| "-".into())),
+        (
+            "machine",
+            format!(
+                "{} ({} cores, {} GiB), {}, Linux {}",
+                m.cpu, m.cores, m.memory_gib, m.os, m.kernel
+            ),
+        ),
+        (
+            "revision",
+            result.git.as_ref().map_or("-".into(), |g| {
+                format!("{}{}", g.revision, if g.dirty { " (dirty)" } else { "" })
+            }),
+        ),
+        (
+            "started",
+            format!("{} ({:.0} s)", result.started_at, result.wall_s),
+        ),
+    ];
+    out.push_str("<table>");
+    for (k, v) in facts {
+        out.push_str(&format!(
+            "<tr><th>{k}</th><td style=\"text-align:left\">{}</td></tr>",
+            escape(&v)
+        ));
+    }
+    for c in &result.workload.classes {
+        out.push_str(&format!(
+            "<tr><th>class {}</th><td style=\"text-align:left\">{}; corpus {}; SLO {}; timeout {} s</td></tr>",
+            escape(&c.name),
+            escape(&c.load),
+            escape(&c.corpus),
+            escape(&c.slo.describe()),
+            c.timeout_s
+        ));
+    }
+    out.push_str("</table><h2>Findings</h2>");
+    let (headers, rows) = config_table(result);
+    html_table(&mut out, &headers, &rows);
+    if let Some(w) = crate::results::behind_warning(result) {
+        out.push_str(&format!("<p class=\"finding fail\">{}</p>", escape(&w)));
+    }
+    if let Some(best) = &result.best {
+        out.push_str(&format!(
+            "<p class=\"finding\"><b>Best setting for the SLO: {}</b> — {:.1} {} within the SLO.</p>",
+            escape(&best.label),
+            best.throughput_within_slo,
+            escape(&best.unit)
+        ));
+    }
+    for c in &result.configs {
+        out.push_str(&format!(
+            "<div class=\"finding\"><b>{}</b>: saturation point <b>{}</b>, knee <b>{}</b>.<br>\
+             <small>Saturation: {}<br>Knee: {}<br>Search: {}</small></div>",
+            escape(&c.label),
+            c.saturation.show(),
+            c.knee.show(),
+            escape(&c.saturation.how),
+            escape(&c.knee.how),
+            escape(&c.search_end)
+        ));
+    }
+    for chart in charts {
+        out.push_str(&format!(
+            "<h2>{}</h2><img src=\"{f}.svg\" alt=\"{}\"><p><a href=\"{f}.png\">PNG</a></p>",
+            escape(&chart.title),
+            escape(&chart.title),
+            f = chart.file
+        ));
+    }
+    out.push_str("<h2>Steps</h2><p>Latency counts from each request's scheduled time; the warm-up of each step is \
+                  excluded. <i>behind</i>: the generator's dispatch delay exceeded its bound.</p>");
+    let (headers, rows) = table(result);
+    html_table(&mut out, &headers, &rows);
+    out.push_str("</body></html>\n");
+    out
+}
+
+/// A table whose rows ending in FAIL are marked.
+fn html_table(out: &mut String, headers: &[String], rows: &[Vec<String>]) {
+    out.push_str("<table><tr>");
+    for h in headers {
+        out.push_str(&format!("<th>{}</th>", escape(h)));
+    }
+    out.push_str("</tr>");
+    for row in rows {
+        let fail = row.last().is_some_and(|v| v == "FAIL");
+        out.push_str(if fail { "<tr class=\"fail\">" } else { "<tr>" });
+        for v in row {
+            out.push_str(&format!("<td>{}</td>", escape(v)));
+        }
+        out.push_str("</tr>");
+    }
+    out.push_str("</table>");
+}

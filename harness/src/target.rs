@@ -1,0 +1,445 @@
+//! Targets: what a step's requests are sent to. The engine in-process (the gateway's own path — validation,
+//! templating, tokenization, replica choice, scheduler — minus HTTP), the engine behind `bench serve`'s HTTP
+//! server on loopback, or any OpenAI- or TEI-compatible URL.
+
+use std::future::Future;
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use bytes::Bytes;
+use engine::gateway::{Gateway, GatewayConfig, Inputs, Options};
+use engine::EngineConfig;
+use http::StatusCode;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::TokioExecutor;
+use serde::{Deserialize, Serialize};
+
+use crate::workload::Request;
+
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// A request's answer, as far as the target tells.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Reply {
+    /// Tokens the target counted (OpenAI's `usage`, our gateway's own count).
+    pub tokens: Option<u32>,
+    /// Time the request waited in the target's queue (its `x-queue-time` header, or the scheduler's own figure).
+    pub queue: Option<Duration>,
+    /// Its batch's forward pass (`x-inference-time`, or the scheduler's figure).
+    pub inference: Option<Duration>,
+}
+
+/// Why a request got no embeddings.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Failure {
+    /// Turned away for load (429, 503): backpressure, not a fault.
+    Refused(String),
+    Error(String),
+}
+
+/// Counters of the target's batches, read before and after a step's measured window.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Telemetry {
+    pub batches: f64,
+    pub batch_tokens: f64,
+    /// Sum over batches of tokens / token budget.
+    pub fill: f64,
+}
+
+impl Telemetry {
+    /// Reads our gateway's Prometheus text (`/metrics`); `None` when it lacks the batch histograms.
+    pub fn parse_prometheus(text: &str) -> Option<Telemetry> {
+        let value = |name: &str| {
+            text.lines().find_map(|l| {
+                l.strip_prefix(name)?
+                    .strip_prefix(' ')?
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+            })
+        };
+        Some(Telemetry {
+            batches: value("embed_batch_tokens_count")?,
+            batch_tokens: value("embed_batch_tokens_sum")?,
+            fill: value("embed_batch_fill_sum")?,
+        })
+    }
+}
+
+/// Where requests go.
+pub trait Target: Send + Sync {
+    fn embed(&self, request: Request) -> BoxFuture<Result<Reply, Failure>>;
+    /// Batch counters, when the target exposes ours.
+    fn telemetry(&self) -> BoxFuture<Option<Telemetry>>;
+    /// Resolves once work left from an earlier step is gone, so steps do not bleed into each other.
+    fn settle(&self) -> BoxFuture<()>;
+}
+
+/// Which kind of target, as named on the command line.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TargetKind {
+    /// The engine in this process, through the gateway's `embed` (no HTTP).
+    InProcess,
+    /// The engine behind our HTTP server on a loopback port, restarted per knob combination.
+    Serve,
+    /// An external server; knobs cannot be set.
+    Url { url: String, api: Api },
+}
+
+/// The wire format of an HTTP target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Api {
+    /// `POST /v1/embeddings` with `{"input": [...]}`.
+    Openai,
+    /// `POST /embed` with `{"inputs": [...]}`.
+    Tei,
+}
+
+impl TargetKind {
+    pub fn parse(spec: &str, api: Api) -> Result<TargetKind> {
+        match spec {
+            "in-process" | "inprocess" => Ok(TargetKind::InProcess),
+            "serve" => Ok(TargetKind::Serve),
+            url if url.starts_with("http://") => Ok(TargetKind::Url {
+                url: url.trim_end_matches('/').to_owned(),
+                api,
+            }),
+            url if url.starts_with("https://") => {
+                anyhow::bail!(
+                    "`{url}`: only plain http:// is supported (the harness has no TLS client)"
+                )
+            }
+            other => anyhow::bail!(
+                "unknown target `{other}`: expected in-process, serve, or an http:// URL"
+            ),
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            TargetKind::InProcess => "in-process (gateway path, no HTTP)".into(),
+            TargetKind::Serve => "bench serve over HTTP on loopback".into(),
+            TargetKind::Url { url, api } => format!("{url} ({api:?} API)"),
+        }
+    }
+}
+
+/// Settings of a target the harness starts itself.
+pub struct EngineSetup<'a> {
+    pub model_dir: &'a Path,
+    pub config: EngineConfig,
+    pub replicas: usize,
+}
+
+/// Starts the target (a fresh engine for the in-process and serve kinds). Call within a tokio runtime.
+pub fn start(
+    kind: &TargetKind,
+    setup: Option<EngineSetup>,
+    model_name: &str,
+) -> Result<Arc<dyn Target>> {
+    let gateway_config = || GatewayConfig {
+        model_name: model_name.to_owned(),
+        // Passages over the model's limit are cut, as TEI's `truncate: true` does; refusing them is not the point.
+        auto_truncate: true,
+        ..GatewayConfig::default()
+    };
+    let gateway = |setup: Option<EngineSetup>| -> Result<Gateway> {
+        let s = setup.context("this target needs a model")?;
+        let engines = crate::serve::load_replicas(s.model_dir, s.config, s.replicas)?;
+        Gateway::new(engines, gateway_config()).context("starting the gateway")
+    };
+    Ok(match kind {
+        TargetKind::InProcess => Arc::new(InProcess {
+            gateway: gateway(setup)?,
+        }),
+        TargetKind::Serve => {
+            let server = LocalServer::start(gateway(setup)?)?;
+            let url = format!("http://{}", server.addr);
+            Arc::new(Http::new(url, Api::Openai, model_name, Some(server)))
+        }
+        TargetKind::Url { url, api } => Arc::new(Http::new(url.clone(), *api, model_name, None)),
+    })
+}
+
+/// The engine through [`Gateway::embed`]: the path of an HTTP request minus parsing and serialization.
+pub struct InProcess {
+    pub gateway: Gateway,
+}
+
+impl Target for InProcess {
+    fn embed(&self, request: Request) -> BoxFuture<Result<Reply, Failure>> {
+        let gateway = self.gateway.clone();
+        Box::pin(async move {
+            let inputs = Inputs::Texts(request.texts.iter().map(|t| t.to_string()).collect());
+            let options = Options {
+                truncate: true,
+                ..Options::default()
+            };
+            match gateway.embed(inputs, options).await {
+                Ok(e) => Ok(Reply {
+                    tokens: Some(e.tokens as u32),
+                    queue: Some(e.times.queue),
+                    inference: Some(e.times.inference),
+                }),
+                Err(e) => Err(failure(e.status, e.message)),
+            }
+        })
+    }
+
+    fn telemetry(&self) -> BoxFuture<Option<Telemetry>> {
+        let text = self.gateway.metrics().render(&self.gateway.loads());
+        Box::pin(async move { Telemetry::parse_prometheus(&text) })
+    }
+
+    fn settle(&self) -> BoxFuture<()> {
+        Box::pin(drained(self.gateway.clone()))
+    }
+}
+
+fn failure(status: StatusCode, message: String) -> Failure {
+    match status {
+        StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => {
+            Failure::Refused(message)
+        }
+        _ => Failure::Error(format!("{status}: {message}")),
+    }
+}
+
+/// Waits (at most 30 s) until no replica holds queued or running work.
+async fn drained(gateway: Gateway) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while tokio::time::Instant::now() < deadline
+        && gateway.loads().iter().any(|l| l.outstanding_tokens() > 0)
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// An HTTP server: ours on loopback (which the harness can see drain), or an external one.
+pub struct Http {
+    client: Client<HttpConnector, Full<Bytes>>,
+    url: String,
+    api: Api,
+    model_name: String,
+    server: Option<LocalServer>,
+}
+
+impl Http {
+    fn new(base: String, api: Api, model_name: &str, server: Option<LocalServer>) -> Http {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build(connector);
+        Http {
+            client,
+            url: base,
+            api,
+            model_name: model_name.to_owned(),
+            server,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct OpenAiReply {
+    data: Vec<serde::de::IgnoredAny>,
+    usage: Option<Usage>,
+}
+
+#[derive(Deserialize)]
+struct Usage {
+    prompt_tokens: u32,
+}
+
+impl Target for Http {
+    fn embed(&self, request: Request) -> BoxFuture<Result<Reply, Failure>> {
+        let (client, api) = (self.client.clone(), self.api);
+        let texts: Vec<&str> = request.texts.iter().map(|t| &**t).collect();
+        let (path, body) = match api {
+            // Base64 keeps the response small, as the official client asks for it.
+            Api::Openai => (
+                "/v1/embeddings",
+                serde_json::json!({ "input": texts, "model": self.model_name, "encoding_format": "base64" }),
+            ),
+            Api::Tei => (
+                "/embed",
+                serde_json::json!({ "inputs": texts, "truncate": true }),
+            ),
+        };
+        let uri = format!("{}{path}", self.url);
+        let n = request.texts.len();
+        Box::pin(async move {
+            let request = http::Request::post(uri)
+                .header(http::header::CONTENT_TYPE, "application/json")
+                .body(Full::new(Bytes::from(body.to_string())))
+                .map_err(|e| Failure::Error(e.to_string()))?;
+            let response = client
+                .request(request)
+                .await
+                .map_err(|e| Failure::Error(format!("request failed: {e}")))?;
+            let status = response.status();
+            let header_ms = |name: &str| {
+                response
+                    .headers()
+                    .get(name)?
+                    .to_str()
+                    .ok()?
+                    .parse::<f64>()
+                    .ok()
+            };
+            let header_time =
+                |name: &str| header_ms(name).map(|ms| Duration::from_secs_f64(ms.max(0.0) / 1e3));
+            let (queue, inference) = (header_time("x-queue-time"), header_time("x-inference-time"));
+            let header_tokens = header_ms("x-compute-tokens").map(|t| t as u32);
+            let body = response
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| Failure::Error(format!("reading the response: {e}")))?
+                .to_bytes();
+            if !status.is_success() {
+                let text = String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned();
+                return Err(failure(status, text));
+            }
+            let (got, tokens) = match api {
+                Api::Openai => {
+                    let r: OpenAiReply = serde_json::from_slice(&body).map_err(|e| {
+                        Failure::Error(format!("not an OpenAI embeddings response: {e}"))
+                    })?;
+                    (
+                        r.data.len(),
+                        r.usage.map(|u| u.prompt_tokens).or(header_tokens),
+                    )
+                }
+                Api::Tei => {
+                    let r: Vec<serde::de::IgnoredAny> = serde_json::from_slice(&body)
+                        .map_err(|e| Failure::Error(format!("not a TEI /embed response: {e}")))?;
+                    (r.len(), header_tokens)
+                }
+            };
+            if got != n {
+                return Err(Failure::Error(format!("{got} embeddings for {n} inputs")));
+            }
+            Ok(Reply {
+                tokens,
+                queue,
+                inference,
+            })
+        })
+    }
+
+    fn telemetry(&self) -> BoxFuture<Option<Telemetry>> {
+        let client = self.client.clone();
+        let uri = format!("{}/metrics", self.url);
+        Box::pin(async move {
+            let response = client.get(uri.parse().ok()?).await.ok()?;
+            if !response.status().is_success() {
+                return None;
+            }
+            let body = response.into_body().collect().await.ok()?.to_bytes();
+            Telemetry::parse_prometheus(&String::from_utf8_lossy(&body))
+        })
+    }
+
+    fn settle(&self) -> BoxFuture<()> {
+        match &self.server {
+            Some(server) => Box::pin(drained(server.gateway.clone())),
+            // An external server's queue is not visible: give it a moment.
+            None => Box::pin(tokio::time::sleep(Duration::from_millis(500))),
+        }
+    }
+}
+
+/// Our HTTP server on a loopback port, on a runtime of its own (so its work does not share the generator's
+/// threads), stopped when dropped.
+pub struct LocalServer {
+    addr: std::net::SocketAddr,
+    gateway: Gateway,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl LocalServer {
+    /// `gateway` was started on the caller's runtime; its schedulers keep running there, and this server's
+    /// runtime only parses, serializes and routes.
+    fn start(gateway: Gateway) -> Result<LocalServer> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .context("starting the server's runtime")?;
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind(("127.0.0.1", 0)))
+            .context("binding a loopback port")?;
+        let addr = listener.local_addr()?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let serving = gateway.clone();
+        let thread = std::thread::Builder::new()
+            .name("bench-serve".into())
+            .spawn(move || {
+                let served = runtime.block_on(serving.serve(listener, async {
+                    let _ = stopped.await;
+                }));
+                if let Err(e) = served {
+                    eprintln!("the loopback server stopped: {e}");
+                }
+            })
+            .context("starting the server thread")?;
+        Ok(LocalServer {
+            addr,
+            gateway,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for LocalServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_our_metrics() {
+        let text = "# TYPE embed_batch_tokens histogram\nembed_batch_tokens_bucket{le=\"64\"} 3\n\
+                    embed_batch_tokens_sum 1200\nembed_batch_tokens_count 4\n\
+                    embed_batch_fill_sum 0.5\nembed_batch_fill_count 4\n";
+        let t = Telemetry::parse_prometheus(text).unwrap();
+        assert_eq!((t.batches, t.batch_tokens, t.fill), (4.0, 1200.0, 0.5));
+        assert_eq!(Telemetry::parse_prometheus("up 1\n"), None);
+    }
+
+    #[test]
+    fn target_names() {
+        assert_eq!(
+            TargetKind::parse("in-process", Api::Openai).unwrap(),
+            TargetKind::InProcess
+        );
+        assert!(matches!(
+            TargetKind::parse("http://127.0.0.1:8080/", Api::Tei).unwrap(),
+            TargetKind::Url { url, api: Api::Tei } if url == "http://127.0.0.1:8080"
+        ));
+        assert!(TargetKind::parse("https://x", Api::Tei).is_err());
+        assert!(TargetKind::parse("gpu", Api::Tei)
+            .unwrap_err()
+            .to_string()
+            .contains("unknown target"));
+    }
+}

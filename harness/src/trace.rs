@@ -1,0 +1,413 @@
+//! Request arrivals: the [`Trace`] type, its native JSON Lines format, adapters for the LLM-serving traces the
+//! project ships (Azure 2023 CSV, Mooncake JSONL) and the time scaling that turns a trace into a step's schedule.
+//!
+//! The native format (documented in `workloads/README.md`) is one JSON object per line:
+//! `{"t": 0.125, "inputs": 1, "tokens": 18, "texts": ["..."]}` — `t` seconds from the trace's start (required),
+//! `inputs` per request (default 1, or the number of `texts`), `tokens` per input (optional), `texts` (optional;
+//! without them a workload's corpus supplies the text).
+
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+
+/// Why an input file (a trace, a corpus) could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum InputError {
+    #[error("reading {path}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}, line {line}: {message}")]
+    Parse {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
+    #[error("{path}: {message}")]
+    Format { path: PathBuf, message: String },
+}
+
+/// One request of a trace.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Arrival {
+    /// Seconds from the trace's start.
+    pub at: f64,
+    /// Inputs (texts) in the request.
+    pub inputs: u32,
+    /// Tokens per input, when the trace says (LLM traces give their prompt length).
+    pub tokens: Option<u32>,
+    /// The request's own texts; empty when a corpus supplies them.
+    pub texts: Vec<String>,
+}
+
+impl Arrival {
+    pub fn at(at: f64) -> Arrival {
+        Arrival {
+            at,
+            inputs: 1,
+            tokens: None,
+            texts: Vec::new(),
+        }
+    }
+}
+
+/// Arrivals in time order, the first at 0.
+#[derive(Clone, Debug)]
+pub struct Trace {
+    pub name: String,
+    pub arrivals: Vec<Arrival>,
+}
+
+/// Count, span and burstiness of a list of arrivals.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TraceStats {
+    pub requests: usize,
+    pub span_s: f64,
+    /// Gaps per second over the span: `(requests - 1) / span`.
+    pub mean_rate: f64,
+    /// Coefficient of variation of the gaps: 1 for Poisson, 0 for a metronome, above 1 for bursts.
+    pub cv: f64,
+}
+
+impl TraceStats {
+    pub fn of(arrivals: &[Arrival]) -> TraceStats {
+        let gaps: Vec<f64> = arrivals.windows(2).map(|w| w[1].at - w[0].at).collect();
+        let span = gaps.iter().sum::<f64>();
+        let mean = span / gaps.len().max(1) as f64;
+        let var = gaps.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / gaps.len().max(1) as f64;
+        TraceStats {
+            requests: arrivals.len(),
+            span_s: span,
+            mean_rate: if span > 0.0 {
+                gaps.len() as f64 / span
+            } else {
+                0.0
+            },
+            cv: if mean > 0.0 { var.sqrt() / mean } else { 0.0 },
+        }
+    }
+}
+
+impl Trace {
+    /// Reads a trace file, its format told by its content: a CSV with a `TIMESTAMP` column (Azure LLM 2023),
+    /// JSON Lines with `timestamp` in milliseconds (Mooncake) or `t` in seconds (native).
+    pub fn load(path: &Path) -> Result<Trace, InputError> {
+        let io = |source| InputError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let file = std::fs::File::open(path).map_err(io)?;
+        let mut reader = std::io::BufReader::new(file);
+        let first = {
+            let buf = reader.fill_buf().map_err(io)?;
+            String::from_utf8_lossy(&buf[..buf.len().min(256)]).into_owned()
+        };
+        let name = path
+            .file_stem()
+            .map_or("trace".into(), |s| s.to_string_lossy().into_owned());
+        let arrivals = if first.trim_start().starts_with('{') {
+            read_jsonl(path, reader)?
+        } else {
+            read_azure_csv(path, reader)?
+        };
+        if arrivals.len() < 2 {
+            return Err(InputError::Format {
+                path: path.to_owned(),
+                message: format!("{} requests; a trace needs at least two", arrivals.len()),
+            });
+        }
+        Ok(Trace::new(name, arrivals))
+    }
+
+    /// Sorts the arrivals by time and moves the first to 0.
+    pub fn new(name: impl Into<String>, mut arrivals: Vec<Arrival>) -> Trace {
+        arrivals.sort_by(|a, b| a.at.total_cmp(&b.at));
+        let t0 = arrivals.first().map_or(0.0, |a| a.at);
+        arrivals.iter_mut().for_each(|a| a.at -= t0);
+        Trace {
+            name: name.into(),
+            arrivals,
+        }
+    }
+
+    pub fn stats(&self) -> TraceStats {
+        TraceStats::of(&self.arrivals)
+    }
+
+    /// `duration_s` seconds of arrivals at `rate` per second on average: `round(rate * duration)` consecutive
+    /// requests from index `start` on (wrapping around the end), their gaps stretched or compressed by one factor
+    /// so they fill the duration. The burstiness (CV of the gaps) is the trace's own.
+    pub fn rescaled(&self, start: usize, rate: f64, duration_s: f64) -> Vec<Arrival> {
+        let n = (rate * duration_s).round() as usize;
+        let len = self.arrivals.len();
+        if n == 0 || len < 2 {
+            return Vec::new();
+        }
+        let span = self.stats().span_s;
+        // The wrap from the last arrival to the first takes one mean gap.
+        let wrap = span / (len - 1) as f64;
+        let time = |i: usize| {
+            let laps = (i / len) as f64;
+            laps * (span + wrap) + self.arrivals[i % len].at
+        };
+        let s = start % len;
+        let t0 = time(s);
+        // n gaps cover the duration: the (n+1)-th arrival would fall just past its end.
+        let scale = duration_s / (time(s + n) - t0).max(f64::MIN_POSITIVE);
+        (s..s + n)
+            .map(|i| Arrival {
+                at: (time(i) - t0) * scale,
+                ..self.arrivals[i % len].clone()
+            })
+            .collect()
+    }
+}
+
+/// Azure LLM inference trace 2023: `TIMESTAMP,ContextTokens,GeneratedTokens`, one row per request, the prompt's
+/// length taken as the input's token count.
+fn read_azure_csv(path: &Path, reader: impl std::io::Read) -> Result<Vec<Arrival>, InputError> {
+    let mut csv = csv::Reader::from_reader(reader);
+    let parse_err = |line: usize, message: String| InputError::Parse {
+        path: path.to_owned(),
+        line,
+        message,
+    };
+    let headers = csv.headers().map_err(|e| parse_err(1, e.to_string()))?;
+    let column = |name: &str| {
+        headers
+            .iter()
+            .position(|h| h.trim() == name)
+            .ok_or_else(|| InputError::Format {
+                path: path.to_owned(),
+                message: format!(
+                    "no `{name}` column (expected Azure's TIMESTAMP,ContextTokens,GeneratedTokens or JSON Lines)"
+                ),
+            })
+    };
+    let (ts, ctx) = (column("TIMESTAMP")?, column("ContextTokens")?);
+    let mut out = Vec::new();
+    for (i, record) in csv.records().enumerate() {
+        let line = i + 2;
+        let record = record.map_err(|e| parse_err(line, e.to_string()))?;
+        let field = |c: usize| record.get(c).unwrap_or("").trim();
+        let at = parse_timestamp(field(ts)).map_err(|m| parse_err(line, m))?;
+        let tokens = field(ctx)
+            .parse::<u32>()
+            .map_err(|e| parse_err(line, format!("ContextTokens `{}`: {e}", field(ctx))))?;
+        out.push(Arrival {
+            tokens: Some(tokens),
+            ..Arrival::at(at)
+        });
+    }
+    Ok(out)
+}
+
+/// `YYYY-MM-DD HH:MM:SS[.fraction]` to seconds since 1970 (UTC; the trace's zone does not matter for gaps).
+fn parse_timestamp(s: &str) -> Result<f64, String> {
+    let bad = || format!("timestamp `{s}` is not `YYYY-MM-DD HH:MM:SS[.fff]`");
+    let (date, time) = s.split_once(' ').ok_or_else(bad)?;
+    let num = |x: &str| x.parse::<i64>().map_err(|_| bad());
+    let d: Vec<&str> = date.split('-').collect();
+    let t: Vec<&str> = time.split(':').collect();
+    let ([y, m, day], [hh, mm, ss]) = (d.as_slice(), t.as_slice()) else {
+        return Err(bad());
+    };
+    let secs = ss.parse::<f64>().map_err(|_| bad())?;
+    let days = days_from_civil(num(y)?, num(m)?, num(day)?);
+    Ok((days * 86_400 + num(hh)? * 3600 + num(mm)? * 60) as f64 + secs)
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+#[derive(serde::Deserialize)]
+struct JsonLine {
+    /// Native: seconds.
+    t: Option<f64>,
+    /// Mooncake: milliseconds.
+    timestamp: Option<f64>,
+    inputs: Option<u32>,
+    tokens: Option<u32>,
+    /// Mooncake's prompt length.
+    input_length: Option<u32>,
+    #[serde(default)]
+    texts: Vec<String>,
+}
+
+/// Native lines (`t` in seconds) or Mooncake's (`timestamp` in milliseconds, `input_length` tokens).
+fn read_jsonl(path: &Path, reader: impl BufRead) -> Result<Vec<Arrival>, InputError> {
+    let mut out = Vec::new();
+    for (i, line) in reader.lines().enumerate() {
+        let parse_err = |message: String| InputError::Parse {
+            path: path.to_owned(),
+            line: i + 1,
+            message,
+        };
+        let line = line.map_err(|e| InputError::Io {
+            path: path.to_owned(),
+            source: e,
+        })?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let l: JsonLine = serde_json::from_str(&line).map_err(|e| parse_err(e.to_string()))?;
+        let at = match (l.t, l.timestamp) {
+            (Some(t), _) => t,
+            (None, Some(ms)) => ms / 1e3,
+            (None, None) => {
+                return Err(parse_err(
+                    "no `t` (seconds) or `timestamp` (milliseconds)".into(),
+                ))
+            }
+        };
+        if !at.is_finite() || at < 0.0 {
+            return Err(parse_err(format!("arrival time {at} is not a time")));
+        }
+        let inputs = match (l.inputs, l.texts.len()) {
+            (Some(n), k) if k > 0 && n as usize != k => {
+                return Err(parse_err(format!(
+                    "`inputs` is {n} but {k} texts are given"
+                )))
+            }
+            (Some(0), _) => return Err(parse_err("`inputs` is 0".into())),
+            (Some(n), _) => n,
+            (None, 0) => 1,
+            (None, k) => k as u32,
+        };
+        out.push(Arrival {
+            at,
+            inputs,
+            tokens: l.tokens.or(l.input_length),
+            texts: l.texts,
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shipped(name: &str) -> Trace {
+        Trace::load(&crate::workload::repo_path("workloads/traces").join(name)).unwrap()
+    }
+
+    fn close(a: f64, b: f64, rel: f64) -> bool {
+        (a - b).abs() <= rel * b.abs()
+    }
+
+    /// Counts, spans, rates and burstiness of the shipped traces, as `shared/data/README.md` states them
+    /// (checked independently with Python's csv/json modules).
+    #[test]
+    fn shipped_traces_parse_with_their_counts_and_rates() {
+        for (file, requests, span, rate, cv, tokens) in [
+            (
+                "azure2023_llm_conv.csv",
+                19_366,
+                3501.72,
+                5.530,
+                1.094,
+                22_361_870u64,
+            ),
+            (
+                "azure2023_llm_code.csv",
+                8_819,
+                3435.95,
+                2.566,
+                13.15,
+                18_059_974,
+            ),
+            (
+                "mooncake_fast25_synthetic.jsonl",
+                3_993,
+                1022.03,
+                3.906,
+                1.011,
+                61_194_628,
+            ),
+        ] {
+            let trace = shipped(file);
+            let s = trace.stats();
+            assert_eq!(s.requests, requests, "{file}");
+            assert!(close(s.span_s, span, 1e-4), "{file}: span {}", s.span_s);
+            assert!(
+                close(s.mean_rate, rate, 1e-3),
+                "{file}: rate {}",
+                s.mean_rate
+            );
+            assert!(close(s.cv, cv, 1e-3), "{file}: cv {}", s.cv);
+            let total: u64 = trace
+                .arrivals
+                .iter()
+                .map(|a| a.tokens.unwrap() as u64)
+                .sum();
+            assert_eq!(total, tokens, "{file}");
+            assert_eq!(trace.arrivals[0].at, 0.0);
+        }
+    }
+
+    #[test]
+    fn rescaling_hits_the_rate_and_keeps_the_burstiness() {
+        let trace = shipped("azure2023_llm_code.csv");
+        let whole = trace.rescaled(0, 10.0, trace.arrivals.len() as f64 / 10.0);
+        // The whole trace once round, compressed: same count, same CV.
+        assert_eq!(whole.len(), trace.arrivals.len());
+        assert!(close(TraceStats::of(&whole).cv, trace.stats().cv, 1e-6));
+        for (start, rate, duration) in [(0, 50.0, 10.0), (8_000, 7.5, 4.0), (123, 400.0, 2.5)] {
+            let a = trace.rescaled(start, rate, duration);
+            assert_eq!(a.len(), (rate * duration).round() as usize);
+            assert_eq!(a[0].at, 0.0);
+            assert!(a.windows(2).all(|w| w[0].at <= w[1].at));
+            assert!(a.last().unwrap().at < duration);
+        }
+    }
+
+    #[test]
+    fn native_lines_and_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.jsonl");
+        std::fs::write(
+            &path,
+            "{\"t\": 0.5, \"texts\": [\"a\", \"b\"]}\n\n{\"t\": 0.25, \"inputs\": 3, \"tokens\": 9}\n",
+        )
+        .unwrap();
+        let t = Trace::load(&path).unwrap();
+        assert_eq!(t.arrivals.len(), 2);
+        assert_eq!(
+            (t.arrivals[0].at, t.arrivals[0].inputs, t.arrivals[0].tokens),
+            (0.0, 3, Some(9))
+        );
+        assert_eq!((t.arrivals[1].at, t.arrivals[1].inputs), (0.25, 2));
+
+        std::fs::write(&path, "{\"t\": 0}\n{\"inputs\": 2}\n").unwrap();
+        let e = Trace::load(&path).unwrap_err().to_string();
+        assert!(e.contains("line 2") && e.contains("no `t`"), "{e}");
+
+        let csv = dir.path().join("t.csv");
+        std::fs::write(&csv, "when,ContextTokens\n1,2\n").unwrap();
+        let e = Trace::load(&csv).unwrap_err().to_string();
+        assert!(e.contains("no `TIMESTAMP` column"), "{e}");
+        std::fs::write(
+            &csv,
+            "TIMESTAMP,ContextTokens\n2023-11-16 18:15:46.5,3\nyesterday,4\n",
+        )
+        .unwrap();
+        let e = Trace::load(&csv).unwrap_err().to_string();
+        assert!(e.contains("line 3") && e.contains("yesterday"), "{e}");
+    }
+
+    #[test]
+    fn timestamps_cross_midnight() {
+        let a = parse_timestamp("2023-12-31 23:59:59.5").unwrap();
+        let b = parse_timestamp("2024-01-01 00:00:00.25").unwrap();
+        assert!((b - a - 0.75).abs() < 1e-9);
+        assert_eq!(parse_timestamp("1970-01-01 00:00:01").unwrap(), 1.0);
+    }
+}

@@ -1,0 +1,475 @@
+//! Workloads: what traffic a step sends. A [`Workload`] is one or more classes of traffic, each with its own SLO:
+//! `online` (one query per request, open loop, arrivals from a trace or a process), `batch` (a corpus re-indexed
+//! in large requests of many passages, closed loop with bounded concurrency) and `mixed` (both at once). Texts
+//! come from a [`Corpus`]; a trace's own texts or token counts are used when it has them.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+use crate::arrivals::Arrivals;
+use crate::trace::{Arrival, InputError};
+
+/// A path under the repository: as given when it exists from the current directory, else under the workspace
+/// this binary was built from (so `bench` and the tests find `workloads/` from anywhere in the checkout).
+pub fn repo_path(rel: &str) -> PathBuf {
+    let here = PathBuf::from(rel);
+    if here.exists() {
+        return here;
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel)
+}
+
+/// Texts to embed, with their token counts (special tokens included).
+pub struct Corpus {
+    pub name: String,
+    pub texts: Vec<Arc<str>>,
+    pub tokens: Vec<u32>,
+    /// Indices ordered by token count, to find a text of a given length.
+    by_len: Vec<usize>,
+}
+
+/// [CLS] and [SEP]: the shipped corpora's `n_tok_minilm` counts leave them out.
+const SPECIAL_TOKENS: u32 = 2;
+
+impl Corpus {
+    /// JSON Lines with a `text` field and, optionally, `n_tok_minilm` (otherwise a length estimate of one token
+    /// per four bytes is kept, used only where the target does not report its token count).
+    pub fn load(path: &Path) -> Result<Corpus, InputError> {
+        let content = std::fs::read_to_string(path).map_err(|source| InputError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        #[derive(Deserialize)]
+        struct Line {
+            text: String,
+            n_tok_minilm: Option<u32>,
+        }
+        let mut pairs = Vec::new();
+        for (i, line) in content.lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let l: Line = serde_json::from_str(line).map_err(|e| InputError::Parse {
+                path: path.to_owned(),
+                line: i + 1,
+                message: e.to_string(),
+            })?;
+            if !l.text.is_empty() {
+                let n = l.n_tok_minilm.unwrap_or(l.text.len() as u32 / 4);
+                pairs.push((Arc::<str>::from(l.text), n + SPECIAL_TOKENS));
+            }
+        }
+        if pairs.is_empty() {
+            return Err(InputError::Format {
+                path: path.to_owned(),
+                message: "no non-empty `text` fields".into(),
+            });
+        }
+        let name = path
+            .file_stem()
+            .map_or("corpus".into(), |s| s.to_string_lossy().into_owned());
+        Ok(Corpus::new(name, pairs))
+    }
+
+    pub fn new(name: String, pairs: Vec<(Arc<str>, u32)>) -> Corpus {
+        let (texts, tokens): (Vec<_>, Vec<_>) = pairs.into_iter().unzip();
+        let mut by_len: Vec<usize> = (0..texts.len()).collect();
+        by_len.sort_by_key(|&i| tokens[i]);
+        Corpus {
+            name,
+            texts,
+            tokens,
+            by_len,
+        }
+    }
+
+    pub fn total_tokens(&self) -> u64 {
+        self.tokens.iter().map(|&t| t as u64).sum()
+    }
+
+    /// A random text; with `tokens`, one of the texts whose length is nearest to it.
+    fn pick(&self, rng: &mut impl Rng, tokens: Option<u32>) -> usize {
+        let Some(want) = tokens else {
+            return rng.gen_range(0..self.texts.len());
+        };
+        let len = |k: usize| self.tokens[self.by_len[k]];
+        let k = self.by_len.partition_point(|&i| self.tokens[i] < want);
+        // The nearest length among the neighbours, then any text of exactly that length.
+        let k = match (k.checked_sub(1), k < self.by_len.len()) {
+            (Some(below), true) if want - len(below) <= len(k) - want => below,
+            (Some(below), false) => below,
+            _ => k,
+        };
+        let target = len(k);
+        let lo = self.by_len.partition_point(|&i| self.tokens[i] < target);
+        let hi = self.by_len.partition_point(|&i| self.tokens[i] <= target);
+        self.by_len[rng.gen_range(lo..hi)]
+    }
+}
+
+/// One request's inputs.
+#[derive(Clone, Debug)]
+pub struct Request {
+    pub texts: Arc<[Arc<str>]>,
+    /// Tokens the corpus counts for these texts; the target's own count is preferred when it reports one.
+    pub est_tokens: u32,
+}
+
+/// Where a closed-loop class's requests come from: the corpus in order, chunk after chunk (a re-index), or
+/// random texts (a probe of an online class).
+pub struct Source {
+    corpus: Arc<Corpus>,
+    per_request: usize,
+    order: Order,
+}
+
+enum Order {
+    /// The next index, and where to stop (one pass over the corpus) if anywhere.
+    Sequential(AtomicUsize, Option<usize>),
+    Random(Box<Mutex<StdRng>>),
+}
+
+impl Source {
+    /// The corpus in order from `start`, `per_request` texts a request, wrapping around; with `once`, a single
+    /// pass over it, after which there is nothing more to send.
+    pub fn sequential(corpus: Arc<Corpus>, per_request: usize, start: usize, once: bool) -> Source {
+        let end = once.then(|| start + corpus.texts.len());
+        Source {
+            corpus,
+            per_request,
+            order: Order::Sequential(AtomicUsize::new(start), end),
+        }
+    }
+
+    /// Random texts, `per_request` a request.
+    pub fn random(corpus: Arc<Corpus>, per_request: usize, seed: u64) -> Source {
+        Source {
+            corpus,
+            per_request,
+            order: Order::Random(Box::new(Mutex::new(StdRng::seed_from_u64(seed)))),
+        }
+    }
+
+    /// The next request; `None` once a single pass is done.
+    pub fn next(&self) -> Option<Request> {
+        let n = self.corpus.texts.len();
+        let picks: Vec<usize> = match &self.order {
+            Order::Sequential(cursor, end) => {
+                let start = cursor.fetch_add(self.per_request, Ordering::Relaxed);
+                let stop = end.map_or(start + self.per_request, |e| {
+                    e.min(start + self.per_request)
+                });
+                if stop <= start {
+                    return None;
+                }
+                (start..stop).map(|i| i % n).collect()
+            }
+            Order::Random(rng) => {
+                let mut rng = rng.lock().unwrap_or_else(PoisonError::into_inner);
+                (0..self.per_request)
+                    .map(|_| self.corpus.pick(&mut *rng, None))
+                    .collect()
+            }
+        };
+        Some(request(&self.corpus, &picks))
+    }
+
+    /// Requests a single pass takes, if this source makes one.
+    pub fn requests_in_pass(&self) -> Option<usize> {
+        match &self.order {
+            Order::Sequential(_, Some(_)) => {
+                Some(self.corpus.texts.len().div_ceil(self.per_request))
+            }
+            _ => None,
+        }
+    }
+}
+
+fn request(corpus: &Corpus, picks: &[usize]) -> Request {
+    Request {
+        texts: picks.iter().map(|&i| corpus.texts[i].clone()).collect(),
+        est_tokens: picks.iter().map(|&i| corpus.tokens[i]).sum(),
+    }
+}
+
+/// The built-in workloads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkloadKind {
+    /// One query per request, open loop, arrivals from a trace or process; the sweep steps the rate.
+    Online,
+    /// A corpus in large requests of many passages, closed loop; the sweep steps the concurrency.
+    Batch,
+    /// Online traffic stepped as in `online` while a batch re-index runs at fixed concurrency; each has its SLO.
+    Mixed,
+}
+
+impl std::fmt::Display for WorkloadKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            WorkloadKind::Online => "online",
+            WorkloadKind::Batch => "batch",
+            WorkloadKind::Mixed => "mixed",
+        })
+    }
+}
+
+/// A class's service-level objective: its latency quantile within a bound, errors within a share.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Slo {
+    /// 0.99 for p99.
+    pub quantile: f64,
+    pub latency_ms: f64,
+    /// Refused, failed and timed-out requests, as a share of those scheduled.
+    pub max_error_rate: f64,
+}
+
+impl Slo {
+    pub fn describe(&self) -> String {
+        format!(
+            "{} <= {} ms, errors <= {}%",
+            quantile_name(self.quantile),
+            self.latency_ms,
+            self.max_error_rate * 100.0
+        )
+    }
+}
+
+/// `p99`, `p99.9`, `p50`.
+pub fn quantile_name(q: f64) -> String {
+    format!("p{}", (q * 1000.0).round() / 10.0)
+}
+
+/// How a class offers load.
+pub enum Drive {
+    /// Requests at scheduled times, whatever is outstanding.
+    Open {
+        arrivals: Arrivals,
+        /// Pick texts whose token counts match the trace's (when it has them), instead of random ones.
+        match_lengths: bool,
+    },
+    /// A fixed number of clients, each sending its next request when its last is answered.
+    Closed {
+        concurrency: usize,
+        per_request: usize,
+    },
+}
+
+/// One class of traffic.
+pub struct Class {
+    pub name: String,
+    pub corpus: Arc<Corpus>,
+    pub drive: Drive,
+    pub slo: Slo,
+    /// A request unanswered this long is abandoned and counted as timed out (its latency recorded as this).
+    pub timeout: Duration,
+}
+
+/// The classes of one workload; the first is the one a sweep steps.
+pub struct Workload {
+    pub kind: WorkloadKind,
+    pub classes: Vec<Class>,
+    pub seed: u64,
+    /// Closed-loop classes make one pass over their corpus from its start (a timed re-index) instead of cycling.
+    pub corpus_pass: bool,
+}
+
+/// The load a sweep step puts on the stepped class.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Level {
+    /// Requests per second, open loop.
+    Rate(f64),
+    /// Clients, closed loop.
+    Concurrency(usize),
+}
+
+impl Level {
+    pub fn value(&self) -> f64 {
+        match *self {
+            Level::Rate(r) => r,
+            Level::Concurrency(c) => c as f64,
+        }
+    }
+}
+
+/// What one class sends during a step.
+pub enum ClassLoad {
+    /// `(seconds from the step's start, request)`, in time order.
+    Open(Vec<(f64, Request)>),
+    Closed {
+        concurrency: usize,
+        source: Arc<Source>,
+    },
+}
+
+impl Workload {
+    /// The stepped class at `level` (a rate for an open class, a concurrency for a closed one; a concurrency on an
+    /// open class probes it closed loop), the others as they are, over `duration_s`.
+    pub fn plan(&self, level: Level, duration_s: f64, step_seed: u64) -> Vec<ClassLoad> {
+        self.classes
+            .iter()
+            .enumerate()
+            .map(|(i, class)| {
+                let seed = self.seed ^ step_seed.rotate_left(17) ^ (i as u64).rotate_left(41);
+                let swept = (i == 0).then_some(level);
+                match (&class.drive, swept) {
+                    (
+                        Drive::Open {
+                            arrivals,
+                            match_lengths,
+                        },
+                        None | Some(Level::Rate(_)),
+                    ) => {
+                        let rate = match swept {
+                            Some(Level::Rate(r)) => r,
+                            _ => 0.0,
+                        };
+                        let schedule = arrivals.schedule(rate, duration_s, seed);
+                        ClassLoad::Open(requests(&class.corpus, &schedule, *match_lengths, seed))
+                    }
+                    (Drive::Open { .. }, Some(Level::Concurrency(concurrency))) => {
+                        ClassLoad::Closed {
+                            concurrency,
+                            source: Arc::new(Source::random(class.corpus.clone(), 1, seed)),
+                        }
+                    }
+                    (
+                        Drive::Closed {
+                            concurrency,
+                            per_request,
+                        },
+                        swept,
+                    ) => {
+                        let concurrency = match swept {
+                            Some(level) => level.value().round().max(1.0) as usize,
+                            None => *concurrency,
+                        };
+                        let start = if self.corpus_pass {
+                            0
+                        } else {
+                            StdRng::seed_from_u64(seed).gen_range(0..class.corpus.texts.len())
+                        };
+                        let source = Source::sequential(
+                            class.corpus.clone(),
+                            *per_request,
+                            start,
+                            self.corpus_pass,
+                        );
+                        ClassLoad::Closed {
+                            concurrency,
+                            source: Arc::new(source),
+                        }
+                    }
+                }
+            })
+            .collect()
+    }
+
+    /// Whether the stepped class is open loop (the sweep steps a rate) or closed (it steps a concurrency).
+    pub fn steps_rate(&self) -> bool {
+        matches!(
+            self.classes.first().map(|c| &c.drive),
+            Some(Drive::Open { .. })
+        )
+    }
+}
+
+/// Texts for each arrival: its own, or corpus texts (of matching length when asked and known).
+fn requests(
+    corpus: &Corpus,
+    schedule: &[Arrival],
+    match_lengths: bool,
+    seed: u64,
+) -> Vec<(f64, Request)> {
+    let mut rng = StdRng::seed_from_u64(seed.wrapping_add(1));
+    schedule
+        .iter()
+        .map(|a| {
+            let request = if a.texts.is_empty() {
+                let tokens = a.tokens.filter(|_| match_lengths);
+                let picks: Vec<usize> = (0..a.inputs)
+                    .map(|_| corpus.pick(&mut rng, tokens))
+                    .collect();
+                request(corpus, &picks)
+            } else {
+                let est = a.tokens.unwrap_or(0) * a.texts.len() as u32;
+                Request {
+                    texts: a.texts.iter().map(|t| Arc::from(t.as_str())).collect(),
+                    est_tokens: est,
+                }
+            };
+            (a.at, request)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn corpus() -> Corpus {
+        let pairs = [("a", 3), ("bb", 10), ("cc", 10), ("ddd", 50)]
+            .map(|(t, n)| (Arc::from(t), n))
+            .to_vec();
+        Corpus::new("test".into(), pairs)
+    }
+
+    #[test]
+    fn picks_texts_of_the_nearest_length() {
+        let c = corpus();
+        let mut rng = StdRng::seed_from_u64(1);
+        for (want, allowed) in [
+            (1, &[0][..]),
+            (3, &[0]),
+            (8, &[1, 2]),
+            (29, &[1, 2]),
+            (31, &[3]),
+            (999, &[3]),
+        ] {
+            for _ in 0..20 {
+                let i = c.pick(&mut rng, Some(want));
+                assert!(allowed.contains(&i), "{want} tokens: picked {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn sequential_source_walks_the_corpus_in_chunks() {
+        let source = Source::sequential(Arc::new(corpus()), 3, 2, false);
+        let first = source.next().unwrap();
+        assert_eq!(
+            &*first.texts,
+            &[Arc::from("cc"), Arc::from("ddd"), Arc::from("a")]
+        );
+        assert_eq!(first.est_tokens, 63);
+        assert_eq!(
+            &*source.next().unwrap().texts,
+            &[Arc::from("bb"), Arc::from("cc"), Arc::from("ddd")]
+        );
+        // One pass: four texts in requests of three, then nothing.
+        let once = Source::sequential(Arc::new(corpus()), 3, 0, true);
+        assert_eq!(once.requests_in_pass(), Some(2));
+        assert_eq!(once.next().unwrap().texts.len(), 3);
+        assert_eq!(once.next().unwrap().texts.len(), 1);
+        assert!(once.next().is_none());
+    }
+
+    #[test]
+    fn shipped_corpora_load() {
+        let q = Corpus::load(&repo_path("workloads/text/queries_multilingual.jsonl")).unwrap();
+        assert_eq!(q.texts.len(), 17_793);
+        assert_eq!(q.total_tokens(), 332_998 + 2 * 17_793);
+        let dir = tempfile::tempdir().unwrap();
+        let bad = dir.path().join("bad.jsonl");
+        std::fs::write(&bad, "{\"text\": \"fine\"}\nnot json\n").unwrap();
+        let e = Corpus::load(&bad).err().unwrap().to_string();
+        assert!(e.contains("line 2"), "{e}");
+    }
+}

@@ -1,0 +1,260 @@
+//! `bench sweep`, `bench replay` and `bench report` end to end on the tiny random model, with steps short enough
+//! for a test: the files a run writes (versioned JSON that reads back, CSV, PNG/SVG plots, HTML page), the
+//! in-process and HTTP targets, knob axes, and the errors a person gets for bad input. Figures are not checked
+//! here (the machine is shared and loaded); the unit tests check them on a paused clock.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn bench(args: &[&str], dir: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_bench"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap()
+}
+
+fn ok(out: &Output) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "bench failed:\n{stderr}");
+    stderr
+}
+
+fn json(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// A scratch directory holding the tiny model; runs write results/ and reports/ inside it.
+fn scratch() -> (tempfile::TempDir, String) {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("model");
+    engine::model::tiny::write_tiny_bert(&model, Default::default()).unwrap();
+    let model = model.display().to_string();
+    (tmp, model)
+}
+
+#[test]
+fn sweep_over_knob_axes_writes_results_and_a_report() {
+    let (tmp, model) = scratch();
+    let stderr = ok(&bench(
+        &[
+            "sweep",
+            "--model",
+            &model,
+            "--set",
+            "threads=1",
+            "--set",
+            "overlap=false",
+            "--axis",
+            "replicas=1,2",
+            "--arrivals",
+            "poisson",
+            "--probe-s",
+            "0.6",
+            "--probe-concurrency",
+            "8",
+            "--step-s",
+            "1",
+            "--warmup-s",
+            "0.2",
+            "--spread",
+            "2",
+            "--max-steps",
+            "2",
+            "--run-id",
+            "t",
+        ],
+        tmp.path(),
+    ));
+    assert!(stderr.contains("replicas=2: saturation point"), "{stderr}");
+    assert!(stderr.contains("best setting for the SLO"), "{stderr}");
+
+    let result = json(&tmp.path().join("results/t/result.json"));
+    assert_eq!(result["schema_version"], 1);
+    assert_eq!(result["command"], "sweep");
+    let configs = result["configs"].as_array().unwrap();
+    assert_eq!(configs.len(), 2);
+    for c in configs {
+        // The probe and two measured steps, each with percentiles, a histogram and the rule behind its verdict.
+        let steps = c["steps"].as_array().unwrap();
+        assert_eq!(steps.len(), 3, "{c}");
+        assert_eq!(steps[0]["level"]["concurrency"], 8);
+        let online = &steps[1]["classes"][0];
+        assert!(online["latency_ms"]["p99"].as_f64().unwrap() > 0.0);
+        assert!(!online["latency_histogram"].as_str().unwrap().is_empty());
+        assert!(online["stability"]["rule"]
+            .as_str()
+            .unwrap()
+            .contains("backlog"));
+        assert!(c["saturation"]["how"].as_str().unwrap().contains("SLO"));
+        assert_eq!(c["engine"]["threads"], 1);
+        assert_eq!(c["engine"]["overlap"], false);
+    }
+    let replicas: Vec<u64> = configs
+        .iter()
+        .map(|c| c["replicas"].as_u64().unwrap())
+        .collect();
+    assert_eq!(replicas, [1, 2]);
+    assert!(result["machine"]["cores"].as_u64().unwrap() >= 1);
+
+    let csv = std::fs::read_to_string(tmp.path().join("results/t/summary.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 1 + 2 * 3, "{csv}");
+    assert!(csv.starts_with("config,step,phase,level,class,offered/s"));
+    for file in [
+        "latency.png",
+        "latency.svg",
+        "throughput.png",
+        "throughput.svg",
+        "index.html",
+    ] {
+        let path = tmp.path().join("reports/t").join(file);
+        assert!(
+            std::fs::metadata(&path)
+                .map(|m| m.len() > 1000)
+                .unwrap_or(false),
+            "{}",
+            path.display()
+        );
+    }
+    let page = std::fs::read_to_string(tmp.path().join("reports/t/index.html")).unwrap();
+    assert!(page.contains("<img src=\"latency.svg\"") && page.contains("saturation point"));
+
+    // The report can be drawn again from the results alone.
+    std::fs::remove_dir_all(tmp.path().join("reports/t")).unwrap();
+    ok(&bench(&["report", "results/t"], tmp.path()));
+    assert!(tmp.path().join("reports/t/latency.png").is_file());
+}
+
+#[test]
+fn replays_over_http_and_a_batch_reindex() {
+    let (tmp, model) = scratch();
+    ok(&bench(
+        &[
+            "replay",
+            "--model",
+            &model,
+            "--set",
+            "threads=1",
+            "--target",
+            "serve",
+            "--arrivals",
+            "mooncake",
+            "--rate",
+            "40",
+            "--duration-s",
+            "1.5",
+            "--run-id",
+            "http",
+        ],
+        tmp.path(),
+    ));
+    let result = json(&tmp.path().join("results/http/result.json"));
+    let step = &result["configs"][0]["steps"][0];
+    assert!(step["classes"][0]["ok"].as_u64().unwrap() > 0, "{step}");
+    // Our server's /metrics gave the batch counters.
+    assert!(step["batches"]["batches"].as_f64().unwrap() > 0.0, "{step}");
+    assert!(tmp
+        .path()
+        .join("reports/http/timeline_latency.png")
+        .is_file());
+
+    let stderr = ok(&bench(
+        &[
+            "replay",
+            "--model",
+            &model,
+            "--set",
+            "threads=1",
+            "--workload",
+            "batch",
+            "--corpus-limit",
+            "40",
+            "--batch-size",
+            "8",
+            "--run-id",
+            "batch",
+        ],
+        tmp.path(),
+    ));
+    assert!(
+        stderr.contains("embedded passages_en (40 texts)"),
+        "{stderr}"
+    );
+    let result = json(&tmp.path().join("results/batch/result.json"));
+    let batch = &result["configs"][0]["steps"][0]["classes"][0];
+    assert_eq!(batch["ok"], 5, "{batch}");
+}
+
+#[test]
+fn bad_input_gets_a_clear_error() {
+    let (tmp, model) = scratch();
+    for (args, expected) in [
+        (
+            vec!["sweep", "--workload", "offline"],
+            "invalid value 'offline'",
+        ),
+        (
+            vec!["sweep", "--model", &model, "--arrivals", "nosuch"],
+            "unknown arrivals `nosuch`",
+        ),
+        (
+            vec!["sweep", "--model", &model, "--axis", "batch_tokens=1,2"],
+            "the knobs are:",
+        ),
+        (
+            vec![
+                "sweep",
+                "--model",
+                &model,
+                "--set",
+                "tokenizer=sentencepiece",
+            ],
+            "tokenizer",
+        ),
+        (
+            vec![
+                "sweep",
+                "--target",
+                "http://127.0.0.1:9",
+                "--set",
+                "threads=1",
+            ],
+            "external target",
+        ),
+        (
+            vec!["replay", "--model", &model, "--arrivals", "poisson"],
+            "--rate is needed",
+        ),
+        (vec!["report", "results/none"], "results/none/result.json"),
+        (
+            vec!["sweep", "--model", &model, "--step-s=-1"],
+            "--step-s must be a positive number",
+        ),
+        (
+            vec!["sweep", "--model", &model, "--timeout-ms", "0"],
+            "--timeout-ms must be a positive",
+        ),
+    ] {
+        let out = bench(&args, tmp.path());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+    let trace = tmp.path().join("broken.csv");
+    std::fs::write(&trace, "TIMESTAMP,ContextTokens\nnot a time,4\n").unwrap();
+    let out = bench(
+        &[
+            "sweep",
+            "--model",
+            &model,
+            "--arrivals",
+            trace.to_str().unwrap(),
+        ],
+        tmp.path(),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("broken.csv, line 2") && stderr.contains("not a time"),
+        "{stderr}"
+    );
+}
