@@ -60,7 +60,7 @@ pub fn attention(
     let d = h / heads;
     let scale = 1.0 / (d as f32).sqrt();
     let seqs = offsets.len() - 1;
-    par.run_dynamic(seqs * heads, &|task, worker| {
+    par.run(seqs * heads, &|task, worker| {
         let (s, head) = (task / heads, task % heads);
         let (start, len) = (offsets[s], offsets[s + 1] - offsets[s]);
         let keys = len.div_ceil(nr) * nr;
@@ -113,7 +113,7 @@ fn attention_bf16(
     let scale = 1.0 / (d as f32).sqrt();
     let seqs = offsets.len() - 1;
     let qkv = qkv as usize;
-    par.run_dynamic(seqs * heads, &|task, worker| {
+    par.run(seqs * heads, &|task, worker| {
         let (s, head) = (task / heads, task % heads);
         let (start, len) = (offsets[s], offsets[s + 1] - offsets[s]);
         let (keys, lp) = (len.div_ceil(nr) * nr, len.div_ceil(2));

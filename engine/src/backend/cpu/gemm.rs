@@ -367,19 +367,31 @@ pub fn linear(par: &dyn Par, x: Mat, w: &PackedB, epi: Epilogue, out: Mat, scrat
     let bytes = if w.dtype() == Dtype::Bf16 { 2 } else { 4 };
     let max_tiles = block_rows(k, bytes, mr) / mr;
     let threads = par.threads();
-    // Rows first; at least two tasks per thread when there are tiles enough, so the dynamic split balances.
-    let blocks = tiles.div_ceil(max_tiles).max((2 * threads).min(tiles));
+    // At least two tasks per thread, so the split balances. Every row block streams all of its columns' weights
+    // and every column group all of its rows' activations: while the weights are the larger operand (a query,
+    // a few sequences), the extra tasks come from columns, else from rows.
+    let want = 2 * threads;
+    let fewest = tiles.div_ceil(max_tiles);
+    let blocks = if m < n {
+        fewest
+    } else {
+        fewest.max(want.min(tiles))
+    };
     let tiles_per_block = tiles.div_ceil(blocks.max(1));
     let blocks = tiles.div_ceil(tiles_per_block.max(1));
-    // A short batch (one query) splits its columns too, so every thread has work.
-    let groups = if blocks >= 2 * threads {
+    let groups = if blocks >= want {
         1
     } else {
-        (2 * threads).div_ceil(blocks.max(1)).min(panels)
+        want.div_ceil(blocks.max(1)).min(panels)
     };
     let per_group = panels.div_ceil(groups);
     let groups = panels.div_ceil(per_group);
-    par.run(blocks * groups, &|task, worker| {
+    let run = if groups > 1 {
+        Par::run_pinned
+    } else {
+        Par::run
+    };
+    run(par, blocks * groups, &|task, worker| {
         let (block, group) = (task / groups, task % groups);
         let rows = block * tiles_per_block * mr..((block + 1) * tiles_per_block * mr).min(m);
         let panels = group * per_group..((group + 1) * per_group).min(panels);

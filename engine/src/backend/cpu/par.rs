@@ -20,13 +20,13 @@ use rayon::prelude::*;
 pub trait Par {
     fn threads(&self) -> usize;
     /// Runs `f(task, worker)` for every task in `0..tasks` and returns once all have run and their writes are
-    /// visible to every thread; `worker < threads()` names the thread, for its scratch memory. Tasks should cost
-    /// about the same: a team splits them statically, so that a thread reads the same weights in every forward
-    /// pass and finds them in its own cache.
+    /// visible to every thread; `worker < threads()` names the thread, for its scratch memory. A team hands the
+    /// tasks out one at a time, so a thread slowed by something else on its core holds up no one.
     fn run(&self, tasks: usize, f: &(dyn Fn(usize, usize) + Sync));
-    /// As [`Par::run`], for tasks of uneven cost (attention over sequences of different lengths): a team hands
-    /// them out one at a time.
-    fn run_dynamic(&self, tasks: usize, f: &(dyn Fn(usize, usize) + Sync));
+    /// As [`Par::run`], but a team gives each thread the same share of the tasks in every forward pass: for a
+    /// query's GEMMs, split by weight columns, each thread then streams the same weight panels every pass and
+    /// finds them in its own cache.
+    fn run_pinned(&self, tasks: usize, f: &(dyn Fn(usize, usize) + Sync));
 }
 
 /// One rayon fork/join per operation, on the current pool (call inside `ThreadPool::install`).
@@ -48,7 +48,7 @@ impl Par for Eager {
         }
     }
 
-    fn run_dynamic(&self, tasks: usize, f: &(dyn Fn(usize, usize) + Sync)) {
+    fn run_pinned(&self, tasks: usize, f: &(dyn Fn(usize, usize) + Sync)) {
         self.run(tasks, f);
     }
 }
@@ -96,8 +96,7 @@ impl Par for Member<'_> {
         self.team.threads
     }
 
-    fn run(&self, tasks: usize, f: &(dyn Fn(usize, usize) + Sync)) {
-        // Contiguous shares: with a column split, each thread keeps the same weight panels from pass to pass.
+    fn run_pinned(&self, tasks: usize, f: &(dyn Fn(usize, usize) + Sync)) {
         let n = self.team.threads;
         for t in self.worker * tasks / n..(self.worker + 1) * tasks / n {
             f(t, self.worker);
@@ -105,7 +104,7 @@ impl Par for Member<'_> {
         self.team.barrier.wait(|| {});
     }
 
-    fn run_dynamic(&self, tasks: usize, f: &(dyn Fn(usize, usize) + Sync)) {
+    fn run(&self, tasks: usize, f: &(dyn Fn(usize, usize) + Sync)) {
         loop {
             let t = self.team.next.fetch_add(1, Ordering::Relaxed);
             if t >= tasks {
@@ -320,7 +319,7 @@ mod tests {
         let team = Team::new(2);
         team.broadcast(&pool, |m| {
             m.run(counts.len(), &f);
-            m.run_dynamic(counts.len(), &f);
+            m.run_pinned(counts.len(), &f);
         });
         assert!(counts.iter().all(|c| c.load(Ordering::Relaxed) == 3));
     }
