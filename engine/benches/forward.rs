@@ -1,7 +1,9 @@
 //! all-MiniLM-L6-v2 on the CPU backend:
 //!
-//! - `gemm`: GFLOP/s (criterion's "elem/s" is FLOP/s) of each of the model's weight shapes, at a bulk row count
-//!   and at one 12-token query, for our f32 and bf16 kernels and for the `gemm` crate; the best is the roofline.
+//! - `peak`: the machine's arithmetic ceiling on all threads: independent FMAs (f32) and `vdpbf16ps` (bf16) on
+//!   registers, no memory. Criterion's "elem/s" is FLOP/s here and below.
+//! - `gemm`: GFLOP/s of each of the model's weight shapes, at a bulk row count and at one 12-token query, for our
+//!   f32 and bf16 kernels and for the `gemm` crate, to set against `peak`.
 //! - `forward`: tokens/s of the whole forward pass at one 12-token query, 32 × 128 and a bulk 256 × 150, in f32
 //!   and bf16, replaying plans (the default). Roofline fraction = MFLOP per token (printed) × tokens/s ÷ peak.
 //! - `capture`: latency of the forward pass run eager (`capture = off`) and replayed, at 1×8 up to 256×150.
@@ -44,6 +46,68 @@ fn forward_flops(h: usize, f: usize, layers: usize, lens: &[usize]) -> f64 {
     let linear = 2.0 * t as f64 * (4 * h * h + 2 * h * f) as f64;
     let attention: f64 = lens.iter().map(|&l| 4.0 * (l * l * h) as f64).sum();
     layers as f64 * (linear + attention)
+}
+
+/// FLOPs that `spin` performs per call and thread: 12 accumulator chains (enough to cover the FMA latency)
+/// × `STEPS` iterations × 16 lanes × 2 (multiply and add; `vdpbf16ps` does two of each per lane).
+const STEPS: usize = 100_000;
+
+#[cfg(target_arch = "x86_64")]
+mod spin {
+    use std::arch::x86_64::*;
+
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn fma(seed: f32) -> f32 {
+        let mut acc: [__m512; 12] = std::array::from_fn(|i| _mm512_set1_ps(seed + i as f32));
+        let (b, c) = (_mm512_set1_ps(0.999_9), _mm512_set1_ps(1e-4));
+        for _ in 0..super::STEPS {
+            for a in acc.iter_mut() {
+                *a = _mm512_fmadd_ps(*a, b, c);
+            }
+        }
+        acc.iter().map(|&a| _mm512_reduce_add_ps(a)).sum()
+    }
+
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    pub unsafe fn dpbf16(seed: f32) -> f32 {
+        let mut acc: [__m512; 12] = std::array::from_fn(|i| _mm512_set1_ps(seed + i as f32));
+        let b: __m512bh = std::mem::transmute(_mm512_set1_epi16(0x3f80));
+        for _ in 0..super::STEPS {
+            for a in acc.iter_mut() {
+                *a = _mm512_dpbf16_ps(*a, b, b);
+            }
+        }
+        acc.iter().map(|&a| _mm512_reduce_add_ps(a)).sum()
+    }
+}
+
+fn peak(c: &mut Criterion) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if !std::is_x86_feature_detected!("avx512f") {
+            return;
+        }
+        let threads = threads();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .expect("pool");
+        let mut g = c.benchmark_group("peak");
+        g.measurement_time(Duration::from_secs(3));
+        let flops = (threads * 12 * STEPS * 16 * 2) as u64;
+        g.throughput(Throughput::Elements(flops));
+        // Safety: each kernel runs only where its features were detected.
+        g.bench_function("f32_fma", |b| {
+            b.iter(|| pool.broadcast(|ctx| unsafe { spin::fma(ctx.index() as f32) }))
+        });
+        if bf16_supported() {
+            g.throughput(Throughput::Elements(2 * flops));
+            g.bench_function("bf16_dot", |b| {
+                b.iter(|| pool.broadcast(|ctx| unsafe { spin::dpbf16(ctx.index() as f32) }))
+            });
+        }
+        g.finish();
+    }
 }
 
 fn gemm_rates(c: &mut Criterion) {
@@ -173,5 +237,5 @@ fn query(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, gemm_rates, forward, capture, query);
+criterion_group!(benches, peak, gemm_rates, forward, capture, query);
 criterion_main!(benches);

@@ -128,6 +128,7 @@ impl Ladder {
 /// How one forward pass ran.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[repr(usize)]
 pub enum Run {
     /// Operation by operation, buffers allocated for this call.
     Eager,

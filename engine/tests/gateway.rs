@@ -296,6 +296,13 @@ async fn token_ids_dimensions_prompts_and_tokenize() {
         count > 0.0 && sum > count * 1e-5,
         "latencies recorded: {sum} s over {count}"
     );
+    // Every batch's forward pass is counted once, by how it ran.
+    let forwards: f64 = ["eager", "capture", "replay"]
+        .iter()
+        .map(|run| value(&format!("embed_forwards_total{{run=\"{run}\"}} ")))
+        .sum();
+    assert_eq!(forwards, value("embed_batch_tokens_count "));
+    assert!(value("embed_forwards_total{run=\"eager\"} ") >= 1.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -223,7 +223,7 @@ pub fn read(path: &Path) -> Result<RunResult, ResultsError> {
 }
 
 /// The summary's columns, and whether the terminal table (narrower than the CSV and the page) shows each.
-pub const COLUMNS: [(&str, bool); 24] = [
+pub const COLUMNS: [(&str, bool); 25] = [
     ("config", true),
     ("step", true),
     ("phase", false),
@@ -242,6 +242,7 @@ pub const COLUMNS: [(&str, bool); 24] = [
     ("queue p50 ms", false),
     ("inference p50 ms", false),
     ("fill", true),
+    ("replayed", false),
     ("refused", true),
     ("errors", true),
     ("timeouts", true),
@@ -284,6 +285,8 @@ pub fn table(result: &RunResult) -> (Vec<String>, Vec<Vec<String>>) {
                         .map_or("-".into(), |q| format!("{:.1}", q.p50)),
                     step.batches
                         .map_or("-".into(), |b| format!("{:.2}", b.mean_fill)),
+                    step.batches
+                        .map_or("-".into(), |b| format!("{:.0}%", 100.0 * b.replayed)),
                     c.refused.to_string(),
                     c.errors.to_string(),
                     c.timeouts.to_string(),

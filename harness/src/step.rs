@@ -157,6 +157,10 @@ pub struct Batches {
     pub mean_tokens: f64,
     /// Tokens over the token budget, averaged over batches.
     pub mean_fill: f64,
+    /// Share of the forward passes that replayed a captured plan (the rest ran eager or captured); absent from
+    /// results written before it was recorded.
+    #[serde(default)]
+    pub replayed: f64,
 }
 
 /// What a step did and measured.
@@ -225,6 +229,7 @@ pub fn analyze(
             batches: n,
             mean_tokens: (b.batch_tokens - a.batch_tokens) / n,
             mean_fill: (b.fill - a.fill) / n,
+            replayed: (b.replays - a.replays) / (b.forwards - a.forwards).max(1.0),
         })
     });
     (metrics, batches, behind)
@@ -515,11 +520,15 @@ mod tests {
             batches: 10.0,
             batch_tokens: 1000.0,
             fill: 2.0,
+            replays: 4.0,
+            forwards: 10.0,
         };
         let after = Telemetry {
             batches: 20.0,
             batch_tokens: 6000.0,
             fill: 7.0,
+            replays: 12.0,
+            forwards: 20.0,
         };
         let (_, b, _) = analyze(&[], &[spec()], &WINDOW, Some((before, after)));
         assert_eq!(
@@ -527,7 +536,8 @@ mod tests {
             Some(Batches {
                 batches: 10.0,
                 mean_tokens: 500.0,
-                mean_fill: 0.5
+                mean_fill: 0.5,
+                replayed: 0.8
             })
         );
     }

@@ -48,6 +48,9 @@ pub struct Telemetry {
     pub batch_tokens: f64,
     /// Sum over batches of tokens / token budget.
     pub fill: f64,
+    /// Forward passes that replayed a captured plan, and all forward passes that reported how they ran.
+    pub replays: f64,
+    pub forwards: f64,
 }
 
 impl Telemetry {
@@ -62,10 +65,16 @@ impl Telemetry {
                     .ok()
             })
         };
+        let forwards = |run: &str| value(&format!("embed_forwards_total{{run=\"{run}\"}}"));
         Some(Telemetry {
             batches: value("embed_batch_tokens_count")?,
             batch_tokens: value("embed_batch_tokens_sum")?,
             fill: value("embed_batch_fill_sum")?,
+            replays: forwards("replay").unwrap_or(0.0),
+            forwards: ["eager", "capture", "replay"]
+                .iter()
+                .filter_map(|r| forwards(r))
+                .sum(),
         })
     }
 }

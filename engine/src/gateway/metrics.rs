@@ -1,5 +1,5 @@
-//! Prometheus text metrics: request counts by route and outcome, per-stage latency histograms, queue size and
-//! batch telemetry. Histograms are kept in HDR form and rendered onto fixed Prometheus buckets when scraped.
+//! Prometheus text metrics: request counts by route and outcome, per-stage latency histograms, queue size,
+//! batch telemetry and how the backend ran each forward pass (eager, capture, replay). Histograms are kept in HDR form and rendered onto fixed Prometheus buckets when scraped.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -93,6 +93,16 @@ pub struct Metrics {
     batch_tokens: Hist,
     batch_fill: Hist,
     batch_forward: Hist,
+    plans: Mutex<PlanCounters>,
+}
+
+/// Sums over every forward pass that reported how it ran.
+#[derive(Default)]
+struct PlanCounters {
+    /// By [`crate::plan::Run`]: eager, capture, replay.
+    forwards: [u64; 3],
+    padding_tokens: u64,
+    capture_seconds: f64,
 }
 
 impl Default for Metrics {
@@ -104,6 +114,7 @@ impl Default for Metrics {
             batch_tokens: Hist::new(1.0),
             batch_fill: Hist::new(1e3),
             batch_forward: Hist::new(1e6),
+            plans: Mutex::default(),
         }
     }
 }
@@ -124,6 +135,12 @@ impl Metrics {
         self.batch_tokens.record(stats.tokens as f64);
         self.batch_fill.record(stats.fill);
         self.batch_forward.record(stats.forward.as_secs_f64());
+        if let Some(plan) = stats.plan {
+            let mut p = self.plans.lock().unwrap_or_else(PoisonError::into_inner);
+            p.forwards[plan.run as usize] += 1;
+            p.padding_tokens += plan.padding_tokens as u64;
+            p.capture_seconds += plan.capture_time.map_or(0.0, |t| t.as_secs_f64());
+        }
     }
 
     /// The Prometheus text exposition, with each replica's current queue.
@@ -193,6 +210,24 @@ impl Metrics {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
             hist.render(&mut out, name, "", buckets);
         }
+        let p = self.plans.lock().unwrap_or_else(PoisonError::into_inner);
+        out.push_str("# HELP embed_forwards_total Forward passes, by how they ran.\n");
+        out.push_str("# TYPE embed_forwards_total counter\n");
+        for (run, n) in ["eager", "capture", "replay"].iter().zip(p.forwards) {
+            let _ = writeln!(out, "embed_forwards_total{{run=\"{run}\"}} {n}");
+        }
+        let _ = writeln!(
+            out,
+            "# HELP embed_padding_tokens_total Tokens of the batches' buckets beyond their own.\n\
+             # TYPE embed_padding_tokens_total counter\nembed_padding_tokens_total {}",
+            p.padding_tokens
+        );
+        let _ = writeln!(
+            out,
+            "# HELP embed_capture_seconds_total Time spent capturing plans.\n\
+             # TYPE embed_capture_seconds_total counter\nembed_capture_seconds_total {}",
+            p.capture_seconds
+        );
         out
     }
 }
