@@ -50,7 +50,7 @@ fn forward_flops(h: usize, f: usize, layers: usize, lens: &[usize]) -> f64 {
 
 /// FLOPs that `spin` performs per call and thread: 12 accumulator chains (enough to cover the FMA latency)
 /// × `STEPS` iterations × 16 lanes × 2 (multiply and add; `vdpbf16ps` does two of each per lane).
-const STEPS: usize = 100_000;
+const STEPS: usize = 1_000_000;
 
 #[cfg(target_arch = "x86_64")]
 mod spin {
