@@ -23,9 +23,10 @@ pub trait Par {
     /// visible to every thread; `worker < threads()` names the thread, for its scratch memory. A team hands the
     /// tasks out one at a time, so a thread slowed by something else on its core holds up no one.
     fn run(&self, tasks: usize, f: &(dyn Fn(usize, usize) + Sync));
-    /// As [`Par::run`], but a team gives each thread the same share of the tasks in every forward pass: for a
-    /// query's GEMMs, split by weight columns, each thread then streams the same weight panels every pass and
-    /// finds them in its own cache.
+    /// As [`Par::run`], but a team gives each thread the same share of the tasks in every forward pass, and a
+    /// thread done with its own takes what is left of the others': for a query's GEMMs, split by weight columns,
+    /// each thread streams the same weight panels every pass and finds them in its own cache, and a thread slowed
+    /// by something else still holds up no one.
     fn run_pinned(&self, tasks: usize, f: &(dyn Fn(usize, usize) + Sync));
 }
 
@@ -56,17 +57,35 @@ impl Par for Eager {
 /// State shared by the threads of a team while they run one forward pass together.
 pub struct Team {
     threads: usize,
+    /// The next task of a dynamic operation.
     next: AtomicUsize,
+    /// Per thread, how many tasks of its share of a pinned operation have been taken (by it or by others).
+    taken: Vec<Padded>,
     barrier: SpinBarrier,
 }
+
+/// A counter on a cache line of its own, so threads counting their own shares do not contend.
+#[repr(align(64))]
+struct Padded(AtomicUsize);
 
 impl Team {
     pub fn new(threads: usize) -> Self {
         Team {
             threads,
             next: AtomicUsize::new(0),
+            taken: (0..threads).map(|_| Padded(AtomicUsize::new(0))).collect(),
             barrier: SpinBarrier::new(threads),
         }
+    }
+
+    /// Ends an operation: the last thread to arrive resets the counters for the next one.
+    fn end_operation(&self) {
+        self.barrier.wait(|| {
+            self.next.store(0, Ordering::Relaxed);
+            for t in &self.taken {
+                t.0.store(0, Ordering::Relaxed);
+            }
+        });
     }
 
     /// Runs `body` on every thread of `pool` at once (the pool must have exactly `threads` threads), each with its
@@ -98,10 +117,19 @@ impl Par for Member<'_> {
 
     fn run_pinned(&self, tasks: usize, f: &(dyn Fn(usize, usize) + Sync)) {
         let n = self.team.threads;
-        for t in self.worker * tasks / n..(self.worker + 1) * tasks / n {
-            f(t, self.worker);
+        // Its own share first, then the others' leftovers, each share taken from its front.
+        for k in 0..n {
+            let owner = (self.worker + k) % n;
+            let (start, end) = (owner * tasks / n, (owner + 1) * tasks / n);
+            loop {
+                let t = start + self.team.taken[owner].0.fetch_add(1, Ordering::Relaxed);
+                if t >= end {
+                    break;
+                }
+                f(t, self.worker);
+            }
         }
-        self.team.barrier.wait(|| {});
+        self.team.end_operation();
     }
 
     fn run(&self, tasks: usize, f: &(dyn Fn(usize, usize) + Sync)) {
@@ -112,10 +140,7 @@ impl Par for Member<'_> {
             }
             f(t, self.worker);
         }
-        // The last member to arrive resets the counter for the next operation before anyone is released.
-        self.team
-            .barrier
-            .wait(|| self.team.next.store(0, Ordering::Relaxed));
+        self.team.end_operation();
     }
 }
 
