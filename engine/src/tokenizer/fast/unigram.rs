@@ -35,33 +35,37 @@ struct PreTokenizer {
     split: bool,
 }
 
-/// One unit of the double-array trie: the base its children are placed from, the unit it is a child of, and the
-/// score of the piece that ends here (NaN where none does; JSON has no NaN).
-#[derive(Clone, Copy)]
-struct Unit {
-    base: u32,
-    check: u32,
-    score: f64,
-}
-
-const FREE: Unit = Unit {
-    base: 0,
-    check: NONE,
-    score: f64::NAN,
-};
-
-/// A double-array trie of the pieces (Aoe's layout, the one SentencePiece's Darts uses): the child of unit `u` on
-/// byte `b` is unit `base(u) + b` if that unit's `check` is `u`. Walking a byte touches one 16-byte unit, where a
-/// pointer trie touched a node, its label list and its target list; with a 96k-piece vocabulary those are cache
-/// misses, and they were most of Viterbi's time. The piece's score lives in the unit for the same reason.
+/// A double-array trie of the pieces, in 4-byte units: the child of a node on byte `c` is the unit at its base + `c`,
+/// and that unit holds its label (`c`), a flag that it is taken, a flag that a piece ends there, and its own base.
+///
+/// Why this layout: Viterbi walks the trie from every character of the text, each byte one dependent load, so the
+/// walk runs at the latency of those loads. Checking the label instead of the parent (sound because no two nodes
+/// share a base, as in SentencePiece's Darts-clone) lets a unit hold everything the walk reads in 4 bytes, where a
+/// 16-byte unit with the parent index and the score spread a 96k-piece trie over four times the cache lines. The
+/// score and id of a piece sit in a side array indexed like the units, read only where a piece ends.
 struct Trie {
-    units: Vec<Unit>,
-    /// The piece id ending at each unit, read only when a path through it improves.
-    ids: Vec<u32>,
+    units: Vec<u32>,
+    leaves: Vec<Leaf>,
 }
+
+/// The piece that ends at a unit.
+#[derive(Clone, Copy, Default)]
+struct Leaf {
+    score: f64,
+    id: u32,
+}
+
+const TAKEN: u32 = 1 << 8;
+/// What a unit must hold in its low 9 bits to be the child on a byte: the byte and [`TAKEN`].
+const MATCH: u32 = TAKEN | 0xFF;
+const LEAF: u32 = 1 << 9;
+const BASE_SHIFT: u32 = 10;
+/// Units below this are never anyone's child: a childless node has base 0, so every step off it lands there and
+/// fails the label check, and the root lives at unit 0 without [`TAKEN`].
+const RESERVED: usize = 256;
 
 impl Trie {
-    fn build<'a>(pieces: impl Iterator<Item = (&'a str, u32)>, scores: &[f64]) -> Trie {
+    fn build<'a>(pieces: impl Iterator<Item = (&'a str, u32)>, scores: &[f64]) -> Result<Trie> {
         // A pointer trie first, children in label order.
         let mut sorted: Vec<(&str, u32)> = pieces.collect();
         sorted.sort_unstable();
@@ -83,49 +87,54 @@ impl Trie {
             }
             values[node] = id;
         }
-        // Then place each node's children, breadth first, at the first base where all their units are free.
+        // Then place each node's children, breadth first, at the first unused base where all their units are free.
         let mut free = FreeList::default();
-        let mut trie = Trie {
-            units: Vec::new(),
-            ids: Vec::new(),
-        };
-        free.grow(&mut trie.units, 512);
-        free.take(&mut trie.units, 0, NONE - 1);
+        let mut units = Vec::new();
+        let mut leaves = Vec::new();
+        let mut used_base = Vec::new();
+        free.grow(&mut units, RESERVED + 256);
+        for i in 0..RESERVED {
+            free.unlink(i);
+        }
         let mut queue = std::collections::VecDeque::from([(0usize, 0usize)]);
         while let Some((node, unit)) = queue.pop_front() {
             let kids = &children[node];
             let Some(&(lo, _)) = kids.first() else {
                 continue;
             };
-            let base = free.find(&mut trie.units, lo, |units, base| {
-                kids.iter()
-                    .all(|&(l, _)| units[base + usize::from(l)].check == NONE)
+            let base = free.find(&mut units, lo, |units, base| {
+                !used_base.get(base).copied().unwrap_or(false)
+                    && kids
+                        .iter()
+                        .all(|&(l, _)| units[base + usize::from(l)] & TAKEN == 0)
             });
-            trie.units[unit].base = base as u32;
+            if base >= 1 << (32 - BASE_SHIFT) {
+                return Err(bad("Unigram: vocabulary too large for the piece trie"));
+            }
+            if used_base.len() <= base {
+                used_base.resize(units.len(), false);
+            }
+            used_base[base] = true;
+            units[unit] |= (base as u32) << BASE_SHIFT;
             for &(l, child) in kids {
                 let at = base + usize::from(l);
-                free.take(&mut trie.units, at, unit as u32);
+                free.unlink(at);
+                units[at] = TAKEN | u32::from(l);
                 let id = values[child as usize];
                 if id != NONE {
-                    trie.units[at].score = scores[id as usize];
-                    if trie.ids.len() <= at {
-                        trie.ids.resize(at + 1, NONE);
+                    units[at] |= LEAF;
+                    if leaves.len() <= at {
+                        leaves.resize(at + 1, Leaf::default());
                     }
-                    trie.ids[at] = id;
+                    leaves[at] = Leaf {
+                        score: scores[id as usize],
+                        id,
+                    };
                 }
                 queue.push_back((child as usize, at));
             }
         }
-        trie
-    }
-
-    #[inline]
-    fn child(&self, unit: u32, b: u8) -> Option<u32> {
-        let next = self.units[unit as usize].base as usize + usize::from(b);
-        match self.units.get(next) {
-            Some(u) if u.check == unit => Some(next as u32),
-            _ => None,
-        }
+        Ok(Trie { units, leaves })
     }
 }
 
@@ -146,12 +155,12 @@ struct FreeList {
 const MAX_TRIES: u8 = 16;
 
 impl FreeList {
-    fn grow(&mut self, units: &mut Vec<Unit>, len: usize) {
+    fn grow(&mut self, units: &mut Vec<u32>, len: usize) {
         if self.next.is_empty() {
             (self.head, self.tail) = (NONE, NONE);
         }
         for i in units.len()..len {
-            units.push(FREE);
+            units.push(0);
             self.prev.push(self.tail);
             self.next.push(NONE);
             self.listed.push(true);
@@ -179,18 +188,13 @@ impl FreeList {
         }
     }
 
-    fn take(&mut self, units: &mut [Unit], i: usize, parent: u32) {
-        units[i].check = parent;
-        self.unlink(i);
-    }
-
     /// The first base at which `fits` holds, with the lowest child (label `lo`) on a listed free unit; the array
     /// grows so that any label from that base is in bounds.
     fn find(
         &mut self,
-        units: &mut Vec<Unit>,
+        units: &mut Vec<u32>,
         lo: u8,
-        fits: impl Fn(&[Unit], usize) -> bool,
+        fits: impl Fn(&[u32], usize) -> bool,
     ) -> usize {
         let mut pos = self.head;
         loop {
@@ -405,7 +409,7 @@ impl Unigram {
         } else {
             None
         };
-        let trie = Trie::build(pieces.iter().map(|(p, &id)| (&**p, id)), &scores);
+        let trie = Trie::build(pieces.iter().map(|(p, &id)| (&**p, id)), &scores)?;
         Ok(Unigram {
             steps,
             pre,
@@ -530,23 +534,24 @@ impl Unigram {
             let base = best[s].score;
             let char_len = utf8_len(bytes[s]);
             let mut single = false;
-            let mut node = 0;
+            let mut node = self.trie.units[0];
             for (k, &b) in bytes[s..].iter().enumerate() {
-                let Some(c) = self.trie.child(node, b) else {
+                let at = (node >> BASE_SHIFT) as usize + usize::from(b);
+                node = self.trie.units[at];
+                if node & MATCH != TAKEN | u32::from(b) {
                     break;
-                };
-                node = c;
-                let piece = self.trie.units[c as usize].score;
-                if piece.is_nan() {
+                }
+                if node & LEAF == 0 {
                     continue;
                 }
-                let score = base + piece;
+                let leaf = self.trie.leaves[at];
+                let score = base + leaf.score;
                 let t = &mut best[s + k + 1];
                 if t.start == NONE || score > t.score {
                     *t = Best {
                         score,
                         start: s as u32,
-                        id: self.trie.ids[c as usize],
+                        id: leaf.id,
                     };
                 }
                 single |= k + 1 == char_len;
