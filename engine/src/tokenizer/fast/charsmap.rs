@@ -15,6 +15,8 @@ pub(crate) struct CharsMap {
     normalized: String,
     /// The replacement of each ASCII character on its own, as a range of `normalized`.
     ascii: [Option<(u32, u32)>; 128],
+    /// Bytes that are ASCII characters the map leaves as they are (CR aside, which can start a CR LF grapheme).
+    kept: [bool; 256],
 }
 
 fn decode_base64(s: &str) -> Result<Vec<u8>> {
@@ -60,9 +62,13 @@ impl CharsMap {
             units,
             normalized,
             ascii: [None; 128],
+            kept: [false; 256],
         };
         for b in 0..128u8 {
-            map.ascii[usize::from(b)] = map.lookup(&[b]);
+            let r = map.lookup(&[b]);
+            map.ascii[usize::from(b)] = r;
+            map.kept[usize::from(b)] =
+                b != b'\r' && r.is_none_or(|r| map.text(r).as_bytes() == [b]);
         }
         Ok(map)
     }
@@ -120,6 +126,21 @@ impl CharsMap {
         };
         let mut i = 0;
         while i < bytes.len() {
+            // A stretch of kept ASCII is copied whole, less its last character when a non-ASCII one follows
+            // (it may combine with it into one grapheme).
+            let kept = bytes[i..]
+                .iter()
+                .take_while(|&&b| self.kept[usize::from(b)])
+                .count();
+            let kept = match bytes.get(i + kept) {
+                Some(&next) if next >= 0x80 => kept.saturating_sub(1),
+                _ => kept,
+            };
+            if kept > 0 {
+                out.push_str(&text[i..i + kept]);
+                i += kept;
+                continue;
+            }
             if lone_ascii(i) {
                 match self.ascii[usize::from(bytes[i])] {
                     Some(r) => out.push_str(self.text(r)),

@@ -33,6 +33,9 @@ struct PreTokenizer {
     replacement: char,
     prepend: bool,
     split: bool,
+    /// The bytes that may start a character the scan must look at (whitespace, a space, the replacement); any
+    /// other byte is passed over without decoding.
+    special: [bool; 256],
 }
 
 /// A double-array trie of the pieces, in 4-byte units: the child of a node on byte `c` is the unit at its base + `c`,
@@ -328,12 +331,105 @@ fn parse_metaspace(p: &Value, whitespace_split: bool) -> Result<PreTokenizer> {
             )))
         }
     };
+    let split = bool_field(p, "split", true, ctx)?;
+    let mut special = [false; 256];
+    let mut mark = |c: char| special[usize::from(c.encode_utf8(&mut [0; 4]).as_bytes()[0])] = true;
+    mark(' ');
+    if split {
+        mark(replacement);
+    }
+    if whitespace_split {
+        ('\0'..=char::MAX)
+            .filter(|c| c.is_whitespace())
+            .for_each(mark);
+    }
     Ok(PreTokenizer {
         whitespace_split,
         replacement,
         prepend,
-        split: bool_field(p, "split", true, ctx)?,
+        split,
+        special,
     })
+}
+
+impl PreTokenizer {
+    /// Calls `f` on each piece of `text`: words (after `WhitespaceSplit`), spaces replaced, the replacement
+    /// prepended, and (with `split`) cut before every replacement. One scan over the text that stops only at
+    /// [`PreTokenizer::special`] bytes, where a pass per stage paid a loop exit per word and stage; a piece is
+    /// copied into `buf` only when it differs from the text.
+    fn for_each_piece(
+        &self,
+        text: &str,
+        buf: &mut String,
+        mut f: impl FnMut(&str) -> Result<()>,
+    ) -> Result<()> {
+        let rep = self.replacement;
+        // `piece` follows a replacement that is not in the text when `virtual_rep`, and holds spaces that
+        // become replacements when `spaces`.
+        let mut emit = |piece: &str, virtual_rep: bool, spaces: bool| {
+            if !virtual_rep && !spaces {
+                return if piece.is_empty() { Ok(()) } else { f(piece) };
+            }
+            buf.clear();
+            if virtual_rep {
+                buf.push(rep);
+            }
+            for (k, run) in piece.split(' ').enumerate() {
+                if k > 0 {
+                    buf.push(rep);
+                }
+                buf.push_str(run);
+            }
+            f(buf)
+        };
+        let bytes = text.as_bytes();
+        let mut i = 0;
+        if self.whitespace_split {
+            i = skip_whitespace(text, i);
+        }
+        if i == bytes.len() {
+            return Ok(());
+        }
+        let (mut start, mut virtual_rep, mut spaces) =
+            (i, self.prepend && !text[i..].starts_with([' ', rep]), false);
+        loop {
+            while i < bytes.len() && !self.special[usize::from(bytes[i])] {
+                i += 1;
+            }
+            let Some(c) = text[i..].chars().next() else {
+                return emit(&text[start..], virtual_rep, spaces);
+            };
+            if self.whitespace_split && c.is_whitespace() {
+                emit(&text[start..i], virtual_rep, spaces)?;
+                i = skip_whitespace(text, i);
+                if i == bytes.len() {
+                    return Ok(());
+                }
+                (start, virtual_rep) = (i, self.prepend && !text[i..].starts_with(rep));
+            } else if c == ' ' && self.split {
+                emit(&text[start..i], virtual_rep, spaces)?;
+                i += 1;
+                (start, virtual_rep, spaces) = (i, true, false);
+            } else if c == ' ' {
+                spaces = true;
+                i += 1;
+            } else if c == rep && self.split {
+                emit(&text[start..i], virtual_rep, spaces)?;
+                (start, virtual_rep, spaces) = (i, false, false);
+                i += c.len_utf8();
+            } else {
+                i += c.len_utf8();
+            }
+        }
+    }
+}
+
+/// The end of the whitespace (`char::is_whitespace`, as `WhitespaceSplit`) that starts at `i`.
+fn skip_whitespace(text: &str, mut i: usize) -> usize {
+    while let Some(c) = text[i..].chars().next().filter(|c| c.is_whitespace()) {
+        i += c.len_utf8();
+    }
+    i
 }
 
 fn kind(v: &Value) -> Option<&str> {
@@ -439,73 +535,31 @@ impl Unigram {
         let Scratch {
             a, b, best, path, ..
         } = scratch;
-        a.clear();
-        a.push_str(text);
+        // Each step reads the text (first) or `a` and writes `b`, which then becomes `a`.
+        let mut normalized = false;
         for step in &self.steps {
+            let src = if normalized { a.as_str() } else { text };
+            b.clear();
             match step {
-                Step::Precompiled(map) => {
-                    b.clear();
-                    map.normalize(a, b);
-                    std::mem::swap(a, b);
-                }
+                Step::Precompiled(map) => map.normalize(src, b),
                 Step::Strip { left, right } => {
+                    let mut s = src;
                     if *right {
-                        a.truncate(a.trim_end().len());
+                        s = s.trim_end();
                     }
                     if *left {
-                        let lead = a.len() - a.trim_start().len();
-                        a.drain(..lead);
+                        s = s.trim_start();
                     }
+                    b.push_str(s);
                 }
-                Step::Replace { pattern, content } => {
-                    b.clear();
-                    replace(a, pattern, content, b);
-                    std::mem::swap(a, b);
-                }
+                Step::Replace { pattern, content } => replace(src, pattern, content, b),
             }
+            std::mem::swap(a, b);
+            normalized = true;
         }
-        if self.pre.whitespace_split {
-            for word in a.split(char::is_whitespace).filter(|w| !w.is_empty()) {
-                self.metaspace(word, b, best, path, ids)?;
-            }
-            Ok(())
-        } else {
-            self.metaspace(a, b, best, path, ids)
-        }
-    }
-
-    /// Spaces become the replacement, which is prepended and then starts every piece.
-    fn metaspace(
-        &self,
-        word: &str,
-        buf: &mut String,
-        best: &mut Vec<Best>,
-        path: &mut Vec<(u32, u32, u32)>,
-        ids: &mut Vec<u32>,
-    ) -> Result<()> {
-        if word.is_empty() {
-            return Ok(());
-        }
-        let rep = self.pre.replacement;
-        buf.clear();
-        let first = word.chars().next().map(|c| if c == ' ' { rep } else { c });
-        if self.pre.prepend && first != Some(rep) {
-            buf.push(rep);
-        }
-        for c in word.chars() {
-            buf.push(if c == ' ' { rep } else { c });
-        }
-        if !self.pre.split {
-            return self.viterbi(buf, best, path, ids);
-        }
-        let mut start = 0;
-        for (i, _) in buf.match_indices(rep) {
-            if i > start {
-                self.viterbi(&buf[start..i], best, path, ids)?;
-            }
-            start = i;
-        }
-        self.viterbi(&buf[start..], best, path, ids)
+        let text = if normalized { a.as_str() } else { text };
+        self.pre
+            .for_each_piece(text, b, |piece| self.viterbi(piece, best, path, ids))
     }
 
     fn viterbi(
@@ -638,25 +692,29 @@ fn replace(s: &str, pattern: &Pattern, content: &str, out: &mut String) {
             out.push_str(&s[last..]);
         }
         Pattern::Run { c, min } => {
-            let mut run = 0;
-            for ch in s.chars() {
-                if ch == *c {
-                    run += 1;
+            // A byte loop over the UTF-8 of `c` (which cannot match inside another character): most runs are a
+            // single `c` that stays, so nothing is copied until a run is replaced.
+            let mut enc = [0; 4];
+            let pat = c.encode_utf8(&mut enc).as_bytes();
+            let bytes = s.as_bytes();
+            let (mut last, mut i) = (0, 0);
+            while i < bytes.len() {
+                if bytes[i] != pat[0] || !bytes[i..].starts_with(pat) {
+                    i += 1;
                     continue;
                 }
-                flush_run(*c, run, *min, content, out);
-                run = 0;
-                out.push(ch);
+                let mut end = i + pat.len();
+                while bytes[end..].starts_with(pat) {
+                    end += pat.len();
+                }
+                if (end - i) / pat.len() >= *min {
+                    out.push_str(&s[last..i]);
+                    out.push_str(content);
+                    last = end;
+                }
+                i = end;
             }
-            flush_run(*c, run, *min, content, out);
+            out.push_str(&s[last..]);
         }
-    }
-}
-
-fn flush_run(c: char, run: usize, min: usize, content: &str, out: &mut String) {
-    if run >= min {
-        out.push_str(content);
-    } else {
-        out.extend(std::iter::repeat_n(c, run));
     }
 }
