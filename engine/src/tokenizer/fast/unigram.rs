@@ -49,6 +49,30 @@ struct PreTokenizer {
 struct Trie {
     units: Vec<u32>,
     leaves: Vec<Leaf>,
+    /// The walk over the Metaspace replacement, where it is a path of the trie.
+    rep: Option<RepWalk>,
+}
+
+/// The state of the trie after the replacement character (`bytes[..len]`), and the piece it is, if any.
+#[derive(Clone, Copy)]
+struct RepWalk {
+    bytes: [u8; 4],
+    len: usize,
+    node: u32,
+    leaf: Option<Leaf>,
+}
+
+/// Keeps the better of the path already ending at `t` and one from `start` scoring `score`: the higher score,
+/// and on a tie the earlier start, which is the first of them the crate's in-order scan finds.
+#[inline(always)]
+fn relax(t: &mut Best, score: f64, start: usize, id: u32) {
+    if t.start == NONE || score > t.score {
+        *t = Best {
+            score,
+            start: start as u32,
+            id,
+        };
+    }
 }
 
 /// The piece that ends at a unit.
@@ -137,7 +161,56 @@ impl Trie {
                 queue.push_back((child as usize, at));
             }
         }
-        Ok(Trie { units, leaves })
+        Ok(Trie {
+            units,
+            leaves,
+            rep: None,
+        })
+    }
+
+    /// Where walking `bytes` from the root ends, if every byte has a child.
+    fn walk_to(&self, bytes: &[u8]) -> Option<(u32, usize)> {
+        let mut node = self.units[0];
+        let mut at = 0;
+        for &b in bytes {
+            at = (node >> BASE_SHIFT) as usize + usize::from(b);
+            node = self.units[at];
+            if node & MATCH != TAKEN | u32::from(b) {
+                return None;
+            }
+        }
+        Some((node, at))
+    }
+
+    /// Relaxes the edges of every piece that starts at `s`, walking `bytes[from..]` from `node` (the state after
+    /// `bytes[s..from]`); returns whether one of them ends at `char_end`, i.e. is the single character at `s`.
+    #[inline(always)]
+    fn walk(
+        &self,
+        bytes: &[u8],
+        s: usize,
+        from: usize,
+        mut node: u32,
+        char_end: usize,
+        best: &mut [Best],
+    ) -> bool {
+        let (units, leaves) = (self.units.as_slice(), self.leaves.as_slice());
+        let base = best[s].score;
+        let mut single = false;
+        for (end, &b) in (from + 1..).zip(&bytes[from..]) {
+            let at = (node >> BASE_SHIFT) as usize + usize::from(b);
+            node = units[at];
+            if node & MATCH != TAKEN | u32::from(b) {
+                break;
+            }
+            if node & LEAF == 0 {
+                continue;
+            }
+            let leaf = leaves[at];
+            relax(&mut best[end], base + leaf.score, s, leaf.id);
+            single |= end == char_end;
+        }
+        single
     }
 }
 
@@ -390,8 +463,11 @@ impl PreTokenizer {
         if i == bytes.len() {
             return Ok(());
         }
-        let (mut start, mut virtual_rep, mut spaces) =
-            (i, self.prepend && !text[i..].starts_with([' ', rep]), false);
+        let (mut start, mut virtual_rep, mut spaces) = (
+            i,
+            self.prepend && !matches!(first_char(&text[i..]), Some(c) if c == ' ' || c == rep),
+            false,
+        );
         loop {
             while i < bytes.len() && !self.special[usize::from(bytes[i])] {
                 i += 1;
@@ -405,7 +481,7 @@ impl PreTokenizer {
                 if i == bytes.len() {
                     return Ok(());
                 }
-                (start, virtual_rep) = (i, self.prepend && !text[i..].starts_with(rep));
+                (start, virtual_rep) = (i, self.prepend && first_char(&text[i..]) != Some(rep));
             } else if c == ' ' && self.split {
                 emit(&text[start..i], virtual_rep, spaces)?;
                 i += 1;
@@ -422,6 +498,18 @@ impl PreTokenizer {
             }
         }
     }
+}
+
+/// The first character of `s`; `str::starts_with(char)` would compare through a `memcmp` call.
+fn first_char(s: &str) -> Option<char> {
+    s.chars().next()
+}
+
+/// Whether `bytes` holds `pat` (a character's few bytes) at `i`, compared inline rather than by a `memcmp` call.
+fn has_at(bytes: &[u8], i: usize, pat: &[u8]) -> bool {
+    pat.iter()
+        .enumerate()
+        .all(|(k, &p)| bytes.get(i + k) == Some(&p))
 }
 
 /// The end of the whitespace (`char::is_whitespace`, as `WhitespaceSplit`) that starts at `i`.
@@ -505,7 +593,15 @@ impl Unigram {
         } else {
             None
         };
-        let trie = Trie::build(pieces.iter().map(|(p, &id)| (&**p, id)), &scores)?;
+        let mut trie = Trie::build(pieces.iter().map(|(p, &id)| (&**p, id)), &scores)?;
+        let mut bytes = [0; 4];
+        let len = pre.replacement.encode_utf8(&mut bytes).len();
+        trie.rep = trie.walk_to(&bytes[..len]).map(|(node, at)| RepWalk {
+            bytes,
+            len,
+            node,
+            leaf: (node & LEAF != 0).then(|| trie.leaves[at]),
+        });
         Ok(Unigram {
             steps,
             pre,
@@ -583,57 +679,80 @@ impl Unigram {
                 id: 0,
             },
         );
+        // Slices in locals: through the `Vec`s, the loop reloaded their pointers after every store.
+        let best = best.as_mut_slice();
         let mut s = 0;
+        // Most pieces start with the replacement, whose walk is the same every time.
+        if let Some(r) = self
+            .trie
+            .rep
+            .filter(|r| has_at(bytes, 0, &r.bytes[..r.len]))
+        {
+            if let Some(leaf) = r.leaf {
+                relax(&mut best[r.len], 0.0 + leaf.score, 0, leaf.id);
+            }
+            let single = self.trie.walk(bytes, 0, r.len, r.node, r.len, best);
+            self.relax_unknown(single || r.leaf.is_some(), 0, r.len, best)?;
+            s = r.len;
+        }
         while s < n {
-            let base = best[s].score;
             let char_len = utf8_len(bytes[s]);
-            let mut single = false;
-            let mut node = self.trie.units[0];
-            for (k, &b) in bytes[s..].iter().enumerate() {
-                let at = (node >> BASE_SHIFT) as usize + usize::from(b);
-                node = self.trie.units[at];
-                if node & MATCH != TAKEN | u32::from(b) {
-                    break;
-                }
-                if node & LEAF == 0 {
-                    continue;
-                }
-                let leaf = self.trie.leaves[at];
-                let score = base + leaf.score;
-                let t = &mut best[s + k + 1];
-                if t.start == NONE || score > t.score {
-                    *t = Best {
-                        score,
-                        start: s as u32,
-                        id: leaf.id,
-                    };
-                }
-                single |= k + 1 == char_len;
-            }
-            if !single {
-                let score = base + self.unk_score;
-                let t = &mut best[(s + char_len).min(n)];
-                if t.start == NONE || score > t.score {
-                    *t = Best {
-                        score,
-                        start: s as u32,
-                        id: self.unk.ok_or_else(missing_unk)?,
-                    };
-                }
-            }
+            let single = self
+                .trie
+                .walk(bytes, s, s, self.trie.units[0], s + char_len, best);
+            self.relax_unknown(single, s, s + char_len, best)?;
             s += char_len;
         }
-        path.clear();
+        // The path back from the end, reversed in place; consecutive unknowns fuse into one token (rare: redone
+        // through `path`).
+        let first = ids.len();
+        let unk = self.unk.unwrap_or(NONE);
+        let mut unknown = false;
         let mut end = n;
-        while end > 0 {
+        while end > 0 && best[end].start != NONE {
             let b = best[end];
-            if b.start == NONE {
-                break;
-            }
+            ids.push(b.id);
+            unknown |= b.id == unk;
+            end = b.start as usize;
+        }
+        ids[first..].reverse();
+        if unknown {
+            ids.truncate(first);
+            self.push_fused(piece, best, path, ids)?;
+        }
+        Ok(())
+    }
+
+    /// The unknown-character edge from `s` to `end`, which the crate adds when no piece is that one character.
+    fn relax_unknown(&self, single: bool, s: usize, end: usize, best: &mut [Best]) -> Result<()> {
+        if !single {
+            let base = best[s].score;
+            let end = end.min(best.len() - 1);
+            relax(
+                &mut best[end],
+                base + self.unk_score,
+                s,
+                self.unk.ok_or_else(missing_unk)?,
+            );
+        }
+        Ok(())
+    }
+
+    /// The best path as tokens, consecutive unknowns fused into one, looked up again as a whole.
+    fn push_fused(
+        &self,
+        piece: &str,
+        best: &[Best],
+        path: &mut Vec<(u32, u32, u32)>,
+        ids: &mut Vec<u32>,
+    ) -> Result<()> {
+        path.clear();
+        let mut end = best.len() - 1;
+        while end > 0 && best[end].start != NONE {
+            let b = best[end];
             path.push((b.start, end as u32, b.id));
             end = b.start as usize;
         }
-        // Consecutive unknowns fuse into one token, looked up again as a whole.
         let mut unknown: Option<(usize, usize)> = None;
         for &(s, e, id) in path.iter().rev() {
             if Some(id) == self.unk {
@@ -671,13 +790,9 @@ fn missing_unk() -> crate::error::Error {
     bad("Unigram: an unknown character needs `unk_id`, which this model lacks")
 }
 
+/// The length of the UTF-8 character `lead` starts (from its leading ones, without branches).
 fn utf8_len(lead: u8) -> usize {
-    match lead {
-        0..=0x7F => 1,
-        0x80..=0xDF => 2,
-        0xE0..=0xEF => 3,
-        _ => 4,
-    }
+    (lead.leading_ones() as usize).max(1)
 }
 
 fn replace(s: &str, pattern: &Pattern, content: &str, out: &mut String) {
@@ -699,12 +814,12 @@ fn replace(s: &str, pattern: &Pattern, content: &str, out: &mut String) {
             let bytes = s.as_bytes();
             let (mut last, mut i) = (0, 0);
             while i < bytes.len() {
-                if bytes[i] != pat[0] || !bytes[i..].starts_with(pat) {
+                if bytes[i] != pat[0] || !has_at(bytes, i, pat) {
                     i += 1;
                     continue;
                 }
                 let mut end = i + pat.len();
-                while bytes[end..].starts_with(pat) {
+                while has_at(bytes, end, pat) {
                     end += pat.len();
                 }
                 if (end - i) / pat.len() >= *min {
