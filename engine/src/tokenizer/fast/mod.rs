@@ -82,6 +82,9 @@ struct AddedTokens {
     /// Contents with their ids, longest first.
     tokens: Vec<(Box<str>, u32)>,
     first_byte: [bool; 256],
+    /// The first character of every token, when they share one and it is ASCII (`<`, `[`): the scan for it is
+    /// then `str::find`'s word-at-a-time search instead of a byte loop.
+    first_ascii: Option<char>,
 }
 
 impl AddedTokens {
@@ -118,20 +121,45 @@ impl AddedTokens {
         for (t, _) in &tokens {
             first_byte[usize::from(t.as_bytes()[0])] = true;
         }
-        Ok(AddedTokens { tokens, first_byte })
+        let first_ascii = match first_byte.iter().filter(|&&f| f).count() {
+            1 => first_byte[..128]
+                .iter()
+                .position(|&f| f)
+                .map(|b| char::from(b as u8)),
+            _ => None,
+        };
+        Ok(AddedTokens {
+            tokens,
+            first_byte,
+            first_ascii,
+        })
     }
 
     /// The leftmost match at or after `from`: its start, end and id.
     fn find(&self, text: &str, from: usize) -> Option<(usize, usize, u32)> {
+        if self.tokens.is_empty() {
+            return None;
+        }
         let bytes = text.as_bytes();
+        let at = |i: usize| {
+            self.tokens
+                .iter()
+                .find(|(t, _)| bytes[i..].starts_with(t.as_bytes()))
+                .map(|(t, id)| (i, i + t.len(), *id))
+        };
+        if let Some(c) = self.first_ascii {
+            let mut i = from;
+            while let Some(p) = text.get(i..)?.find(c) {
+                if let Some(m) = at(i + p) {
+                    return Some(m);
+                }
+                i += p + 1;
+            }
+            return None;
+        }
         (from..bytes.len())
             .filter(|&i| self.first_byte[usize::from(bytes[i])])
-            .find_map(|i| {
-                self.tokens
-                    .iter()
-                    .find(|(t, _)| bytes[i..].starts_with(t.as_bytes()))
-                    .map(|(t, id)| (i, i + t.len(), *id))
-            })
+            .find_map(at)
     }
 }
 

@@ -447,6 +447,10 @@ impl PreTokenizer {
             if virtual_rep {
                 buf.push(rep);
             }
+            if !spaces {
+                buf.push_str(piece);
+                return f(buf);
+            }
             for (k, run) in piece.split(' ').enumerate() {
                 if k > 0 {
                     buf.push(rep);
@@ -498,6 +502,39 @@ impl PreTokenizer {
             }
         }
     }
+}
+
+/// Where the next run of `pat` (a character's bytes) worth a look starts, at or after `i`: for a one-byte `pat`
+/// and runs of two or more, the next place it occurs twice in a row, found eight bytes at a time, since a
+/// single space between words is the common case and a byte loop stopped (and mispredicted) at each.
+fn next_run(bytes: &[u8], i: usize, pat: &[u8], min: usize) -> Option<usize> {
+    const LO: u64 = u64::from_le_bytes([1; 8]);
+    const HI: u64 = LO << 7;
+    let &[c] = pat else {
+        return (i..bytes.len()).find(|&j| has_at(bytes, j, pat));
+    };
+    if min < 2 {
+        return (i..bytes.len()).find(|&j| bytes[j] == c);
+    }
+    // The high bit of each byte of `w` that equals `c` (exactly: no carries cross bytes).
+    let eq = |w: u64| {
+        let x = w ^ (LO * u64::from(c));
+        !(((x & !HI) + !HI) | x) & HI
+    };
+    let word = |j: usize| {
+        let mut w = [0; 8];
+        w.copy_from_slice(&bytes[j..j + 8]);
+        u64::from_le_bytes(w)
+    };
+    let mut j = i;
+    while j + 9 <= bytes.len() {
+        let pairs = eq(word(j)) & eq(word(j + 1));
+        if pairs != 0 {
+            return Some(j + pairs.trailing_zeros() as usize / 8);
+        }
+        j += 8;
+    }
+    (j..bytes.len().saturating_sub(1)).find(|&k| bytes[k] == c && bytes[k + 1] == c)
 }
 
 /// The first character of `s`; `str::starts_with(char)` would compare through a `memcmp` call.
@@ -807,23 +844,18 @@ fn replace(s: &str, pattern: &Pattern, content: &str, out: &mut String) {
             out.push_str(&s[last..]);
         }
         Pattern::Run { c, min } => {
-            // A byte loop over the UTF-8 of `c` (which cannot match inside another character): most runs are a
-            // single `c` that stays, so nothing is copied until a run is replaced.
+            // Nothing is copied until a run is replaced, and single `c`s (most of them) are skipped over.
             let mut enc = [0; 4];
             let pat = c.encode_utf8(&mut enc).as_bytes();
             let bytes = s.as_bytes();
             let (mut last, mut i) = (0, 0);
-            while i < bytes.len() {
-                if bytes[i] != pat[0] || !has_at(bytes, i, pat) {
-                    i += 1;
-                    continue;
-                }
-                let mut end = i + pat.len();
+            while let Some(start) = next_run(bytes, i, pat, *min) {
+                let (mut end, mut count) = (start, 0);
                 while has_at(bytes, end, pat) {
-                    end += pat.len();
+                    (end, count) = (end + pat.len(), count + 1);
                 }
-                if (end - i) / pat.len() >= *min {
-                    out.push_str(&s[last..i]);
+                if count >= *min {
+                    out.push_str(&s[last..start]);
                     out.push_str(content);
                     last = end;
                 }
