@@ -315,6 +315,10 @@ pub(crate) struct Unigram {
     unk: Option<u32>,
     unk_score: f64,
     byte_ids: Option<Box<[u32; 256]>>,
+    /// By id: whether Viterbi encodes the piece as itself alone, so that a pre-token equal to it is that one token
+    /// without a lattice. Most words of the language a large vocabulary was trained on are such pieces, and one
+    /// hash lookup costs a fraction of their lattice.
+    whole: Vec<bool>,
 }
 
 fn parse_step(n: &Value, steps: &mut Vec<Step>) -> Result<()> {
@@ -639,7 +643,7 @@ impl Unigram {
             node,
             leaf: (node & LEAF != 0).then(|| trie.leaves[at]),
         });
-        Ok(Unigram {
+        let mut unigram = Unigram {
             steps,
             pre,
             pieces,
@@ -647,7 +651,22 @@ impl Unigram {
             unk,
             unk_score: min_score - UNK_PENALTY,
             byte_ids,
-        })
+            whole: Vec::new(),
+        };
+        // Which pieces Viterbi keeps whole, by running it on each of them once.
+        let mut whole = vec![false; scores.len()];
+        let (mut best, mut path, mut ids) = (Vec::new(), Vec::new(), Vec::new());
+        for (piece, &id) in &unigram.pieces {
+            ids.clear();
+            if unigram
+                .viterbi(piece, &mut best, &mut path, &mut ids)
+                .is_ok()
+            {
+                whole[id as usize] = ids == [id];
+            }
+        }
+        unigram.whole = whole;
+        Ok(unigram)
     }
 
     /// Distinct pieces, as the crate counts them.
@@ -691,8 +710,13 @@ impl Unigram {
             normalized = true;
         }
         let text = if normalized { a.as_str() } else { text };
-        self.pre
-            .for_each_piece(text, b, |piece| self.viterbi(piece, best, path, ids))
+        self.pre.for_each_piece(text, b, |piece| {
+            match self.pieces.get(piece) {
+                Some(&id) if self.whole[id as usize] => ids.push(id),
+                _ => self.viterbi(piece, best, path, ids)?,
+            }
+            Ok(())
+        })
     }
 
     fn viterbi(
