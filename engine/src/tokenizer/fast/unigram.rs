@@ -1,10 +1,12 @@
 //! Unigram (SentencePiece) behind its normaliser sequence and the Metaspace pre-tokeniser: Viterbi over the
 //! lattice of vocabulary pieces, walked straight off a byte trie, with the crate's unknown-token rule.
 
+use std::hash::Hasher;
+
 use serde_json::Value;
 
 use super::charsmap::CharsMap;
-use super::{bad, bool_field, str_field, FxMap};
+use super::{bad, bool_field, str_field, FxHasher, FxMap};
 use crate::error::Result;
 use crate::tokenizer::Scratch;
 
@@ -315,10 +317,86 @@ pub(crate) struct Unigram {
     unk: Option<u32>,
     unk_score: f64,
     byte_ids: Option<Box<[u32; 256]>>,
-    /// By id: whether Viterbi encodes the piece as itself alone, so that a pre-token equal to it is that one token
-    /// without a lattice. Most words of the language a large vocabulary was trained on are such pieces, and one
-    /// hash lookup costs a fraction of their lattice.
-    whole: Vec<bool>,
+    whole: WholePieces,
+}
+
+/// The pieces that Viterbi encodes as themselves alone, so that a pre-token equal to one of them is that token
+/// without a lattice: most words of the language a large vocabulary was trained on are such pieces, and a lookup
+/// costs a fraction of their lattice. Open addressing over copies of their bytes, compared inline: the piece
+/// map's lookups spent as long again in `memcmp` calls.
+#[derive(Default)]
+struct WholePieces {
+    slots: Vec<Slot>,
+    /// Slot index = the hash's top bits.
+    shift: u32,
+    bytes: Vec<u8>,
+}
+
+#[derive(Clone, Copy, Default)]
+struct Slot {
+    /// Low bits of the hash, never 0; 0 marks an empty slot.
+    tag: u32,
+    id: u32,
+    start: u32,
+    len: u32,
+}
+
+impl WholePieces {
+    fn new<'a>(pieces: impl ExactSizeIterator<Item = (&'a str, u32)>) -> Self {
+        let bits = (pieces.len() * 2)
+            .max(2)
+            .next_power_of_two()
+            .trailing_zeros();
+        let mut table = WholePieces {
+            slots: vec![Slot::default(); 1 << bits],
+            shift: 64 - bits,
+            bytes: Vec::new(),
+        };
+        for (piece, id) in pieces {
+            let (tag, mut i) = table.place(piece.as_bytes());
+            while table.slots[i].tag != 0 {
+                i = (i + 1) % table.slots.len();
+            }
+            let start = table.bytes.len() as u32;
+            table.bytes.extend_from_slice(piece.as_bytes());
+            let len = piece.len() as u32;
+            table.slots[i] = Slot {
+                tag,
+                id,
+                start,
+                len,
+            };
+        }
+        table
+    }
+
+    /// The tag and first slot of `key`.
+    fn place(&self, key: &[u8]) -> (u32, usize) {
+        let mut h = FxHasher::default();
+        h.write(key);
+        let h = h.finish();
+        (h as u32 | 1, (h >> self.shift) as usize)
+    }
+
+    fn get(&self, key: &[u8]) -> Option<u32> {
+        if self.slots.is_empty() {
+            return None;
+        }
+        let (tag, mut i) = self.place(key);
+        loop {
+            let slot = self.slots[i];
+            if slot.tag == 0 {
+                return None;
+            }
+            if slot.tag == tag
+                && slot.len as usize == key.len()
+                && has_at(&self.bytes, slot.start as usize, key)
+            {
+                return Some(slot.id);
+            }
+            i = (i + 1) % self.slots.len();
+        }
+    }
 }
 
 fn parse_step(n: &Value, steps: &mut Vec<Step>) -> Result<()> {
@@ -651,21 +729,19 @@ impl Unigram {
             unk,
             unk_score: min_score - UNK_PENALTY,
             byte_ids,
-            whole: Vec::new(),
+            whole: WholePieces::default(),
         };
         // Which pieces Viterbi keeps whole, by running it on each of them once.
-        let mut whole = vec![false; scores.len()];
         let (mut best, mut path, mut ids) = (Vec::new(), Vec::new(), Vec::new());
+        let mut whole = Vec::new();
         for (piece, &id) in &unigram.pieces {
             ids.clear();
-            if unigram
-                .viterbi(piece, &mut best, &mut path, &mut ids)
-                .is_ok()
-            {
-                whole[id as usize] = ids == [id];
+            let ok = unigram.viterbi(piece, &mut best, &mut path, &mut ids);
+            if ok.is_ok() && ids == [id] {
+                whole.push((&**piece, id));
             }
         }
-        unigram.whole = whole;
+        unigram.whole = WholePieces::new(whole.into_iter());
         Ok(unigram)
     }
 
@@ -711,9 +787,9 @@ impl Unigram {
         }
         let text = if normalized { a.as_str() } else { text };
         self.pre.for_each_piece(text, b, |piece| {
-            match self.pieces.get(piece) {
-                Some(&id) if self.whole[id as usize] => ids.push(id),
-                _ => self.viterbi(piece, best, path, ids)?,
+            match self.whole.get(piece.as_bytes()) {
+                Some(id) => ids.push(id),
+                None => self.viterbi(piece, best, path, ids)?,
             }
             Ok(())
         })
