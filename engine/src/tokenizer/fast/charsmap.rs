@@ -17,6 +17,8 @@ pub(crate) struct CharsMap {
     ascii: [Option<(u32, u32)>; 128],
     /// Bytes that are ASCII characters the map leaves as they are (CR aside, which can start a CR LF grapheme).
     kept: [bool; 256],
+    /// Whether all of printable ASCII (space to `~`) is kept, as in every SentencePiece map seen so far.
+    printable_kept: bool,
 }
 
 fn decode_base64(s: &str) -> Result<Vec<u8>> {
@@ -63,6 +65,7 @@ impl CharsMap {
             normalized,
             ascii: [None; 128],
             kept: [false; 256],
+            printable_kept: false,
         };
         for b in 0..128u8 {
             let r = map.lookup(&[b]);
@@ -70,6 +73,9 @@ impl CharsMap {
             map.kept[usize::from(b)] =
                 b != b'\r' && r.is_none_or(|r| map.text(r).as_bytes() == [b]);
         }
+        map.printable_kept = map.kept[usize::from(b' ')..=usize::from(b'~')]
+            .iter()
+            .all(|&k| k);
         Ok(map)
     }
 
@@ -114,6 +120,31 @@ impl CharsMap {
         }
     }
 
+    /// How many bytes at the start of `bytes` are kept ASCII: eight at a time while they are all printable (when
+    /// the map keeps all of that), which is most text, then a table lookup a byte.
+    fn kept_run(&self, bytes: &[u8]) -> usize {
+        const LO: u64 = u64::from_le_bytes([1; 8]);
+        const HI: u64 = LO << 7;
+        let mut n = 0;
+        if self.printable_kept {
+            while let Some(w) = bytes.get(n..n + 8) {
+                let w = u64::from_le_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]);
+                // Some byte below a space, or above `~` (or not ASCII): the usual SWAR tests, never a false
+                // "all printable".
+                let below = w.wrapping_sub(LO * u64::from(b' ')) & !w & HI;
+                let above = (w.wrapping_add(LO * u64::from(0x7F - b'~')) | w) & HI;
+                if below | above != 0 {
+                    break;
+                }
+                n += 8;
+            }
+        }
+        n + bytes[n..]
+            .iter()
+            .take_while(|&&b| self.kept[usize::from(b)])
+            .count()
+    }
+
     /// Appends the normalised `text` to `out`.
     pub(crate) fn normalize(&self, text: &str, out: &mut String) {
         let bytes = text.as_bytes();
@@ -128,10 +159,7 @@ impl CharsMap {
         while i < bytes.len() {
             // A stretch of kept ASCII is copied whole, less its last character when a non-ASCII one follows
             // (it may combine with it into one grapheme).
-            let kept = bytes[i..]
-                .iter()
-                .take_while(|&&b| self.kept[usize::from(b)])
-                .count();
+            let kept = self.kept_run(&bytes[i..]);
             let kept = match bytes.get(i + kept) {
                 Some(&next) if next >= 0x80 => kept.saturating_sub(1),
                 _ => kept,
