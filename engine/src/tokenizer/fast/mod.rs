@@ -73,7 +73,7 @@ fn bool_field(v: &Value, key: &str, default: bool, ctx: &str) -> Result<bool> {
 /// The model and the normaliser / pre-tokeniser pipeline in front of it.
 enum Model {
     WordPiece(Box<wordpiece::WordPiece>),
-    Unigram(unigram::Unigram),
+    Unigram(Box<unigram::Unigram>),
 }
 
 /// Tokens matched in the raw text before normalisation (`added_tokens` with `normalized: false`), longest match
@@ -255,11 +255,11 @@ impl FastTokenizer {
                 section("normalizer"),
                 section("pre_tokenizer"),
             )?)),
-            Some("Unigram") => Model::Unigram(unigram::Unigram::parse(
+            Some("Unigram") => Model::Unigram(Box::new(unigram::Unigram::parse(
                 model_json,
                 section("normalizer"),
                 section("pre_tokenizer"),
-            )?),
+            )?)),
             other => return Err(bad(format!("model type {other:?} is not supported"))),
         };
         let added = AddedTokens::parse(section("added_tokens"))?;

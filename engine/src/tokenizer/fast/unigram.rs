@@ -43,11 +43,11 @@ struct PreTokenizer {
 /// A double-array trie of the pieces, in 4-byte units: the child of a node on byte `c` is the unit at its base + `c`,
 /// and that unit holds its label (`c`), a flag that it is taken, a flag that a piece ends there, and its own base.
 ///
-/// Why this layout: Viterbi walks the trie from every character of the text, each byte one dependent load, so the
-/// walk runs at the latency of those loads. Checking the label instead of the parent (sound because no two nodes
-/// share a base, as in SentencePiece's Darts-clone) lets a unit hold everything the walk reads in 4 bytes, where a
-/// 16-byte unit with the parent index and the score spread a 96k-piece trie over four times the cache lines. The
-/// score and id of a piece sit in a side array indexed like the units, read only where a piece ends.
+/// Why this layout: Viterbi walks the trie from every character of a pre-token, each byte one dependent load.
+/// Checking the label instead of the parent (sound because no two nodes share a base, as in SentencePiece's
+/// Darts-clone) fits all the walk reads in 4 bytes, where a 16-byte unit with the parent index and the score
+/// spread a 96k-piece trie over four times the cache lines. The score and id of a piece sit in a side array
+/// indexed like the units, read only where a piece ends.
 struct Trie {
     units: Vec<u32>,
     leaves: Vec<Leaf>,
@@ -64,8 +64,8 @@ struct RepWalk {
     leaf: Option<Leaf>,
 }
 
-/// Keeps the better of the path already ending at `t` and one from `start` scoring `score`: the higher score,
-/// and on a tie the earlier start, which is the first of them the crate's in-order scan finds.
+/// Takes the path from `start` scoring `score` for `t` if it is the first or strictly better: called in order
+/// of start, this keeps the first of equal paths, as the crate's scan does.
 #[inline(always)]
 fn relax(t: &mut Best, score: f64, start: usize, id: u32) {
     if t.start == NONE || score > t.score {
@@ -301,7 +301,7 @@ impl FreeList {
     }
 }
 
-/// The best path ending at one byte position of a word.
+/// The best path ending at one byte position of a pre-token.
 #[derive(Clone, Copy)]
 pub(crate) struct Best {
     score: f64,
@@ -508,32 +508,32 @@ fn parse_metaspace(p: &Value, whitespace_split: bool) -> Result<PreTokenizer> {
 }
 
 impl PreTokenizer {
-    /// Calls `f` on each piece of `text`: words (after `WhitespaceSplit`), spaces replaced, the replacement
+    /// Calls `f` on each pre-token of `text`: words (after `WhitespaceSplit`), spaces replaced, the replacement
     /// prepended, and (with `split`) cut before every replacement. One scan over the text that stops only at
-    /// [`PreTokenizer::special`] bytes, where a pass per stage paid a loop exit per word and stage; a piece is
-    /// copied into `buf` only when it differs from the text.
-    fn for_each_piece(
+    /// [`PreTokenizer::special`] bytes, where a pass per stage paid a loop exit per word and stage; a pre-token
+    /// is copied into `buf` only when it differs from the text.
+    fn for_each_pretoken(
         &self,
         text: &str,
         buf: &mut String,
         mut f: impl FnMut(&str) -> Result<()>,
     ) -> Result<()> {
         let rep = self.replacement;
-        // `piece` follows a replacement that is not in the text when `virtual_rep`, and holds spaces that
-        // become replacements when `spaces`.
-        let mut emit = |piece: &str, virtual_rep: bool, spaces: bool| {
+        // `part` of the text follows a replacement that is not in the text when `virtual_rep`, and holds spaces
+        // that become replacements when `spaces`.
+        let mut emit = |part: &str, virtual_rep: bool, spaces: bool| {
             if !virtual_rep && !spaces {
-                return if piece.is_empty() { Ok(()) } else { f(piece) };
+                return if part.is_empty() { Ok(()) } else { f(part) };
             }
             buf.clear();
             if virtual_rep {
                 buf.push(rep);
             }
             if !spaces {
-                buf.push_str(piece);
+                buf.push_str(part);
                 return f(buf);
             }
-            for (k, run) in piece.split(' ').enumerate() {
+            for (k, run) in part.split(' ').enumerate() {
                 if k > 0 {
                     buf.push(rep);
                 }
@@ -558,7 +558,7 @@ impl PreTokenizer {
             while i < bytes.len() && !self.special[usize::from(bytes[i])] {
                 i += 1;
             }
-            let Some(c) = text[i..].chars().next() else {
+            let Some(c) = first_char(&text[i..]) else {
                 return emit(&text[start..], virtual_rep, spaces);
             };
             if self.whitespace_split && c.is_whitespace() {
@@ -633,7 +633,7 @@ fn has_at(bytes: &[u8], i: usize, pat: &[u8]) -> bool {
 
 /// The end of the whitespace (`char::is_whitespace`, as `WhitespaceSplit`) that starts at `i`.
 fn skip_whitespace(text: &str, mut i: usize) -> usize {
-    while let Some(c) = text[i..].chars().next().filter(|c| c.is_whitespace()) {
+    while let Some(c) = first_char(&text[i..]).filter(|c| c.is_whitespace()) {
         i += c.len_utf8();
     }
     i
@@ -786,23 +786,24 @@ impl Unigram {
             normalized = true;
         }
         let text = if normalized { a.as_str() } else { text };
-        self.pre.for_each_piece(text, b, |piece| {
-            match self.whole.get(piece.as_bytes()) {
+        self.pre.for_each_pretoken(text, b, |pretoken| {
+            match self.whole.get(pretoken.as_bytes()) {
                 Some(id) => ids.push(id),
-                None => self.viterbi(piece, best, path, ids)?,
+                None => self.viterbi(pretoken, best, path, ids)?,
             }
             Ok(())
         })
     }
 
+    /// Appends the ids of the best segmentation of `pretoken` into pieces.
     fn viterbi(
         &self,
-        piece: &str,
+        pretoken: &str,
         best: &mut Vec<Best>,
         path: &mut Vec<(u32, u32, u32)>,
         ids: &mut Vec<u32>,
     ) -> Result<()> {
-        let bytes = piece.as_bytes();
+        let bytes = pretoken.as_bytes();
         let n = bytes.len();
         if n == 0 {
             return Ok(());
@@ -819,14 +820,15 @@ impl Unigram {
         // Slices in locals: through the `Vec`s, the loop reloaded their pointers after every store.
         let best = best.as_mut_slice();
         let mut s = 0;
-        // Most pieces start with the replacement, whose walk is the same every time.
+        // Most pre-tokens start with the replacement, whose walk is the same every time.
         if let Some(r) = self
             .trie
             .rep
             .filter(|r| has_at(bytes, 0, &r.bytes[..r.len]))
         {
             if let Some(leaf) = r.leaf {
-                relax(&mut best[r.len], 0.0 + leaf.score, 0, leaf.id);
+                let base = best[0].score;
+                relax(&mut best[r.len], base + leaf.score, 0, leaf.id);
             }
             let single = self.trie.walk(bytes, 0, r.len, r.node, r.len, best);
             self.relax_unknown(single || r.leaf.is_some(), 0, r.len, best)?;
@@ -855,7 +857,7 @@ impl Unigram {
         ids[first..].reverse();
         if unknown {
             ids.truncate(first);
-            self.push_fused(piece, best, path, ids)?;
+            self.push_fused(pretoken, best, path, ids)?;
         }
         Ok(())
     }
@@ -878,7 +880,7 @@ impl Unigram {
     /// The best path as tokens, consecutive unknowns fused into one, looked up again as a whole.
     fn push_fused(
         &self,
-        piece: &str,
+        pretoken: &str,
         best: &[Best],
         path: &mut Vec<(u32, u32, u32)>,
         ids: &mut Vec<u32>,
@@ -897,12 +899,12 @@ impl Unigram {
                 continue;
             }
             if let Some((us, ue)) = unknown.take() {
-                self.push_unknown(&piece[us..ue], ids)?;
+                self.push_unknown(&pretoken[us..ue], ids)?;
             }
             ids.push(id);
         }
         if let Some((us, ue)) = unknown {
-            self.push_unknown(&piece[us..ue], ids)?;
+            self.push_unknown(&pretoken[us..ue], ids)?;
         }
         Ok(())
     }
