@@ -288,10 +288,33 @@ impl FastTokenizer {
         })
     }
 
-    fn encode_segment(&self, text: &str, scratch: &mut Scratch, ids: &mut Vec<u32>) -> Result<()> {
+    /// Encodes `text` onto `ids`, stopping once `ids` holds `limit` (the rest would be truncated away).
+    fn encode_segment(
+        &self,
+        text: &str,
+        scratch: &mut Scratch,
+        ids: &mut Vec<u32>,
+        limit: usize,
+    ) -> Result<()> {
         match &self.model {
-            Model::WordPiece(m) => m.encode(text, scratch, ids),
-            Model::Unigram(m) => m.encode(text, scratch, ids),
+            Model::WordPiece(m) => m.encode(text, scratch, ids, limit),
+            Model::Unigram(m) => m.encode(text, scratch, ids, limit),
+        }
+    }
+
+    /// Where encoding may stop: with right truncation, once the ids to keep are there, since the words and
+    /// pre-tokens after them only add ids that are cut. Only when the model has an unknown token, its only
+    /// way to fail on later text.
+    fn limit(&self, start: usize) -> usize {
+        let has_unk = match &self.model {
+            Model::WordPiece(m) => m.has_unk(),
+            Model::Unigram(m) => m.has_unk(),
+        };
+        match self.truncation {
+            Some(t) if t.side == TruncationSide::Right && has_unk => {
+                start + t.max_length - self.template.len()
+            }
+            _ => usize::MAX,
         }
     }
 }
@@ -301,13 +324,16 @@ impl Tokenizer for FastTokenizer {
         ids.clear();
         ids.extend_from_slice(&self.template.prefix);
         let start = ids.len();
+        let limit = self.limit(start);
         let mut from = 0;
-        while let Some((s, e, id)) = self.added.find(text, from) {
-            self.encode_segment(&text[from..s], scratch, ids)?;
+        while let Some((s, e, id)) = self.added.find(text, from).filter(|_| ids.len() < limit) {
+            self.encode_segment(&text[from..s], scratch, ids, limit)?;
             ids.push(id);
             from = e;
         }
-        self.encode_segment(&text[from..], scratch, ids)?;
+        if ids.len() < limit {
+            self.encode_segment(&text[from..], scratch, ids, limit)?;
+        }
         if let Some(t) = self.truncation {
             let keep = t.max_length - self.template.len();
             let excess = (ids.len() - start).saturating_sub(keep);

@@ -508,7 +508,7 @@ fn parse_metaspace(p: &Value, whitespace_split: bool) -> Result<PreTokenizer> {
 }
 
 impl PreTokenizer {
-    /// Calls `f` on each pre-token of `text`: words (after `WhitespaceSplit`), spaces replaced, the replacement
+    /// Calls `f` on each pre-token of `text`, while it returns true: words (after `WhitespaceSplit`), spaces replaced, the replacement
     /// prepended, and (with `split`) cut before every replacement. One scan over the text that stops only at
     /// [`PreTokenizer::special`] bytes, where a pass per stage paid a loop exit per word and stage; a pre-token
     /// is copied into `buf` only when it differs from the text.
@@ -516,14 +516,14 @@ impl PreTokenizer {
         &self,
         text: &str,
         buf: &mut String,
-        mut f: impl FnMut(&str) -> Result<()>,
+        mut f: impl FnMut(&str) -> Result<bool>,
     ) -> Result<()> {
         let rep = self.replacement;
         // `part` of the text follows a replacement that is not in the text when `virtual_rep`, and holds spaces
         // that become replacements when `spaces`.
         let mut emit = |part: &str, virtual_rep: bool, spaces: bool| {
             if !virtual_rep && !spaces {
-                return if part.is_empty() { Ok(()) } else { f(part) };
+                return if part.is_empty() { Ok(true) } else { f(part) };
             }
             buf.clear();
             if virtual_rep {
@@ -559,24 +559,30 @@ impl PreTokenizer {
                 i += 1;
             }
             let Some(c) = first_char(&text[i..]) else {
-                return emit(&text[start..], virtual_rep, spaces);
+                return emit(&text[start..], virtual_rep, spaces).map(drop);
             };
             if self.whitespace_split && c.is_whitespace() {
-                emit(&text[start..i], virtual_rep, spaces)?;
+                if !emit(&text[start..i], virtual_rep, spaces)? {
+                    return Ok(());
+                }
                 i = skip_whitespace(text, i);
                 if i == bytes.len() {
                     return Ok(());
                 }
                 (start, virtual_rep) = (i, self.prepend && first_char(&text[i..]) != Some(rep));
             } else if c == ' ' && self.split {
-                emit(&text[start..i], virtual_rep, spaces)?;
+                if !emit(&text[start..i], virtual_rep, spaces)? {
+                    return Ok(());
+                }
                 i += 1;
                 (start, virtual_rep, spaces) = (i, true, false);
             } else if c == ' ' {
                 spaces = true;
                 i += 1;
             } else if c == rep && self.split {
-                emit(&text[start..i], virtual_rep, spaces)?;
+                if !emit(&text[start..i], virtual_rep, spaces)? {
+                    return Ok(());
+                }
                 (start, virtual_rep, spaces) = (i, false, false);
                 i += c.len_utf8();
             } else {
@@ -754,11 +760,17 @@ impl Unigram {
         self.pieces.contains_key(piece)
     }
 
+    pub(crate) fn has_unk(&self) -> bool {
+        self.unk.is_some()
+    }
+
+    /// Appends the ids of `text`, stopping after the pre-token that takes them to `limit` or more.
     pub(crate) fn encode(
         &self,
         text: &str,
         scratch: &mut Scratch,
         ids: &mut Vec<u32>,
+        limit: usize,
     ) -> Result<()> {
         let Scratch {
             a, b, best, path, ..
@@ -791,7 +803,7 @@ impl Unigram {
                 Some(id) => ids.push(id),
                 None => self.viterbi(pretoken, best, path, ids)?,
             }
-            Ok(())
+            Ok(ids.len() < limit)
         })
     }
 

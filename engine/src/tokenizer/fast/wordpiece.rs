@@ -172,11 +172,17 @@ impl WordPiece {
         }
     }
 
+    pub(crate) fn has_unk(&self) -> bool {
+        self.unk.is_some()
+    }
+
+    /// Appends the ids of `text`, stopping at the first space after they reach `limit`.
     pub(crate) fn encode(
         &self,
         text: &str,
         scratch: &mut Scratch,
         ids: &mut Vec<u32>,
+        limit: usize,
     ) -> Result<()> {
         let mut w = Words {
             wp: self,
@@ -198,7 +204,12 @@ impl WordPiece {
                 }
                 match self.ascii[usize::from(b)] {
                     Ascii::Dropped => {}
-                    Ascii::Space => w.end_word()?,
+                    Ascii::Space => {
+                        w.end_word()?;
+                        if w.ids.len() >= limit {
+                            return Ok(());
+                        }
+                    }
                     Ascii::Punct(c) => w.punct(c)?,
                     Ascii::Letter(c) => w.push(c),
                 }
