@@ -1,12 +1,10 @@
 //! Unigram (SentencePiece) behind its normaliser sequence and the Metaspace pre-tokeniser: Viterbi over the
 //! lattice of vocabulary pieces, walked straight off a byte trie, with the crate's unknown-token rule.
 
-use std::hash::Hasher;
-
 use serde_json::Value;
 
 use super::charsmap::CharsMap;
-use super::{bad, bool_field, str_field, FxHasher, FxMap};
+use super::{bad, bool_field, str_field, FxMap};
 use crate::error::Result;
 use crate::tokenizer::Scratch;
 
@@ -322,27 +320,29 @@ pub(crate) struct Unigram {
 
 /// The pieces that Viterbi encodes as themselves alone, so that a pre-token equal to one of them is that token
 /// without a lattice: most words of the language a large vocabulary was trained on are such pieces, and a lookup
-/// costs a fraction of their lattice. Open addressing over copies of their bytes, compared inline: the piece
-/// map's lookups spent as long again in `memcmp` calls.
+/// costs a fraction of their lattice. Open addressing over slots that hold a piece's first eight bytes (the
+/// replacement and five letters) and its length, the rest of longer ones in a side array: a lookup hashes a word
+/// at a time and mostly reads one slot, where the piece map's hashed a byte at a time and compared through a
+/// pointer and a `memcmp` call, together as long as the lattices it saved.
 #[derive(Default)]
 struct WholePieces {
     slots: Vec<Slot>,
     /// Slot index = the hash's top bits.
     shift: u32,
-    bytes: Vec<u8>,
+    /// The bytes of the pieces after their first eight.
+    tails: Vec<u8>,
 }
 
 #[derive(Clone, Copy, Default)]
 struct Slot {
-    /// Low bits of the hash, never 0; 0 marks an empty slot.
-    tag: u32,
+    head: u64,
     id: u32,
-    start: u32,
-    len: u32,
+    /// Where the piece's tail starts in `tails` (bits 8 up) and its length (low 8 bits; 0 marks an empty slot).
+    tail_len: u32,
 }
 
 impl WholePieces {
-    fn new<'a>(pieces: impl ExactSizeIterator<Item = (&'a str, u32)>) -> Self {
+    fn new(pieces: &[(&str, u32)]) -> Self {
         let bits = (pieces.len() * 2)
             .max(2)
             .next_power_of_two()
@@ -350,52 +350,76 @@ impl WholePieces {
         let mut table = WholePieces {
             slots: vec![Slot::default(); 1 << bits],
             shift: 64 - bits,
-            bytes: Vec::new(),
+            tails: Vec::new(),
         };
-        for (piece, id) in pieces {
-            let (tag, mut i) = table.place(piece.as_bytes());
-            while table.slots[i].tag != 0 {
+        for &(piece, id) in pieces {
+            let key = piece.as_bytes();
+            let tail = table.tails.len();
+            let (Ok(len @ 1..=255), Ok(tail @ ..0x100_0000)) =
+                (u8::try_from(key.len()), u32::try_from(tail))
+            else {
+                continue;
+            };
+            let mut i = table.first_slot(key);
+            while table.slots[i].tail_len != 0 {
                 i = (i + 1) % table.slots.len();
             }
-            let start = table.bytes.len() as u32;
-            table.bytes.extend_from_slice(piece.as_bytes());
-            let len = piece.len() as u32;
+            table
+                .tails
+                .extend_from_slice(key.get(8..).unwrap_or_default());
             table.slots[i] = Slot {
-                tag,
+                head: word(key),
                 id,
-                start,
-                len,
+                tail_len: tail << 8 | u32::from(len),
             };
         }
         table
     }
 
-    /// The tag and first slot of `key`.
-    fn place(&self, key: &[u8]) -> (u32, usize) {
-        let mut h = FxHasher::default();
-        h.write(key);
-        let h = h.finish();
-        (h as u32 | 1, (h >> self.shift) as usize)
+    fn first_slot(&self, key: &[u8]) -> usize {
+        const K: u64 = 0x9E37_79B9_7F4A_7C15;
+        let h = key
+            .chunks(8)
+            .fold((key.len() as u64).wrapping_mul(K), |h, w| {
+                (h ^ word(w)).wrapping_mul(K)
+            });
+        (h >> self.shift) as usize
     }
 
     fn get(&self, key: &[u8]) -> Option<u32> {
+        let len = u32::try_from(key.len())
+            .ok()
+            .filter(|&n| (1..=255).contains(&n))?;
         if self.slots.is_empty() {
             return None;
         }
-        let (tag, mut i) = self.place(key);
+        let head = word(key);
+        let mut i = self.first_slot(key);
         loop {
             let slot = self.slots[i];
-            if slot.tag == 0 {
+            if slot.tail_len == 0 {
                 return None;
             }
-            if slot.tag == tag
-                && slot.len as usize == key.len()
-                && has_at(&self.bytes, slot.start as usize, key)
+            if slot.tail_len & 0xFF == len
+                && slot.head == head
+                && has_at(
+                    &self.tails,
+                    (slot.tail_len >> 8) as usize,
+                    key.get(8..).unwrap_or_default(),
+                )
             {
                 return Some(slot.id);
             }
             i = (i + 1) % self.slots.len();
         }
+    }
+}
+
+/// The first eight bytes of `bytes` as a little-endian word, zero-padded.
+fn word(bytes: &[u8]) -> u64 {
+    match bytes {
+        [a, b, c, d, e, f, g, h, ..] => u64::from_le_bytes([*a, *b, *c, *d, *e, *f, *g, *h]),
+        _ => bytes.iter().rev().fold(0, |w, &b| w << 8 | u64::from(b)),
     }
 }
 
@@ -747,7 +771,7 @@ impl Unigram {
                 whole.push((&**piece, id));
             }
         }
-        unigram.whole = WholePieces::new(whole.into_iter());
+        unigram.whole = WholePieces::new(&whole);
         Ok(unigram)
     }
 
