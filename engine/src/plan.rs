@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 pub enum CaptureMode {
     /// Never: every forward runs eager, operation by operation, with buffers allocated per call.
     Off,
-    /// At start-up, for every bucket of the ladder (slow start, no capture later).
+    /// At start-up, for every bucket of the ladder that fits the cache (slow start); any other on first use.
     Eager,
     /// On demand: a bucket's first batch runs eager, its second captures, later ones replay.
     #[default]
@@ -109,7 +109,7 @@ impl Ladder {
         })
     }
 
-    /// Every bucket a batch can land in (a batch has at least one token per sequence).
+    /// Every bucket a batch can land in (a batch has at least one token per sequence), fewest tokens first.
     pub fn buckets(&self) -> impl Iterator<Item = Bucket> + '_ {
         self.tokens.iter().flat_map(move |&tokens| {
             self.seqs
@@ -230,6 +230,11 @@ impl<P> PlanCache<P> {
             }
             (CaptureMode::Lazy, Some(Slot::Seen)) | (CaptureMode::Eager, _) => Action::Capture,
         }
+    }
+
+    /// Whether a plan of `bytes` fits without evicting another.
+    pub fn has_room(&self, bytes: usize) -> bool {
+        self.stats.bytes + bytes <= self.cap_bytes
     }
 
     /// Stores a new plan, evicting the least recently used ones until it fits under the cap. A plan larger than

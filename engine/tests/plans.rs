@@ -176,3 +176,24 @@ fn eager_mode_captures_every_bucket_at_start_up() {
         assert_eq!(stats.run, Run::Replay, "{lens:?}");
     }
 }
+
+#[test]
+fn eager_start_up_keeps_the_small_buckets_when_the_cache_cannot_hold_the_ladder() {
+    // The bug: start-up captured the ladder smallest first and let each big plan evict the small ones before it,
+    // so a 1 MiB cache ended up holding the big buckets and every short query captured again on first use.
+    let mut rng = rand::rngs::StdRng::seed_from_u64(16);
+    let (_d, engine) = tiny(CaptureMode::Eager, |c| {
+        c.max_batch_tokens = 2048;
+        c.token_buckets = vec![64, 256, 512, 1024, 2048];
+        c.seq_buckets = vec![1, 64];
+        c.plan_cache_mib = 1;
+    });
+    let info = engine.backend().info();
+    assert!(info.startup_plans >= 3, "{info:?}");
+    assert!(info.startup_plans < engine.config().ladder().buckets().count());
+    for lens in [vec![5], vec![30, 30]] {
+        let (_, stats) = run(&engine, &batch(&mut rng, &lens));
+        assert_eq!(stats.run, Run::Replay, "{lens:?}: {stats:?}");
+        assert_eq!(stats.cache.evictions, 0, "{stats:?}");
+    }
+}

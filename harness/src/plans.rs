@@ -201,7 +201,7 @@ pub fn run(args: PlansArgs) -> Result<()> {
     Ok(())
 }
 
-/// Load times of the same engine under `lazy` and under `eager` (which captures every bucket first).
+/// Load times of the same engine under `lazy` and under `eager` (which captures the buckets first).
 fn startup(dir: &std::path::Path, base: &EngineConfig) -> Result<Startup> {
     let load = |capture| -> Result<(Duration, Engine)> {
         let start = Instant::now();

@@ -73,8 +73,10 @@ impl CpuBackend {
         };
         let startup = (config.capture == crate::plan::CaptureMode::Eager).then(|| {
             let start = Instant::now();
+            // Smallest buckets first (the ladder's order) and without evicting: when the whole ladder outgrows the
+            // cache, start-up keeps the many small plans, where replay pays, and the big ones are made on first use.
             for bucket in compute.ladder.buckets().collect::<Vec<_>>() {
-                compute.capture(bucket);
+                compute.capture(bucket, false);
             }
             start.elapsed()
         });
@@ -126,7 +128,7 @@ impl Compute {
             (Action::Replay, Some(b)) if self.replay(b, batch, out) => Run::Replay,
             (Action::Capture, Some(b)) => {
                 let start = Instant::now();
-                let captured = self.capture(b);
+                let captured = self.capture(b, true);
                 capture_time = Some(start.elapsed());
                 if captured && self.replay(b, batch, out) {
                     Run::Capture
@@ -150,9 +152,13 @@ impl Compute {
     }
 
     /// Makes the plan of `bucket` (its arena, every page touched) and caches it; false if it is over the cap.
-    fn capture(&mut self, bucket: Bucket) -> bool {
+    /// Captures a plan for `bucket`; with `evict` false, only if it fits beside the plans already cached.
+    fn capture(&mut self, bucket: Bucket, evict: bool) -> bool {
         let mut arena = self.model.arena(bucket.tokens, self.threads);
         let bytes = arena.bytes();
+        if !evict && !self.cache.has_room(bytes) {
+            return false;
+        }
         // Not for a plan the cache will refuse: its pages would be touched for nothing.
         if bytes <= self.cache.cap_bytes() {
             arena.prefault();
