@@ -228,6 +228,14 @@ async fn token_ids_dimensions_prompts_and_tokenize() {
     for (a, b) in v.iter().zip(&full[..8]) {
         assert!((a - b / scale).abs() < 1e-5);
     }
+    // Regression: TEI's `normalize: false` with `dimensions` used to come back re-normalized anyway.
+    let raw = post(
+        &router,
+        "/embed",
+        json!({ "inputs": TEXTS[0], "dimensions": 8, "normalize": false }),
+    )
+    .await;
+    assert_eq!(floats(&raw.body[0]), full[..8]);
 
     let prompted = post(
         &router,

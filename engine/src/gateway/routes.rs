@@ -111,12 +111,14 @@ fn check_dims(dims: Option<usize>, full: usize) -> Result<Option<usize>, ApiErro
     }
 }
 
-/// Cuts each vector to its first `dims` components and re-normalizes it (Matryoshka truncation).
-fn truncate_dims(vectors: &mut [Vec<f32>], dims: Option<usize>) {
+/// Cuts each vector to its first `dims` components (Matryoshka truncation), re-normalizing it if asked.
+fn truncate_dims(vectors: &mut [Vec<f32>], dims: Option<usize>, renormalize: bool) {
     let Some(d) = dims else { return };
     for v in vectors {
         v.truncate(d);
-        crate::backend::cpu::kernels::l2_normalize(v);
+        if renormalize {
+            crate::backend::cpu::kernels::l2_normalize(v);
+        }
     }
 }
 
@@ -178,7 +180,7 @@ async fn openai_embeddings(
             tokens,
             times,
         } = gw.embed(inputs, options).await?;
-        truncate_dims(&mut vectors, dims);
+        truncate_dims(&mut vectors, dims, true);
         let data: Vec<_> = vectors
             .into_iter()
             .enumerate()
@@ -251,8 +253,8 @@ async fn tei_embed(State(gw): State<Gateway>, body: Result<Bytes, BytesRejection
         let Embedded {
             mut vectors, times, ..
         } = gw.embed(req.inputs.into(), options).await?;
-        truncate_dims(&mut vectors, dims);
-        if req.normalize && !gw.engine().info().normalize {
+        truncate_dims(&mut vectors, dims, req.normalize);
+        if req.normalize && dims.is_none() && !gw.engine().info().normalize {
             vectors
                 .iter_mut()
                 .for_each(|v| crate::backend::cpu::kernels::l2_normalize(v));
