@@ -1,5 +1,5 @@
-//! Every engine setting in one place, with defaults and validation. The `bench` commands, the harness and the TUI
-//! all set this same struct.
+//! Every engine setting in one place, with defaults and validation. The `bench` commands and the harness (its
+//! knobs are this struct's fields) all set this same struct.
 
 use serde::{Deserialize, Serialize};
 
@@ -33,12 +33,14 @@ pub struct EngineConfig {
     /// Precision of the linear layers: `f32`, or `bf16` (weights in bf16, f32 accumulation) where the CPU has
     /// AVX512-BF16; elsewhere bf16 falls back to f32 (the backend's info says which ran).
     pub dtype: Dtype,
-    /// When forward plans are made: `off` (always eager), `eager` (every bucket at start-up) or `lazy` (a
-    /// bucket's second batch captures, later ones replay).
+    /// When forward plans are made: `off` (always eager), `eager` (at start-up, as many as the plan cache holds)
+    /// or `lazy` (a bucket's second batch captures, later ones replay).
     pub capture: CaptureMode,
     /// Token rungs of the bucket ladder, ascending; empty: doubling from 16 up to `max_batch_tokens`.
     pub token_buckets: Vec<usize>,
-    /// Sequence rungs of the bucket ladder, ascending; empty: growing fourfold from 1 up to `max_batch_seqs`.
+    /// Sequence rungs of the bucket ladder, ascending; empty: growing fourfold from 1 up to `max_batch_seqs`. A batch
+    /// past the top rung runs eager. The CPU backend's plan depends on the token rung alone (an arena), so its
+    /// sequence rungs share one plan; a backend whose plans depend on the sequence count keys them by both.
     pub seq_buckets: Vec<usize>,
     /// Memory cap of the plan cache, in MiB; the least recently used plans are evicted past it.
     pub plan_cache_mib: usize,
@@ -62,7 +64,7 @@ impl Default for EngineConfig {
             capture: CaptureMode::Lazy,
             token_buckets: Vec::new(),
             seq_buckets: Vec::new(),
-            // Every bucket of the default ladder fits, for a MiniLM-sized model.
+            // The default ladder's CPU plans for a MiniLM-sized model take a fraction of it, in f32 or bf16.
             plan_cache_mib: 1024,
         }
     }
@@ -82,11 +84,16 @@ impl EngineConfig {
                 message: "must be at least 1".into(),
             });
         }
-        if self.max_queue_tokens == 0 || self.max_queue_requests == 0 {
-            return Err(Error::Config {
-                name: "max_queue_tokens",
-                message: "the queue bounds must be at least 1".into(),
-            });
+        for (name, bound) in [
+            ("max_queue_tokens", self.max_queue_tokens),
+            ("max_queue_requests", self.max_queue_requests),
+        ] {
+            if bound == 0 {
+                return Err(Error::Config {
+                    name,
+                    message: "must be at least 1".into(),
+                });
+            }
         }
         if self.max_seq_length == Some(0) {
             return Err(Error::Config {

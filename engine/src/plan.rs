@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 pub enum CaptureMode {
     /// Never: every forward runs eager, operation by operation, with buffers allocated per call.
     Off,
-    /// At start-up, for every bucket of the ladder that fits the cache (slow start); any other on first use.
+    /// At start-up, smallest first, as many as the cache holds (slow start); any other on first use.
     Eager,
     /// On demand: a bucket's first batch runs eager, its second captures, later ones replay.
     #[default]
@@ -106,21 +106,6 @@ impl Ladder {
         Some(Bucket {
             seqs: up(&self.seqs, seqs)?,
             tokens: up(&self.tokens, tokens)?,
-        })
-    }
-
-    /// Every bucket a batch can land in (a batch has at least one token per sequence), fewest tokens first.
-    pub fn buckets(&self) -> impl Iterator<Item = Bucket> + '_ {
-        self.tokens.iter().flat_map(move |&tokens| {
-            self.seqs
-                .iter()
-                .scan(0, move |below, &seqs| {
-                    let reachable = *below < tokens;
-                    *below = seqs;
-                    Some((seqs, reachable))
-                })
-                .filter(|&(_, reachable)| reachable)
-                .map(move |(seqs, _)| Bucket { seqs, tokens })
         })
     }
 }
@@ -331,14 +316,6 @@ mod tests {
         );
         assert_eq!(l.bucket(11, 50), None);
         assert_eq!(l.bucket(1, 101), None);
-        let all: Vec<Bucket> = l.buckets().collect();
-        assert_eq!(all.len(), 12);
-        // Only buckets a batch can land in: more than 16 sequences need more than 16 tokens.
-        let small: Vec<Bucket> = Ladder::up_to(16, 64).buckets().collect();
-        assert_eq!(
-            small.iter().map(|b| b.seqs).collect::<Vec<_>>(),
-            vec![1, 4, 16]
-        );
         assert!(Ladder {
             tokens: vec![32, 16],
             seqs: vec![1]

@@ -55,8 +55,9 @@ fn shapes() -> Vec<Vec<usize>> {
 fn replay_is_bitwise_equal_to_eager_across_buckets() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(11);
     let (_d1, off) = tiny(CaptureMode::Off, |_| {});
-    let (_d2, lazy) = tiny(CaptureMode::Lazy, |_| {});
     for lens in shapes() {
+        // A fresh engine per shape: shapes of one token rung share a plan.
+        let (_d2, lazy) = tiny(CaptureMode::Lazy, |_| {});
         let b = batch(&mut rng, &lens);
         let (eager, stats) = run(&off, &b);
         assert_eq!(stats.run, Run::Eager, "capture=off always runs eager");
@@ -168,8 +169,7 @@ fn eager_mode_captures_every_bucket_at_start_up() {
         c.seq_buckets = vec![1, 8, 32];
     });
     let info = engine.backend().info();
-    let buckets = engine.config().ladder().buckets().count();
-    assert_eq!(info.startup_plans, buckets);
+    assert_eq!(info.startup_plans, engine.config().ladder().tokens.len());
     assert!(info.startup_capture.is_some());
     for lens in [vec![5], vec![20, 20, 20]] {
         let (_, stats) = run(&engine, &batch(&mut rng, &lens));
@@ -190,10 +190,43 @@ fn eager_start_up_keeps_the_small_buckets_when_the_cache_cannot_hold_the_ladder(
     });
     let info = engine.backend().info();
     assert!(info.startup_plans >= 3, "{info:?}");
-    assert!(info.startup_plans < engine.config().ladder().buckets().count());
+    assert!(info.startup_plans < engine.config().ladder().tokens.len());
     for lens in [vec![5], vec![30, 30]] {
         let (_, stats) = run(&engine, &batch(&mut rng, &lens));
         assert_eq!(stats.run, Run::Replay, "{lens:?}: {stats:?}");
         assert_eq!(stats.cache.evictions, 0, "{stats:?}");
     }
+}
+
+#[test]
+fn sequence_rungs_share_one_cpu_plan_instead_of_each_holding_an_arena() {
+    // The bug: every (sequences, tokens) bucket captured its own arena, though a CPU arena depends on the tokens
+    // alone, so the default ladder held up to six copies of each.
+    let mut rng = rand::rngs::StdRng::seed_from_u64(17);
+    let (_d, off) = tiny(CaptureMode::Off, |_| {});
+    let (_d2, engine) = tiny(CaptureMode::Lazy, |c| {
+        c.token_buckets = vec![16, 64];
+        c.seq_buckets = vec![1, 4, 16];
+    });
+    let one = batch(&mut rng, &[40]);
+    run(&engine, &one);
+    let (_, captured) = run(&engine, &one);
+    assert_eq!(captured.run, Run::Capture);
+    // Ten sequences, the same token rung, another sequence rung: the same plan, replayed, and still right.
+    let many = batch(&mut rng, &[5; 10]);
+    let (expect, _) = run(&off, &many);
+    let (got, stats) = run(&engine, &many);
+    assert_eq!(stats.run, Run::Replay, "{stats:?}");
+    assert_eq!(
+        stats.bucket,
+        Some(Bucket {
+            seqs: 16,
+            tokens: 64
+        })
+    );
+    assert_eq!((stats.cache.plans, stats.cache.captures), (1, 1));
+    assert!(got
+        .iter()
+        .zip(&expect)
+        .all(|(a, e)| a.to_bits() == e.to_bits()));
 }

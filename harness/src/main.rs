@@ -72,13 +72,14 @@ pub(crate) struct EngineArgs {
     /// Tokenizer implementation: `fast` (in-house) or `hf` (the Hugging Face crate).
     #[arg(long, default_value = "fast")]
     tokenizer: String,
-    /// Longest a partial batch waits for more work before it is dispatched, in milliseconds.
+    /// Longest a partial batch waits for more work before it is dispatched, in milliseconds (the scheduler's:
+    /// `serve` and the harness; `embed` has all its work at once).
     #[arg(long, default_value_t = EngineConfig::default().max_wait_ms)]
     max_wait_ms: u64,
     /// Wait for each batch's answers before submitting the next (overlap is on by default).
     #[arg(long)]
     no_overlap: bool,
-    /// Queue bound in tokens; work beyond it is refused as overloaded.
+    /// Queue bound in tokens; work beyond it is refused as overloaded (the scheduler's: `serve`, the harness).
     #[arg(long, default_value_t = EngineConfig::default().max_queue_tokens)]
     max_queue_tokens: usize,
     /// Queue bound in sequences.
@@ -87,7 +88,7 @@ pub(crate) struct EngineArgs {
     /// Precision of the linear layers: f32, or bf16 where the CPU has AVX512-BF16 (f32 elsewhere).
     #[arg(long, default_value = "f32")]
     dtype: String,
-    /// When forward plans are made: off (always eager), eager (every bucket at start-up) or lazy.
+    /// When forward plans are made: off (always eager), eager (at start-up, as many as the plan cache holds) or lazy.
     #[arg(long, default_value = "lazy")]
     capture: String,
     /// Token rungs of the bucket ladder, comma-separated (default: doubling from 16 to the token budget).

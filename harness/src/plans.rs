@@ -1,7 +1,7 @@
 //! `bench plans`: what forward plans buy on this machine. For each batch shape, the forward latency run eager
 //! (`capture = off`: one fork/join per operation, buffers allocated per call) against a replayed plan, the first
-//! two calls under `lazy` (eager, then capture), and the capture cost; and the start-up time of `eager` (every
-//! bucket captured) against `lazy`.
+//! two calls under `lazy` (eager, then capture), and the capture cost; and the start-up time of `eager` (plans
+//! captured first) against `lazy`.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

@@ -35,7 +35,7 @@ pub struct BackendInfo {
     /// The kernels' instruction set.
     pub isa: cpu::gemm::Isa,
     pub capture: crate::plan::CaptureMode,
-    /// How long capturing every bucket took at start-up, under `capture = eager`.
+    /// How long capturing the start-up plans took, under `capture = eager`.
     pub startup_capture: Option<Duration>,
     pub startup_plans: usize,
 }

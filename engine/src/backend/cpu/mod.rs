@@ -73,10 +73,11 @@ impl CpuBackend {
         };
         let startup = (config.capture == crate::plan::CaptureMode::Eager).then(|| {
             let start = Instant::now();
-            // Smallest buckets first (the ladder's order) and without evicting: when the whole ladder outgrows the
-            // cache, start-up keeps the many small plans, where replay pays, and the big ones are made on first use.
-            for bucket in compute.ladder.buckets().collect::<Vec<_>>() {
-                compute.capture(bucket, false);
+            // Smallest first and without evicting: when the whole ladder outgrows the cache, start-up keeps the
+            // small plans, where replay pays, and the big ones are made on first use.
+            for tokens in compute.ladder.tokens.clone() {
+                let key = compute.plan_key(Bucket { seqs: 1, tokens });
+                compute.capture(key, false);
             }
             start.elapsed()
         });
@@ -123,8 +124,9 @@ impl Compute {
     /// Runs one batch the way the plan cache says, and reports how.
     fn run(&mut self, batch: &Batch, out: &mut Embeddings) -> ForwardStats {
         let bucket = self.ladder.bucket(batch.len(), batch.tokens());
+        let key = bucket.map(|b| self.plan_key(b));
         let mut capture_time = None;
-        let run = match (self.cache.action(bucket), bucket) {
+        let run = match (self.cache.action(key), key) {
             (Action::Replay, Some(b)) if self.replay(b, batch, out) => Run::Replay,
             (Action::Capture, Some(b)) => {
                 let start = Instant::now();
@@ -151,8 +153,17 @@ impl Compute {
         }
     }
 
-    /// Makes the plan of `bucket` (its arena, every page touched) and caches it; false if it is over the cap.
-    /// Captures a plan for `bucket`; with `evict` false, only if it fits beside the plans already cached.
+    /// The plan serving `bucket`. A CPU plan is an arena sized by tokens alone, so every sequence rung of a token
+    /// rung shares one (keyed by the top sequence rung, which fits them all) instead of holding a copy each.
+    fn plan_key(&self, bucket: Bucket) -> Bucket {
+        Bucket {
+            seqs: self.ladder.seqs.last().copied().unwrap_or(bucket.seqs),
+            tokens: bucket.tokens,
+        }
+    }
+
+    /// Makes the plan of `bucket` (its arena, every page touched) and caches it; false if the cache refuses it,
+    /// or, with `evict` false, if it does not fit beside the plans already cached.
     fn capture(&mut self, bucket: Bucket, evict: bool) -> bool {
         let mut arena = self.model.arena(bucket.tokens, self.threads);
         let bytes = arena.bytes();
