@@ -1,8 +1,10 @@
 //! # engine — the embedding engine of Embedding Workbench
 //!
-//! Three types carry the whole request path:
+//! Three types carry a request through the model engine (the served path puts [`gateway::Gateway`], which parses,
+//! templates and tokenizes, and [`scheduler::Scheduler`], which batches under a token budget, in front of them):
 //!
-//! - [`Engine`]: a loaded model (weights memory-mapped, tokenizer, pooling) behind a [`Backend`]. It tokenizes text
+//! - [`Engine`]: a loaded model (safetensors memory-mapped, linear layers packed once for the kernels,
+//!   tokenizer, pooling) behind a [`Backend`]. It tokenizes text
 //!   and cuts it into batches under a token budget; [`Engine::embed`] is the blocking convenience on top.
 //! - [`Batch`]: a *ragged* batch — the token ids of several sequences concatenated with no padding, delimited by
 //!   cumulative offsets. This is what a backend runs.
@@ -151,8 +153,8 @@ impl Engine {
     }
 
     /// Embeds `texts` and returns one vector per text, in order. Batches are cut first-come-first-served under
-    /// the token budget, and the next batch is submitted before the previous one is collected, so the compute
-    /// threads never wait on copy-out.
+    /// the token budget; with `overlap` (the default) the next batch is submitted before the previous one is
+    /// collected, so the compute threads never wait on copy-out.
     pub fn embed<S: AsRef<str>>(&self, texts: &[S]) -> Result<Vec<Vec<f32>>> {
         let seqs = texts
             .iter()
@@ -171,6 +173,11 @@ impl Engine {
                 .submit(Batch::from_sequences(seqs[range].iter().map(Vec::as_slice)));
             if let Some(prev) = pending.replace(handle) {
                 collect(prev, &mut out)?;
+            }
+            if !self.config.overlap {
+                if let Some(now) = pending.take() {
+                    collect(now, &mut out)?;
+                }
             }
         }
         if let Some(last) = pending {

@@ -1,5 +1,6 @@
-//! Weights memory-mapped from `model.safetensors`: f32 tensors are read in place from the page cache, never copied;
-//! f16/bf16 tensors are widened once at load.
+//! Weights memory-mapped from `model.safetensors`: f32 tensors are read in place from the page cache; f16/bf16
+//! tensors are widened once at load. (The linear layers' weights are then packed into the kernels' panel layout,
+//! a copy made once, in `backend::cpu::gemm`.)
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -640,7 +640,7 @@ mod x86 {
         _mm512_mask_storeu_ps(o.add(16), m.1, hi);
     }
 
-    /// Asks for the panel's bytes a kilobyte ahead of the ones being read: a query's tile streams weights that a
+    /// Asks for the panel's bytes four kilobytes ahead of the ones being read: a query's tile streams weights that a
     /// single pass never reuses, faster than the hardware prefetcher fetches them on its own.
     #[inline(always)]
     unsafe fn prefetch(at: *const u8) {
