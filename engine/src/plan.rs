@@ -188,10 +188,6 @@ impl<P> PlanCache<P> {
         }
     }
 
-    pub fn mode(&self) -> CaptureMode {
-        self.mode
-    }
-
     pub fn stats(&self) -> CacheStats {
         self.stats
     }

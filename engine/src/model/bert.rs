@@ -54,7 +54,7 @@ impl Linear {
         let n = out_dim * prefixes.len();
         Ok(Linear {
             weight: PackedB::pack(&weight, n, in_dim, dtype),
-            bias: Tensor::from_vec(bias, vec![n]),
+            bias: Tensor::from_vec(bias),
         })
     }
 
@@ -356,11 +356,6 @@ pub struct Arena {
 }
 
 impl Arena {
-    /// Token capacity.
-    pub fn tokens(&self) -> usize {
-        self.tokens
-    }
-
     pub fn bytes(&self) -> usize {
         4 * (self.hidden.len() + self.tmp.len() + self.big.len() + self.scratch.floats())
     }

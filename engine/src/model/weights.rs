@@ -15,7 +15,6 @@ use crate::error::{Error, Result};
 #[derive(Clone)]
 pub struct Tensor {
     storage: Storage,
-    shape: Vec<usize>,
 }
 
 #[derive(Clone)]
@@ -29,16 +28,10 @@ enum Storage {
 }
 
 impl Tensor {
-    pub fn from_vec(data: Vec<f32>, shape: Vec<usize>) -> Self {
-        debug_assert_eq!(data.len(), shape.iter().product::<usize>());
+    pub fn from_vec(data: Vec<f32>) -> Self {
         Tensor {
             storage: Storage::Owned(Arc::new(data)),
-            shape,
         }
-    }
-
-    pub fn shape(&self) -> &[usize] {
-        &self.shape
     }
 
     pub fn data(&self) -> &[f32] {
@@ -168,9 +161,6 @@ impl Weights {
                 ))
             }
         };
-        Ok(Tensor {
-            storage,
-            shape: shape.to_vec(),
-        })
+        Ok(Tensor { storage })
     }
 }

@@ -218,13 +218,6 @@ impl PackedB {
         }
     }
 
-    pub fn bytes(&self) -> usize {
-        match &self.data {
-            Panels::F32(d) => d.len() * 4,
-            Panels::Bf16(d) => d.len() * 2,
-        }
-    }
-
     /// Rows and columns of one register tile.
     fn tile(&self) -> (usize, usize) {
         match self.data {

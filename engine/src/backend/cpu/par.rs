@@ -215,17 +215,6 @@ impl Mat {
         }
     }
 
-    /// Columns `start..start + cols` of every row, sharing the rows' stride.
-    pub fn columns(self, start: usize, cols: usize) -> Mat {
-        assert!(start + cols <= self.cols, "columns out of range");
-        Mat {
-            // Safety: within the matrix, as just checked.
-            ptr: unsafe { self.ptr.add(start) },
-            cols,
-            ..self
-        }
-    }
-
     pub fn ptr(self) -> *mut f32 {
         self.ptr
     }
