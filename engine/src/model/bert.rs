@@ -21,6 +21,13 @@ use crate::error::Result;
 /// Rows per task of the row-wise operations: enough to amortise a task, few enough to balance.
 const ROWS_PER_TASK: usize = 16;
 
+/// Runs `f(row)` for every row in `0..rows`, in tasks of [`ROWS_PER_TASK`] rows.
+fn for_rows(par: &dyn Par, rows: usize, f: &(dyn Fn(usize) + Sync)) {
+    par.run(rows.div_ceil(ROWS_PER_TASK), &|task, _| {
+        (task * ROWS_PER_TASK..((task + 1) * ROWS_PER_TASK).min(rows)).for_each(f)
+    });
+}
+
 /// `y = x · Wᵀ + b`, weights read in PyTorch's `[out, in]` layout and packed once for our GEMM kernel.
 pub struct Linear {
     weight: PackedB,
@@ -97,11 +104,9 @@ impl LayerNorm {
     }
 
     fn forward(&self, par: &dyn Par, x: Mat) {
-        par.run(x.rows.div_ceil(ROWS_PER_TASK), &|task, _| {
-            for r in task * ROWS_PER_TASK..((task + 1) * ROWS_PER_TASK).min(x.rows) {
-                // Safety: each task owns its rows.
-                self.row(unsafe { x.row_mut(r) });
-            }
+        for_rows(par, x.rows, &|r| {
+            // Safety: each task owns its rows.
+            self.row(unsafe { x.row_mut(r) });
         });
     }
 }
@@ -139,20 +144,18 @@ impl Embeddings {
             &self.token_type.data()[..h],
         );
         let offsets = batch.offsets();
-        par.run(x.rows.div_ceil(ROWS_PER_TASK), &|task, _| {
-            for t in task * ROWS_PER_TASK..((task + 1) * ROWS_PER_TASK).min(x.rows) {
-                // Position of token t inside its own sequence: the ragged layout restarts positions per sequence.
-                let seq = offsets.partition_point(|&o| o <= t) - 1;
-                let p = t - offsets[seq];
-                let id = batch.ids()[t] as usize;
-                let (w, pe) = (&word[id * h..(id + 1) * h], &pos[p * h..(p + 1) * h]);
-                // Safety: each task owns its rows.
-                let row = unsafe { x.row_mut(t) };
-                for j in 0..h {
-                    row[j] = w[j] + pe[j] + ty[j];
-                }
-                self.norm.row(row);
+        for_rows(par, x.rows, &|t| {
+            // Position of token t inside its own sequence: the ragged layout restarts positions per sequence.
+            let seq = offsets.partition_point(|&o| o <= t) - 1;
+            let p = t - offsets[seq];
+            let id = batch.ids()[t] as usize;
+            let (w, pe) = (&word[id * h..(id + 1) * h], &pos[p * h..(p + 1) * h]);
+            // Safety: each task owns its rows.
+            let row = unsafe { x.row_mut(t) };
+            for j in 0..h {
+                row[j] = w[j] + pe[j] + ty[j];
             }
+            self.norm.row(row);
         });
     }
 }
@@ -219,15 +222,12 @@ fn to_bf16(par: &dyn Par, x: Mat, out: *mut u16) -> *const u16 {
     #[cfg(target_arch = "x86_64")]
     {
         let out = out as usize;
-        par.run(x.rows.div_ceil(ROWS_PER_TASK), &|task, _| {
-            for r in task * ROWS_PER_TASK..((task + 1) * ROWS_PER_TASK).min(x.rows) {
-                // Safety: bf16 attention is only chosen where AVX512-BF16 exists; each task owns its rows of
-                // `out`, which holds x.rows × x.cols values.
-                unsafe {
-                    let dst =
-                        std::slice::from_raw_parts_mut((out as *mut u16).add(r * x.cols), x.cols);
-                    crate::backend::cpu::gemm::to_bf16(x.row(r), dst);
-                }
+        for_rows(par, x.rows, &|r| {
+            // Safety: bf16 attention is only chosen where AVX512-BF16 exists; each task owns its rows of
+            // `out`, which holds x.rows × x.cols values.
+            unsafe {
+                let dst = std::slice::from_raw_parts_mut((out as *mut u16).add(r * x.cols), x.cols);
+                crate::backend::cpu::gemm::to_bf16(x.row(r), dst);
             }
         });
         out as *const u16
@@ -284,27 +284,25 @@ impl Bert {
 
     fn pool(&self, par: &dyn Par, batch: &Batch, x: Mat, out: Mat) {
         let offsets = batch.offsets();
-        par.run(batch.len().div_ceil(ROWS_PER_TASK), &|task, _| {
-            for s in task * ROWS_PER_TASK..((task + 1) * ROWS_PER_TASK).min(batch.len()) {
-                let (start, end) = (offsets[s], offsets[s + 1]);
-                // Safety: the hidden states are read only here; each task owns its output rows.
-                let row = unsafe { out.row_mut(s) };
-                match self.pooling {
-                    Pooling::Cls => row.copy_from_slice(unsafe { x.row(start) }),
-                    Pooling::Mean => {
-                        row.fill(0.0);
-                        for t in start..end {
-                            for (o, &v) in row.iter_mut().zip(unsafe { x.row(t) }) {
-                                *o += v;
-                            }
+        for_rows(par, batch.len(), &|s| {
+            let (start, end) = (offsets[s], offsets[s + 1]);
+            // Safety: the hidden states are read only here; each task owns its output rows.
+            let row = unsafe { out.row_mut(s) };
+            match self.pooling {
+                Pooling::Cls => row.copy_from_slice(unsafe { x.row(start) }),
+                Pooling::Mean => {
+                    row.fill(0.0);
+                    for t in start..end {
+                        for (o, &v) in row.iter_mut().zip(unsafe { x.row(t) }) {
+                            *o += v;
                         }
-                        let inv = 1.0 / (end - start) as f32;
-                        row.iter_mut().for_each(|o| *o *= inv);
                     }
+                    let inv = 1.0 / (end - start) as f32;
+                    row.iter_mut().for_each(|o| *o *= inv);
                 }
-                if self.normalize {
-                    kernels::l2_normalize(row);
-                }
+            }
+            if self.normalize {
+                kernels::l2_normalize(row);
             }
         });
     }
