@@ -152,7 +152,7 @@ fn charts(result: &RunResult) -> Vec<Chart> {
     };
     let single_step = configs.iter().all(|c| measured(&c.steps).len() <= 1);
     if single_step {
-        return timeline_charts(result);
+        return timeline_charts(&first);
     }
 
     let mut latency = Chart {
@@ -214,6 +214,10 @@ fn charts(result: &RunResult) -> Vec<Chart> {
     });
     for (i, config) in configs.iter().enumerate() {
         let steps = measured(&config.steps);
+        // A search can stop after its probe (no answers): such a configuration has no curve to draw.
+        if steps.is_empty() {
+            continue;
+        }
         let pick = |f: &dyn Fn(&StepResult) -> f64| {
             steps.iter().map(|s| (x_of(s), f(s))).collect::<Vec<_>>()
         };
@@ -285,11 +289,15 @@ fn charts(result: &RunResult) -> Vec<Chart> {
                 at: p,
             });
         }
-        if let (Some(chart), Some(b)) = (batch.as_mut(), batch_class) {
+        let batch_name = batch_class.and_then(|b| Some((b, &steps[0].classes.get(b)?.class)));
+        if let (Some(chart), Some((b, class))) = (batch.as_mut(), batch_name) {
             chart.lines.push(Line {
-                label: name(&config.label, &steps[0].classes[b].class),
+                label: name(&config.label, class),
                 color: color(i),
-                points: pick(&|s| s.classes[b].tokens_per_s),
+                points: steps
+                    .iter()
+                    .filter_map(|s| Some((x_of(s), s.classes.get(b)?.tokens_per_s)))
+                    .collect(),
                 dashed: false,
                 max_gap: None,
             });
@@ -301,10 +309,7 @@ fn charts(result: &RunResult) -> Vec<Chart> {
 }
 
 /// A replay's single step over time: latency of the requests due in each bucket, and due vs answered.
-fn timeline_charts(result: &RunResult) -> Vec<Chart> {
-    let Some(step) = result.configs.first().and_then(|c| c.steps.last()) else {
-        return Vec::new();
-    };
+fn timeline_charts(step: &StepResult) -> Vec<Chart> {
     let class = step.main();
     let width = match class.timeline.as_slice() {
         [a, b, ..] => b.t - a.t,
@@ -628,4 +633,21 @@ fn html_table(out: &mut String, headers: &[String], rows: &[Vec<String>]) {
         out.push_str("</tr>");
     }
     out.push_str("</table>");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn report_skips_a_configuration_stopped_after_its_probe() {
+        let result = crate::results::tests::mixed_sweep();
+        let charts = charts(&result);
+        let batch = charts.iter().find(|c| c.file == "batch_tokens").unwrap();
+        let labels: Vec<&str> = batch.lines.iter().map(|l| l.label.as_str()).collect();
+        assert_eq!(labels, ["b: batch"]);
+        assert_eq!(batch.lines[0].points.len(), 3);
+        let dir = tempfile::tempdir().unwrap();
+        assert!(write(dir.path(), &result).unwrap().is_file());
+    }
 }

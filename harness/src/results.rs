@@ -218,8 +218,34 @@ pub fn read(path: &Path) -> Result<RunResult, ResultsError> {
             path: path.to_owned(),
             found: v,
         }),
-        Some(_) => serde_json::from_value(value).map_err(|e| invalid(e.to_string())),
+        Some(_) => {
+            let result: RunResult =
+                serde_json::from_value(value).map_err(|e| invalid(e.to_string()))?;
+            check_classes(&result).map_err(invalid)?;
+            Ok(result)
+        }
     }
+}
+
+/// Every step holds one entry per workload class, the stepped one first: the summary and the report index them.
+fn check_classes(result: &RunResult) -> Result<(), String> {
+    let want = result.workload.classes.len();
+    if want == 0 {
+        return Err("the workload lists no classes".into());
+    }
+    for config in &result.configs {
+        for step in &config.steps {
+            if step.classes.len() != want {
+                return Err(format!(
+                    "configuration `{}` step {} has {} classes; the workload has {want}",
+                    config.label,
+                    step.index,
+                    step.classes.len()
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The summary's columns, and whether the terminal table (narrower than the CSV and the page) shows each.
@@ -384,8 +410,145 @@ pub fn behind_warning(result: &RunResult) -> Option<String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use crate::generator::{Outcome, Sample};
+    use crate::step::{analyze, ClassSpec, Window};
+    use crate::workload::{Level, Slo};
+
+    const SLO: Slo = Slo {
+        quantile: 0.99,
+        latency_ms: 50.0,
+        max_error_rate: 0.01,
+    };
+    const CLASSES: [(&str, bool); 2] = [("online", false), ("batch", true)];
+
+    /// One second of a mixed step: `online` requests at `rate`/s (the probe's clients send as fast as answered),
+    /// two batch requests of 500 tokens.
+    fn step(index: usize, probe: bool, level: Level) -> StepResult {
+        let n = level.value() as usize;
+        let at = |class, t: f64, tokens| Sample {
+            class,
+            scheduled: t,
+            sent: t,
+            done: t + 0.01,
+            outcome: Outcome::Ok,
+            inputs: 1,
+            tokens,
+            queue: None,
+            inference: None,
+        };
+        let samples: Vec<Sample> = (0..n)
+            .map(|k| at(0, k as f64 / n as f64, 10))
+            .chain([at(1, 0.1, 500), at(1, 0.5, 500)])
+            .collect();
+        let specs = CLASSES.map(|(name, closed_loop)| ClassSpec {
+            name,
+            slo: SLO,
+            closed_loop,
+        });
+        let window = Window {
+            warmup_s: 0.0,
+            end_s: 1.0,
+            max_dispatch_delay_ms: 5.0,
+        };
+        let (classes, batches, behind) = analyze(&samples, &specs, &window, None);
+        StepResult {
+            index,
+            phase: String::new(),
+            probe,
+            level,
+            duration_s: 1.0,
+            warmup_s: 0.0,
+            wall_s: 1.0,
+            pass: classes.iter().all(|c| c.verdict.pass),
+            classes,
+            batches,
+            behind,
+            errors: Vec::new(),
+        }
+    }
+
+    fn config(label: &str, steps: Vec<StepResult>) -> ConfigResult {
+        ConfigResult {
+            label: label.into(),
+            knobs: Knobs::new(),
+            engine: None,
+            replicas: 1,
+            saturation: crate::search::saturation(&steps),
+            knee: crate::search::knee(&steps),
+            throughput_within_slo: crate::search::throughput_within_slo(&steps),
+            steps,
+            search_end: String::new(),
+            wall_s: 1.0,
+        }
+    }
+
+    /// A mixed-workload sweep of two configurations: `a`'s search stopped after its probe (as when the probe
+    /// gets no answers), `b` measured three rates.
+    pub(crate) fn mixed_sweep() -> RunResult {
+        let probe = |index| step(index, true, Level::Concurrency(64));
+        RunResult {
+            schema_version: SCHEMA_VERSION,
+            run_id: "test".into(),
+            command: "sweep".into(),
+            args: Vec::new(),
+            started_at: String::new(),
+            wall_s: 2.0,
+            harness_version: String::new(),
+            git: None,
+            machine: Machine {
+                cpu: "test".into(),
+                cores: 1,
+                memory_gib: 1.0,
+                os: "test".into(),
+                kernel: "test".into(),
+            },
+            target: "in-process".into(),
+            model: None,
+            workload: WorkloadInfo {
+                kind: "mixed".into(),
+                seed: 1,
+                classes: CLASSES
+                    .map(|(name, _)| ClassInfo {
+                        name: name.into(),
+                        corpus: String::new(),
+                        load: String::new(),
+                        slo: SLO,
+                        timeout_s: 1.0,
+                    })
+                    .to_vec(),
+            },
+            settings: Value::Null,
+            axes: vec!["replicas".into()],
+            configs: vec![
+                config("a", vec![probe(0)]),
+                config(
+                    "b",
+                    std::iter::once(probe(0))
+                        .chain((1..4).map(|i| step(i, false, Level::Rate(10.0 * i as f64))))
+                        .collect(),
+                ),
+            ],
+            best: None,
+        }
+    }
+
+    #[test]
+    fn reader_refuses_steps_without_classes() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), &mixed_sweep()).unwrap();
+        let p = dir.path().join("result.json");
+        assert_eq!(read(&p).unwrap().configs.len(), 2);
+        let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+        v["configs"][1]["steps"][2]["classes"] = Value::Array(Vec::new());
+        std::fs::write(&p, v.to_string()).unwrap();
+        let e = read(&p).unwrap_err().to_string();
+        assert!(
+            e.contains("configuration `b` step 2 has 0 classes; the workload has 2"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn reader_refuses_newer_and_foreign_files() {

@@ -185,7 +185,8 @@ pub struct StepResult {
 }
 
 impl StepResult {
-    /// The stepped class's figures.
+    /// The stepped class's figures. Every step has one entry per workload class, so at least one: [`analyze`]
+    /// makes them and `results::read` refuses files without.
     pub fn main(&self) -> &ClassMetrics {
         &self.classes[0]
     }
