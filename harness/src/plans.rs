@@ -225,10 +225,13 @@ fn startup(dir: &std::path::Path, base: &EngineConfig) -> Result<Startup> {
     })
 }
 
-/// `seqs` sequences of `len` deterministic ids: a forward pass costs the same for any ids of one shape.
+/// `seqs` sequences of `len` deterministic ids below `vocab`: a forward pass costs the same for any ids of one
+/// shape. They skip the first thousand (BERT's special and unused tokens) where the vocabulary is big enough.
 fn shape_batch(shape: Shape, vocab: u32) -> Batch {
-    let seq: Vec<u32> = (0..shape.len as u32)
-        .map(|i| 1000 + (i * 7919) % (vocab - 1000))
+    let offset = 1000.min(vocab / 2) as u64;
+    let span = (vocab as u64 - offset).max(1);
+    let seq: Vec<u32> = (0..shape.len as u64)
+        .map(|i| (offset + i * 7919 % span) as u32)
         .collect();
     Batch::from_sequences(std::iter::repeat_n(seq.as_slice(), shape.seqs))
 }
@@ -250,4 +253,24 @@ fn median(v: &mut [Duration]) -> Duration {
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shape_ids_stay_inside_a_vocabulary_of_at_most_1000() {
+        let shape = Shape { seqs: 2, len: 600 };
+        for vocab in [1, 2, 999, 1000, 1001, 30_522] {
+            let batch = shape_batch(shape, vocab);
+            assert_eq!(batch.tokens(), 1200);
+            assert!(batch.ids().iter().all(|&id| id < vocab), "vocab {vocab}");
+        }
+        // A BERT vocabulary keeps its first thousand ids out.
+        assert!(shape_batch(shape, 30_522)
+            .ids()
+            .iter()
+            .all(|&id| id >= 1000));
+    }
 }
