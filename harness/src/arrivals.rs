@@ -22,6 +22,8 @@ pub enum ArrivalsError {
     Unknown(String),
     #[error("arrivals `{spec}`: {message}")]
     Invalid { spec: String, message: String },
+    #[error("cannot draw arrival gaps at {rate:?} requests/s with CV {cv:?}: {message}")]
+    Gaps { rate: f64, cv: f64, message: String },
 }
 
 /// When requests are due.
@@ -66,10 +68,9 @@ impl Arrivals {
                 let cv: f64 = arg
                     .parse()
                     .map_err(|_| invalid(format!("`{arg}` is not a CV (gamma:4 for bursts)")))?;
-                if !(cv > 0.0 && cv.is_finite()) {
-                    return Err(invalid("the CV must be positive".into()));
+                Arrivals::Gamma {
+                    cv: check_cv(cv).map_err(invalid)?,
                 }
-                Arrivals::Gamma { cv }
             }
             "servegen" => {
                 let (mut client, mut window) = (None, None);
@@ -104,35 +105,34 @@ impl Arrivals {
     }
 
     /// Arrivals at `rate` per second on average over `duration_s`, drawn with `seed`.
-    pub fn schedule(&self, rate: f64, duration_s: f64, seed: u64) -> Vec<Arrival> {
+    pub fn schedule(
+        &self,
+        rate: f64,
+        duration_s: f64,
+        seed: u64,
+    ) -> Result<Vec<Arrival>, ArrivalsError> {
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-        match self {
+        Ok(match self {
             Arrivals::Uniform => (0..(rate * duration_s).round() as usize)
                 .map(|i| Arrival::at(i as f64 / rate))
                 .collect(),
-            Arrivals::Poisson => renewal(Gaps::poisson(rate), duration_s, &mut rng),
-            Arrivals::Gamma { cv } => renewal(Gaps::gamma(rate, *cv), duration_s, &mut rng),
+            Arrivals::Poisson => renewal(Gaps::poisson(rate)?, duration_s, &mut rng),
+            Arrivals::Gamma { cv } => renewal(Gaps::gamma(rate, *cv)?, duration_s, &mut rng),
             Arrivals::Trace(trace) => {
                 let start = rng.gen_range(0..trace.arrivals.len());
                 trace.rescaled(start, rate, duration_s)
             }
             Arrivals::ServeGen(w) => {
                 let total: f64 = w.clients.iter().map(|c| c.rate).sum();
-                let mut all: Vec<Arrival> = w
-                    .clients
-                    .iter()
-                    .flat_map(|c| {
-                        renewal(
-                            Gaps::gamma(rate * c.rate / total, c.cv),
-                            duration_s,
-                            &mut rng,
-                        )
-                    })
-                    .collect();
+                let mut all = Vec::new();
+                for c in &w.clients {
+                    let gaps = Gaps::gamma(rate * c.rate / total, c.cv)?;
+                    all.extend(renewal(gaps, duration_s, &mut rng));
+                }
                 all.sort_by(|a, b| a.at.total_cmp(&b.at));
                 all
             }
-        }
+        })
     }
 
     /// What the results and reports call it.
@@ -166,15 +166,27 @@ enum Gaps {
 }
 
 impl Gaps {
-    fn poisson(rate: f64) -> Gaps {
-        Gaps::Exp(Exp::new(rate.max(f64::MIN_POSITIVE)).expect("a positive rate"))
+    fn poisson(rate: f64) -> Result<Gaps, ArrivalsError> {
+        Exp::new(rate.max(f64::MIN_POSITIVE))
+            .map(Gaps::Exp)
+            .map_err(|e| Gaps::error(rate, 1.0, e))
     }
 
     /// Gamma with mean `1/rate` and coefficient of variation `cv`: shape `1/cv²`.
-    fn gamma(rate: f64, cv: f64) -> Gaps {
+    fn gamma(rate: f64, cv: f64) -> Result<Gaps, ArrivalsError> {
         let shape = 1.0 / (cv * cv).max(1e-6);
         let scale = 1.0 / (rate.max(f64::MIN_POSITIVE) * shape);
-        Gaps::Gamma(Gamma::new(shape, scale).expect("positive shape and scale"))
+        Gamma::new(shape, scale)
+            .map(Gaps::Gamma)
+            .map_err(|e| Gaps::error(rate, cv, e))
+    }
+
+    fn error(rate: f64, cv: f64, e: impl std::fmt::Display) -> ArrivalsError {
+        ArrivalsError::Gaps {
+            rate,
+            cv,
+            message: e.to_string(),
+        }
     }
 
     fn sample(&self, rng: &mut impl Rng) -> f64 {
@@ -182,6 +194,18 @@ impl Gaps {
             Gaps::Exp(d) => d.sample(rng),
             Gaps::Gamma(d) => d.sample(rng),
         }
+    }
+}
+
+/// A CV whose gamma gaps can be drawn: positive, and small enough that its square (the shape's inverse) is
+/// finite.
+fn check_cv(cv: f64) -> Result<f64, String> {
+    if cv > 0.0 && (cv * cv).is_finite() {
+        Ok(cv)
+    } else {
+        Err(format!(
+            "CV {cv:?}: must be positive and at most about 1e154 (its square must be finite)"
+        ))
     }
 }
 
@@ -246,6 +270,15 @@ impl ServeGenWindow {
                 continue;
             }
             let (rate, cv) = (num(2)?, num(3)?);
+            if !rate.is_finite() {
+                return Err(parse_err(i + 2, format!("rate {rate:?} is not finite")).into());
+            }
+            // A CV of 0 (a single request in the window) says nothing about burstiness: take Poisson's.
+            let cv = if cv == 0.0 {
+                1.0
+            } else {
+                check_cv(cv).map_err(|m| parse_err(i + 2, m))?
+            };
             if rate > 0.0 {
                 rows.push((num(1)? as u64, id, rate, cv));
             }
@@ -271,11 +304,7 @@ impl ServeGenWindow {
         let clients: Vec<ServeGenClient> = rows
             .iter()
             .filter(|r| r.0 == window_start_s)
-            // A CV of 0 (a single request in the window) says nothing about burstiness: take Poisson's.
-            .map(|&(_, _, rate, cv)| ServeGenClient {
-                rate,
-                cv: if cv > 0.0 { cv } else { 1.0 },
-            })
+            .map(|&(_, _, rate, cv)| ServeGenClient { rate, cv })
             .collect();
         if clients.is_empty() {
             return Err(invalid(format!(
@@ -304,7 +333,7 @@ mod tests {
             (Arrivals::Gamma { cv: 0.5 }, 0.5, 0.03),
             (Arrivals::Gamma { cv: 4.0 }, 4.0, 0.15),
         ] {
-            let a = arrivals.schedule(rate, duration, 42);
+            let a = arrivals.schedule(rate, duration, 42).unwrap();
             let s = TraceStats::of(&a);
             let expected = rate * duration;
             // Bursty processes' counts wander more: the tolerance follows the CV.
@@ -321,9 +350,9 @@ mod tests {
             );
             assert!(a.iter().all(|x| x.at >= 0.0 && x.at < duration));
             // Same seed, same schedule; another seed, another one.
-            assert_eq!(a, arrivals.schedule(rate, duration, 42));
+            assert_eq!(a, arrivals.schedule(rate, duration, 42).unwrap());
             if cv > 0.0 {
-                assert_ne!(a, arrivals.schedule(rate, duration, 43));
+                assert_ne!(a, arrivals.schedule(rate, duration, 43).unwrap());
             }
         }
     }
@@ -338,7 +367,7 @@ mod tests {
         assert!((one.clients[0].cv - 1.133_956).abs() < 1e-4);
 
         let arrivals = Arrivals::ServeGen(Arc::new(busiest));
-        let a = arrivals.schedule(100.0, 100.0, 7);
+        let a = arrivals.schedule(100.0, 100.0, 7).unwrap();
         assert!((a.len() as f64 - 10_000.0).abs() < 1_000.0, "{}", a.len());
         assert!(a.windows(2).all(|w| w[0].at <= w[1].at));
 
@@ -350,6 +379,41 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("unknown option"), "{e}");
+    }
+
+    #[test]
+    fn gamma_cv_whose_square_overflows_is_refused() {
+        let e = Arrivals::parse("gamma:1e200").unwrap_err().to_string();
+        assert!(e.contains("CV 1e200") && e.contains("square"), "{e}");
+        // Built directly, the process reports its error instead of panicking.
+        let e = Arrivals::Gamma { cv: 1e200 }
+            .schedule(10.0, 1.0, 1)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cannot draw arrival gaps"), "{e}");
+    }
+
+    #[test]
+    fn servegen_rows_with_inf_or_nan_rate_or_cv_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("windows.csv");
+        for (row, what) in [
+            ("0,0,inf,1.0", "rate inf"),
+            ("0,0,NaN,1.0", "rate NaN"),
+            ("0,0,1.0,inf", "CV inf"),
+            ("0,0,1.0,NaN", "CV NaN"),
+            ("0,0,1.0,1e200", "CV 1e200"),
+        ] {
+            std::fs::write(
+                &path,
+                format!("client_id,window_start_s,rate_rps,cv\n0,0,2.0,1.5\n{row}\n"),
+            )
+            .unwrap();
+            let e = ServeGenWindow::load(&path, None, None)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("line 3") && e.contains(what), "{row}: {e}");
+        }
     }
 
     #[test]

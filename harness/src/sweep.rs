@@ -362,7 +362,7 @@ impl Runner<'_> {
         plan: &Plan,
         times: &StepTimes,
         say: &dyn Fn(String),
-    ) -> (Vec<StepResult>, String) {
+    ) -> Result<(Vec<StepResult>, String)> {
         let mut steps: Vec<StepResult> = Vec::new();
         let mut history: Vec<Observation> = Vec::new();
         let end = loop {
@@ -383,7 +383,7 @@ impl Runner<'_> {
                     times.warmup_s
                 },
             };
-            let step = self.step(target, spec).await;
+            let step = self.step(target, spec).await?;
             say(step_line(&step, self.workload));
             history.push(Observation {
                 level,
@@ -397,14 +397,16 @@ impl Runner<'_> {
             });
             steps.push(step);
         };
-        (steps, end)
+        Ok((steps, end))
     }
 
     /// Runs one step on `target` and analyses it.
-    pub async fn step(&self, target: &Arc<dyn Target>, spec: StepSpec) -> StepResult {
+    pub async fn step(&self, target: &Arc<dyn Target>, spec: StepSpec) -> Result<StepResult> {
         target.settle().await;
         let w = self.workload;
-        let loads = w.plan(spec.level, spec.duration_s, spec.level.value().to_bits());
+        let loads = w
+            .plan(spec.level, spec.duration_s, spec.level.value().to_bits())
+            .with_context(|| format!("step {}: planning its load", spec.index))?;
         // A step that runs until its sources are exhausted counts its requests.
         let pass_len = loads.iter().find_map(|l| match l {
             crate::workload::ClassLoad::Closed { source, .. } => source.requests_in_pass(),
@@ -462,7 +464,7 @@ impl Runner<'_> {
         let (classes, batches, behind) =
             step::analyze(&run.samples, &specs, &window, run.telemetry);
         let pass = classes.iter().all(|c| c.verdict.pass);
-        StepResult {
+        Ok(StepResult {
             index: spec.index,
             phase: spec.phase,
             probe: spec.probe,
@@ -475,7 +477,7 @@ impl Runner<'_> {
             behind,
             pass,
             errors: run.errors,
-        }
+        })
     }
 }
 
@@ -553,7 +555,7 @@ pub fn sweep(args: SweepArgs) -> Result<()> {
     };
     execute(&setup, c, "sweep", settings, |setup, target, runtime| {
         let runner = setup.runner(c);
-        Ok(runtime.block_on(runner.search(target, &plan, &times, &|line| setup.say(line))))
+        runtime.block_on(runner.search(target, &plan, &times, &|line| setup.say(line)))
     })
 }
 
@@ -603,7 +605,7 @@ pub fn replay(args: ReplayArgs) -> Result<()> {
             duration_s,
             warmup_s: args.warmup_s,
         };
-        let step = runtime.block_on(setup.runner(c).step(target, spec));
+        let step = runtime.block_on(setup.runner(c).step(target, spec))?;
         setup.say(step_line(&step, &setup.workload));
         if batch {
             let m = step.main();
@@ -920,7 +922,10 @@ mod tests {
                 warmup_s: 2.0,
                 probe_s: 5.0,
             };
-            let (steps, end) = runner.search(&target, &plan(), &times, &|_| {}).await;
+            let (steps, end) = runner
+                .search(&target, &plan(), &times, &|_| {})
+                .await
+                .unwrap();
             let probe = &steps[0];
             assert!(
                 (probe.main().achieved_rps - 100.0).abs() < 1.0,

@@ -12,7 +12,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
-use crate::arrivals::Arrivals;
+use crate::arrivals::{Arrivals, ArrivalsError};
 use crate::trace::{Arrival, InputError};
 
 /// A path under the repository: as given when it exists from the current directory, else under the workspace
@@ -312,14 +312,19 @@ pub enum ClassLoad {
 impl Workload {
     /// The stepped class at `level` (a rate for an open class, a concurrency for a closed one; a concurrency on an
     /// open class probes it closed loop), the others as they are, over `duration_s`.
-    pub fn plan(&self, level: Level, duration_s: f64, step_seed: u64) -> Vec<ClassLoad> {
+    pub fn plan(
+        &self,
+        level: Level,
+        duration_s: f64,
+        step_seed: u64,
+    ) -> Result<Vec<ClassLoad>, ArrivalsError> {
         self.classes
             .iter()
             .enumerate()
             .map(|(i, class)| {
                 let seed = self.seed ^ step_seed.rotate_left(17) ^ (i as u64).rotate_left(41);
                 let swept = (i == 0).then_some(level);
-                match (&class.drive, swept) {
+                Ok(match (&class.drive, swept) {
                     (
                         Drive::Open {
                             arrivals,
@@ -331,7 +336,7 @@ impl Workload {
                             Some(Level::Rate(r)) => r,
                             _ => 0.0,
                         };
-                        let schedule = arrivals.schedule(rate, duration_s, seed);
+                        let schedule = arrivals.schedule(rate, duration_s, seed)?;
                         ClassLoad::Open(requests(&class.corpus, &schedule, *match_lengths, seed))
                     }
                     (Drive::Open { .. }, Some(Level::Concurrency(concurrency))) => {
@@ -367,7 +372,7 @@ impl Workload {
                             source: Arc::new(source),
                         }
                     }
-                }
+                })
             })
             .collect()
     }
