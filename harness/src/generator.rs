@@ -63,6 +63,15 @@ pub struct Timing {
     pub timeouts: Vec<Duration>,
 }
 
+/// A step that runs until its work is done (a corpus pass) has an unbounded duration: it ends here.
+const MAX_STEP_S: f64 = 1e7;
+
+/// Seconds from the step's start as a Duration. Callers check their times; one out of range (negative, NaN,
+/// past the longest step) is clamped rather than a panic.
+fn since_start(seconds: f64) -> Duration {
+    Duration::try_from_secs_f64(seconds.clamp(0.0, MAX_STEP_S)).unwrap_or_default()
+}
+
 /// Everything a step recorded.
 pub struct StepRun {
     pub samples: Vec<Sample>,
@@ -104,8 +113,7 @@ pub async fn run(
 ) -> StepRun {
     let rec = Arc::new(Recorder::default());
     let start = Instant::now();
-    // A step that runs until its work is done (a corpus pass) has an unbounded duration.
-    let end = start + Duration::from_secs_f64(timing.duration_s.min(1e7));
+    let end = start + since_start(timing.duration_s);
     let mut tasks = JoinSet::new();
     for (class, load) in loads.into_iter().enumerate() {
         let timeout = timing
@@ -141,7 +149,7 @@ pub async fn run(
             target.telemetry().await
         })
     };
-    let before = read_at(start + Duration::from_secs_f64(timing.warmup_s));
+    let before = read_at(start + since_start(timing.warmup_s));
     let after = read_at(end);
     let duration_s = timing.duration_s;
     let ticker = progress.map(|bar| {
@@ -207,7 +215,7 @@ struct Ctx {
 async fn open_loop(ctx: Ctx, schedule: Vec<(f64, Request)>) {
     let mut in_flight = JoinSet::new();
     for (at, request) in schedule {
-        let due = ctx.start + Duration::from_secs_f64(at);
+        let due = ctx.start + since_start(at);
         tokio::time::sleep_until(due).await;
         in_flight.spawn(send(ctx.clone(), request, due));
         while in_flight.try_join_next().is_some() {}

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
@@ -243,6 +243,15 @@ fn positive(values: &[(&str, f64)]) -> Result<()> {
     }
 }
 
+/// The warm-up is seconds from 0 up to, not including, the step's end (`step`, a flag and its value, or what
+/// ends a batch pass); the generator turns it into a Duration.
+fn check_warmup(warmup_s: f64, step_s: f64, step: &str) -> Result<()> {
+    if !(0.0..step_s).contains(&warmup_s) || Duration::try_from_secs_f64(warmup_s).is_err() {
+        bail!("--warmup-s ({warmup_s:?}) must be at least 0 and shorter than {step}");
+    }
+    Ok(())
+}
+
 fn load_corpus(path: &str, limit: Option<usize>) -> Result<Arc<Corpus>> {
     let corpus = Corpus::load(&repo_path(path))?;
     Ok(Arc::new(match limit {
@@ -280,8 +289,14 @@ fn workload(c: &Common, corpus_pass: bool) -> Result<Workload> {
         ("--timeout-ms", c.timeout_ms.unwrap_or(1.0)),
         ("--max-dispatch-delay-ms", c.max_dispatch_delay_ms),
     ])?;
-    let timeout = |slo_ms: f64| {
-        Duration::from_secs_f64(c.timeout_ms.unwrap_or((10.0 * slo_ms).max(1000.0)) / 1e3)
+    let timeout = |slo_ms: f64| -> Result<Duration> {
+        let ms = c.timeout_ms.unwrap_or((10.0 * slo_ms).max(1000.0));
+        Duration::try_from_secs_f64(ms / 1e3).map_err(|_| match c.timeout_ms {
+            Some(_) => anyhow!("--timeout-ms {ms:?} is too long"),
+            None => anyhow!(
+                "the request timeout, 10 x the SLO of {slo_ms:?} ms, is too long: set --timeout-ms"
+            ),
+        })
     };
     let online = || -> Result<Class> {
         Ok(Class {
@@ -293,7 +308,7 @@ fn workload(c: &Common, corpus_pass: bool) -> Result<Workload> {
                 match_lengths: c.match_lengths,
             },
             slo: slo(c.slo_ms),
-            timeout: timeout(c.slo_ms),
+            timeout: timeout(c.slo_ms)?,
         })
     };
     let batch = |concurrency| -> Result<Class> {
@@ -308,7 +323,7 @@ fn workload(c: &Common, corpus_pass: bool) -> Result<Workload> {
                 per_request: c.batch_size,
             },
             slo: slo(c.batch_slo_ms),
-            timeout: timeout(c.batch_slo_ms),
+            timeout: timeout(c.batch_slo_ms)?,
         })
     };
     let classes = match c.workload {
@@ -531,9 +546,7 @@ pub fn sweep(args: SweepArgs) -> Result<()> {
     let step_s = args.step_s.unwrap_or(if batch { 20.0 } else { 10.0 });
     let warmup_s = args.warmup_s.unwrap_or(if batch { 4.0 } else { 2.0 });
     positive(&[("--step-s", step_s), ("--probe-s", args.probe_s)])?;
-    if !(0.0..step_s).contains(&warmup_s) {
-        bail!("--warmup-s ({warmup_s}) must be at least 0 and shorter than --step-s ({step_s})");
-    }
+    check_warmup(warmup_s, step_s, &format!("--step-s ({step_s})"))?;
     let plan = Plan {
         rate_mode: setup.workload.steps_rate(),
         probe_concurrency: args.probe_concurrency.max(1),
@@ -564,6 +577,7 @@ pub fn replay(args: ReplayArgs) -> Result<()> {
     let batch = c.workload == WorkloadKind::Batch;
     let setup = Setup::new(c, &[], batch)?;
     let level = if batch {
+        check_warmup(args.warmup_s, f64::INFINITY, "the pass over the corpus")?;
         Level::Concurrency(args.concurrency.max(1))
     } else {
         let rate = match (args.rate, &setup.workload.classes[0].drive) {
@@ -578,9 +592,11 @@ pub fn replay(args: ReplayArgs) -> Result<()> {
             (None, _) => bail!("--rate is needed with synthetic or ServeGen arrivals"),
         };
         positive(&[("--rate", rate), ("--duration-s", args.duration_s)])?;
-        if !(0.0..args.duration_s).contains(&args.warmup_s) {
-            bail!("--warmup-s must be at least 0 and shorter than --duration-s");
-        }
+        check_warmup(
+            args.warmup_s,
+            args.duration_s,
+            &format!("--duration-s ({})", args.duration_s),
+        )?;
         Level::Rate(rate)
     };
     let duration_s = if batch {
@@ -900,6 +916,48 @@ mod tests {
     /// saturation point is 100: the probe, spread and narrowing must find it within 10%. With Poisson arrivals
     /// bursts queue long before (M/D/1), so the SLO breaks lower, but the knee — where achieved stops
     /// following offered — is still the server's rate, within 10%. Paused tokio time makes every figure exact.
+    /// `bench replay ARGS` on a model that is never loaded: these fail while checking the command line.
+    fn replay_error(args: &[&str]) -> String {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: ReplayArgs,
+        }
+        let line = ["replay", "--model", "/nonexistent", "--arrivals", "poisson"];
+        let cli = <Cli as clap::Parser>::parse_from(line.iter().chain(args));
+        format!("{:#}", replay(cli.args).unwrap_err())
+    }
+
+    #[test]
+    fn replay_warmup_and_timeout_out_of_range_are_errors_not_panics() {
+        for (args, expected) in [
+            (
+                &["--workload", "batch", "--warmup-s=-1"][..],
+                "--warmup-s (-1.0) must be at least 0 and shorter than the pass",
+            ),
+            (
+                &["--workload", "batch", "--warmup-s", "NaN"],
+                "--warmup-s (NaN)",
+            ),
+            (
+                &["--workload", "batch", "--warmup-s", "1e300"],
+                "--warmup-s (1e300)",
+            ),
+            (
+                &["--rate", "1", "--warmup-s", "NaN"],
+                "shorter than --duration-s (60)",
+            ),
+            (
+                &["--rate", "1", "--timeout-ms", "1e300"],
+                "--timeout-ms 1e300 is too long",
+            ),
+            (&["--rate", "1", "--slo-ms", "1e300"], "set --timeout-ms"),
+        ] {
+            let e = replay_error(args);
+            assert!(e.contains(expected), "{args:?}: {e}");
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn sweep_finds_the_saturation_point_of_a_fixed_rate_server() {
         for (arrivals, lo, hi) in [
