@@ -303,8 +303,7 @@ impl Target for Http {
                     .parse::<f64>()
                     .ok()
             };
-            let header_time =
-                |name: &str| header_ms(name).map(|ms| Duration::from_secs_f64(ms.max(0.0) / 1e3));
+            let header_time = |name: &str| header_ms(name).and_then(millis);
             let (queue, inference) = (header_time("x-queue-time"), header_time("x-inference-time"));
             let header_tokens = header_ms("x-compute-tokens").map(|t| t as u32);
             let body = response
@@ -421,9 +420,24 @@ impl Drop for LocalServer {
     }
 }
 
+/// A server's figure in milliseconds as a Duration; `None` when it is no time (negative, NaN, inf, or past what a
+/// Duration holds): an external server's bad header is ignored, not a panic.
+fn millis(ms: f64) -> Option<Duration> {
+    Duration::try_from_secs_f64(ms / 1e3).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn timing_headers_of_inf_or_1e300_ms_are_ignored() {
+        assert_eq!(millis(2.5), Some(Duration::from_micros(2500)));
+        assert_eq!(millis(0.0), Some(Duration::ZERO));
+        for bad in [f64::INFINITY, 1e300, f64::NAN, -1.0] {
+            assert_eq!(millis(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn reads_our_metrics() {
