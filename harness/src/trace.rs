@@ -190,7 +190,9 @@ fn read_azure_csv(path: &Path, reader: impl std::io::Read) -> Result<Vec<Arrival
         let line = i + 2;
         let record = record.map_err(|e| parse_err(line, e.to_string()))?;
         let field = |c: usize| record.get(c).unwrap_or("").trim();
-        let at = parse_timestamp(field(ts)).map_err(|m| parse_err(line, m))?;
+        let at = parse_timestamp(field(ts))
+            .and_then(arrival_time)
+            .map_err(|m| parse_err(line, m))?;
         let tokens = field(ctx)
             .parse::<u32>()
             .map_err(|e| parse_err(line, format!("ContextTokens `{}`: {e}", field(ctx))))?;
@@ -200,6 +202,15 @@ fn read_azure_csv(path: &Path, reader: impl std::io::Read) -> Result<Vec<Arrival
         });
     }
     Ok(out)
+}
+
+/// Every format's arrival times are finite seconds, not before the epoch: the generator schedules by them.
+fn arrival_time(at: f64) -> Result<f64, String> {
+    if at.is_finite() && at >= 0.0 {
+        Ok(at)
+    } else {
+        Err(format!("arrival time {at} s is not a time"))
+    }
 }
 
 /// `YYYY-MM-DD HH:MM:SS[.fraction]` to seconds since 1970 (UTC; the trace's zone does not matter for gaps).
@@ -213,8 +224,18 @@ fn parse_timestamp(s: &str) -> Result<f64, String> {
         return Err(bad());
     };
     let secs = ss.parse::<f64>().map_err(|_| bad())?;
-    let days = days_from_civil(num(y)?, num(m)?, num(day)?);
-    Ok((days * 86_400 + num(hh)? * 3600 + num(mm)? * 60) as f64 + secs)
+    let (y, m, day, hh, mm) = (num(y)?, num(m)?, num(day)?, num(hh)?, num(mm)?);
+    // In range, the day count below cannot overflow.
+    if !((0..=9999).contains(&y)
+        && (1..=12).contains(&m)
+        && (1..=31).contains(&day)
+        && (0..24).contains(&hh)
+        && (0..60).contains(&mm))
+    {
+        return Err(bad());
+    }
+    let days = days_from_civil(y, m, day);
+    Ok((days * 86_400 + hh * 3600 + mm * 60) as f64 + secs)
 }
 
 /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
@@ -267,9 +288,7 @@ fn read_jsonl(path: &Path, reader: impl BufRead) -> Result<Vec<Arrival>, InputEr
                 ))
             }
         };
-        if !at.is_finite() || at < 0.0 {
-            return Err(parse_err(format!("arrival time {at} is not a time")));
-        }
+        let at = arrival_time(at).map_err(parse_err)?;
         let inputs = match (l.inputs, l.texts.len()) {
             (Some(n), k) if k > 0 && n as usize != k => {
                 return Err(parse_err(format!(
@@ -401,6 +420,33 @@ mod tests {
         .unwrap();
         let e = Trace::load(&csv).unwrap_err().to_string();
         assert!(e.contains("line 3") && e.contains("yesterday"), "{e}");
+    }
+
+    #[test]
+    fn azure_csv_nan_or_inf_seconds_are_refused_like_json_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let csv = dir.path().join("t.csv");
+        for (time, what) in [
+            ("2023-11-16 18:15:NaN", "arrival time NaN s"),
+            ("2023-11-16 18:15:inf", "arrival time inf s"),
+            ("1969-12-31 23:59:59", "arrival time -1 s"),
+            ("99999999999999-01-01 00:00:00", "is not `YYYY-MM-DD"),
+        ] {
+            std::fs::write(
+                &csv,
+                format!("TIMESTAMP,ContextTokens\n2023-11-16 18:15:46.5,3\n{time},4\n"),
+            )
+            .unwrap();
+            let e = Trace::load(&csv).unwrap_err().to_string();
+            assert!(e.contains("line 3") && e.contains(what), "{time}: {e}");
+        }
+        let jsonl = dir.path().join("t.jsonl");
+        std::fs::write(&jsonl, "{\"t\": 0}\n{\"t\": -2}\n").unwrap();
+        let e = Trace::load(&jsonl).unwrap_err().to_string();
+        assert!(
+            e.contains("line 2") && e.contains("arrival time -2 s"),
+            "{e}"
+        );
     }
 
     #[test]
