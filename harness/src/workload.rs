@@ -61,8 +61,10 @@ impl Corpus {
                 message: e.to_string(),
             })?;
             if !l.text.is_empty() {
-                let n = l.n_tok_minilm.unwrap_or(l.text.len() as u32 / 4);
-                pairs.push((Arc::<str>::from(l.text), n + SPECIAL_TOKENS));
+                // Counts come from the file: saturate rather than overflow.
+                let estimate = u32::try_from(l.text.len() / 4).unwrap_or(u32::MAX);
+                let n = l.n_tok_minilm.unwrap_or(estimate);
+                pairs.push((Arc::<str>::from(l.text), n.saturating_add(SPECIAL_TOKENS)));
             }
         }
         if pairs.is_empty() {
@@ -194,7 +196,9 @@ impl Source {
 fn request(corpus: &Corpus, picks: &[usize]) -> Request {
     Request {
         texts: picks.iter().map(|&i| corpus.texts[i].clone()).collect(),
-        est_tokens: picks.iter().map(|&i| corpus.tokens[i]).sum(),
+        est_tokens: picks
+            .iter()
+            .fold(0u32, |sum, &i| sum.saturating_add(corpus.tokens[i])),
     }
 }
 
@@ -404,7 +408,8 @@ fn requests(
                     .collect();
                 request(corpus, &picks)
             } else {
-                let est = a.tokens.unwrap_or(0) * a.texts.len() as u32;
+                let texts = u32::try_from(a.texts.len()).unwrap_or(u32::MAX);
+                let est = a.tokens.unwrap_or(0).saturating_mul(texts);
                 Request {
                     texts: a.texts.iter().map(|t| Arc::from(t.as_str())).collect(),
                     est_tokens: est,
@@ -464,6 +469,28 @@ mod tests {
         assert_eq!(once.next().unwrap().texts.len(), 3);
         assert_eq!(once.next().unwrap().texts.len(), 1);
         assert!(once.next().is_none());
+    }
+
+    #[test]
+    fn token_counts_near_u32_max_saturate_instead_of_overflowing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("huge.jsonl");
+        std::fs::write(
+            &path,
+            "{\"text\": \"a\", \"n_tok_minilm\": 4294967295}\n{\"text\": \"b\", \"n_tok_minilm\": 4294967294}\n",
+        )
+        .unwrap();
+        let c = Arc::new(Corpus::load(&path).unwrap());
+        assert_eq!(c.tokens, [u32::MAX, u32::MAX]);
+        let source = Source::sequential(c.clone(), 2, 0, true);
+        assert_eq!(source.next().unwrap().est_tokens, u32::MAX);
+        let arrival = Arrival {
+            tokens: Some(u32::MAX / 2 + 1),
+            texts: vec!["x".into(), "y".into()],
+            ..Arrival::at(0.0)
+        };
+        let planned = requests(&c, &[arrival], false, 1);
+        assert_eq!(planned[0].1.est_tokens, u32::MAX);
     }
 
     #[test]
