@@ -247,7 +247,7 @@ fn embed(args: EmbedArgs) -> Result<()> {
     let mut out = BufWriter::new(std::io::stdout().lock());
     let mut chunk = Vec::with_capacity(CHUNK);
     let mut stats = EmbedStats {
-        per_input: args.per_input.then(latency_histogram),
+        per_input: args.per_input.then(step::histogram),
         ..Default::default()
     };
     for (n, line) in reader.lines().enumerate() {
@@ -262,14 +262,10 @@ fn embed(args: EmbedArgs) -> Result<()> {
     write_embeddings(&engine, &chunk, &mut stats, &mut out)?;
     out.flush()?;
     if let Some(h) = &stats.per_input {
-        let ms = |q: f64| h.value_at_quantile(q) as f64 / 1e3;
+        let p = step::Percentiles::of(h);
         eprintln!(
             "per input: n {}, p50 {:.3} ms, p90 {:.3} ms, p99 {:.3} ms, mean {:.3} ms",
-            h.len(),
-            ms(0.5),
-            ms(0.9),
-            ms(0.99),
-            h.mean() / 1e3
+            p.count, p.p50, p.p90, p.p99, p.mean
         );
     }
     let secs = stats.time.as_secs_f64();
@@ -290,11 +286,6 @@ struct EmbedStats {
     time: std::time::Duration,
     /// With `--per-input`: each input's latency, tokenization to embedding, in microseconds.
     per_input: Option<hdrhistogram::Histogram<u64>>,
-}
-
-fn latency_histogram() -> hdrhistogram::Histogram<u64> {
-    // 1 µs to 100 s at 3 significant digits; the bound cannot be wrong, so neither can this.
-    hdrhistogram::Histogram::new_with_bounds(1, 100_000_000, 3).expect("valid histogram bounds")
 }
 
 fn parse_input(line: &str, plain: bool) -> Result<String> {
