@@ -306,14 +306,22 @@ fn write_embeddings(
     stats: &mut EmbedStats,
     out: &mut impl Write,
 ) -> Result<()> {
+    // Each input line is one input, so the inputs written so far say where this chunk starts.
+    let first_line = stats.inputs + 1;
+    let line = |k: usize| format!("input line {}", first_line + k);
     let start = std::time::Instant::now();
     let embeddings = match &mut stats.per_input {
-        None => engine.embed(texts)?,
+        None => engine.embed(texts).with_context(|| {
+            format!(
+                "embedding input lines {first_line}-{}",
+                first_line + texts.len() - 1
+            )
+        })?,
         Some(h) => {
             let mut all = Vec::with_capacity(texts.len());
-            for t in texts {
+            for (k, t) in texts.iter().enumerate() {
                 let one = std::time::Instant::now();
-                all.extend(engine.embed(&[t])?);
+                all.extend(engine.embed(&[t]).with_context(|| line(k))?);
                 h.saturating_record(one.elapsed().as_micros() as u64);
             }
             all
@@ -321,10 +329,10 @@ fn write_embeddings(
     };
     stats.time += start.elapsed();
     // Counted apart from the timed work: the figure is what embedding costs, not this bookkeeping.
-    let tokens = texts
-        .iter()
-        .map(|t| engine.tokenize(t).map(|ids| ids.len()))
-        .sum::<engine::Result<usize>>()?;
+    let mut tokens = 0;
+    for (k, t) in texts.iter().enumerate() {
+        tokens += engine.tokenize(t).with_context(|| line(k))?.len();
+    }
     for e in embeddings {
         serde_json::to_writer(&mut *out, &serde_json::json!({ "embedding": e }))?;
         out.write_all(b"\n")?;

@@ -238,7 +238,17 @@ fn shape_batch(shape: Shape, vocab: u32) -> Batch {
 
 fn timed(engine: &Engine, batch: &Batch) -> Result<(Duration, ForwardStats)> {
     let start = Instant::now();
-    let out = engine.backend().submit(batch.clone()).wait()?;
+    let out = engine
+        .backend()
+        .submit(batch.clone())
+        .wait()
+        .with_context(|| {
+            format!(
+                "a forward pass of shape {}x{}",
+                batch.len(),
+                batch.max_len()
+            )
+        })?;
     let elapsed = start.elapsed();
     Ok((
         elapsed,
