@@ -24,7 +24,12 @@ pub enum ArrivalsError {
     Invalid { spec: String, message: String },
     #[error("cannot draw arrival gaps at {rate:?} requests/s with CV {cv:?}: {message}")]
     Gaps { rate: f64, cv: f64, message: String },
+    #[error("{rate:?} requests/s for {duration_s:?} s is more than the {MAX_ARRIVALS} arrivals one run may schedule")]
+    TooMany { rate: f64, duration_s: f64 },
 }
+
+/// The most arrivals one schedule holds: tens of bytes each, and far more requests than a step can send.
+pub const MAX_ARRIVALS: usize = 10_000_000;
 
 /// When requests are due.
 #[derive(Clone, Debug)]
@@ -111,13 +116,21 @@ impl Arrivals {
         duration_s: f64,
         seed: u64,
     ) -> Result<Vec<Arrival>, ArrivalsError> {
+        let too_many = || ArrivalsError::TooMany { rate, duration_s };
+        if !(rate * duration_s <= MAX_ARRIVALS as f64) {
+            return Err(too_many());
+        }
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-        Ok(match self {
+        let arrivals = match self {
             Arrivals::Uniform => (0..(rate * duration_s).round() as usize)
                 .map(|i| Arrival::at(i as f64 / rate))
                 .collect(),
-            Arrivals::Poisson => renewal(Gaps::poisson(rate)?, duration_s, &mut rng),
-            Arrivals::Gamma { cv } => renewal(Gaps::gamma(rate, *cv)?, duration_s, &mut rng),
+            Arrivals::Poisson => {
+                renewal(Gaps::poisson(rate)?, duration_s, &mut rng).ok_or_else(too_many)?
+            }
+            Arrivals::Gamma { cv } => {
+                renewal(Gaps::gamma(rate, *cv)?, duration_s, &mut rng).ok_or_else(too_many)?
+            }
             Arrivals::Trace(trace) => {
                 let start = rng.gen_range(0..trace.arrivals.len());
                 trace.rescaled(start, rate, duration_s)
@@ -127,12 +140,17 @@ impl Arrivals {
                 let mut all = Vec::new();
                 for c in &w.clients {
                     let gaps = Gaps::gamma(rate * c.rate / total, c.cv)?;
-                    all.extend(renewal(gaps, duration_s, &mut rng));
+                    all.extend(renewal(gaps, duration_s, &mut rng).ok_or_else(too_many)?);
                 }
                 all.sort_by(|a, b| a.at.total_cmp(&b.at));
                 all
             }
-        })
+        };
+        // A very bursty process can overshoot its mean count by far: the bound holds for what was drawn.
+        if arrivals.len() > MAX_ARRIVALS {
+            return Err(too_many());
+        }
+        Ok(arrivals)
     }
 
     /// What the results and reports call it.
@@ -211,14 +229,17 @@ fn check_cv(cv: f64) -> Result<f64, String> {
 
 /// A renewal process over `[0, duration)`, started in steady state: the first arrival a uniform fraction of a gap
 /// in, so that superposed processes do not all fire at 0.
-fn renewal(gaps: Gaps, duration_s: f64, rng: &mut impl Rng) -> Vec<Arrival> {
+fn renewal(gaps: Gaps, duration_s: f64, rng: &mut impl Rng) -> Option<Vec<Arrival>> {
     let mut t = gaps.sample(rng) * rng.gen::<f64>();
     let mut out = Vec::new();
     while t < duration_s {
+        if out.len() == MAX_ARRIVALS {
+            return None;
+        }
         out.push(Arrival::at(t));
         t += gaps.sample(rng);
     }
-    out
+    Some(out)
 }
 
 /// One 10-minute window of ServeGen's per-client model: each active client's rate and CV of gaps.
@@ -379,6 +400,23 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("unknown option"), "{e}");
+    }
+
+    #[test]
+    fn schedules_past_ten_million_arrivals_are_refused_not_allocated() {
+        for arrivals in [
+            Arrivals::Uniform,
+            Arrivals::Poisson,
+            Arrivals::Gamma { cv: 4.0 },
+        ] {
+            let e = arrivals.schedule(1e6, 1e300, 1).unwrap_err().to_string();
+            assert!(e.contains("more than the 10000000 arrivals"), "{e}");
+        }
+        // Within the bound, a schedule is drawn as before.
+        assert_eq!(
+            Arrivals::Uniform.schedule(100.0, 2.0, 1).unwrap().len(),
+            200
+        );
     }
 
     #[test]

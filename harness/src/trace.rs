@@ -10,6 +10,9 @@ use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
 /// Why an input file (a trace, a corpus) could not be read.
+
+/// The most inputs one trace request may carry: each becomes a text picked for it, held until it is sent.
+pub const MAX_INPUTS: u32 = 100_000;
 #[derive(Debug, thiserror::Error)]
 pub enum InputError {
     #[error("reading {path}")]
@@ -296,6 +299,11 @@ fn read_jsonl(path: &Path, reader: impl BufRead) -> Result<Vec<Arrival>, InputEr
                 )))
             }
             (Some(0), _) => return Err(parse_err("`inputs` is 0".into())),
+            (Some(n), _) if n > MAX_INPUTS => {
+                return Err(parse_err(format!(
+                    "`inputs` is {n}, more than the {MAX_INPUTS} one request may carry"
+                )))
+            }
             (Some(n), _) => n,
             (None, 0) => 1,
             (None, k) => k as u32,
@@ -420,6 +428,18 @@ mod tests {
         .unwrap();
         let e = Trace::load(&csv).unwrap_err().to_string();
         assert!(e.contains("line 3") && e.contains("yesterday"), "{e}");
+    }
+
+    #[test]
+    fn a_request_of_four_billion_inputs_is_refused_not_allocated() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.jsonl");
+        std::fs::write(&path, "{\"t\": 0, \"inputs\": 4000000000}\n").unwrap();
+        let e = Trace::load(&path).unwrap_err().to_string();
+        assert!(
+            e.contains("line 1") && e.contains("more than the 100000"),
+            "{e}"
+        );
     }
 
     #[test]
