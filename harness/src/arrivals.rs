@@ -117,7 +117,9 @@ impl Arrivals {
         seed: u64,
     ) -> Result<Vec<Arrival>, ArrivalsError> {
         let too_many = || ArrivalsError::TooMany { rate, duration_s };
-        if !(rate * duration_s <= MAX_ARRIVALS as f64) {
+        // Written so that a NaN product is refused too.
+        if (rate * duration_s).partial_cmp(&(MAX_ARRIVALS as f64)) != Some(std::cmp::Ordering::Less)
+        {
             return Err(too_many());
         }
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);

@@ -9,10 +9,10 @@
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
-/// Why an input file (a trace, a corpus) could not be read.
-
 /// The most inputs one trace request may carry: each becomes a text picked for it, held until it is sent.
 pub const MAX_INPUTS: u32 = 100_000;
+
+/// Why an input file (a trace, a corpus) could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum InputError {
     #[error("reading {path}")]
