@@ -495,6 +495,20 @@ async fn bad_input_gets_the_right_status_and_one_error_shape() {
         (left[0].clone(), left[47].clone())
     );
     assert_ne!(right, left, "the left cut keeps the tail (`b`)");
+    // Regression: the left cut was made by hand (first id + last 47), assuming one special token at each end;
+    // it is now the tokenizer's own left truncation.
+    let own_left = engine::tokenizer::load(
+        &dir.path().join("tokenizer.json"),
+        engine::tokenizer::TokenizerKind::Hf,
+        Some(engine::tokenizer::Truncation {
+            max_length: 48,
+            side: engine::tokenizer::TruncationSide::Left,
+        }),
+    )
+    .unwrap();
+    let mut ids = Vec::new();
+    own_left.encode(&format!("{long} b"), &mut ids).unwrap();
+    assert_eq!(*left, json!(ids));
     let embedded = post(
         &router,
         "/embed",

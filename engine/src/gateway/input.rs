@@ -4,7 +4,7 @@
 use serde::Deserialize;
 
 use super::error::ApiError;
-use crate::tokenizer::Tokenizer;
+use crate::tokenizer::{Tokenizer, Truncation, TruncationSide};
 use crate::Engine;
 
 /// What a client asked to embed: texts, or token ids taken as the model's full input (special tokens included).
@@ -47,10 +47,12 @@ pub struct Options {
 }
 
 /// The tokenizers the gateway uses: the engine's own (truncating at the model's limit, so it is what the model
-/// would see) and an untruncated one from the same `tokenizer.json`, consulted only for inputs that reach the
-/// limit, to tell "exactly at the limit" from "over it" and to cut from the left.
+/// would see), and from the same `tokenizer.json` an untruncated one and a left-truncating one, consulted only for
+/// inputs that reach the limit: to tell "exactly at the limit" from "over it", and to cut from the left with the
+/// tokenizer's own template.
 pub struct Tokenization {
     untruncated: Box<dyn Tokenizer>,
+    left: Box<dyn Tokenizer>,
     prompts: Vec<(String, String)>,
     default_prompt: Option<String>,
     max_len: usize,
@@ -61,7 +63,13 @@ impl Tokenization {
     pub fn new(engine: &Engine, default_prompt_name: Option<&str>) -> crate::Result<Self> {
         let info = engine.info();
         let path = info.path.join("tokenizer.json");
-        let untruncated = crate::tokenizer::load(&path, engine.config().tokenizer, None)?;
+        let kind = engine.config().tokenizer;
+        let untruncated = crate::tokenizer::load(&path, kind, None)?;
+        let left = Truncation {
+            max_length: info.max_seq_length,
+            side: TruncationSide::Left,
+        };
+        let left = crate::tokenizer::load(&path, kind, Some(left))?;
         let default_prompt = match default_prompt_name {
             None => None,
             Some(name) => {
@@ -78,6 +86,7 @@ impl Tokenization {
         };
         Ok(Tokenization {
             untruncated,
+            left,
             prompts: info.prompts.clone(),
             default_prompt: default_prompt.map(str::to_owned),
             max_len: info.max_seq_length,
@@ -167,7 +176,15 @@ impl Tokenization {
         if full.len() <= self.max_len {
             return Ok(ids);
         }
-        self.over_limit(i, full, options, Some(ids))
+        let cut = match options.direction {
+            Direction::Right => ids,
+            Direction::Left => {
+                let mut left = Vec::new();
+                self.left.encode(text, &mut left).map_err(tokenize_error)?;
+                left
+            }
+        };
+        self.over_limit(i, full, options, Some(cut))
     }
 
     fn check_ids(&self, i: usize, ids: Vec<u32>, options: &Options) -> Result<Vec<u32>, ApiError> {
@@ -192,14 +209,15 @@ impl Tokenization {
         self.over_limit(i, ids, options, None)
     }
 
-    /// An input of `full.len() > max_len` tokens: refused, or cut keeping its first and last (special) tokens.
-    /// `right` is the engine's own right-truncated encoding, when there is one.
+    /// An input of `full.len() > max_len` tokens: refused, or cut to the limit keeping its special tokens.
+    /// `cut` is the tokenizer's own cut of a text in the asked direction; token ids sent by the client have none,
+    /// and keep their first and last ids as the special tokens.
     fn over_limit(
         &self,
         i: usize,
         mut full: Vec<u32>,
         options: &Options,
-        right: Option<Vec<u32>>,
+        cut: Option<Vec<u32>>,
     ) -> Result<Vec<u32>, ApiError> {
         let (n, max) = (full.len(), self.max_len);
         if !options.truncate {
@@ -210,17 +228,20 @@ impl Tokenization {
                 ),
             ));
         }
+        if let Some(cut) = cut {
+            return Ok(cut);
+        }
         if max < 2 {
             full.truncate(max);
             return Ok(full);
         }
         Ok(match options.direction {
-            Direction::Right => right.unwrap_or_else(|| {
+            Direction::Right => {
                 let last = full[n - 1];
                 full.truncate(max - 1);
                 full.push(last);
                 full
-            }),
+            }
             Direction::Left => {
                 let first = full[0];
                 let mut ids = Vec::with_capacity(max);
