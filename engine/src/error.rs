@@ -24,6 +24,8 @@ pub enum Error {
     Fetch(String),
     #[error("invalid batch: {0}")]
     Batch(String),
+    #[error("cannot start {what}: {message}")]
+    Spawn { what: String, message: String },
     #[error("the engine has stopped")]
     Stopped,
 }

@@ -59,9 +59,9 @@ impl CpuBackend {
             .num_threads(threads)
             .thread_name(|i| format!("engine-cpu-{i}"))
             .build()
-            .map_err(|e| Error::Config {
-                name: "threads",
-                message: format!("cannot start {threads} compute threads: {e}"),
+            .map_err(|e| Error::Spawn {
+                what: format!("{threads} compute threads"),
+                message: e.to_string(),
             })?;
         let mut compute = Compute {
             team: Team::new(threads),
@@ -112,9 +112,9 @@ impl CpuBackend {
                     }));
                 }
             })
-            .map_err(|e| Error::Config {
-                name: "threads",
-                message: format!("cannot start the compute thread: {e}"),
+            .map_err(|e| Error::Spawn {
+                what: "the compute thread".into(),
+                message: e.to_string(),
             })?;
         Ok(CpuBackend { tx, info, pool })
     }

@@ -240,8 +240,10 @@ impl FastTokenizer {
             path: path.to_owned(),
             source,
         })?;
-        Self::from_json(&json, truncation)
-            .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))
+        Self::from_json(&json, truncation).map_err(|e| match e {
+            Error::Tokenizer(m) => Error::Tokenizer(format!("{}: {m}", path.display())),
+            other => other,
+        })
     }
 
     /// Builds from a parsed `tokenizer.json`; anything it cannot reproduce exactly is an error.
