@@ -171,13 +171,10 @@ impl Engine {
             let handle = self
                 .backend
                 .submit(Batch::from_sequences(seqs[range].iter().map(Vec::as_slice)));
-            if let Some(prev) = pending.replace(handle) {
-                collect(prev, &mut out)?;
-            }
             if !self.config.overlap {
-                if let Some(now) = pending.take() {
-                    collect(now, &mut out)?;
-                }
+                collect(handle, &mut out)?;
+            } else if let Some(prev) = pending.replace(handle) {
+                collect(prev, &mut out)?;
             }
         }
         if let Some(last) = pending {

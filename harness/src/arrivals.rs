@@ -148,7 +148,7 @@ impl Arrivals {
                 all
             }
         };
-        // A very bursty process can overshoot its mean count by far: the bound holds for what was drawn.
+        // Each renewal process stops at the bound on its own; ServeGen's clients together can still pass it.
         if arrivals.len() > MAX_ARRIVALS {
             return Err(too_many());
         }
