@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::backend::cpu::gemm::Dtype;
+use crate::dtype::Dtype;
 use crate::error::{Error, Result};
 use crate::plan::{CaptureMode, Ladder};
 use crate::tokenizer::TokenizerKind;

@@ -24,6 +24,9 @@ pub enum Error {
     Fetch(String),
     #[error("invalid batch: {0}")]
     Batch(String),
+    /// A backend refused an operation it was given (a shape it cannot run, memory it cannot get).
+    #[error("device: {0}")]
+    Device(String),
     #[error("cannot start {what}: {message}")]
     Spawn { what: String, message: String },
     #[error("the engine has stopped")]

@@ -37,6 +37,7 @@
 pub mod backend;
 mod batch;
 pub mod config;
+mod dtype;
 mod error;
 pub mod gateway;
 pub mod model;
@@ -47,12 +48,12 @@ pub mod tokenizer;
 use std::path::Path;
 use std::sync::Arc;
 
-pub use backend::cpu::gemm::Dtype;
 pub use backend::{Backend, BackendInfo, Embeddings, Handle, Output};
 pub use batch::Batch;
 pub use config::EngineConfig;
+pub use dtype::Dtype;
 pub use error::{Error, Result};
-use model::{bert::Bert, ModelDir};
+use model::ModelDir;
 pub use plan::CaptureMode;
 pub use scheduler::cut_batches;
 use tokenizer::{Tokenizer, Truncation};
@@ -101,22 +102,16 @@ impl Engine {
                 ),
             ));
         }
-        // bf16 needs AVX512-BF16; elsewhere the f32 kernels run (the backend's info reports the dtype used).
-        let dtype = match config.dtype {
-            Dtype::Bf16 if !backend::cpu::gemm::bf16_supported() => Dtype::F32,
-            d => d,
-        };
-        let model = Bert::load(&dir, dtype)?;
         let info = ModelInfo {
             path: dir.root.clone(),
-            dim: model.dim(),
+            dim: dir.config.hidden_size,
             layers: dir.config.num_hidden_layers,
             max_seq_length,
             pooling: dir.pooling,
             normalize: dir.normalize,
             prompts: dir.prompts.clone(),
         };
-        let backend = Arc::new(backend::cpu::CpuBackend::new(model, &config)?);
+        let backend = backend::start(&dir, &config)?;
         Ok(Engine {
             config,
             tokenizer,

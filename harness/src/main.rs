@@ -150,8 +150,8 @@ fn load_engine(dir: &std::path::Path, config: EngineConfig) -> Result<Engine> {
         )
     });
     eprintln!(
-        "engine: {} backend, {} threads, {:?} kernels, {}{fallback}, capture {}{startup}",
-        info.name, info.threads, info.isa, info.dtype, info.capture
+        "engine: {} backend ({}), {} threads, {}{fallback}, capture {}{startup}",
+        info.name, info.device, info.threads, info.dtype, info.capture
     );
     Ok(engine)
 }

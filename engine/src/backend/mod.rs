@@ -3,6 +3,7 @@
 //! once to the batch's pooled embeddings, written into a reusable host buffer.
 
 pub mod cpu;
+pub mod ops;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -13,7 +14,16 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use crate::batch::Batch;
+use crate::config::EngineConfig;
 use crate::error::{Error, Result};
+
+/// Loads the model in `dir` onto the backend `config` names and starts it. bf16 runs where the device can (the
+/// CPU needs AVX512-BF16); elsewhere f32 runs, and the backend's info says which.
+pub fn start(dir: &crate::model::ModelDir, config: &EngineConfig) -> Result<Arc<dyn Backend>> {
+    let device = cpu::Cpu::new(config.dtype);
+    let model = crate::model::bert::Bert::load(dir, &device)?;
+    Ok(Arc::new(cpu::CpuBackend::new(device, model, config)?))
+}
 
 /// A model backend. Implementations own their compute resources; callers only submit and await.
 pub trait Backend: Send + Sync {
@@ -24,16 +34,17 @@ pub trait Backend: Send + Sync {
 
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct BackendInfo {
+    /// The backend (`cpu`; `cuda` later).
     pub name: &'static str,
+    /// What it runs on, in words: the CPU's kernels, or the GPU's name, driver and memory.
+    pub device: String,
     pub threads: usize,
     /// Embedding dimension.
     pub dim: usize,
     pub vocab_size: usize,
     pub max_positions: usize,
-    /// Precision the weights run in (bf16 falls back to f32 where the CPU lacks AVX512-BF16).
-    pub dtype: cpu::gemm::Dtype,
-    /// The kernels' instruction set.
-    pub isa: cpu::gemm::Isa,
+    /// Precision the weights run in (bf16 falls back to f32 where the device cannot run it).
+    pub dtype: crate::dtype::Dtype,
     pub capture: crate::plan::CaptureMode,
     /// How long capturing the start-up plans took, under `capture = eager`.
     pub startup_capture: Option<Duration>,
@@ -197,4 +208,9 @@ impl Embeddings {
     pub(crate) fn data_mut(&mut self) -> &mut [f32] {
         &mut self.data
     }
+}
+
+/// Scales a host vector (a result row) to unit L2 norm, as sentence-transformers' Normalize does.
+pub fn l2_normalize(v: &mut [f32]) {
+    cpu::kernels::l2_normalize(v);
 }

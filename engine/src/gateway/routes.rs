@@ -117,7 +117,7 @@ fn truncate_dims(vectors: &mut [Vec<f32>], dims: Option<usize>, renormalize: boo
     for v in vectors {
         v.truncate(d);
         if renormalize {
-            crate::backend::cpu::kernels::l2_normalize(v);
+            crate::backend::l2_normalize(v);
         }
     }
 }
@@ -257,7 +257,7 @@ async fn tei_embed(State(gw): State<Gateway>, body: Result<Bytes, BytesRejection
         if req.normalize && dims.is_none() && !gw.engine().info().normalize {
             vectors
                 .iter_mut()
-                .for_each(|v| crate::backend::cpu::kernels::l2_normalize(v));
+                .for_each(|v| crate::backend::l2_normalize(v));
         }
         Ok((times, Json(vectors).into_response()))
     }

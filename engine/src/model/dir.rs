@@ -49,6 +49,9 @@ fn default_pos() -> String {
 pub enum Pooling {
     Mean,
     Cls,
+    /// The last token's hidden state (sentence-transformers' `pooling_mode_lasttoken`, decoder models).
+    #[serde(rename = "last_token")]
+    LastToken,
 }
 
 /// A parsed model directory: configuration, pooling, normalisation and where the weights are.
@@ -235,14 +238,19 @@ fn read_pooling(path: &Path) -> Result<Pooling> {
     let p: PoolingFile = read_json(path)?;
     let unsupported = p.pooling_mode_max_tokens
         || p.pooling_mode_mean_sqrt_len_tokens
-        || p.pooling_mode_weightedmean_tokens
-        || p.pooling_mode_lasttoken;
-    match (p.pooling_mode_mean_tokens, p.pooling_mode_cls_token, unsupported) {
-        (true, false, false) => Ok(Pooling::Mean),
-        (false, true, false) => Ok(Pooling::Cls),
+        || p.pooling_mode_weightedmean_tokens;
+    let chosen = [
+        (p.pooling_mode_mean_tokens, Pooling::Mean),
+        (p.pooling_mode_cls_token, Pooling::Cls),
+        (p.pooling_mode_lasttoken, Pooling::LastToken),
+    ];
+    let mut on = chosen.iter().filter(|(set, _)| *set).map(|&(_, p)| p);
+    match (on.next(), on.next(), unsupported) {
+        (Some(pooling), None, false) => Ok(pooling),
         _ => Err(Error::model(
             path,
-            "unsupported pooling: expected exactly one of pooling_mode_mean_tokens or pooling_mode_cls_token",
+            "unsupported pooling: expected exactly one of pooling_mode_mean_tokens, pooling_mode_cls_token or \
+             pooling_mode_lasttoken",
         )),
     }
 }

@@ -1,6 +1,6 @@
 //! Weights memory-mapped from `model.safetensors`: f32 tensors are read in place from the page cache; f16/bf16
 //! tensors are widened once at load. (The linear layers' weights are then packed into the kernels' panel layout,
-//! a copy made once, in `backend::cpu::gemm`.)
+//! a copy made once, by the backend's device.)
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -52,6 +52,7 @@ impl Tensor {
 }
 
 fn bytemuck_f32(bytes: &[u8]) -> &[f32] {
+    // SAFETY: every bit pattern is a valid f32; `align_to` only reinterprets the aligned middle.
     let (head, body, tail) = unsafe { bytes.align_to::<f32>() };
     assert!(
         head.is_empty() && tail.is_empty(),
@@ -74,7 +75,7 @@ pub struct Weights {
 impl Weights {
     pub fn open(path: &Path) -> Result<Self> {
         let file = std::fs::File::open(path).map_err(Error::io(path))?;
-        // Safety: the file is opened read-only and we never hand out a view past the map's lifetime (Arc).
+        // SAFETY: the file is opened read-only and we never hand out a view past the map's lifetime (Arc).
         let map = unsafe { Mmap::map(&file) }.map_err(Error::io(path))?;
         let (header, meta) = SafeTensors::read_metadata(&map)
             .map_err(|e| Error::model(path, format!("not a valid safetensors file: {e}")))?;

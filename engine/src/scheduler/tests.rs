@@ -28,12 +28,12 @@ impl Backend for Manual {
     fn info(&self) -> BackendInfo {
         BackendInfo {
             name: "manual",
+            device: "a test double".into(),
             threads: 1,
             dim: DIM,
             vocab_size: 100,
             max_positions: 100,
             dtype: crate::Dtype::F32,
-            isa: crate::backend::cpu::gemm::Isa::Portable,
             capture: crate::CaptureMode::Off,
             startup_capture: None,
             startup_plans: 0,

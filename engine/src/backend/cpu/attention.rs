@@ -11,6 +11,7 @@
 use super::gemm::{self, Isa, Out};
 use super::kernels;
 use super::par::{Mat, Par, Scratch};
+use crate::backend::ops::AttentionShape;
 
 /// Scratch floats one task needs for sequences of up to `max_len` tokens and heads of width `d`.
 pub fn scratch_floats(isa: Isa, max_len: usize, d: usize, bf16: bool) -> usize {
@@ -27,108 +28,207 @@ pub fn scratch_floats(isa: Isa, max_len: usize, d: usize, bf16: bool) -> usize {
     f32_need.max(keys * d.div_ceil(2) + d.div_ceil(nr) * nr * lp + mr * keys + mr * lp)
 }
 
-/// Where attention reads Q, K and V: the fused `[t, 3h]` projection, in f32, or rounded to bf16 (`ld` in u16)
-/// for the bf16 tiles.
-#[derive(Clone, Copy)]
-pub enum Qkv {
-    F32(Mat),
-    Bf16 { ptr: *const u16, ld: usize },
-}
-
-// Safety: read only, during one operation.
-unsafe impl Sync for Qkv {}
-
-/// `ctx[:, head] = softmax(Q Kᵀ / √d) V` for every sequence and head.
+/// `ctx[:, head] = softmax(Q Kᵀ / √d) V` for every sequence and head, from the fused `[Q | K | V]` projection
+/// `qkv` in f32, or (`qkv16`) rounded to bf16 for the bf16 tiles. One task per (sequence, key/value head) packs
+/// that head's keys and values once and serves every query head of its group (grouped-query attention).
 pub fn attention(
     par: &dyn Par,
     offsets: &[usize],
-    qkv: Qkv,
+    qkv: Mat,
+    qkv16: Option<Mat<u16>>,
+    shape: AttentionShape,
     ctx: Mat,
-    heads: usize,
     scratch: &Scratch,
 ) {
-    let qkv = match qkv {
-        Qkv::F32(m) => m,
+    let AttentionShape {
+        heads,
+        kv_heads,
+        head_dim: d,
+        ..
+    } = shape;
+    let tokens = offsets.last().copied().unwrap_or(0);
+    assert!(
+        heads > 0 && kv_heads > 0 && heads.is_multiple_of(kv_heads) && d > 0,
+        "attention: {heads} heads over {kv_heads} key/value heads"
+    );
+    assert!(
+        offsets.first() == Some(&0) && offsets.windows(2).all(|w| w[0] <= w[1]),
+        "attention: offsets must start at 0 and ascend"
+    );
+    assert!(
+        qkv.rows >= tokens
+            && qkv.cols == shape.qkv_width()
+            && ctx.rows >= tokens
+            && ctx.cols == heads * d,
+        "attention: qkv {}×{}, ctx {}×{} for {tokens} tokens of {shape:?}",
+        qkv.rows,
+        qkv.cols,
+        ctx.rows,
+        ctx.cols
+    );
+    let max_len = offsets.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
+    match qkv16 {
         #[cfg(target_arch = "x86_64")]
-        Qkv::Bf16 { ptr, ld } => return attention_bf16(par, offsets, ptr, ld, ctx, heads, scratch),
+        Some(q16) => {
+            assert!(
+                gemm::bf16_supported()
+                    && d.is_multiple_of(2)
+                    && q16.rows >= tokens
+                    && q16.cols == qkv.cols,
+                "attention: bf16 operands need AVX512-BF16, even heads and a qkv-shaped buffer"
+            );
+            assert!(
+                scratch.floats_per_slab() >= scratch_floats(Isa::detect(), max_len, d, true),
+                "attention: scratch too small"
+            );
+            to_bf16_rows(par, qkv, q16);
+            attention_bf16(par, offsets, q16, shape, ctx, scratch)
+        }
         #[cfg(not(target_arch = "x86_64"))]
-        Qkv::Bf16 { .. } => unreachable!("bf16 needs AVX512-BF16"),
-    };
+        Some(_) => unreachable!("bf16 operands are only made where AVX512-BF16 exists"),
+        None => {
+            assert!(
+                scratch.floats_per_slab() >= scratch_floats(Isa::detect(), max_len, d, false),
+                "attention: scratch too small"
+            );
+            attention_f32(par, offsets, qkv, shape, ctx, scratch)
+        }
+    }
+}
+
+/// Which keys query row `q` of a `len`-token sequence sees: all of them, or (causal) those up to itself.
+fn visible(shape: AttentionShape, q: usize, len: usize) -> usize {
+    if shape.causal {
+        q + 1
+    } else {
+        len
+    }
+}
+
+/// Columns of query head `head`, and of the key and value heads it reads, in the fused projection.
+fn columns(shape: AttentionShape, head: usize) -> (usize, usize, usize) {
+    let d = shape.head_dim;
+    let kv = head / (shape.heads / shape.kv_heads);
+    let k0 = shape.heads * d;
+    (head * d, k0 + kv * d, k0 + (shape.kv_heads + kv) * d)
+}
+
+fn attention_f32(
+    par: &dyn Par,
+    offsets: &[usize],
+    qkv: Mat,
+    shape: AttentionShape,
+    ctx: Mat,
+    scratch: &Scratch,
+) {
     let isa = Isa::detect();
     let (mr, nr) = (isa.mr(), isa.nr());
-    let h = ctx.cols;
-    let d = h / heads;
+    let d = shape.head_dim;
+    let group = shape.heads / shape.kv_heads;
     let scale = 1.0 / (d as f32).sqrt();
     let seqs = offsets.len() - 1;
-    par.run(seqs * heads, &|task, worker| {
-        let (s, head) = (task / heads, task % heads);
+    par.run(seqs * shape.kv_heads, &|task, worker| {
+        let (s, kv) = (task / shape.kv_heads, task % shape.kv_heads);
         let (start, len) = (offsets[s], offsets[s + 1] - offsets[s]);
         let keys = len.div_ceil(nr) * nr;
-        // Safety: the slab is this worker's; the task reads rows start..start+len of qkv (read-only during this
-        // operation) and writes only its own head's columns of those rows in ctx.
+        // SAFETY: the slab is this worker's, sized by `scratch_floats` for the longest sequence (checked by the
+        // caller); the task reads rows start..start+len of qkv (read-only during this operation; the caller
+        // checked they exist) and writes only its own heads' columns of those rows in ctx.
         unsafe {
             let slab = scratch.slab(worker);
             let (kt, rest) = slab.split_at_mut(keys * d);
             let (v, rest) = rest.split_at_mut(d.div_ceil(nr) * nr * len);
-            let scores = &mut rest[..mr * keys];
-            gemm::pack_rows(qkv.at(start, h + head * d), qkv.ld, len, d, nr, kt);
-            gemm::pack_cols(qkv.at(start, 2 * h + head * d), qkv.ld, len, d, nr, v);
-            let scores = Mat::new(scores, mr, keys);
-            for q0 in (0..len).step_by(mr) {
-                let rows = mr.min(len - q0);
-                let q = qkv.at(start + q0, head * d);
-                for p in 0..keys / nr {
-                    let out = Out::plain(scores, 0, p * nr, nr.min(len - p * nr));
-                    gemm::tile_f32(isa, q, qkv.ld, rows, kt.as_ptr().add(p * nr * d), d, &out);
-                }
-                for r in 0..rows {
-                    kernels::softmax_rows(&mut scores.row_mut(r)[..len], len, scale);
-                }
-                for p in 0..d.div_ceil(nr) {
-                    let panel = v.as_ptr().add(p * nr * len);
-                    let out = Out::plain(ctx, start + q0, head * d + p * nr, nr.min(d - p * nr));
-                    gemm::tile_f32(isa, scores.ptr(), scores.ld, rows, panel, len, &out);
+            let scores = Mat::new(&mut rest[..mr * keys], mr, keys);
+            let (_, kc, vc) = columns(shape, kv * group);
+            gemm::pack_rows(qkv.at(start, kc), qkv.ld, len, d, nr, kt);
+            gemm::pack_cols(qkv.at(start, vc), qkv.ld, len, d, nr, v);
+            for head in kv * group..(kv + 1) * group {
+                let (qc, _, _) = columns(shape, head);
+                for q0 in (0..len).step_by(mr) {
+                    let rows = mr.min(len - q0);
+                    // Keys any row of this tile sees: the rest of the sequence is never computed.
+                    let seen = visible(shape, q0 + rows - 1, len);
+                    let q = qkv.at(start + q0, qc);
+                    for p in 0..seen.div_ceil(nr) {
+                        let out = Out::plain(scores, 0, p * nr, nr.min(len - p * nr));
+                        gemm::tile_f32(isa, q, qkv.ld, rows, kt.as_ptr().add(p * nr * d), d, &out);
+                    }
+                    for r in 0..rows {
+                        softmax_visible(
+                            scores.row_mut(r),
+                            visible(shape, q0 + r, len),
+                            seen,
+                            scale,
+                        );
+                    }
+                    for p in 0..d.div_ceil(nr) {
+                        let panel = v.as_ptr().add(p * nr * len);
+                        let out = Out::plain(ctx, start + q0, qc + p * nr, nr.min(d - p * nr));
+                        gemm::tile_f32(isa, scores.ptr(), scores.ld, rows, panel, seen, &out);
+                    }
                 }
             }
         }
     });
 }
 
-/// The bf16 variant of [`attention`]: Q tiles are read in place, keys are transposed as 32-bit pairs into the
+/// Softmax over a score row's first `visible` keys, and zero probability for the rest of the `seen` keys the
+/// value product reads.
+fn softmax_visible(row: &mut [f32], visible: usize, seen: usize, scale: f32) {
+    kernels::softmax_rows(&mut row[..visible], visible, scale);
+    row[visible..seen].fill(0.0);
+}
+
+/// Rounds the fused projection to bf16, whole rows per task.
+#[cfg(target_arch = "x86_64")]
+fn to_bf16_rows(par: &dyn Par, x: Mat, out: Mat<u16>) {
+    const ROWS_PER_TASK: usize = 16;
+    par.run(x.rows.div_ceil(ROWS_PER_TASK), &|task, _| {
+        for r in task * ROWS_PER_TASK..((task + 1) * ROWS_PER_TASK).min(x.rows) {
+            // SAFETY: bf16 operands are only made where AVX512-BF16 exists (checked by the caller); each task owns
+            // its rows of `out`, which has x's shape; x is read only.
+            unsafe { gemm::to_bf16(x.row(r), out.row_mut(r)) };
+        }
+    });
+}
+
+/// The bf16 variant of [`attention_f32`]: Q tiles are read in place, keys are transposed as 32-bit pairs into the
 /// tile's panel layout, and each pair of value rows is interleaved into one panel row.
+///
+/// Alignment: a key's bf16 pairs are read as 32-bit values, so every pair must start on 4 bytes. The buffer is
+/// carved from f32 memory (4-aligned), and its row stride and every head's column are multiples of the head
+/// width, which is even (checked by [`attention`]): every pair starts at an even u16 offset.
 #[cfg(target_arch = "x86_64")]
 fn attention_bf16(
     par: &dyn Par,
     offsets: &[usize],
-    qkv: *const u16,
-    ld: usize,
+    qkv: Mat<u16>,
+    shape: AttentionShape,
     ctx: Mat,
-    heads: usize,
     scratch: &Scratch,
 ) {
     let (mr, nr) = gemm::BF16_TILE;
-    let h = ctx.cols;
-    let d = h / heads;
+    let d = shape.head_dim;
+    let group = shape.heads / shape.kv_heads;
     let dp = d / 2;
     let scale = 1.0 / (d as f32).sqrt();
     let seqs = offsets.len() - 1;
-    let qkv = qkv as usize;
-    par.run(seqs * heads, &|task, worker| {
-        let (s, head) = (task / heads, task % heads);
+    par.run(seqs * shape.kv_heads, &|task, worker| {
+        let (s, kv) = (task / shape.kv_heads, task % shape.kv_heads);
         let (start, len) = (offsets[s], offsets[s + 1] - offsets[s]);
         let (keys, lp) = (len.div_ceil(nr) * nr, len.div_ceil(2));
-        // Safety: as in `attention`; the slices are carved from this worker's slab, sized by `scratch_floats`.
+        // SAFETY: as in `attention_f32`; the slices are carved from this worker's slab, sized by `scratch_floats`
+        // (checked by the caller); pairs are 4-byte aligned (see above).
         unsafe {
-            let row = |j: usize, part: usize| {
-                (qkv as *const u16).add((start + j) * ld + part * h + head * d)
-            };
+            let at = |j: usize, col: usize| qkv.at(start + j, col) as *const u16;
+            let (_, kc, vc) = columns(shape, kv * group);
             let slab = scratch.slab(worker);
             let (k_panels, rest) = slab.split_at_mut(keys * dp);
             let (v_panels, rest) = rest.split_at_mut(d.div_ceil(nr) * nr * lp);
             let (scores, rest) = rest.split_at_mut(mr * keys);
             let p_tile = std::slice::from_raw_parts_mut(rest.as_mut_ptr() as *mut u16, 2 * mr * lp);
             // A key's bf16 pairs are 32-bit values: packing them is the f32 transpose.
-            gemm::pack_rows(row(0, 1) as *const f32, ld / 2, len, dp, nr, k_panels);
+            gemm::pack_rows(at(0, kc) as *const f32, qkv.ld / 2, len, dp, nr, k_panels);
             let v16 = std::slice::from_raw_parts_mut(
                 v_panels.as_mut_ptr() as *mut u16,
                 2 * v_panels.len(),
@@ -136,28 +236,39 @@ fn attention_bf16(
             for p in 0..d.div_ceil(nr) {
                 let cols = nr.min(d - p * nr);
                 for kp in 0..lp {
-                    let second = (2 * kp + 1 < len).then(|| row(2 * kp + 1, 2).add(p * nr));
+                    let second = (2 * kp + 1 < len).then(|| at(2 * kp + 1, vc + p * nr));
                     let dst = &mut v16[(p * lp + kp) * 2 * nr..(p * lp + kp + 1) * 2 * nr];
-                    gemm::interleave_bf16(row(2 * kp, 2).add(p * nr), second, cols, dst);
+                    gemm::interleave_bf16(at(2 * kp, vc + p * nr), second, cols, dst);
                 }
             }
             let scores = Mat::new(scores, mr, keys);
-            for q0 in (0..len).step_by(mr) {
-                let rows = mr.min(len - q0);
-                for p in 0..keys / nr {
-                    let out = Out::plain(scores, 0, p * nr, nr.min(len - p * nr));
-                    let panel = (k_panels.as_ptr() as *const u16).add(p * nr * d);
-                    gemm::tile_bf16(row(q0, 0), ld, rows, panel, dp, &out);
-                }
-                for r in 0..rows {
-                    let probs = &mut scores.row_mut(r)[..len];
-                    kernels::softmax_rows(probs, len, scale);
-                    gemm::to_bf16(probs, &mut p_tile[r * 2 * lp..(r + 1) * 2 * lp]);
-                }
-                for p in 0..d.div_ceil(nr) {
-                    let panel = v16.as_ptr().add(p * lp * 2 * nr);
-                    let out = Out::plain(ctx, start + q0, head * d + p * nr, nr.min(d - p * nr));
-                    gemm::tile_bf16(p_tile.as_ptr(), 2 * lp, rows, panel, lp, &out);
+            for head in kv * group..(kv + 1) * group {
+                let (qc, _, _) = columns(shape, head);
+                for q0 in (0..len).step_by(mr) {
+                    let rows = mr.min(len - q0);
+                    let seen = visible(shape, q0 + rows - 1, len);
+                    for p in 0..seen.div_ceil(nr) {
+                        let out = Out::plain(scores, 0, p * nr, nr.min(len - p * nr));
+                        let panel = (k_panels.as_ptr() as *const u16).add(p * nr * d);
+                        gemm::tile_bf16(at(q0, qc), qkv.ld, rows, panel, dp, &out);
+                    }
+                    for r in 0..rows {
+                        let probs = scores.row_mut(r);
+                        softmax_visible(probs, visible(shape, q0 + r, len), seen, scale);
+                        gemm::to_bf16(&probs[..seen], &mut p_tile[r * 2 * lp..(r + 1) * 2 * lp]);
+                    }
+                    for p in 0..d.div_ceil(nr) {
+                        let panel = v16.as_ptr().add(p * lp * 2 * nr);
+                        let out = Out::plain(ctx, start + q0, qc + p * nr, nr.min(d - p * nr));
+                        gemm::tile_bf16(
+                            p_tile.as_ptr(),
+                            2 * lp,
+                            rows,
+                            panel,
+                            seen.div_ceil(2),
+                            &out,
+                        );
+                    }
                 }
             }
         }
@@ -170,19 +281,24 @@ mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
 
-    /// Attention by its definition, in f64, one sequence at a time.
-    fn reference(offsets: &[usize], qkv: &[f32], h: usize, heads: usize) -> Vec<f32> {
-        let d = h / heads;
+    /// Attention by its definition, in f64, one sequence and query head at a time.
+    fn reference(offsets: &[usize], qkv: &[f32], shape: AttentionShape) -> Vec<f32> {
+        let (d, w) = (shape.head_dim, shape.qkv_width());
+        let h = shape.heads * d;
         let mut out = vec![0.0; offsets[offsets.len() - 1] * h];
-        for w in offsets.windows(2) {
-            let (s, len) = (w[0], w[1] - w[0]);
-            for head in 0..heads {
+        for win in offsets.windows(2) {
+            let (s, len) = (win[0], win[1] - win[0]);
+            for head in 0..shape.heads {
+                let (qc, kc, vc) = columns(shape, head);
                 for i in 0..len {
-                    let q = |j: usize| qkv[(s + i) * 3 * h + head * d + j] as f64;
-                    let scores: Vec<f64> = (0..len)
+                    let seen = visible(shape, i, len);
+                    let scores: Vec<f64> = (0..seen)
                         .map(|k| {
                             (0..d)
-                                .map(|j| q(j) * qkv[(s + k) * 3 * h + h + head * d + j] as f64)
+                                .map(|j| {
+                                    qkv[(s + i) * w + qc + j] as f64
+                                        * qkv[(s + k) * w + kc + j] as f64
+                                })
                                 .sum::<f64>()
                                 / (d as f64).sqrt()
                         })
@@ -190,11 +306,8 @@ mod tests {
                     let max = scores.iter().cloned().fold(f64::MIN, f64::max);
                     let z: f64 = scores.iter().map(|x| (x - max).exp()).sum();
                     for j in 0..d {
-                        out[(s + i) * h + head * d + j] = (0..len)
-                            .map(|k| {
-                                (scores[k] - max).exp() / z
-                                    * qkv[(s + k) * 3 * h + 2 * h + head * d + j] as f64
-                            })
+                        out[(s + i) * h + head * d + j] = (0..seen)
+                            .map(|k| (scores[k] - max).exp() / z * qkv[(s + k) * w + vc + j] as f64)
                             .sum::<f64>()
                             as f32;
                     }
@@ -205,54 +318,58 @@ mod tests {
     }
 
     #[test]
-    fn ragged_attention_matches_the_definition() {
+    fn ragged_attention_matches_the_definition_bidirectional_causal_and_grouped() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(9);
-        // Heads narrower and wider than a panel, sequences shorter and longer than a tile, a 1-token sequence.
-        for (h, heads, lens) in [
-            (32, 4, vec![1usize, 5, 13, 40]),
-            (384, 12, vec![12, 150, 3]),
-            (96, 1, vec![33, 7]),
-        ] {
-            let mut offsets = vec![0];
-            for l in &lens {
-                offsets.push(offsets.last().unwrap() + l);
-            }
-            let t = *offsets.last().unwrap();
-            let mut qkv: Vec<f32> = (0..t * 3 * h).map(|_| rng.gen_range(-2.0..2.0)).collect();
-            let max_len = *lens.iter().max().unwrap();
-            let expect = reference(&offsets, &qkv, h, heads);
-            // bf16 rounds Q, K, V and the probabilities to 8 significant bits; f32 only reorders sums.
-            for (bf16, tolerance) in [(false, 1e-5), (true, 3e-2)] {
-                if bf16 && !super::super::gemm::bf16_supported() {
-                    continue;
-                }
-                let mut ctx = vec![f32::NAN; t * h];
-                let scratch =
-                    Scratch::new(2, scratch_floats(Isa::detect(), max_len, h / heads, bf16));
-                let pool = rayon::ThreadPoolBuilder::new()
-                    .num_threads(2)
-                    .build()
-                    .unwrap();
-                let mut qkv16 = vec![0u16; t * 3 * h];
-                let q = if bf16 {
-                    for (src, dst) in qkv.chunks(3 * h).zip(qkv16.chunks_mut(3 * h)) {
-                        unsafe { super::super::gemm::to_bf16(src, dst) };
-                    }
-                    Qkv::Bf16 {
-                        ptr: qkv16.as_ptr(),
-                        ld: 3 * h,
-                    }
-                } else {
-                    Qkv::F32(Mat::new(&mut qkv, t, 3 * h))
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .expect("pool");
+        // Heads narrower and wider than a panel, sequences shorter and longer than a tile, a 1-token sequence,
+        // one key/value head per query head, and groups of 2 and 4 query heads per key/value head.
+        let cases = [
+            (4, 4, 8, vec![1usize, 5, 13, 40]),
+            (12, 12, 32, vec![12, 150, 3]),
+            (1, 1, 96, vec![33, 7]),
+            (8, 4, 16, vec![29, 1, 14]),
+            (4, 1, 64, vec![17, 40]),
+        ];
+        for (heads, kv_heads, head_dim, lens) in cases {
+            for causal in [false, true] {
+                let shape = AttentionShape {
+                    heads,
+                    kv_heads,
+                    head_dim,
+                    causal,
                 };
-                let c = Mat::new(&mut ctx, t, h);
-                let par = Eager { threads: 2 };
-                pool.install(|| attention(&par, &offsets, q, c, heads, &scratch));
-                for (i, (a, e)) in ctx.iter().zip(&expect).enumerate() {
-                    assert!(
-                        (a - e).abs() < tolerance,
-                        "bf16={bf16} h={h} heads={heads} [{i}]: {a} vs {e}"
-                    );
+                let mut offsets = vec![0];
+                for l in &lens {
+                    offsets.push(offsets.last().unwrap() + l);
+                }
+                let t = *offsets.last().unwrap();
+                let w = shape.qkv_width();
+                let mut qkv: Vec<f32> = (0..t * w).map(|_| rng.gen_range(-2.0..2.0)).collect();
+                let max_len = *lens.iter().max().unwrap();
+                let expect = reference(&offsets, &qkv, shape);
+                // bf16 rounds Q, K, V and the probabilities to 8 significant bits; f32 only reorders sums.
+                for (bf16, tolerance) in [(false, 1e-5), (true, 3e-2)] {
+                    if bf16 && !gemm::bf16_supported() {
+                        eprintln!("SKIPPED: bf16 attention (this CPU has no AVX512-BF16)");
+                        continue;
+                    }
+                    let mut ctx = vec![f32::NAN; t * heads * head_dim];
+                    let scratch =
+                        Scratch::new(2, scratch_floats(Isa::detect(), max_len, head_dim, bf16));
+                    let mut qkv16 = vec![0u16; t * w];
+                    let q16 = bf16.then(|| Mat::new(&mut qkv16, t, w));
+                    let c = Mat::new(&mut ctx, t, heads * head_dim);
+                    let q = Mat::new(&mut qkv, t, w);
+                    attention(&Eager { pool: &pool }, &offsets, q, q16, shape, c, &scratch);
+                    for (i, (a, e)) in ctx.iter().zip(&expect).enumerate() {
+                        assert!(
+                            (a - e).abs() < tolerance,
+                            "bf16={bf16} {shape:?} [{i}]: {a} vs {e}"
+                        );
+                    }
                 }
             }
         }

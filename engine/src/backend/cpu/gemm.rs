@@ -13,6 +13,7 @@
 
 use super::kernels;
 use super::par::{Mat, Par, Scratch};
+use crate::dtype::Dtype;
 
 /// The instruction set the kernels run on, detected once per process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -94,13 +95,17 @@ impl Out {
     /// # Safety
     /// The block lies within `m`.
     pub unsafe fn plain(m: Mat, r0: usize, c0: usize, cols: usize) -> Out {
-        Out {
-            ptr: m.at(r0, c0),
-            ld: m.ld,
-            cols,
-            bias: std::ptr::null(),
-            residual: std::ptr::null(),
-            ldr: 0,
+        // SAFETY: the caller upholds this function's contract (see its `# Safety`, or the caller's for a
+        // kernel: features detected, pointers covering the tile).
+        unsafe {
+            Out {
+                ptr: m.at(r0, c0),
+                ld: m.ld,
+                cols,
+                bias: std::ptr::null(),
+                residual: std::ptr::null(),
+                ldr: 0,
+            }
         }
     }
 }
@@ -121,39 +126,6 @@ enum Panels {
     Bf16(Vec<u16>),
 }
 
-/// Precision of packed weights.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Dtype {
-    #[default]
-    F32,
-    /// bf16 weights, activations rounded to bf16 at the GEMM boundary, f32 accumulation (AVX512-BF16 only).
-    Bf16,
-}
-
-impl std::str::FromStr for Dtype {
-    type Err = crate::Error;
-    fn from_str(s: &str) -> crate::Result<Self> {
-        match s {
-            "f32" => Ok(Dtype::F32),
-            "bf16" => Ok(Dtype::Bf16),
-            other => Err(crate::Error::Config {
-                name: "dtype",
-                message: format!("unknown dtype {other:?} (expected f32 or bf16)"),
-            }),
-        }
-    }
-}
-
-impl std::fmt::Display for Dtype {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Dtype::F32 => "f32",
-            Dtype::Bf16 => "bf16",
-        })
-    }
-}
-
 /// The bf16 kernel's tile: 12 rows × 32 columns.
 const BF16_MR: usize = 12;
 const BF16_NR: usize = 32;
@@ -169,7 +141,7 @@ impl PackedB {
         match dtype {
             Dtype::F32 => {
                 let mut data = vec![0.0; n.div_ceil(isa.nr()) * isa.nr() * k];
-                // Safety: `w` holds n rows of k values, as asserted.
+                // SAFETY: `w` holds n rows of k values, as asserted.
                 unsafe { pack_rows(w.as_ptr(), k, n, k, isa.nr(), &mut data) };
                 PackedB {
                     data: Panels::F32(data),
@@ -248,43 +220,47 @@ pub unsafe fn pack_rows(
     nr: usize,
     dst: &mut [f32],
 ) {
-    let panels = n.div_ceil(nr);
-    assert!(
-        dst.len() >= panels * nr * k,
-        "pack_rows: destination too small"
-    );
-    #[cfg(target_arch = "x86_64")]
-    let fast = Isa::detect() == Isa::Avx512;
-    for p in 0..panels {
-        let panel = &mut dst[p * nr * k..(p + 1) * nr * k];
-        let cols = nr.min(n - p * nr);
-        let src = src.add(p * nr * ld);
-        // Whole 16 × 16 blocks in registers (attention packs its keys this way for every head of every
-        // sequence); the ragged edges one value at a time.
-        let (mut c_done, mut k_done) = (0, 0);
+    // SAFETY: the caller upholds this function's contract (see its `# Safety`, or the caller's for a
+    // kernel: features detected, pointers covering the tile).
+    unsafe {
+        let panels = n.div_ceil(nr);
+        assert!(
+            dst.len() >= panels * nr * k,
+            "pack_rows: destination too small"
+        );
         #[cfg(target_arch = "x86_64")]
-        if fast {
-            (c_done, k_done) = (cols / 16 * 16, k / 16 * 16);
-            for c0 in (0..c_done).step_by(16) {
-                for k0 in (0..k_done).step_by(16) {
-                    x86::transpose16(
-                        src.add(c0 * ld + k0),
-                        ld,
-                        panel.as_mut_ptr().add(k0 * nr + c0),
-                        nr,
-                    );
+        let fast = Isa::detect() == Isa::Avx512;
+        for p in 0..panels {
+            let panel = &mut dst[p * nr * k..(p + 1) * nr * k];
+            let cols = nr.min(n - p * nr);
+            let src = src.add(p * nr * ld);
+            // Whole 16 × 16 blocks in registers (attention packs its keys this way for every head of every
+            // sequence); the ragged edges one value at a time.
+            let (mut c_done, mut k_done) = (0, 0);
+            #[cfg(target_arch = "x86_64")]
+            if fast {
+                (c_done, k_done) = (cols / 16 * 16, k / 16 * 16);
+                for c0 in (0..c_done).step_by(16) {
+                    for k0 in (0..k_done).step_by(16) {
+                        x86::transpose16(
+                            src.add(c0 * ld + k0),
+                            ld,
+                            panel.as_mut_ptr().add(k0 * nr + c0),
+                            nr,
+                        );
+                    }
                 }
             }
-        }
-        for c in 0..cols {
-            let row = std::slice::from_raw_parts(src.add(c * ld), k);
-            let from = if c < c_done { k_done } else { 0 };
-            for (kk, &v) in row.iter().enumerate().skip(from) {
-                panel[kk * nr + c] = v;
+            for c in 0..cols {
+                let row = std::slice::from_raw_parts(src.add(c * ld), k);
+                let from = if c < c_done { k_done } else { 0 };
+                for (kk, &v) in row.iter().enumerate().skip(from) {
+                    panel[kk * nr + c] = v;
+                }
             }
-        }
-        for kk in 0..k {
-            panel[kk * nr + cols..(kk + 1) * nr].fill(0.0);
+            for kk in 0..k {
+                panel[kk * nr + cols..(kk + 1) * nr].fill(0.0);
+            }
         }
     }
 }
@@ -302,18 +278,22 @@ pub unsafe fn pack_cols(
     nr: usize,
     dst: &mut [f32],
 ) {
-    let panels = n.div_ceil(nr);
-    assert!(
-        dst.len() >= panels * nr * k,
-        "pack_cols: destination too small"
-    );
-    for p in 0..panels {
-        let cols = nr.min(n - p * nr);
-        for kk in 0..k {
-            let at = (p * k + kk) * nr;
-            let row = std::slice::from_raw_parts(src.add(kk * ld + p * nr), cols);
-            dst[at..at + cols].copy_from_slice(row);
-            dst[at + cols..at + nr].fill(0.0);
+    // SAFETY: the caller upholds this function's contract (see its `# Safety`, or the caller's for a
+    // kernel: features detected, pointers covering the tile).
+    unsafe {
+        let panels = n.div_ceil(nr);
+        assert!(
+            dst.len() >= panels * nr * k,
+            "pack_cols: destination too small"
+        );
+        for p in 0..panels {
+            let cols = nr.min(n - p * nr);
+            for kk in 0..k {
+                let at = (p * k + kk) * nr;
+                let row = std::slice::from_raw_parts(src.add(kk * ld + p * nr), cols);
+                dst[at..at + cols].copy_from_slice(row);
+                dst[at + cols..at + nr].fill(0.0);
+            }
         }
     }
 }
@@ -325,7 +305,7 @@ pub struct Epilogue<'a> {
     pub bias: Option<&'a [f32]>,
     pub gelu: bool,
     /// A matrix of the output's shape added at the end (the residual connection).
-    pub residual: Option<Mat>,
+    pub residual: Option<Mat<'a>>,
 }
 
 /// Rows per task block: enough row tiles to reuse each weight panel, few enough that the block's rows of `x`
@@ -390,7 +370,7 @@ pub fn linear(par: &dyn Par, x: Mat, w: &PackedB, epi: Epilogue, out: Mat, scrat
         let panels = group * per_group..((group + 1) * per_group).min(panels);
         let out_tile = |r0: usize, p: usize| {
             let c0 = p * nr;
-            // Safety: (r0, c0) lies within `out` (and the residual, of the same shape).
+            // SAFETY: (r0, c0) lies within `out` (and the residual, of the same shape).
             unsafe {
                 Out {
                     ptr: out.at(r0, c0),
@@ -404,7 +384,7 @@ pub fn linear(par: &dyn Par, x: Mat, w: &PackedB, epi: Epilogue, out: Mat, scrat
                 }
             }
         };
-        // Safety: tasks own disjoint (rows × panel columns) blocks of `out`; `x` and the residual are read only;
+        // SAFETY: tasks own disjoint (rows × panel columns) blocks of `out`; `x` and the residual are read only;
         // the worker's slab is its own.
         unsafe {
             match &w.data {
@@ -470,13 +450,17 @@ pub unsafe fn tile_f32(
     k: usize,
     out: &Out,
 ) {
-    debug_assert!(rows >= 1 && rows <= isa.mr() && out.cols <= isa.nr());
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => x86::tile_avx512(a, lda, rows, b, k, out),
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => x86::tile_avx2(a, lda, rows, b, k, out),
-        _ => tile_portable(a, lda, rows, b, k, isa.nr(), out),
+    // SAFETY: the caller upholds this function's contract (see its `# Safety`, or the caller's for a
+    // kernel: features detected, pointers covering the tile).
+    unsafe {
+        debug_assert!(rows >= 1 && rows <= isa.mr() && out.cols <= isa.nr());
+        match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => x86::tile_avx512(a, lda, rows, b, k, out),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => x86::tile_avx2(a, lda, rows, b, k, out),
+            _ => tile_portable(a, lda, rows, b, k, isa.nr(), out),
+        }
     }
 }
 
@@ -490,29 +474,33 @@ unsafe fn tile_portable(
     nr: usize,
     out: &Out,
 ) {
-    let mut acc = [0.0f32; NR_MAX];
-    for r in 0..rows {
-        let acc = &mut acc[..out.cols];
-        for (c, v) in acc.iter_mut().enumerate() {
-            *v = if out.bias.is_null() {
-                0.0
-            } else {
-                *out.bias.add(c)
-            };
-        }
-        for kk in 0..k {
-            let av = *a.add(r * lda + kk);
+    // SAFETY: the caller upholds this function's contract (see its `# Safety`, or the caller's for a
+    // kernel: features detected, pointers covering the tile).
+    unsafe {
+        let mut acc = [0.0f32; NR_MAX];
+        for r in 0..rows {
+            let acc = &mut acc[..out.cols];
             for (c, v) in acc.iter_mut().enumerate() {
-                *v = av.mul_add(*b.add(kk * nr + c), *v);
+                *v = if out.bias.is_null() {
+                    0.0
+                } else {
+                    *out.bias.add(c)
+                };
             }
-        }
-        for (c, &v) in acc.iter().enumerate() {
-            let res = if out.residual.is_null() {
-                0.0
-            } else {
-                *out.residual.add(r * out.ldr + c)
-            };
-            *out.ptr.add(r * out.ld + c) = v + res;
+            for kk in 0..k {
+                let av = *a.add(r * lda + kk);
+                for (c, v) in acc.iter_mut().enumerate() {
+                    *v = av.mul_add(*b.add(kk * nr + c), *v);
+                }
+            }
+            for (c, &v) in acc.iter().enumerate() {
+                let res = if out.residual.is_null() {
+                    0.0
+                } else {
+                    *out.residual.add(r * out.ldr + c)
+                };
+                *out.ptr.add(r * out.ld + c) = v + res;
+            }
         }
     }
 }
@@ -534,7 +522,9 @@ pub unsafe fn tile_bf16(
     kp: usize,
     out: &Out,
 ) {
-    x86::tile_bf16(a, lda, rows, b, kp, out)
+    // SAFETY: the caller upholds this function's contract (see its `# Safety`, or the caller's for a
+    // kernel: features detected, pointers covering the tile).
+    unsafe { x86::tile_bf16(a, lda, rows, b, kp, out) }
 }
 
 /// One panel row of attention's values: `dst[2c], dst[2c + 1] = first[c], second[c]` for `c < cols`, zero
@@ -549,7 +539,9 @@ pub unsafe fn interleave_bf16(
     cols: usize,
     dst: &mut [u16],
 ) {
-    x86::interleave_bf16(first, second, cols, dst)
+    // SAFETY: the caller upholds this function's contract (see its `# Safety`, or the caller's for a
+    // kernel: features detected, pointers covering the tile).
+    unsafe { x86::interleave_bf16(first, second, cols, dst) }
 }
 
 /// Rounds `src` to bf16 into `dst`, zero-padding past it.
@@ -558,7 +550,9 @@ pub unsafe fn interleave_bf16(
 /// [`bf16_supported`]; `dst.len() >= src.len()`.
 #[cfg(target_arch = "x86_64")]
 pub unsafe fn to_bf16(src: &[f32], dst: &mut [u16]) {
-    x86::to_bf16(src, dst)
+    // SAFETY: the caller upholds this function's contract (see its `# Safety`, or the caller's for a
+    // kernel: features detected, pointers covering the tile).
+    unsafe { x86::to_bf16(src, dst) }
 }
 
 /// Widest tile of any kernel.
@@ -604,13 +598,17 @@ mod x86 {
     /// Starts a 32-column tile's accumulators from the bias (or zero).
     #[target_feature(enable = "avx512f")]
     unsafe fn init512(out: &Out, m: (__mmask16, __mmask16)) -> (__m512, __m512) {
-        if out.bias.is_null() {
-            (_mm512_setzero_ps(), _mm512_setzero_ps())
-        } else {
-            (
-                _mm512_maskz_loadu_ps(m.0, out.bias),
-                _mm512_maskz_loadu_ps(m.1, out.bias.add(16)),
-            )
+        // SAFETY: the caller upholds this function's contract (see its `# Safety`, or the caller's for a
+        // kernel: features detected, pointers covering the tile).
+        unsafe {
+            if out.bias.is_null() {
+                (_mm512_setzero_ps(), _mm512_setzero_ps())
+            } else {
+                (
+                    _mm512_maskz_loadu_ps(m.0, out.bias),
+                    _mm512_maskz_loadu_ps(m.1, out.bias.add(16)),
+                )
+            }
         }
     }
 
@@ -623,23 +621,31 @@ mod x86 {
         mut lo: __m512,
         mut hi: __m512,
     ) {
-        if !out.residual.is_null() {
-            let res = out.residual.add(r * out.ldr);
-            lo = _mm512_add_ps(lo, _mm512_maskz_loadu_ps(m.0, res));
-            hi = _mm512_add_ps(hi, _mm512_maskz_loadu_ps(m.1, res.add(16)));
+        // SAFETY: the caller upholds this function's contract (see its `# Safety`, or the caller's for a
+        // kernel: features detected, pointers covering the tile).
+        unsafe {
+            if !out.residual.is_null() {
+                let res = out.residual.add(r * out.ldr);
+                lo = _mm512_add_ps(lo, _mm512_maskz_loadu_ps(m.0, res));
+                hi = _mm512_add_ps(hi, _mm512_maskz_loadu_ps(m.1, res.add(16)));
+            }
+            let o = out.ptr.add(r * out.ld);
+            _mm512_mask_storeu_ps(o, m.0, lo);
+            _mm512_mask_storeu_ps(o.add(16), m.1, hi);
         }
-        let o = out.ptr.add(r * out.ld);
-        _mm512_mask_storeu_ps(o, m.0, lo);
-        _mm512_mask_storeu_ps(o.add(16), m.1, hi);
     }
 
     /// Asks for the panel's bytes four kilobytes ahead of the ones being read: a query's tile streams weights that a
     /// single pass never reuses, faster than the hardware prefetcher fetches them on its own.
     #[inline(always)]
     unsafe fn prefetch(at: *const u8) {
-        const AHEAD: usize = 4096;
-        _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(AHEAD) as *const i8);
-        _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(AHEAD + 64) as *const i8);
+        // SAFETY: the caller upholds this function's contract (see its `# Safety`, or the caller's for a
+        // kernel: features detected, pointers covering the tile).
+        unsafe {
+            const AHEAD: usize = 4096;
+            _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(AHEAD) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(AHEAD + 64) as *const i8);
+        }
     }
 
     /// 12 × 32 f32 tile: per k, two panel loads, twelve broadcasts, 24 FMAs into 24 of the 32 zmm registers.
@@ -652,7 +658,9 @@ mod x86 {
         k: usize,
         out: &Out,
     ) {
-        by_rows!(rows, avx512, a, lda, b, k, out)
+        // SAFETY: the caller upholds this function's contract (see its `# Safety`, or the caller's for a
+        // kernel: features detected, pointers covering the tile).
+        unsafe { by_rows!(rows, avx512, a, lda, b, k, out) }
     }
 
     #[target_feature(enable = "avx512f")]
@@ -663,21 +671,25 @@ mod x86 {
         k: usize,
         out: &Out,
     ) {
-        let m = masks(out.cols);
-        let (lo0, hi0) = init512(out, m);
-        let (mut lo, mut hi) = ([lo0; R], [hi0; R]);
-        for kk in 0..k {
-            prefetch(b.add(kk * 32) as *const u8);
-            let b0 = _mm512_loadu_ps(b.add(kk * 32));
-            let b1 = _mm512_loadu_ps(b.add(kk * 32 + 16));
-            for r in 0..R {
-                let av = _mm512_set1_ps(*a.add(r * lda + kk));
-                lo[r] = _mm512_fmadd_ps(av, b0, lo[r]);
-                hi[r] = _mm512_fmadd_ps(av, b1, hi[r]);
+        // SAFETY: the caller upholds this function's contract (see its `# Safety`, or the caller's for a
+        // kernel: features detected, pointers covering the tile).
+        unsafe {
+            let m = masks(out.cols);
+            let (lo0, hi0) = init512(out, m);
+            let (mut lo, mut hi) = ([lo0; R], [hi0; R]);
+            for kk in 0..k {
+                prefetch(b.add(kk * 32) as *const u8);
+                let b0 = _mm512_loadu_ps(b.add(kk * 32));
+                let b1 = _mm512_loadu_ps(b.add(kk * 32 + 16));
+                for r in 0..R {
+                    let av = _mm512_set1_ps(*a.add(r * lda + kk));
+                    lo[r] = _mm512_fmadd_ps(av, b0, lo[r]);
+                    hi[r] = _mm512_fmadd_ps(av, b1, hi[r]);
+                }
             }
-        }
-        for r in 0..R {
-            store512(out, m, r, lo[r], hi[r]);
+            for r in 0..R {
+                store512(out, m, r, lo[r], hi[r]);
+            }
         }
     }
 
@@ -692,30 +704,37 @@ mod x86 {
         kp: usize,
         out: &Out,
     ) {
-        by_rows!(rows, bf16, a, lda, b, kp, out)
+        // SAFETY: the caller upholds this function's contract (see its `# Safety`, or the caller's for a
+        // kernel: features detected, pointers covering the tile).
+        unsafe { by_rows!(rows, bf16, a, lda, b, kp, out) }
     }
 
     #[target_feature(enable = "avx512f,avx512bf16")]
     unsafe fn bf16<const R: usize>(a: *const u16, lda: usize, b: *const u16, kp: usize, out: &Out) {
-        let m = masks(out.cols);
-        let (lo0, hi0) = init512(out, m);
-        let (mut lo, mut hi) = ([lo0; R], [hi0; R]);
-        for j in 0..kp {
-            prefetch(b.add(j * 2 * BF16_NR) as *const u8);
-            let b0: __m512bh =
-                std::mem::transmute(_mm512_loadu_si512(b.add(j * 2 * BF16_NR) as *const __m512i));
-            let b1: __m512bh = std::mem::transmute(_mm512_loadu_si512(
-                b.add(j * 2 * BF16_NR + 32) as *const __m512i
-            ));
-            for r in 0..R {
-                let pair = (a.add(r * lda + 2 * j) as *const i32).read_unaligned();
-                let av: __m512bh = std::mem::transmute(_mm512_set1_epi32(pair));
-                lo[r] = _mm512_dpbf16_ps(lo[r], av, b0);
-                hi[r] = _mm512_dpbf16_ps(hi[r], av, b1);
+        // SAFETY: the caller upholds this function's contract (see its `# Safety`, or the caller's for a
+        // kernel: features detected, pointers covering the tile).
+        unsafe {
+            let m = masks(out.cols);
+            let (lo0, hi0) = init512(out, m);
+            let (mut lo, mut hi) = ([lo0; R], [hi0; R]);
+            for j in 0..kp {
+                prefetch(b.add(j * 2 * BF16_NR) as *const u8);
+                let b0: __m512bh = std::mem::transmute(_mm512_loadu_si512(
+                    b.add(j * 2 * BF16_NR) as *const __m512i
+                ));
+                let b1: __m512bh = std::mem::transmute(_mm512_loadu_si512(
+                    b.add(j * 2 * BF16_NR + 32) as *const __m512i,
+                ));
+                for r in 0..R {
+                    let pair = (a.add(r * lda + 2 * j) as *const i32).read_unaligned();
+                    let av: __m512bh = std::mem::transmute(_mm512_set1_epi32(pair));
+                    lo[r] = _mm512_dpbf16_ps(lo[r], av, b0);
+                    hi[r] = _mm512_dpbf16_ps(hi[r], av, b1);
+                }
             }
-        }
-        for r in 0..R {
-            store512(out, m, r, lo[r], hi[r]);
+            for r in 0..R {
+                store512(out, m, r, lo[r], hi[r]);
+            }
         }
     }
 
@@ -729,44 +748,50 @@ mod x86 {
         k: usize,
         out: &Out,
     ) {
-        by_rows!(rows, avx2, a, lda, b, k, out)
+        // SAFETY: the caller upholds this function's contract (see its `# Safety`, or the caller's for a
+        // kernel: features detected, pointers covering the tile).
+        unsafe { by_rows!(rows, avx2, a, lda, b, k, out) }
     }
 
     #[target_feature(enable = "avx2,fma")]
     unsafe fn avx2<const R: usize>(a: *const f32, lda: usize, b: *const f32, k: usize, out: &Out) {
-        // Lane i of a half is kept if its column is below `cols`.
-        let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-        let cols = out.cols as i32;
-        let m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(cols), lanes);
-        let m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(cols - 8), lanes);
-        let (lo0, hi0) = if out.bias.is_null() {
-            (_mm256_setzero_ps(), _mm256_setzero_ps())
-        } else {
-            (
-                _mm256_maskload_ps(out.bias, m0),
-                _mm256_maskload_ps(out.bias.add(8), m1),
-            )
-        };
-        let (mut lo, mut hi) = ([lo0; R], [hi0; R]);
-        for kk in 0..k {
-            let b0 = _mm256_loadu_ps(b.add(kk * 16));
-            let b1 = _mm256_loadu_ps(b.add(kk * 16 + 8));
+        // SAFETY: the caller upholds this function's contract (see its `# Safety`, or the caller's for a
+        // kernel: features detected, pointers covering the tile).
+        unsafe {
+            // Lane i of a half is kept if its column is below `cols`.
+            let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+            let cols = out.cols as i32;
+            let m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(cols), lanes);
+            let m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(cols - 8), lanes);
+            let (lo0, hi0) = if out.bias.is_null() {
+                (_mm256_setzero_ps(), _mm256_setzero_ps())
+            } else {
+                (
+                    _mm256_maskload_ps(out.bias, m0),
+                    _mm256_maskload_ps(out.bias.add(8), m1),
+                )
+            };
+            let (mut lo, mut hi) = ([lo0; R], [hi0; R]);
+            for kk in 0..k {
+                let b0 = _mm256_loadu_ps(b.add(kk * 16));
+                let b1 = _mm256_loadu_ps(b.add(kk * 16 + 8));
+                for r in 0..R {
+                    let av = _mm256_set1_ps(*a.add(r * lda + kk));
+                    lo[r] = _mm256_fmadd_ps(av, b0, lo[r]);
+                    hi[r] = _mm256_fmadd_ps(av, b1, hi[r]);
+                }
+            }
             for r in 0..R {
-                let av = _mm256_set1_ps(*a.add(r * lda + kk));
-                lo[r] = _mm256_fmadd_ps(av, b0, lo[r]);
-                hi[r] = _mm256_fmadd_ps(av, b1, hi[r]);
+                let (mut l, mut h) = (lo[r], hi[r]);
+                if !out.residual.is_null() {
+                    let res = out.residual.add(r * out.ldr);
+                    l = _mm256_add_ps(l, _mm256_maskload_ps(res, m0));
+                    h = _mm256_add_ps(h, _mm256_maskload_ps(res.add(8), m1));
+                }
+                let o = out.ptr.add(r * out.ld);
+                _mm256_maskstore_ps(o, m0, l);
+                _mm256_maskstore_ps(o.add(8), m1, h);
             }
-        }
-        for r in 0..R {
-            let (mut l, mut h) = (lo[r], hi[r]);
-            if !out.residual.is_null() {
-                let res = out.residual.add(r * out.ldr);
-                l = _mm256_add_ps(l, _mm256_maskload_ps(res, m0));
-                h = _mm256_add_ps(h, _mm256_maskload_ps(res.add(8), m1));
-            }
-            let o = out.ptr.add(r * out.ld);
-            _mm256_maskstore_ps(o, m0, l);
-            _mm256_maskstore_ps(o.add(8), m1, h);
         }
     }
 
@@ -774,41 +799,45 @@ mod x86 {
     /// shuffles: 32-bit pairs, 64-bit pairs, then 128-bit lanes.
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn transpose16(src: *const f32, lds: usize, dst: *mut f32, ldd: usize) {
-        let r: [__m512; 16] = std::array::from_fn(|i| _mm512_loadu_ps(src.add(i * lds)));
-        // t[2i], t[2i+1]: in each 128-bit lane, rows 2i and 2i+1 interleaved.
-        let mut t = [_mm512_setzero_ps(); 16];
-        for i in 0..8 {
-            t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-            t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-        }
-        // u[4i + m], lane l: column 4l + m of rows 4i..4i+4.
-        let mut u = [_mm512_setzero_ps(); 16];
-        for i in 0..4 {
-            let pd = |v: __m512| _mm512_castps_pd(v);
-            let (a, b, c, d) = (
-                pd(t[4 * i]),
-                pd(t[4 * i + 1]),
-                pd(t[4 * i + 2]),
-                pd(t[4 * i + 3]),
-            );
-            u[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-            u[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-            u[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-            u[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
-        }
-        // Output row 4l + m gathers lane l of u[m], u[4 + m], u[8 + m], u[12 + m].
-        for m in 0..4 {
-            let v1 = _mm512_shuffle_f32x4::<0x44>(u[m], u[4 + m]);
-            let v2 = _mm512_shuffle_f32x4::<0xEE>(u[m], u[4 + m]);
-            let w1 = _mm512_shuffle_f32x4::<0x44>(u[8 + m], u[12 + m]);
-            let w2 = _mm512_shuffle_f32x4::<0xEE>(u[8 + m], u[12 + m]);
-            _mm512_storeu_ps(dst.add(m * ldd), _mm512_shuffle_f32x4::<0x88>(v1, w1));
-            _mm512_storeu_ps(dst.add((4 + m) * ldd), _mm512_shuffle_f32x4::<0xDD>(v1, w1));
-            _mm512_storeu_ps(dst.add((8 + m) * ldd), _mm512_shuffle_f32x4::<0x88>(v2, w2));
-            _mm512_storeu_ps(
-                dst.add((12 + m) * ldd),
-                _mm512_shuffle_f32x4::<0xDD>(v2, w2),
-            );
+        // SAFETY: the caller upholds this function's contract (see its `# Safety`, or the caller's for a
+        // kernel: features detected, pointers covering the tile).
+        unsafe {
+            let r: [__m512; 16] = std::array::from_fn(|i| _mm512_loadu_ps(src.add(i * lds)));
+            // t[2i], t[2i+1]: in each 128-bit lane, rows 2i and 2i+1 interleaved.
+            let mut t = [_mm512_setzero_ps(); 16];
+            for i in 0..8 {
+                t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+                t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+            }
+            // u[4i + m], lane l: column 4l + m of rows 4i..4i+4.
+            let mut u = [_mm512_setzero_ps(); 16];
+            for i in 0..4 {
+                let pd = |v: __m512| _mm512_castps_pd(v);
+                let (a, b, c, d) = (
+                    pd(t[4 * i]),
+                    pd(t[4 * i + 1]),
+                    pd(t[4 * i + 2]),
+                    pd(t[4 * i + 3]),
+                );
+                u[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+                u[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+                u[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+                u[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+            }
+            // Output row 4l + m gathers lane l of u[m], u[4 + m], u[8 + m], u[12 + m].
+            for m in 0..4 {
+                let v1 = _mm512_shuffle_f32x4::<0x44>(u[m], u[4 + m]);
+                let v2 = _mm512_shuffle_f32x4::<0xEE>(u[m], u[4 + m]);
+                let w1 = _mm512_shuffle_f32x4::<0x44>(u[8 + m], u[12 + m]);
+                let w2 = _mm512_shuffle_f32x4::<0xEE>(u[8 + m], u[12 + m]);
+                _mm512_storeu_ps(dst.add(m * ldd), _mm512_shuffle_f32x4::<0x88>(v1, w1));
+                _mm512_storeu_ps(dst.add((4 + m) * ldd), _mm512_shuffle_f32x4::<0xDD>(v1, w1));
+                _mm512_storeu_ps(dst.add((8 + m) * ldd), _mm512_shuffle_f32x4::<0x88>(v2, w2));
+                _mm512_storeu_ps(
+                    dst.add((12 + m) * ldd),
+                    _mm512_shuffle_f32x4::<0xDD>(v2, w2),
+                );
+            }
         }
     }
 
@@ -819,51 +848,63 @@ mod x86 {
         cols: usize,
         dst: &mut [u16],
     ) {
-        debug_assert!(cols <= 32 && dst.len() >= 64);
-        let mask = if cols >= 32 {
-            u32::MAX
-        } else {
-            (1u32 << cols) - 1
-        };
-        let a = _mm512_maskz_loadu_epi16(mask, first as *const i16);
-        let b = second.map_or(_mm512_setzero_si512(), |s| {
-            _mm512_maskz_loadu_epi16(mask, s as *const i16)
-        });
-        // Index i < 32 picks a[i], 32 + i picks b[i]: (a0 b0 a1 b1 ...) then (a16 b16 ...).
-        let lo = _mm512_set_epi16(
-            47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37, 5, 36,
-            4, 35, 3, 34, 2, 33, 1, 32, 0,
-        );
-        let hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
-        _mm512_storeu_si512(
-            dst.as_mut_ptr() as *mut __m512i,
-            _mm512_permutex2var_epi16(a, lo, b),
-        );
-        _mm512_storeu_si512(
-            dst.as_mut_ptr().add(32) as *mut __m512i,
-            _mm512_permutex2var_epi16(a, hi, b),
-        );
+        // SAFETY: the caller upholds this function's contract (see its `# Safety`, or the caller's for a
+        // kernel: features detected, pointers covering the tile).
+        unsafe {
+            debug_assert!(cols <= 32 && dst.len() >= 64);
+            let mask = if cols >= 32 {
+                u32::MAX
+            } else {
+                (1u32 << cols) - 1
+            };
+            let a = _mm512_maskz_loadu_epi16(mask, first as *const i16);
+            let b = second.map_or(_mm512_setzero_si512(), |s| {
+                _mm512_maskz_loadu_epi16(mask, s as *const i16)
+            });
+            // Index i < 32 picks a[i], 32 + i picks b[i]: (a0 b0 a1 b1 ...) then (a16 b16 ...).
+            let lo = _mm512_set_epi16(
+                47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37, 5,
+                36, 4, 35, 3, 34, 2, 33, 1, 32, 0,
+            );
+            let hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+            _mm512_storeu_si512(
+                dst.as_mut_ptr() as *mut __m512i,
+                _mm512_permutex2var_epi16(a, lo, b),
+            );
+            _mm512_storeu_si512(
+                dst.as_mut_ptr().add(32) as *mut __m512i,
+                _mm512_permutex2var_epi16(a, hi, b),
+            );
+        }
     }
 
     /// Rounds a row of activations to bf16 (nearest even), zero-padding `dst` past the row.
     pub(super) unsafe fn to_bf16(src: &[f32], dst: &mut [u16]) {
-        debug_assert!(dst.len() >= src.len());
-        to_bf16_avx512(src, dst)
+        // SAFETY: the caller upholds this function's contract (see its `# Safety`, or the caller's for a
+        // kernel: features detected, pointers covering the tile).
+        unsafe {
+            debug_assert!(dst.len() >= src.len());
+            to_bf16_avx512(src, dst)
+        }
     }
 
     #[target_feature(enable = "avx512f,avx512bf16")]
     unsafe fn to_bf16_avx512(src: &[f32], dst: &mut [u16]) {
-        let chunks = src.len() / 32;
-        for i in 0..chunks {
-            let lo = _mm512_loadu_ps(src.as_ptr().add(32 * i));
-            let hi = _mm512_loadu_ps(src.as_ptr().add(32 * i + 16));
-            let v: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo));
-            _mm512_storeu_si512(dst.as_mut_ptr().add(32 * i) as *mut __m512i, v);
+        // SAFETY: the caller upholds this function's contract (see its `# Safety`, or the caller's for a
+        // kernel: features detected, pointers covering the tile).
+        unsafe {
+            let chunks = src.len() / 32;
+            for i in 0..chunks {
+                let lo = _mm512_loadu_ps(src.as_ptr().add(32 * i));
+                let hi = _mm512_loadu_ps(src.as_ptr().add(32 * i + 16));
+                let v: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo));
+                _mm512_storeu_si512(dst.as_mut_ptr().add(32 * i) as *mut __m512i, v);
+            }
+            for i in 32 * chunks..src.len() {
+                dst[i] = half::bf16::from_f32(src[i]).to_bits();
+            }
+            dst[src.len()..].fill(0);
         }
-        for i in 32 * chunks..src.len() {
-            dst[i] = half::bf16::from_f32(src[i]).to_bits();
-        }
-        dst[src.len()..].fill(0);
     }
 }
 
@@ -947,7 +988,7 @@ pub(crate) mod tests {
             residual: (!residual.is_empty()).then(|| Mat::new(residual, m, n)),
         };
         let (xm, om) = (Mat::new(&mut x, m, k), Mat::new(&mut out, m, n));
-        pool.install(|| linear(&Eager { threads }, xm, w, epi, om, &scratch));
+        linear(&Eager { pool: &pool }, xm, w, epi, om, &scratch);
         out
     }
 
@@ -1038,6 +1079,7 @@ pub(crate) mod tests {
                         residual: res.as_ptr(),
                         ldr: nr,
                     };
+                    // SAFETY: `a` holds mr rows of k, `b` one k × nr panel, the outputs mr × nr; `isa` was detected.
                     unsafe {
                         tile_f32(isa, a.as_ptr(), k, rows, b.as_ptr(), k, &out(&mut simd));
                         tile_portable(a.as_ptr(), k, rows, b.as_ptr(), k, nr, &out(&mut plain));
@@ -1059,6 +1101,7 @@ pub(crate) mod tests {
         let (n, k, ld, nr) = (45, 37, 40, 32);
         let src: Vec<f32> = (0..n * ld).map(|i| i as f32).collect();
         let mut dst = vec![f32::NAN; 2 * nr * k];
+        // SAFETY: `src` holds n rows of ld ≥ k values.
         unsafe { pack_rows(src.as_ptr(), ld, n, k, nr, &mut dst) };
         for p in 0..2 {
             for kk in 0..k {
@@ -1076,11 +1119,13 @@ pub(crate) mod tests {
         // 3 × 5 source, row stride 6: W[n][k] = 10n + k.
         let src: Vec<f32> = (0..3 * 6).map(|i| ((i / 6) * 10 + i % 6) as f32).collect();
         let mut dst = vec![f32::NAN; 2 * 4 * 5];
+        // SAFETY: `src` holds 3 rows of 6 ≥ 5 values.
         unsafe { pack_rows(src.as_ptr(), 6, 3, 5, 2, &mut dst) };
         // Panel 0: k-major, columns n = 0, 1; panel 1: column n = 2, then zero padding.
         assert_eq!(&dst[..4], &[0.0, 10.0, 1.0, 11.0]);
         assert_eq!(&dst[10..14], &[20.0, 0.0, 21.0, 0.0]);
         let mut dst = vec![f32::NAN; 2 * 2 * 3];
+        // SAFETY: `src` holds 3 rows of 6 ≥ 3 values.
         unsafe { pack_cols(src.as_ptr(), 6, 3, 3, 2, &mut dst) };
         // B[k][n] = src[k][n]: panel 0 rows (0,1), (10,11), (20,21); panel 1 rows (2,0), (12,0), (22,0).
         assert_eq!(&dst[..6], &[0.0, 1.0, 10.0, 11.0, 20.0, 21.0]);

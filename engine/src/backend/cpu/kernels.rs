@@ -24,11 +24,11 @@ macro_rules! simd_fn {
                     body($($arg),*)
                 }
                 if std::is_x86_feature_detected!("avx512f") {
-                    // Safety: the feature was detected on this CPU just now.
+                    // SAFETY: the feature was detected on this CPU just now.
                     return unsafe { avx512($($arg),*) };
                 }
                 if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
-                    // Safety: the features were detected on this CPU just now.
+                    // SAFETY: the features were detected on this CPU just now.
                     return unsafe { avx2($($arg),*) };
                 }
             }
@@ -50,14 +50,17 @@ pub fn linear(
     par: Parallelism,
 ) {
     let n = bias.len();
-    debug_assert_eq!(x.len(), m * k);
-    debug_assert_eq!(w.len(), n * k);
-    debug_assert_eq!(out.len(), m * n);
+    assert!(
+        x.len() == m * k && w.len() == n * k && out.len() == m * n,
+        "linear: x {} for {m}×{k}, w {} for {n}×{k}, out {} for {m}×{n}",
+        x.len(),
+        w.len(),
+        out.len()
+    );
     for row in out.chunks_exact_mut(n) {
         row.copy_from_slice(bias);
     }
-    // Safety: the slices' lengths match the shapes and strides given (checked above in debug builds; the callers
-    // size every buffer from the same shapes).
+    // SAFETY: the slices' lengths match the shapes and strides given (checked above).
     unsafe {
         gemm::gemm(
             m,
@@ -209,6 +212,41 @@ simd_fn! {
     }
 }
 
+simd_fn! {
+    /// RMSNorm of one row (or head), in place: `x · weight / √(mean(x²) + eps)`.
+    pub fn rms_norm(row: &mut [f32], weight: &[f32], eps: f32) {
+        let inv = 1.0 / (sum_lanes(row, |v| v * v) / row.len() as f32 + eps).sqrt();
+        for (v, &g) in row.iter_mut().zip(weight) {
+            *v = *v * inv * g;
+        }
+    }
+}
+
+simd_fn! {
+    /// SwiGLU's gate of one row: `out = silu(gate) · up`, `silu(g) = g / (1 + e^-g)`.
+    pub fn silu_gate(gate: &[f32], up: &[f32], out: &mut [f32]) {
+        for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+            // e^-|g| stays in exp_neg's range; the sign picks the matching form of the logistic function.
+            let e = exp_neg(-g.abs());
+            let sigmoid = if g >= 0.0 { 1.0 / (1.0 + e) } else { e / (1.0 + e) };
+            *o = g * sigmoid * u;
+        }
+    }
+}
+
+simd_fn! {
+    /// Rotary embedding of one head, in place, in the rotate-half layout: `(x₁, x₂) ← (x₁·cos − x₂·sin,
+    /// x₂·cos + x₁·sin)` for the head's two halves.
+    pub fn rotary(head: &mut [f32], cos: &[f32], sin: &[f32]) {
+        let (x1, x2) = head.split_at_mut(cos.len());
+        for (((a, b), &c), &s) in x1.iter_mut().zip(x2.iter_mut()).zip(cos).zip(sin) {
+            let (u, v) = (*a, *b);
+            *a = u * c - v * s;
+            *b = v * c + u * s;
+        }
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::super::gemm::tests::reference;
@@ -261,6 +299,42 @@ pub(crate) mod tests {
             term *= -x * x / n;
         }
         sum * 2.0 / std::f64::consts::PI.sqrt()
+    }
+
+    #[test]
+    fn rms_norm_silu_gate_and_rotary_match_definitions() {
+        let mut x: Vec<f32> = (0..8).map(|i| (i as f32 * 0.71).cos() * 3.0).collect();
+        let w: Vec<f32> = (0..8).map(|i| 0.5 + i as f32 * 0.1).collect();
+        let ms = x.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / 8.0;
+        let expect: Vec<f64> = x
+            .iter()
+            .zip(&w)
+            .map(|(&v, &g)| v as f64 / (ms + 1e-6).sqrt() * g as f64)
+            .collect();
+        rms_norm(&mut x, &w, 1e-6);
+        for (a, e) in x.iter().zip(&expect) {
+            assert!((*a as f64 - e).abs() < 1e-5, "rms_norm: {a} vs {e}");
+        }
+        let gate = [-30.0f32, -2.5, -0.1, 0.0, 0.3, 4.0, 50.0];
+        let up = [1.0f32, 2.0, -3.0, 4.0, 0.5, -1.0, 2.0];
+        let mut out = [0.0f32; 7];
+        silu_gate(&gate, &up, &mut out);
+        for i in 0..7 {
+            let g = gate[i] as f64;
+            let e = g / (1.0 + (-g).exp()) * up[i] as f64;
+            assert!(
+                (out[i] as f64 - e).abs() < 1e-5 * (1.0 + e.abs()),
+                "silu_gate({g}): {} vs {e}",
+                out[i]
+            );
+        }
+        let mut head = [1.0f32, 2.0, 3.0, 4.0];
+        let (c, s) = ([0.5f32, 1.0], [0.25f32, 0.0]);
+        rotary(&mut head, &c, &s);
+        assert_eq!(
+            head,
+            [1.0 * 0.5 - 3.0 * 0.25, 2.0, 3.0 * 0.5 + 1.0 * 0.25, 4.0]
+        );
     }
 
     #[test]

@@ -7,21 +7,25 @@
 //! *replay* (the pool's threads run the whole forward together in one broadcast, meeting at spin barriers, in the
 //! bucket's arena).
 
+mod arena;
 pub mod attention;
 pub mod gemm;
 pub mod kernels;
+mod ops;
 pub mod par;
 
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::ops::{Architecture, Layout};
 use super::{Backend, BackendInfo, BufferPool, Embeddings, Handle, Output, Resolver};
 use crate::batch::Batch;
 use crate::config::EngineConfig;
 use crate::error::{Error, Result};
-use crate::model::bert::{Arena, Bert};
-use crate::plan::{Action, Bucket, ForwardStats, Ladder, PlanCache, Run};
+use crate::plan::{Action, Bucket, CaptureMode, ForwardStats, Ladder, PlanCache, Run};
+use arena::Arena;
+pub use ops::{Cpu, CpuLinear, CpuPass};
 use par::{Eager, Mat, Team};
 
 struct Job {
@@ -43,8 +47,10 @@ struct Plan {
 }
 
 /// What the compute thread owns.
-struct Compute {
-    model: Bert,
+struct Compute<M> {
+    device: Cpu,
+    model: M,
+    layout: Layout,
     workers: rayon::ThreadPool,
     team: Team,
     threads: usize,
@@ -53,7 +59,12 @@ struct Compute {
 }
 
 impl CpuBackend {
-    pub fn new(model: Bert, config: &EngineConfig) -> Result<Self> {
+    /// Starts the compute thread for `model`, whose weights `device` packed.
+    pub fn new<M: Architecture<Cpu> + 'static>(
+        device: Cpu,
+        model: M,
+        config: &EngineConfig,
+    ) -> Result<Self> {
         let threads = config.resolved_threads().max(1);
         let workers = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
@@ -69,9 +80,11 @@ impl CpuBackend {
             ladder: config.ladder(),
             cache: PlanCache::new(config.capture, config.plan_cache_mib << 20),
             workers,
+            layout: model.layout(),
             model,
+            device,
         };
-        let startup = (config.capture == crate::plan::CaptureMode::Eager).then(|| {
+        let startup = (config.capture == CaptureMode::Eager).then(|| {
             let start = Instant::now();
             // Smallest first and without evicting: when the whole ladder outgrows the cache, start-up keeps the
             // small plans, where replay pays, and the big ones are made on first use.
@@ -81,14 +94,15 @@ impl CpuBackend {
             }
             start.elapsed()
         });
+        let dtype = compute.device.dtype();
         let info = BackendInfo {
             name: "cpu",
+            device: format!("{:?} kernels", gemm::Isa::detect()).to_lowercase(),
             threads,
             dim: compute.model.dim(),
-            vocab_size: compute.model.config.vocab_size,
-            max_positions: compute.model.config.max_position_embeddings,
-            dtype: compute.model.dtype(),
-            isa: gemm::Isa::detect(),
+            vocab_size: compute.model.vocab_size(),
+            max_positions: compute.layout.max_positions,
+            dtype,
             capture: config.capture,
             startup_capture: startup,
             startup_plans: compute.cache.stats().plans,
@@ -120,7 +134,7 @@ impl CpuBackend {
     }
 }
 
-impl Compute {
+impl<M: Architecture<Cpu>> Compute<M> {
     /// Runs one batch the way the plan cache says, and reports how.
     fn run(&mut self, batch: &Batch, out: &mut Embeddings) -> ForwardStats {
         let bucket = self.ladder.bucket(batch.len(), batch.tokens());
@@ -165,7 +179,7 @@ impl Compute {
     /// Makes the plan of `bucket` (its arena, every page touched) and caches it; false if the cache refuses it,
     /// or, with `evict` false, if it does not fit beside the plans already cached.
     fn capture(&mut self, bucket: Bucket, evict: bool) -> bool {
-        let mut arena = self.model.arena(bucket.tokens, self.threads);
+        let mut arena = Arena::new(&self.device, &self.layout, bucket.tokens, self.threads);
         let bytes = arena.bytes();
         if !evict && !self.cache.has_room(bytes) {
             return false;
@@ -181,14 +195,21 @@ impl Compute {
 
     /// One fork/join per operation, in an arena allocated for this call.
     fn eager(&self, batch: &Batch, out: &mut Embeddings) {
-        let mut arena = self.model.arena(batch.tokens(), self.threads);
-        let buffers = arena.buffers(batch.tokens());
+        let mut arena = Arena::new(&self.device, &self.layout, batch.tokens(), self.threads);
+        let views = arena.views(batch.tokens());
         let out = Mat::new(out.data_mut(), batch.len(), self.model.dim());
         let par = Eager {
-            threads: self.threads,
+            pool: &self.workers,
         };
-        self.workers
-            .install(|| self.model.forward(&par, batch, &buffers, out));
+        // The whole pass runs on a worker, so each operation's fork/join starts from inside the pool.
+        self.workers.install(|| {
+            let pass = CpuPass {
+                par: &par,
+                scratch: views.scratch,
+                qkv16: views.qkv16,
+            };
+            self.model.forward(&pass, batch, &views.acts, out)
+        });
     }
 
     /// The whole forward in one broadcast to the team, in the plan's arena. False if no plan fits the batch.
@@ -200,11 +221,16 @@ impl Compute {
         if !plan.bucket.fits(batch.len(), batch.tokens()) {
             return false;
         }
-        let buffers = plan.arena.buffers(batch.tokens());
+        let views = plan.arena.views(batch.tokens());
         let out = Mat::new(out.data_mut(), batch.len(), self.model.dim());
         let model = &self.model;
         self.team.broadcast(&self.workers, |member| {
-            model.forward(member, batch, &buffers, out)
+            let pass = CpuPass {
+                par: member,
+                scratch: views.scratch,
+                qkv16: views.qkv16,
+            };
+            model.forward(&pass, batch, &views.acts, out)
         });
         true
     }

@@ -12,6 +12,7 @@
 //! Both run the same tasks with the same kernels, so their outputs are bitwise equal.
 
 use std::cell::Cell;
+use std::marker::PhantomData;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rayon::prelude::*;
@@ -30,23 +31,30 @@ pub trait Par {
     fn run_pinned(&self, tasks: usize, f: &(dyn Fn(usize, usize) + Sync));
 }
 
-/// One rayon fork/join per operation, on the current pool (call inside `ThreadPool::install`).
-pub struct Eager {
-    pub threads: usize,
+/// One rayon fork/join per operation, on its own pool: the tasks run on the pool's threads, so a worker index
+/// names one thread of that pool and never aliases another's scratch.
+pub struct Eager<'a> {
+    pub pool: &'a rayon::ThreadPool,
 }
 
-impl Par for Eager {
+impl Par for Eager<'_> {
     fn threads(&self) -> usize {
-        self.threads
+        self.pool.current_num_threads()
     }
 
     fn run(&self, tasks: usize, f: &(dyn Fn(usize, usize) + Sync)) {
-        let worker = || rayon::current_thread_index().unwrap_or(0) % self.threads;
-        if tasks == 1 {
-            f(0, worker());
-        } else {
-            (0..tasks).into_par_iter().for_each(|t| f(t, worker()));
-        }
+        // Inside `install` every task runs on a thread of this pool (a nested `install` runs inline), so the
+        // index is always there.
+        let worker = || {
+            rayon::current_thread_index().expect("a task of this pool runs on one of its threads")
+        };
+        self.pool.install(|| {
+            if tasks == 1 {
+                f(0, worker());
+            } else {
+                (0..tasks).into_par_iter().for_each(|t| f(t, worker()));
+            }
+        });
     }
 
     fn run_pinned(&self, tasks: usize, f: &(dyn Fn(usize, usize) + Sync)) {
@@ -183,39 +191,85 @@ impl SpinBarrier {
     }
 }
 
-/// A row-major f32 matrix that the tasks of one operation write concurrently, each its own rows or columns.
-/// It is a raw pointer: the forward pass's buffers are shared by every thread of a team.
-#[derive(Clone, Copy, Debug)]
-pub struct Mat {
-    ptr: *mut f32,
+/// A row-major matrix that the tasks of one operation write concurrently, each its own rows or columns. It is a
+/// raw pointer with a lifetime: the forward pass's buffers are shared by every thread of a team, and a view never
+/// outlives the memory it was made from.
+#[derive(Debug)]
+pub struct Mat<'a, T = f32> {
+    ptr: *mut T,
     pub rows: usize,
     pub cols: usize,
-    /// Stride between rows, in floats.
+    /// Stride between rows, in elements.
     pub ld: usize,
+    _memory: PhantomData<&'a mut [T]>,
 }
 
-// Safety: a `Mat` is only written through by tasks that own disjoint parts of it, with a barrier (the end of
-// `Par::run`) between an operation's writes and the next operation's reads.
-unsafe impl Send for Mat {}
-unsafe impl Sync for Mat {}
+impl<T> Clone for Mat<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
 
-impl Mat {
-    pub fn new(data: &mut [f32], rows: usize, cols: usize) -> Mat {
-        assert!(data.len() >= rows * cols, "matrix larger than its buffer");
-        Mat::from_raw(data.as_mut_ptr(), rows, cols)
+impl<T> Copy for Mat<'_, T> {}
+
+// SAFETY: a `Mat` is only written through by tasks that own disjoint parts of it, with a barrier (the end of
+// `Par::run`) between an operation's writes and the next operation's reads; the unsafe accessors state this.
+unsafe impl<T: Send> Send for Mat<'_, T> {}
+// SAFETY: as for `Send`.
+unsafe impl<T: Send> Sync for Mat<'_, T> {}
+
+impl<'a, T> Mat<'a, T> {
+    /// A `rows × cols` view of `data`, rows `cols` apart.
+    pub fn new(data: &'a mut [T], rows: usize, cols: usize) -> Self {
+        assert!(
+            rows.checked_mul(cols).is_some_and(|n| data.len() >= n),
+            "matrix larger than its buffer"
+        );
+        // SAFETY: `data` holds `rows × cols` elements and is borrowed for `'a`.
+        unsafe { Mat::from_raw(data.as_mut_ptr(), rows, cols, cols) }
     }
 
-    /// A view of `rows × cols` floats at `ptr`; using it is unsafe, making it is not.
-    pub(crate) fn from_raw(ptr: *mut f32, rows: usize, cols: usize) -> Mat {
+    /// A view of `rows` rows of `cols` elements, `ld` apart, at `ptr`.
+    ///
+    /// # Safety
+    /// `ptr` is valid for reads and writes of `(rows - 1) · ld + cols` elements (none when `rows` is 0) for `'a`,
+    /// and `cols <= ld`.
+    pub unsafe fn from_raw(ptr: *mut T, rows: usize, cols: usize, ld: usize) -> Self {
+        debug_assert!(cols <= ld || rows <= 1);
         Mat {
             ptr,
             rows,
             cols,
-            ld: cols,
+            ld,
+            _memory: PhantomData,
         }
     }
 
-    pub fn ptr(self) -> *mut f32 {
+    /// Columns `range` of the same rows.
+    pub fn columns(self, range: std::ops::Range<usize>) -> Self {
+        assert!(
+            range.start <= range.end && range.end <= self.cols,
+            "columns {range:?} of a {}-column matrix",
+            self.cols
+        );
+        Mat {
+            ptr: self.ptr.wrapping_add(range.start),
+            cols: range.end - range.start,
+            ..self
+        }
+    }
+
+    /// The first `rows` rows.
+    pub fn top(self, rows: usize) -> Self {
+        assert!(
+            rows <= self.rows,
+            "{rows} rows of a {}-row matrix",
+            self.rows
+        );
+        Mat { rows, ..self }
+    }
+
+    pub fn ptr(self) -> *mut T {
         self.ptr
     }
 
@@ -223,17 +277,20 @@ impl Mat {
     ///
     /// # Safety
     /// `r < rows` and `c <= cols`.
-    pub unsafe fn at(self, r: usize, c: usize) -> *mut f32 {
-        self.ptr.add(r * self.ld + c)
+    pub unsafe fn at(self, r: usize, c: usize) -> *mut T {
+        debug_assert!(r < self.rows && c <= self.cols);
+        // SAFETY: in bounds of the view, as the caller promises.
+        unsafe { self.ptr.add(r * self.ld + c) }
     }
 
     /// Row `r`, for reading.
     ///
     /// # Safety
     /// `r < rows`, and no task writes the row during the caller's operation.
-    pub unsafe fn row<'a>(self, r: usize) -> &'a [f32] {
-        debug_assert!(r < self.rows);
-        std::slice::from_raw_parts(self.at(r, 0), self.cols)
+    pub unsafe fn row(self, r: usize) -> &'a [T] {
+        assert!(r < self.rows, "row {r} of {}", self.rows);
+        // SAFETY: the row lies in the view; the caller promises no concurrent writer.
+        unsafe { std::slice::from_raw_parts(self.at(r, 0), self.cols) }
     }
 
     /// Row `r`, for writing.
@@ -241,9 +298,10 @@ impl Mat {
     /// # Safety
     /// `r < rows`, and the calling task is the only one touching the row during its operation.
     #[allow(clippy::mut_from_ref)]
-    pub unsafe fn row_mut<'a>(self, r: usize) -> &'a mut [f32] {
-        debug_assert!(r < self.rows);
-        std::slice::from_raw_parts_mut(self.at(r, 0), self.cols)
+    pub unsafe fn row_mut(self, r: usize) -> &'a mut [T] {
+        assert!(r < self.rows, "row {r} of {}", self.rows);
+        // SAFETY: the row lies in the view; the caller promises it is the row's only user.
+        unsafe { std::slice::from_raw_parts_mut(self.at(r, 0), self.cols) }
     }
 }
 
@@ -252,7 +310,7 @@ pub struct Scratch {
     slabs: Vec<std::cell::UnsafeCell<Vec<f32>>>,
 }
 
-// Safety: worker `w` only ever touches slab `w` (see `Par::run`'s worker argument).
+// SAFETY: worker `w` only ever touches slab `w` (see `Par::run`'s worker argument).
 unsafe impl Sync for Scratch {}
 
 impl Scratch {
@@ -270,11 +328,20 @@ impl Scratch {
     /// Only worker `w` calls this, and not while a slice it got earlier is still in use.
     #[allow(clippy::mut_from_ref)]
     pub unsafe fn slab(&self, worker: usize) -> &mut [f32] {
-        &mut *self.slabs[worker].get()
+        // SAFETY: only this worker touches slab `worker`, and not through an earlier slice (the contract).
+        unsafe { &mut *self.slabs[worker].get() }
+    }
+
+    /// Floats in each worker's slab.
+    pub fn floats_per_slab(&self) -> usize {
+        // SAFETY: reading a length only; slabs never change size after `new`, and no slice of one is resized.
+        self.slabs
+            .first()
+            .map_or(0, |s| unsafe { (*s.get()).len() })
     }
 
     pub fn floats(&self) -> usize {
-        // Safety: reading lengths only; callers do this outside any forward pass.
+        // SAFETY: reading lengths only; callers do this outside any forward pass.
         self.slabs.iter().map(|s| unsafe { (*s.get()).len() }).sum()
     }
 
@@ -305,8 +372,10 @@ mod tests {
         let stale = AtomicUsize::new(0);
         team.broadcast(&pool, |member| {
             for step in 1..=50 {
+                // SAFETY: task t alone writes element t, inside the matrix.
                 member.run(n, &|t, _| unsafe { *m.at(t, 0) = step as f32 });
                 // Reads the other end of the vector, written (most likely) by the other thread.
+                // SAFETY: reads only, inside the matrix, after the barrier that ended the writes.
                 member.run(n, &|t, _| unsafe {
                     if *m.at(n - 1 - t, 0) != step as f32 {
                         stale.fetch_add(1, Ordering::Relaxed);
@@ -329,7 +398,7 @@ mod tests {
             assert!(w < 2);
             counts[t].fetch_add(1, Ordering::Relaxed);
         };
-        pool.install(|| Eager { threads: 2 }.run(counts.len(), &f));
+        Eager { pool: &pool }.run(counts.len(), &f);
         let team = Team::new(2);
         team.broadcast(&pool, |m| {
             m.run(counts.len(), &f);

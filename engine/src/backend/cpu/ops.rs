@@ -1,0 +1,294 @@
+//! The op set ([`crate::backend::ops`]) on the CPU: [`Cpu`] packs weights at load, [`CpuPass`] runs one forward
+//! pass's operations on our kernels, each split into tasks through [`Par`] (eager fork/join, or a plan's team).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::attention;
+use super::gemm::{self, Epilogue, Isa, PackedB};
+use super::kernels;
+use super::par::{Mat, Par, Scratch};
+use crate::backend::ops::{Activation, AttentionShape, Device, Embedding, Matrix, Ops};
+use crate::batch::Batch;
+use crate::dtype::Dtype;
+use crate::error::{Error, Result};
+use crate::model::{Pooling, Tensor};
+
+/// Rows per task of the row-wise operations: enough to amortise a task, few enough to balance.
+const ROWS_PER_TASK: usize = 16;
+
+/// Runs `f(row)` for every row in `0..rows`, in tasks of [`ROWS_PER_TASK`] rows.
+fn for_rows(par: &dyn Par, rows: usize, f: &(dyn Fn(usize) + Sync)) {
+    par.run(rows.div_ceil(ROWS_PER_TASK), &|task, _| {
+        (task * ROWS_PER_TASK..((task + 1) * ROWS_PER_TASK).min(rows)).for_each(f)
+    });
+}
+
+/// The CPU device: packs linear layers for this CPU's kernels in `dtype`, and remembers the scratch the largest
+/// of them needs.
+pub struct Cpu {
+    dtype: Dtype,
+    linear_scratch: AtomicUsize,
+}
+
+impl Cpu {
+    /// bf16 needs AVX512-BF16 ([`gemm::bf16_supported`]); elsewhere the f32 kernels run.
+    pub fn new(dtype: Dtype) -> Self {
+        let dtype = match dtype {
+            Dtype::Bf16 if !gemm::bf16_supported() => Dtype::F32,
+            d => d,
+        };
+        Cpu {
+            dtype,
+            linear_scratch: AtomicUsize::new(0),
+        }
+    }
+
+    /// The precision the linear layers run in.
+    pub fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+
+    /// Scratch floats per thread that any linear layer packed so far needs.
+    pub fn linear_scratch(&self) -> usize {
+        self.linear_scratch.load(Ordering::Relaxed)
+    }
+
+    /// Whether attention runs on the bf16 tiles: with bf16 weights, when heads split into bf16 pairs evenly.
+    pub fn bf16_attention(&self, shape: AttentionShape) -> bool {
+        self.dtype == Dtype::Bf16 && shape.head_dim.is_multiple_of(2)
+    }
+
+    /// Scratch floats per thread for a forward pass of sequences up to `max_len` tokens.
+    pub fn scratch_floats(&self, shape: AttentionShape, max_len: usize) -> usize {
+        let attn = attention::scratch_floats(
+            Isa::detect(),
+            max_len,
+            shape.head_dim,
+            self.bf16_attention(shape),
+        );
+        attn.max(self.linear_scratch())
+    }
+}
+
+/// A linear layer packed for our GEMM, with its bias.
+pub struct CpuLinear {
+    weight: PackedB,
+    bias: Option<Vec<f32>>,
+}
+
+impl Device for Cpu {
+    type Linear = CpuLinear;
+    type Param = Tensor;
+
+    fn linear(
+        &self,
+        weight: &[f32],
+        bias: Option<&[f32]>,
+        out: usize,
+        inp: usize,
+    ) -> Result<CpuLinear> {
+        if out.checked_mul(inp) != Some(weight.len()) || bias.is_some_and(|b| b.len() != out) {
+            return Err(Error::Device(format!(
+                "a {out}×{inp} linear layer got {} weights and {:?} biases",
+                weight.len(),
+                bias.map(<[f32]>::len)
+            )));
+        }
+        let weight = PackedB::pack(weight, out, inp, self.dtype);
+        self.linear_scratch
+            .fetch_max(weight.scratch_floats(), Ordering::Relaxed);
+        Ok(CpuLinear {
+            weight,
+            bias: bias.map(<[f32]>::to_vec),
+        })
+    }
+
+    fn param(&self, t: Tensor) -> Result<Tensor> {
+        Ok(t)
+    }
+}
+
+impl<'a> Matrix for Mat<'a> {
+    fn rows(&self) -> usize {
+        self.rows
+    }
+
+    fn cols(&self) -> usize {
+        self.cols
+    }
+
+    fn columns(self, range: std::ops::Range<usize>) -> Self {
+        Mat::columns(self, range)
+    }
+
+    fn top(self, rows: usize) -> Self {
+        Mat::top(self, rows)
+    }
+}
+
+/// One forward pass's view of the CPU: how its operations spread over threads, each thread's scratch, and (for
+/// bf16 attention) where the fused projection is rounded to bf16.
+pub struct CpuPass<'a> {
+    pub par: &'a dyn Par,
+    pub scratch: &'a Scratch,
+    pub qkv16: Option<Mat<'a, u16>>,
+}
+
+impl<'a> Ops for CpuPass<'a> {
+    type Device = Cpu;
+    type Mat = Mat<'a>;
+
+    fn embed(&self, batch: &Batch, e: &Embedding<Cpu>, out: Mat<'a>) {
+        let h = e.dim;
+        assert!(
+            out.rows >= batch.tokens() && out.cols == h,
+            "embed: output shape"
+        );
+        let word = e.word.data();
+        let position = e.position.as_ref().map(Tensor::data);
+        let row = e.row.as_ref().map(|r| &r.data()[..h]);
+        let offsets = batch.offsets();
+        for_rows(self.par, batch.tokens(), &|t| {
+            // Position of token t inside its own sequence: the ragged layout restarts positions per sequence.
+            let seq = offsets.partition_point(|&o| o <= t) - 1;
+            let p = t - offsets[seq];
+            let id = batch.ids()[t] as usize;
+            // SAFETY: each task owns its rows.
+            let dst = unsafe { out.row_mut(t) };
+            dst.copy_from_slice(&word[id * h..(id + 1) * h]);
+            if let Some(pos) = position {
+                dst.iter_mut()
+                    .zip(&pos[p * h..(p + 1) * h])
+                    .for_each(|(d, v)| *d += v);
+            }
+            if let Some(r) = row {
+                dst.iter_mut().zip(r).for_each(|(d, v)| *d += v);
+            }
+        });
+    }
+
+    fn linear(
+        &self,
+        x: Mat<'a>,
+        w: &CpuLinear,
+        act: Activation,
+        residual: Option<Mat<'a>>,
+        out: Mat<'a>,
+    ) {
+        let epi = Epilogue {
+            bias: w.bias.as_deref(),
+            gelu: act == Activation::Gelu,
+            residual,
+        };
+        gemm::linear(self.par, x, &w.weight, epi, out, self.scratch);
+    }
+
+    fn layer_norm(&self, x: Mat<'a>, weight: &Tensor, bias: &Tensor, eps: f32) {
+        let (g, b) = (weight.data(), bias.data());
+        assert!(
+            g.len() == x.cols && b.len() == x.cols,
+            "layer_norm: weight shape"
+        );
+        for_rows(self.par, x.rows, &|r| {
+            // SAFETY: each task owns its rows.
+            kernels::layer_norm(unsafe { x.row_mut(r) }, g, b, eps);
+        });
+    }
+
+    fn rms_norm(&self, x: Mat<'a>, weight: &Tensor, eps: f32, group: usize) {
+        let g = weight.data();
+        assert!(
+            group > 0 && g.len() == group && x.cols.is_multiple_of(group),
+            "rms_norm: groups of {group} over {} columns, {} weights",
+            x.cols,
+            g.len()
+        );
+        for_rows(self.par, x.rows, &|r| {
+            // SAFETY: each task owns its rows.
+            for chunk in unsafe { x.row_mut(r) }.chunks_exact_mut(group) {
+                kernels::rms_norm(chunk, g, eps);
+            }
+        });
+    }
+
+    fn rotary(&self, batch: &Batch, x: Mat<'a>, table: &Tensor, head_dim: usize) {
+        let table = table.data();
+        assert!(
+            head_dim > 0 && head_dim.is_multiple_of(2) && x.cols.is_multiple_of(head_dim),
+            "rotary: heads of {head_dim} over {} columns",
+            x.cols
+        );
+        assert!(
+            batch.max_len() * head_dim <= table.len() && x.rows >= batch.tokens(),
+            "rotary: table or rows too short for the batch"
+        );
+        let half = head_dim / 2;
+        let offsets = batch.offsets();
+        for_rows(self.par, batch.tokens(), &|t| {
+            let seq = offsets.partition_point(|&o| o <= t) - 1;
+            let p = t - offsets[seq];
+            let (cos, sin) = table[p * head_dim..(p + 1) * head_dim].split_at(half);
+            // SAFETY: each task owns its rows.
+            for head in unsafe { x.row_mut(t) }.chunks_exact_mut(head_dim) {
+                kernels::rotary(head, cos, sin);
+            }
+        });
+    }
+
+    fn silu_gate(&self, x: Mat<'a>, out: Mat<'a>) {
+        let f = out.cols;
+        assert!(x.cols == 2 * f && out.rows >= x.rows, "silu_gate: shapes");
+        for_rows(self.par, x.rows, &|r| {
+            // SAFETY: each task owns its rows of `out`; `x` is read only.
+            let (row, dst) = unsafe { (x.row(r), out.row_mut(r)) };
+            kernels::silu_gate(&row[..f], &row[f..], dst);
+        });
+    }
+
+    fn attention(&self, batch: &Batch, qkv: Mat<'a>, shape: AttentionShape, ctx: Mat<'a>) {
+        let qkv16 = self.qkv16.map(|m| m.top(qkv.rows));
+        attention::attention(
+            self.par,
+            batch.offsets(),
+            qkv,
+            qkv16,
+            shape,
+            ctx,
+            self.scratch,
+        );
+    }
+
+    fn pool(&self, batch: &Batch, x: Mat<'a>, pooling: Pooling, out: Mat<'a>) {
+        let offsets = batch.offsets();
+        assert!(
+            x.rows >= batch.tokens() && out.rows >= batch.len() && out.cols == x.cols,
+            "pool: shapes"
+        );
+        for_rows(self.par, batch.len(), &|s| {
+            let (start, end) = (offsets[s], offsets[s + 1]);
+            // SAFETY: each task owns its output rows.
+            let row = unsafe { out.row_mut(s) };
+            // SAFETY: the hidden states are read only during this operation.
+            let token = |t: usize| unsafe { x.row(t) };
+            match pooling {
+                Pooling::Cls => row.copy_from_slice(token(start)),
+                Pooling::LastToken => row.copy_from_slice(token(end - 1)),
+                Pooling::Mean => {
+                    row.fill(0.0);
+                    for t in start..end {
+                        row.iter_mut().zip(token(t)).for_each(|(o, v)| *o += v);
+                    }
+                    let inv = 1.0 / (end - start) as f32;
+                    row.iter_mut().for_each(|o| *o *= inv);
+                }
+            }
+        });
+    }
+
+    fn l2_normalize(&self, x: Mat<'a>) {
+        for_rows(self.par, x.rows, &|r| {
+            // SAFETY: each task owns its rows.
+            kernels::l2_normalize(unsafe { x.row_mut(r) });
+        });
+    }
+}

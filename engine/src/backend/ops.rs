@@ -1,0 +1,198 @@
+//! The op set an architecture is written against, once, whatever the device.
+//!
+//! Like candle's models over `Tensor` or llama.cpp's over ggml, `model/` writes each architecture top to bottom as
+//! calls to [`Ops`]; a backend implements the op set on its device. Two halves:
+//!
+//! - [`Device`]: load time. It turns host weights into the device's own form: a [`Device::Linear`] (prepacked for
+//!   its GEMM, bias included) and a [`Device::Param`] (norm weights, embedding tables, rotary tables).
+//! - [`Ops`]: run time, one forward pass. Every op reads and writes [`Matrix`] views of activation memory that
+//!   the backend owns and carves by the architecture's [`Layout`]; the architecture never allocates.
+//!
+//! A backend may call an architecture's forward from several threads at once (the CPU backend's plans run it on
+//! every thread of a team): the ops split their work among the callers, so the architecture code stays a plain
+//! sequence of operations.
+
+use std::ops::Range;
+
+use crate::batch::Batch;
+use crate::error::Result;
+use crate::model::Pooling;
+use crate::model::Tensor;
+
+/// What an architecture's linear layer applies on the way out of its GEMM, after the bias.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Activation {
+    #[default]
+    None,
+    /// Exact (erf) GELU, BERT's `hidden_act = "gelu"`.
+    Gelu,
+}
+
+/// The attention of one layer: query heads, key/value heads (fewer for grouped-query attention), head width and
+/// whether a token sees only the tokens before it (decoders) or the whole sequence (encoders).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttentionShape {
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub causal: bool,
+}
+
+impl AttentionShape {
+    /// Columns of the fused `[Q | K | V]` projection this attention reads.
+    pub fn qkv_width(&self) -> usize {
+        (self.heads + 2 * self.kv_heads) * self.head_dim
+    }
+}
+
+/// One activation matrix of a forward pass: `width` floats per token, at `offset` floats per token into memory
+/// region `region`. Matrices of one region that are live at the same time must not overlap; matrices that are
+/// never live together may (the architecture reuses memory by liveness).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slot {
+    pub region: usize,
+    pub offset: usize,
+    pub width: usize,
+}
+
+/// The activation memory an architecture needs, declared once; the backend allocates it (an arena per plan on
+/// the CPU, device buffers on a GPU) and hands the forward pass one [`Matrix`] per slot, in the same order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub slots: Vec<Slot>,
+    /// The attention every layer runs (backends size their attention scratch by it).
+    pub attention: AttentionShape,
+    /// The longest sequence the model takes.
+    pub max_positions: usize,
+}
+
+impl Layout {
+    /// Floats per token of each region: the furthest any of its slots reaches.
+    pub fn region_widths(&self) -> Vec<usize> {
+        let regions = self.slots.iter().map(|s| s.region + 1).max().unwrap_or(0);
+        let mut widths = vec![0; regions];
+        for s in &self.slots {
+            widths[s.region] = widths[s.region].max(s.offset + s.width);
+        }
+        widths
+    }
+}
+
+/// A view of a row-major activation matrix in a backend's memory. Views are cheap copies; making one never
+/// touches memory, and ops check that what they are given fits.
+pub trait Matrix: Copy + Send + Sync {
+    fn rows(&self) -> usize;
+    fn cols(&self) -> usize;
+    /// Columns `range` of the same rows (same row stride).
+    fn columns(self, range: Range<usize>) -> Self;
+    /// The first `rows` rows.
+    fn top(self, rows: usize) -> Self;
+}
+
+/// Load time: weights in the device's own form.
+pub trait Device: Send + Sync + 'static {
+    /// A linear layer `y = x · Wᵀ + b`, prepacked for the device's GEMM.
+    type Linear: Send + Sync;
+    /// A parameter kept as it is: norm weights, embedding and rotary tables.
+    type Param: Send + Sync;
+
+    /// `weight` is `[out, inp]` (PyTorch's layout), `bias` `[out]` or absent.
+    fn linear(
+        &self,
+        weight: &[f32],
+        bias: Option<&[f32]>,
+        out: usize,
+        inp: usize,
+    ) -> Result<Self::Linear>;
+    fn param(&self, t: Tensor) -> Result<Self::Param>;
+    /// Rotary embedding's cos/sin table for positions `0..positions` and heads of `head_dim` (rotate-half layout,
+    /// as Hugging Face's `apply_rotary_pos_emb`), with frequencies `theta^(-2i/head_dim)`.
+    fn rotary_table(&self, head_dim: usize, theta: f64, positions: usize) -> Result<Self::Param> {
+        let half = head_dim / 2;
+        let mut table = Vec::with_capacity(positions * head_dim);
+        for p in 0..positions {
+            let angles =
+                (0..half).map(|i| p as f64 * theta.powf(-2.0 * i as f64 / head_dim as f64));
+            let angles: Vec<f64> = angles.collect();
+            table.extend(angles.iter().map(|a| a.cos() as f32));
+            table.extend(angles.iter().map(|a| a.sin() as f32));
+        }
+        self.param(Tensor::from_vec(table))
+    }
+}
+
+/// Token embeddings: a word table, absolute positions (BERT) or none (rotary models), and a row added to every
+/// token (BERT's token type 0) or none.
+pub struct Embedding<D: Device> {
+    pub word: D::Param,
+    pub position: Option<D::Param>,
+    pub row: Option<D::Param>,
+    pub dim: usize,
+}
+
+/// Run time: the operations of one forward pass over a ragged [`Batch`] (sequences concatenated, no padding).
+/// `x`, `out` and friends are views of the backend's activation memory with one row per token (or per sequence,
+/// for pooled outputs).
+pub trait Ops {
+    type Device: Device;
+    type Mat: Matrix;
+
+    /// `out[t] = word[id_t] + position[pos_t] + row`, where `pos_t` restarts at 0 in every sequence.
+    fn embed(&self, batch: &Batch, e: &Embedding<Self::Device>, out: Self::Mat);
+    /// `out = act(x · Wᵀ + b) + residual`.
+    fn linear(
+        &self,
+        x: Self::Mat,
+        w: &<Self::Device as Device>::Linear,
+        act: Activation,
+        residual: Option<Self::Mat>,
+        out: Self::Mat,
+    );
+    /// LayerNorm of every row, in place.
+    fn layer_norm(
+        &self,
+        x: Self::Mat,
+        weight: &<Self::Device as Device>::Param,
+        bias: &<Self::Device as Device>::Param,
+        eps: f32,
+    );
+    /// RMSNorm in place of every `group` consecutive columns of every row (a whole row, or each head for
+    /// per-head q/k norms), scaled by `weight` (`group` values).
+    fn rms_norm(
+        &self,
+        x: Self::Mat,
+        weight: &<Self::Device as Device>::Param,
+        eps: f32,
+        group: usize,
+    );
+    /// Rotary embedding in place on every `head_dim`-wide head of `x`, at each token's position in its sequence.
+    fn rotary(
+        &self,
+        batch: &Batch,
+        x: Self::Mat,
+        table: &<Self::Device as Device>::Param,
+        head_dim: usize,
+    );
+    /// SwiGLU's gate: `out = silu(x[:, ..f]) · x[:, f..]` for `x` of `2f` columns.
+    fn silu_gate(&self, x: Self::Mat, out: Self::Mat);
+    /// `ctx = softmax(Q Kᵀ / √d) V` per sequence and head, from the fused `[Q | K | V]` projection; query head
+    /// `h` reads key/value head `h / (heads / kv_heads)`.
+    fn attention(&self, batch: &Batch, qkv: Self::Mat, shape: AttentionShape, ctx: Self::Mat);
+    /// One row of `out` per sequence: its tokens' mean, its first token or its last token.
+    fn pool(&self, batch: &Batch, x: Self::Mat, pooling: Pooling, out: Self::Mat);
+    /// Scales every row to unit length (a zero row stays zero).
+    fn l2_normalize(&self, x: Self::Mat);
+}
+
+/// An architecture written over the op set: its activation [`Layout`] and its forward pass.
+pub trait Architecture<D: Device>: Send + Sync {
+    fn layout(&self) -> Layout;
+    /// Embedding dimension of the pooled output.
+    fn dim(&self) -> usize;
+    /// Token ids the embedding table holds (a batch's ids are checked against it before a forward).
+    fn vocab_size(&self) -> usize;
+    /// Runs `batch` and writes one pooled embedding per sequence into the rows of `out`. `acts` holds one view per
+    /// slot of [`Architecture::layout`], each with at least `batch.tokens()` rows. The batch has passed
+    /// [`Batch::validate`].
+    fn forward<O: Ops<Device = D>>(&self, ops: &O, batch: &Batch, acts: &[O::Mat], out: O::Mat);
+}
