@@ -86,26 +86,26 @@ impl Engine {
         let max_seq_length = config
             .max_seq_length
             .unwrap_or(dir.max_seq_length)
-            .min(dir.config.max_position_embeddings);
+            .min(dir.config.max_positions());
         let tokenizer = tokenizer::load(
             &dir.tokenizer_path,
             config.tokenizer,
             Some(Truncation::right(max_seq_length)),
         )?;
-        if tokenizer.vocab_size() > dir.config.vocab_size {
+        if tokenizer.vocab_size() > dir.config.vocab_size() {
             return Err(Error::model(
                 &dir.tokenizer_path,
                 format!(
                     "the tokenizer has {} tokens but the model's vocab_size is {}",
                     tokenizer.vocab_size(),
-                    dir.config.vocab_size
+                    dir.config.vocab_size()
                 ),
             ));
         }
         let info = ModelInfo {
             path: dir.root.clone(),
-            dim: dir.config.hidden_size,
-            layers: dir.config.num_hidden_layers,
+            dim: dir.config.hidden_size(),
+            layers: dir.config.layers(),
             max_seq_length,
             pooling: dir.pooling,
             normalize: dir.normalize,

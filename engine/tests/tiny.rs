@@ -23,8 +23,10 @@ fn tiny(dir: &Path) -> Engine {
 /// exact GELU, post-LayerNorm, mean pooling, L2 normalisation. Slow and obvious on purpose.
 fn reference_forward(dir: &Path, ids: &[u32]) -> Vec<f32> {
     let md = ModelDir::open(dir).expect("model dir");
-    let c = &md.config;
-    let w = Weights::open(&md.weights_path).expect("weights");
+    let engine::model::ModelConfig::Bert(c) = &md.config else {
+        panic!("the tiny model is a BERT");
+    };
+    let w = Weights::open(&md.weights_path, "embeddings.word_embeddings.weight").expect("weights");
     let (h, f, nh) = (c.hidden_size, c.intermediate_size, c.num_attention_heads);
     let t = |name: &str, shape: &[usize]| -> Vec<f64> {
         w.get(name, shape)
@@ -316,11 +318,11 @@ fn weights_are_memory_mapped_not_copied() {
     let dir = tempfile::tempdir().expect("tempdir");
     write_tiny_bert(dir.path(), TinySpec::default()).expect("write");
     let md = ModelDir::open(dir.path()).expect("open");
-    let w = Weights::open(&md.weights_path).expect("weights");
+    let w = Weights::open(&md.weights_path, "embeddings.word_embeddings.weight").expect("weights");
     assert!(w
         .get(
             "embeddings.word_embeddings.weight",
-            &[md.config.vocab_size, 32]
+            &[md.config.vocab_size(), 32]
         )
         .expect("tensor")
         .is_mapped());

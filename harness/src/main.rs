@@ -1,6 +1,7 @@
 //! `bench`: the Embedding Workbench command line.
 
 mod arrivals;
+mod curve;
 mod generator;
 mod knobs;
 mod plans;
@@ -43,6 +44,9 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Measure what forward plans buy: eager vs replayed latency per batch shape, capture cost, start-up time.
     Plans(plans::PlansArgs),
+    /// The saturation curve: forward tokens/s against batch size in tokens (16 … 32768), and the smallest batch
+    /// budget that reaches 95% of the peak.
+    Curve(curve::CurveArgs),
     /// Find where the engine saturates: step the load (open-loop rate, or batch concurrency) from low to past
     /// saturation for each knob combination; write results/<run-id>/ and reports/<run-id>/.
     Sweep(sweep::SweepArgs),
@@ -348,6 +352,7 @@ fn main() -> Result<()> {
         Command::Tokenize(args) => tokenize(args),
         Command::Serve(args) => serve::run(args),
         Command::Plans(args) => plans::run(args),
+        Command::Curve(args) => curve::run(args),
         Command::Sweep(args) => sweep::sweep(args),
         Command::Replay(args) => sweep::replay(args),
         Command::Report {

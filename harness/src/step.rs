@@ -344,11 +344,15 @@ fn class_metrics(samples: &[&Sample], spec: &ClassSpec, w: &Window) -> ClassMetr
 
 /// Open loop: the backlog (requests due but not yet answered) at the window's start, middle and end. A steady
 /// state keeps it level; overload makes it grow in both halves. Growth up to max(3, 2% of the window's
-/// requests) per half is noise (a burst of the trace).
+/// requests) per half is noise (a burst of the trace). A request that timed out was never answered: it stays in
+/// the backlog (counting its timeout as an answer made a step whose requests all timed out look steady).
 fn open_stability(samples: &[&Sample], w: &Window) -> Stability {
     let backlog = |t: f64| {
         let due = samples.iter().filter(|s| s.scheduled <= t).count() as i64;
-        let done = samples.iter().filter(|s| s.done <= t).count() as i64;
+        let done = samples
+            .iter()
+            .filter(|s| s.outcome != Outcome::Timeout && s.done <= t)
+            .count() as i64;
         due - done
     };
     let mid = (w.warmup_s + w.end_s) / 2.0;
@@ -486,6 +490,24 @@ mod tests {
             "{}",
             m.achieved_rps
         );
+    }
+
+    #[test]
+    fn a_step_whose_requests_time_out_is_not_stable() {
+        // From second 3 on, every request times out after 1 s: each one was "done" at its timeout before.
+        let samples: Vec<Sample> = (0..1100)
+            .map(|i| {
+                let t = i as f64 / 100.0;
+                if t < 3.0 {
+                    sample(t, 0.01, Outcome::Ok)
+                } else {
+                    sample(t, 1.0, Outcome::Timeout)
+                }
+            })
+            .collect();
+        let (m, _, _) = analyze(&samples, &[spec()], &WINDOW, None);
+        assert!(!m[0].stability.stable, "{:?}", m[0].stability);
+        assert!(!m[0].verdict.pass);
     }
 
     #[test]

@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 /// CPU needs AVX512-BF16); elsewhere f32 runs, and the backend's info says which.
 pub fn start(dir: &crate::model::ModelDir, config: &EngineConfig) -> Result<Arc<dyn Backend>> {
     let device = cpu::Cpu::new(config.dtype);
-    let model = crate::model::bert::Bert::load(dir, &device)?;
+    let model = crate::model::Model::load(dir, &device)?;
     Ok(Arc::new(cpu::CpuBackend::new(device, model, config)?))
 }
 

@@ -156,11 +156,12 @@ pub trait Ops {
         bias: &<Self::Device as Device>::Param,
         eps: f32,
     );
-    /// RMSNorm in place of every `group` consecutive columns of every row (a whole row, or each head for
-    /// per-head q/k norms), scaled by `weight` (`group` values).
+    /// RMSNorm of every `group` consecutive columns of every row of `x` (a whole row, or each head for per-head
+    /// q/k norms), scaled by `weight` (`group` values), into `out` (`x` itself for in place).
     fn rms_norm(
         &self,
         x: Self::Mat,
+        out: Self::Mat,
         weight: &<Self::Device as Device>::Param,
         eps: f32,
         group: usize,

@@ -6,12 +6,12 @@
 //! attention runs per sequence and needs no mask; Q, K and V are one fused projection; the residual of each
 //! block is added in its output projection's epilogue, before the LayerNorm.
 
-use super::{BertConfig, ModelDir, Pooling, Weights};
+use super::{BertConfig, ModelConfig, ModelDir, Pooling, Weights};
 use crate::backend::ops::{
     Activation, Architecture, AttentionShape, Device, Embedding, Layout, Matrix, Ops, Slot,
 };
 use crate::batch::Batch;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// `y = x · Wᵀ + b`, weights read in PyTorch's `[out, in]` layout and handed to the device once.
 pub struct Linear<D: Device> {
@@ -185,8 +185,10 @@ pub struct Bert<D: Device> {
 impl<D: Device> Bert<D> {
     /// Loads the weights and hands them to `device` in its own form.
     pub fn load(dir: &ModelDir, device: &D) -> Result<Self> {
-        let w = Weights::open(&dir.weights_path)?;
-        let c = &dir.config;
+        let ModelConfig::Bert(c) = &dir.config else {
+            return Err(Error::model(&dir.root, "not a BERT model directory"));
+        };
+        let w = Weights::open(&dir.weights_path, "embeddings.word_embeddings.weight")?;
         Ok(Bert {
             embeddings: Embeddings::load(&w, device, c)?,
             layers: (0..c.num_hidden_layers)

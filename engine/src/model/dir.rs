@@ -43,6 +43,101 @@ fn default_pos() -> String {
     "absolute".into()
 }
 
+/// The subset of a Hugging Face `config.json` that a Qwen3-style decoder used as an embedding model needs
+/// (Qwen3-Embedding; pplx-embed's bidirectional variant).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+pub struct Qwen3Config {
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub num_key_value_heads: usize,
+    /// Per-head width; `hidden_size / num_attention_heads` when absent.
+    pub head_dim: Option<usize>,
+    pub intermediate_size: usize,
+    pub max_position_embeddings: usize,
+    #[serde(default = "default_rms_eps")]
+    pub rms_norm_eps: f64,
+    #[serde(default = "default_rope_theta")]
+    pub rope_theta: f64,
+    #[serde(default)]
+    pub attention_bias: bool,
+    #[serde(default = "default_silu")]
+    pub hidden_act: String,
+    /// Attention mask convention, an extension of this project: `true` (the default, as Qwen3-Embedding) lets a
+    /// token see only the tokens before it; `false` makes attention bidirectional, as pplx-embed's Qwen3 backbone.
+    #[serde(default = "default_causal")]
+    pub is_causal: bool,
+}
+
+fn default_rms_eps() -> f64 {
+    1e-6
+}
+fn default_rope_theta() -> f64 {
+    1_000_000.0
+}
+fn default_silu() -> String {
+    "silu".into()
+}
+fn default_causal() -> bool {
+    true
+}
+
+impl Qwen3Config {
+    pub fn head_dim(&self) -> usize {
+        self.head_dim
+            .unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
+    }
+}
+
+/// A model directory's architecture and its configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ModelConfig {
+    Bert(BertConfig),
+    Qwen3(Qwen3Config),
+}
+
+impl ModelConfig {
+    pub fn vocab_size(&self) -> usize {
+        match self {
+            ModelConfig::Bert(c) => c.vocab_size,
+            ModelConfig::Qwen3(c) => c.vocab_size,
+        }
+    }
+
+    /// Width of the hidden states, and so of the pooled embedding.
+    pub fn hidden_size(&self) -> usize {
+        match self {
+            ModelConfig::Bert(c) => c.hidden_size,
+            ModelConfig::Qwen3(c) => c.hidden_size,
+        }
+    }
+
+    pub fn layers(&self) -> usize {
+        match self {
+            ModelConfig::Bert(c) => c.num_hidden_layers,
+            ModelConfig::Qwen3(c) => c.num_hidden_layers,
+        }
+    }
+
+    /// The longest sequence the model takes.
+    pub fn max_positions(&self) -> usize {
+        match self {
+            ModelConfig::Bert(c) => c.max_position_embeddings,
+            ModelConfig::Qwen3(c) => c.max_position_embeddings,
+        }
+    }
+}
+
+/// Just enough of `config.json` to tell which architecture it describes.
+#[derive(Deserialize)]
+struct Kind {
+    #[serde(default)]
+    architectures: Vec<String>,
+    #[serde(default)]
+    model_type: String,
+}
+
 /// How token states become one sentence embedding.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -58,7 +153,7 @@ pub enum Pooling {
 #[derive(Clone, Debug)]
 pub struct ModelDir {
     pub root: PathBuf,
-    pub config: BertConfig,
+    pub config: ModelConfig,
     pub pooling: Pooling,
     pub normalize: bool,
     /// sentence-transformers' `max_seq_length`, capped by the position table.
@@ -130,52 +225,28 @@ impl ModelDir {
             ));
         }
         let config_path = require(root.join("config.json"), "the model's config.json")?;
-        let config: BertConfig = read_json(&config_path)?;
-        let supported = config.model_type == "bert"
-            || config
-                .architectures
-                .iter()
-                .any(|a| a == "BertModel" || a == "BertForMaskedLM");
-        if !supported {
+        let kind: Kind = read_json(&config_path)?;
+        let is = |model_type: &str, archs: &[&str]| {
+            kind.model_type == model_type
+                || kind
+                    .architectures
+                    .iter()
+                    .any(|a| archs.contains(&a.as_str()))
+        };
+        let config = if is("bert", &["BertModel", "BertForMaskedLM"]) {
+            ModelConfig::Bert(read_bert(&config_path)?)
+        } else if is("qwen3", &["Qwen3Model", "Qwen3ForCausalLM"]) {
+            ModelConfig::Qwen3(read_qwen3(&config_path)?)
+        } else {
             return Err(Error::model(
                 &config_path,
                 format!(
-                    "unsupported architecture {:?} (model_type {:?}): expected a BERT-family encoder (BertModel)",
-                    config.architectures, config.model_type
+                    "unsupported architecture {:?} (model_type {:?}): expected a BERT-family encoder (BertModel) or \
+                     a Qwen3 model (Qwen3Model)",
+                    kind.architectures, kind.model_type
                 ),
             ));
-        }
-        if config.hidden_act != "gelu" {
-            return Err(Error::model(
-                &config_path,
-                format!(
-                    "unsupported hidden_act {:?}: expected \"gelu\"",
-                    config.hidden_act
-                ),
-            ));
-        }
-        if config.position_embedding_type != "absolute" {
-            return Err(Error::model(
-                &config_path,
-                format!(
-                    "unsupported position_embedding_type {:?}: expected \"absolute\"",
-                    config.position_embedding_type
-                ),
-            ));
-        }
-        if config.num_attention_heads == 0
-            || !config
-                .hidden_size
-                .is_multiple_of(config.num_attention_heads)
-        {
-            return Err(Error::model(
-                &config_path,
-                format!(
-                    "hidden_size {} is not a multiple of num_attention_heads {}",
-                    config.hidden_size, config.num_attention_heads
-                ),
-            ));
-        }
+        };
         let weights_path = require(
             root.join("model.safetensors"),
             "the weights as model.safetensors",
@@ -204,12 +275,12 @@ impl ModelDir {
                 }
             }
         }
-        let mut max_seq_length = config.max_position_embeddings;
+        let mut max_seq_length = config.max_positions();
         let sbert_path = root.join("sentence_bert_config.json");
         if sbert_path.is_file() {
             let s: SentenceBertFile = read_json(&sbert_path)?;
             if let Some(n) = s.max_seq_length {
-                max_seq_length = n.min(config.max_position_embeddings);
+                max_seq_length = n.min(config.max_positions());
             }
         }
         let st_path = root.join("config_sentence_transformers.json");
@@ -232,6 +303,71 @@ impl ModelDir {
             tokenizer_path,
         })
     }
+}
+
+fn read_bert(config_path: &Path) -> Result<BertConfig> {
+    let config: BertConfig = read_json(config_path)?;
+    if config.hidden_act != "gelu" {
+        return Err(Error::model(
+            config_path,
+            format!(
+                "unsupported hidden_act {:?}: expected \"gelu\"",
+                config.hidden_act
+            ),
+        ));
+    }
+    if config.position_embedding_type != "absolute" {
+        return Err(Error::model(
+            config_path,
+            format!(
+                "unsupported position_embedding_type {:?}: expected \"absolute\"",
+                config.position_embedding_type
+            ),
+        ));
+    }
+    if config.num_attention_heads == 0
+        || !config
+            .hidden_size
+            .is_multiple_of(config.num_attention_heads)
+    {
+        return Err(Error::model(
+            config_path,
+            format!(
+                "hidden_size {} is not a multiple of num_attention_heads {}",
+                config.hidden_size, config.num_attention_heads
+            ),
+        ));
+    }
+    Ok(config)
+}
+
+fn read_qwen3(config_path: &Path) -> Result<Qwen3Config> {
+    let config: Qwen3Config = read_json(config_path)?;
+    let fail = |message: String| Err(Error::model(config_path, message));
+    if config.hidden_act != "silu" {
+        return fail(format!(
+            "unsupported hidden_act {:?}: expected \"silu\"",
+            config.hidden_act
+        ));
+    }
+    if config.attention_bias {
+        return fail(
+            "attention_bias = true is not supported (Qwen3 has no attention biases)".into(),
+        );
+    }
+    let (heads, kv) = (config.num_attention_heads, config.num_key_value_heads);
+    if heads == 0 || kv == 0 || !heads.is_multiple_of(kv) {
+        return fail(format!(
+            "num_attention_heads {heads} is not a multiple of num_key_value_heads {kv}"
+        ));
+    }
+    if config.head_dim() == 0 || !config.head_dim().is_multiple_of(2) {
+        return fail(format!(
+            "head_dim {} must be even (rotary embedding rotates pairs)",
+            config.head_dim()
+        ));
+    }
+    Ok(config)
 }
 
 fn read_pooling(path: &Path) -> Result<Pooling> {

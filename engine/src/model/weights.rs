@@ -73,7 +73,9 @@ pub struct Weights {
 }
 
 impl Weights {
-    pub fn open(path: &Path) -> Result<Self> {
+    /// Opens `path` and finds the prefix its tensor names carry (`""`, `"bert."` or `"model."`) by looking for
+    /// `probe`, a tensor every checkpoint of the architecture has.
+    pub fn open(path: &Path, probe: &str) -> Result<Self> {
         let file = std::fs::File::open(path).map_err(Error::io(path))?;
         // SAFETY: the file is opened read-only and we never hand out a view past the map's lifetime (Arc).
         let map = unsafe { Mmap::map(&file) }.map_err(Error::io(path))?;
@@ -81,11 +83,14 @@ impl Weights {
             .map_err(|e| Error::model(path, format!("not a valid safetensors file: {e}")))?;
         let prefix = ["", "bert.", "model."]
             .into_iter()
-            .find(|p| meta.info(&format!("{p}embeddings.word_embeddings.weight")).is_some())
+            .find(|p| meta.info(&format!("{p}{probe}")).is_some())
             .ok_or_else(|| {
                 Error::model(
                     path,
-                    "no tensor `embeddings.word_embeddings.weight` (nor with a `bert.` prefix): not a BERT checkpoint",
+                    format!(
+                        "no tensor `{probe}` (nor with a `bert.` or `model.` prefix): not a checkpoint of the \
+                         architecture config.json names"
+                    ),
                 )
             })?;
         Ok(Weights {

@@ -195,7 +195,7 @@ impl<'a> Ops for CpuPass<'a> {
         });
     }
 
-    fn rms_norm(&self, x: Mat<'a>, weight: &Tensor, eps: f32, group: usize) {
+    fn rms_norm(&self, x: Mat<'a>, out: Mat<'a>, weight: &Tensor, eps: f32, group: usize) {
         let g = weight.data();
         assert!(
             group > 0 && g.len() == group && x.cols.is_multiple_of(group),
@@ -203,9 +203,19 @@ impl<'a> Ops for CpuPass<'a> {
             x.cols,
             g.len()
         );
+        assert!(
+            out.rows >= x.rows && out.cols == x.cols,
+            "rms_norm: output shape"
+        );
+        let in_place = x.ptr() == out.ptr();
         for_rows(self.par, x.rows, &|r| {
-            // SAFETY: each task owns its rows.
-            for chunk in unsafe { x.row_mut(r) }.chunks_exact_mut(group) {
+            // SAFETY: each task owns its rows of `out`; out of place, `x` is another matrix, read only.
+            let dst = unsafe { out.row_mut(r) };
+            if !in_place {
+                // SAFETY: as above.
+                dst.copy_from_slice(unsafe { x.row(r) });
+            }
+            for chunk in dst.chunks_exact_mut(group) {
                 kernels::rms_norm(chunk, g, eps);
             }
         });
