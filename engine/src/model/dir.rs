@@ -58,8 +58,10 @@ pub struct Qwen3Config {
     pub max_position_embeddings: usize,
     #[serde(default = "default_rms_eps")]
     pub rms_norm_eps: f64,
-    #[serde(default = "default_rope_theta")]
-    pub rope_theta: f64,
+    /// Rotary base frequency: top-level in older configs, under `rope_parameters` in newer ones.
+    rope_theta: Option<f64>,
+    #[serde(default)]
+    rope_parameters: Option<RopeParameters>,
     #[serde(default)]
     pub attention_bias: bool,
     #[serde(default = "default_silu")]
@@ -73,8 +75,18 @@ pub struct Qwen3Config {
 fn default_rms_eps() -> f64 {
     1e-6
 }
-fn default_rope_theta() -> f64 {
-    1_000_000.0
+/// Qwen3's default rotary base.
+const DEFAULT_ROPE_THETA: f64 = 1_000_000.0;
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+struct RopeParameters {
+    rope_theta: Option<f64>,
+    #[serde(default = "default_rope_type")]
+    rope_type: String,
+}
+
+fn default_rope_type() -> String {
+    "default".into()
 }
 fn default_silu() -> String {
     "silu".into()
@@ -84,6 +96,14 @@ fn default_causal() -> bool {
 }
 
 impl Qwen3Config {
+    pub fn rope_theta(&self) -> f64 {
+        self.rope_parameters
+            .as_ref()
+            .and_then(|r| r.rope_theta)
+            .or(self.rope_theta)
+            .unwrap_or(DEFAULT_ROPE_THETA)
+    }
+
     pub fn head_dim(&self) -> usize {
         self.head_dim
             .unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
@@ -348,6 +368,16 @@ fn read_qwen3(config_path: &Path) -> Result<Qwen3Config> {
         return fail(format!(
             "unsupported hidden_act {:?}: expected \"silu\"",
             config.hidden_act
+        ));
+    }
+    if let Some(r) = config
+        .rope_parameters
+        .as_ref()
+        .filter(|r| r.rope_type != "default")
+    {
+        return fail(format!(
+            "unsupported rope_type {:?}: expected \"default\" (no rotary scaling)",
+            r.rope_type
         ));
     }
     if config.attention_bias {

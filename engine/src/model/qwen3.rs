@@ -194,7 +194,7 @@ impl<D: Device> Qwen3<D> {
                 row: None,
                 dim: h,
             },
-            rotary: device.rotary_table(c.head_dim(), c.rope_theta, c.max_position_embeddings)?,
+            rotary: device.rotary_table(c.head_dim(), c.rope_theta(), c.max_position_embeddings)?,
             layers: (0..c.num_hidden_layers)
                 .map(|i| Layer::load(&w, device, c, i))
                 .collect::<Result<_>>()?,
