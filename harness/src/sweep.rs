@@ -30,13 +30,13 @@ pub struct Common {
     /// Wire format of a URL target.
     #[arg(long, value_enum, default_value_t = Api::Openai)]
     pub api: Api,
-    /// Model directory; default: all-MiniLM-L6-v2, fetched on first use.
-    #[arg(long)]
-    pub model: Option<PathBuf>,
+    /// The engine the harness starts (`--model`, `--config FILE`, a flag per setting); the knobs apply on top.
+    #[command(flatten)]
+    pub engine: crate::EngineArgs,
     /// Model name sent to a URL target (OpenAI's `model` field).
     #[arg(long)]
     pub model_name: Option<String>,
-    /// An engine knob for every run, NAME=VALUE (any EngineConfig field, or `replicas`); repeatable.
+    /// An engine knob for every run, NAME=VALUE (any engine setting, named as its flag with `_`); repeatable.
     #[arg(long = "set", value_name = "NAME=VALUE")]
     pub sets: Vec<String>,
     /// Arrivals of the online class: uniform, poisson, gamma:CV, azure-conv, azure-code, mooncake,
@@ -153,6 +153,8 @@ struct Setup {
     model_dir: Option<PathBuf>,
     model_name: String,
     workload: Workload,
+    /// The engine settings the knobs apply to.
+    base: engine::EngineConfig,
     combos: Vec<Knobs>,
     axes: Vec<String>,
     progress: MultiProgress,
@@ -161,19 +163,16 @@ struct Setup {
 impl Setup {
     fn new(c: &Common, axes: &[String], corpus_pass: bool) -> Result<Setup> {
         let kind = TargetKind::parse(&c.target, c.api)?;
-        let combos = knobs::combinations(&c.sets, axes)?;
         let external = matches!(kind, TargetKind::Url { .. });
-        if external && (!c.sets.is_empty() || !axes.is_empty()) {
-            bail!("knobs (--set, --axis) cannot be set on an external target; they configure an engine the harness starts");
+        if external && (!c.sets.is_empty() || !axes.is_empty() || c.engine.any_setting()) {
+            bail!("engine settings (--set, --axis, --config, engine flags) cannot be set on an external target; they configure an engine the harness starts");
         }
+        let base = c.engine.config()?;
+        let combos = knobs::combinations(&c.sets, axes, &base)?;
         let model_dir = if external {
             None
         } else {
-            Some(match &c.model {
-                Some(dir) => dir.clone(),
-                None => engine::model::fetch::default_model_dir()
-                    .context("fetching the default model")?,
-            })
+            Some(c.engine.model_dir().context("fetching the default model")?)
         };
         let model_name = c.model_name.clone().unwrap_or_else(|| {
             model_dir
@@ -193,6 +192,7 @@ impl Setup {
             model_dir,
             model_name,
             workload: workload(c, corpus_pass)?,
+            base,
             combos,
             axes: knobs::axis_names(axes),
             progress,
@@ -220,11 +220,11 @@ impl Setup {
         &self,
         knobs: &Knobs,
     ) -> Result<(Arc<dyn Target>, Option<serde_json::Value>, usize)> {
-        let (config, replicas) = knobs::apply(knobs, engine::EngineConfig::default())?;
+        let config = knobs::apply(knobs, self.base.clone())?;
+        let replicas = config.replicas;
         let setup = self.model_dir.as_deref().map(|dir| EngineSetup {
             model_dir: dir,
             config: config.clone(),
-            replicas,
         });
         let engine = setup
             .as_ref()

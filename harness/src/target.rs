@@ -143,7 +143,6 @@ impl TargetKind {
 pub struct EngineSetup<'a> {
     pub model_dir: &'a Path,
     pub config: EngineConfig,
-    pub replicas: usize,
 }
 
 /// Starts the target (a fresh engine for the in-process and serve kinds). Call within a tokio runtime.
@@ -160,7 +159,7 @@ pub fn start(
     };
     let gateway = |setup: Option<EngineSetup>| -> Result<Gateway> {
         let s = setup.context("this target needs a model")?;
-        let engines = crate::serve::load_replicas(s.model_dir, s.config, s.replicas)?;
+        let engines = crate::engines::load_replicas(s.model_dir, s.config)?;
         Gateway::new(engines, gateway_config()).context("starting the gateway")
     };
     Ok(match kind {

@@ -71,7 +71,7 @@ impl CpuBackend {
             workers,
             model,
         };
-        let startup = (config.capture == crate::plan::CaptureMode::Eager).then(|| {
+        let startup = (config.capture == crate::plan::CaptureMode::Startup).then(|| {
             let start = Instant::now();
             // Smallest first and without evicting: when the whole ladder outgrows the cache, start-up keeps the
             // small plans, where replay pays, and the big ones are made on first use.
