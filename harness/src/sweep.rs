@@ -13,7 +13,7 @@ use crate::arrivals::Arrivals;
 use crate::generator::{self, Timing};
 use crate::knobs::{self, Knobs};
 use crate::results::{self, Best, ClassInfo, ConfigResult, Git, Machine, RunResult, WorkloadInfo};
-use crate::search::{self, Next, Observation, Plan};
+use crate::search::{self, Next, Observation, SearchSettings};
 use crate::step::{self, ClassSpec, StepResult, Window};
 use crate::target::{self, Api, EngineSetup, Target, TargetKind};
 use crate::workload::{repo_path, Class, Corpus, Drive, Level, Slo, Workload, WorkloadKind};
@@ -374,18 +374,18 @@ impl Runner<'_> {
     pub async fn search(
         &self,
         target: &Arc<dyn Target>,
-        plan: &Plan,
+        settings: &SearchSettings,
         times: &StepTimes,
         say: &dyn Fn(String),
     ) -> Result<(Vec<StepResult>, String)> {
         let mut steps: Vec<StepResult> = Vec::new();
         let mut history: Vec<Observation> = Vec::new();
         let end = loop {
-            let (level, phase) = match search::next(plan, &history) {
+            let (level, phase) = match search::next(settings, &history) {
                 Next::Done(why) => break why,
                 Next::Run { level, phase } => (level, phase),
             };
-            let probe = plan.rate_mode && matches!(level, Level::Concurrency(_));
+            let probe = settings.rate_mode && matches!(level, Level::Concurrency(_));
             let spec = StepSpec {
                 index: steps.len(),
                 level,
@@ -403,7 +403,7 @@ impl Runner<'_> {
             history.push(Observation {
                 level,
                 probe,
-                throughput: if plan.rate_mode {
+                throughput: if settings.rate_mode {
                     step.main().achieved_rps
                 } else {
                     step.main().tokens_per_s
@@ -420,7 +420,7 @@ impl Runner<'_> {
         target.settle().await;
         let w = self.workload;
         let loads = w
-            .plan(spec.level, spec.duration_s, spec.level.value().to_bits())
+            .loads(spec.level, spec.duration_s, spec.level.value().to_bits())
             .with_context(|| format!("step {}: planning its load", spec.index))?;
         // A step that runs until its sources are exhausted counts its requests.
         let pass_len = loads.iter().find_map(|l| match l {
@@ -547,7 +547,7 @@ pub fn sweep(args: SweepArgs) -> Result<()> {
     let warmup_s = args.warmup_s.unwrap_or(if batch { 4.0 } else { 2.0 });
     positive(&[("--step-s", step_s), ("--probe-s", args.probe_s)])?;
     check_warmup(warmup_s, step_s, &format!("--step-s ({step_s})"))?;
-    let plan = Plan {
+    let search_settings = SearchSettings {
         rate_mode: setup.workload.steps_rate(),
         probe_concurrency: args.probe_concurrency.max(1),
         spread: args.spread.max(2),
@@ -558,7 +558,7 @@ pub fn sweep(args: SweepArgs) -> Result<()> {
         max_concurrency: args.max_concurrency.max(1),
     };
     let settings = serde_json::json!({
-        "step_s": step_s, "warmup_s": warmup_s, "probe_s": args.probe_s, "plan": plan,
+        "step_s": step_s, "warmup_s": warmup_s, "probe_s": args.probe_s, "search": search_settings,
         "max_dispatch_delay_ms": c.max_dispatch_delay_ms, "sets": c.sets, "axes": args.axes,
     });
     let times = StepTimes {
@@ -568,7 +568,7 @@ pub fn sweep(args: SweepArgs) -> Result<()> {
     };
     execute(&setup, c, "sweep", settings, |setup, target, runtime| {
         let runner = setup.runner(c);
-        runtime.block_on(runner.search(target, &plan, &times, &|line| setup.say(line)))
+        runtime.block_on(runner.search(target, &search_settings, &times, &|line| setup.say(line)))
     })
 }
 
@@ -898,8 +898,8 @@ mod tests {
         }
     }
 
-    fn plan() -> Plan {
-        Plan {
+    fn settings() -> SearchSettings {
+        SearchSettings {
             rate_mode: true,
             probe_concurrency: 16,
             spread: 7,
@@ -981,7 +981,7 @@ mod tests {
                 probe_s: 5.0,
             };
             let (steps, end) = runner
-                .search(&target, &plan(), &times, &|_| {})
+                .search(&target, &settings(), &times, &|_| {})
                 .await
                 .unwrap();
             let probe = &steps[0];
