@@ -407,10 +407,7 @@ pub fn throughput_within_slo(steps: &[StepResult]) -> Option<f64> {
     let fail = v.iter().find(|s| !s.pass).map(|s| x_of(s));
     v.iter()
         .filter(|s| s.pass && fail.is_none_or(|f| x_of(s) < f))
-        .map(|s| match s.level {
-            Level::Rate(_) => s.main().achieved_rps,
-            Level::Concurrency(_) => s.main().tokens_per_s,
-        })
+        .map(|s| s.throughput())
         .max_by(f64::total_cmp)
 }
 

@@ -76,11 +76,7 @@ impl Runner<'_> {
             history.push(Observation {
                 level,
                 probe,
-                throughput: if settings.rate_mode {
-                    step.main().achieved_rps
-                } else {
-                    step.main().tokens_per_s
-                },
+                throughput: step.throughput(),
                 pass: step.pass,
             });
             steps.push(step);
