@@ -1,5 +1,8 @@
-//! Every engine setting in one place, with defaults and validation. The `bench` commands and the harness (its
-//! knobs are this struct's fields) all set this same struct.
+//! Every engine setting in one place, with defaults and validation. The `bench` commands' engine flags, their
+//! `--config` files and the harness's knobs are all this one struct: a field added here is a flag (`--field-name`),
+//! a TOML key and a knob (`field_name`) at once.
+
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
@@ -8,42 +11,62 @@ use crate::error::{Error, Result};
 use crate::plan::{CaptureMode, Ladder};
 use crate::tokenizer::TokenizerKind;
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// The clap defaults only feed `--help`: the command line layers the flags actually given over a file or
+/// [`EngineConfig::default`], never a default over a file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, clap::Args)]
 #[serde(default, deny_unknown_fields)]
 pub struct EngineConfig {
     /// Compute threads of the CPU backend; 0 means one per available core.
+    #[arg(long, default_value_t = EngineConfig::default().threads)]
     pub threads: usize,
     /// Token budget of one batch: the sum of all sequences' lengths, special tokens included.
+    #[arg(long, default_value_t = EngineConfig::default().max_batch_tokens)]
     pub max_batch_tokens: usize,
     /// Cap on sequences per batch, whatever their length.
+    #[arg(long, default_value_t = EngineConfig::default().max_batch_seqs)]
     pub max_batch_seqs: usize,
     /// Truncate inputs to this many tokens (special tokens included); `None` takes the model's `max_seq_length`.
+    #[arg(long)]
     pub max_seq_length: Option<usize>,
     /// Which tokenizer implementation reads the model's `tokenizer.json` (`hf` or `fast`; the same ids).
+    #[arg(long, value_enum, default_value_t = EngineConfig::default().tokenizer)]
     pub tokenizer: TokenizerKind,
     /// How long the scheduler may hold a partial batch waiting for more work, in milliseconds; 0 dispatches as soon
     /// as the backend can take work.
+    #[arg(long, default_value_t = EngineConfig::default().max_wait_ms)]
     pub max_wait_ms: u64,
     /// Submit batch N+1 while batch N's results are still being copied out and answered (two batches in flight).
+    #[arg(long, action = clap::ArgAction::Set, default_value_t = EngineConfig::default().overlap)]
     pub overlap: bool,
     /// The scheduler's queue bound in tokens; work beyond it is refused as overloaded.
+    #[arg(long, default_value_t = EngineConfig::default().max_queue_tokens)]
     pub max_queue_tokens: usize,
     /// The scheduler's queue bound in sequences.
+    #[arg(long, default_value_t = EngineConfig::default().max_queue_requests)]
     pub max_queue_requests: usize,
     /// Precision of the linear layers: `f32`, or `bf16` (weights in bf16, f32 accumulation) where the CPU has
     /// AVX512-BF16; elsewhere bf16 falls back to f32 (the backend's info says which ran).
+    #[arg(long, value_enum, default_value_t = EngineConfig::default().dtype)]
     pub dtype: Dtype,
-    /// When forward plans are made: `off` (always eager), `eager` (at start-up, as many as the plan cache holds)
-    /// or `lazy` (a bucket's second batch captures, later ones replay).
+    /// When forward plans are made: `off` (always eager), `startup` (at start-up, as many as the plan cache holds;
+    /// `eager` is its old name) or `lazy` (a bucket's second batch captures, later ones replay).
+    #[arg(long, value_enum, default_value_t = EngineConfig::default().capture)]
     pub capture: CaptureMode,
     /// Token rungs of the bucket ladder, ascending; empty: doubling from 16 up to `max_batch_tokens`.
+    #[arg(long, value_delimiter = ',')]
     pub token_buckets: Vec<usize>,
     /// Sequence rungs of the bucket ladder, ascending; empty: growing fourfold from 1 up to `max_batch_seqs`. A batch
     /// past the top rung runs eager. The CPU backend's plan depends on the token rung alone (an arena), so its
     /// sequence rungs share one plan; a backend whose plans depend on the sequence count keys them by both.
+    #[arg(long, value_delimiter = ',')]
     pub seq_buckets: Vec<usize>,
     /// Memory cap of the plan cache, in MiB; the least recently used plans are evicted past it.
+    #[arg(long, default_value_t = EngineConfig::default().plan_cache_mib)]
     pub plan_cache_mib: usize,
+    /// Engine replicas behind one gateway, each with its own compute threads (`threads` each; 0 shares the cores
+    /// among them).
+    #[arg(long, default_value_t = EngineConfig::default().replicas)]
+    pub replicas: usize,
 }
 
 impl Default for EngineConfig {
@@ -66,6 +89,7 @@ impl Default for EngineConfig {
             seq_buckets: Vec::new(),
             // The default ladder's CPU plans for a MiniLM-sized model take a fraction of it, in f32 or bf16.
             plan_cache_mib: 1024,
+            replicas: 1,
         }
     }
 }
@@ -87,6 +111,7 @@ impl EngineConfig {
         for (name, bound) in [
             ("max_queue_tokens", self.max_queue_tokens),
             ("max_queue_requests", self.max_queue_requests),
+            ("replicas", self.replicas),
         ] {
             if bound == 0 {
                 return Err(Error::Config {
@@ -102,6 +127,24 @@ impl EngineConfig {
             });
         }
         self.ladder().validate()
+    }
+
+    /// Reads a whole configuration from a TOML file; keys left out keep their defaults, unknown keys are refused.
+    pub fn from_toml_file(path: &Path) -> Result<EngineConfig> {
+        let text = std::fs::read_to_string(path).map_err(Error::io(path))?;
+        toml::from_str(&text).map_err(|e| Error::ConfigFile {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })
+    }
+
+    /// This configuration as a TOML file that [`EngineConfig::from_toml_file`] reads back (a `max_seq_length` of
+    /// `None` is left out, which reads back as `None`). Fails only for a number past TOML's 64-bit signed range.
+    pub fn to_toml(&self) -> Result<String> {
+        toml::to_string_pretty(self).map_err(|e| Error::Config {
+            name: "config",
+            message: e.to_string(),
+        })
     }
 
     /// The bucket ladder: the configured rungs, or the default one for the batch budget.
@@ -127,5 +170,62 @@ impl EngineConfig {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
             n => n,
         }
+    }
+}
+
+/// `Display` for the settings' enums: their command-line name, which is also their serde name.
+pub(crate) fn fmt_value_enum(
+    value: &impl clap::ValueEnum,
+    f: &mut std::fmt::Formatter<'_>,
+) -> std::fmt::Result {
+    match value.to_possible_value() {
+        Some(v) => f.write_str(v.get_name()),
+        None => f.write_str("?"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_config_file_round_trips_and_reads_the_old_capture_name() {
+        let config = EngineConfig {
+            threads: 2,
+            max_seq_length: Some(128),
+            tokenizer: TokenizerKind::Hf,
+            overlap: false,
+            dtype: Dtype::Bf16,
+            capture: CaptureMode::Startup,
+            token_buckets: vec![16, 256],
+            replicas: 3,
+            ..EngineConfig::default()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("engine.toml");
+        std::fs::write(&path, config.to_toml().unwrap()).unwrap();
+        assert_eq!(EngineConfig::from_toml_file(&path).unwrap(), config);
+        // `None` is left out of the file and reads back as `None`.
+        let plain = EngineConfig::default();
+        std::fs::write(&path, plain.to_toml().unwrap()).unwrap();
+        assert_eq!(EngineConfig::from_toml_file(&path).unwrap(), plain);
+
+        std::fs::write(&path, "capture = \"eager\"\n").unwrap();
+        let read = EngineConfig::from_toml_file(&path).unwrap();
+        assert_eq!(read.capture, CaptureMode::Startup);
+        assert!(read.to_toml().unwrap().contains("capture = \"startup\""));
+    }
+
+    #[test]
+    fn a_bad_config_file_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("engine.toml");
+        std::fs::write(&path, "capture = \"sometimes\"\n").unwrap();
+        let e = EngineConfig::from_toml_file(&path).unwrap_err().to_string();
+        assert!(e.contains("engine.toml") && e.contains("sometimes"), "{e}");
+        let e = EngineConfig::from_toml_file(&dir.path().join("none.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("none.toml"), "{e}");
     }
 }

@@ -20,6 +20,9 @@ pub enum Error {
     Tokenizer(String),
     #[error("invalid setting `{name}`: {message}")]
     Config { name: &'static str, message: String },
+    /// A configuration file that does not parse, or names a setting that does not exist.
+    #[error("{}: {message}", path.display())]
+    ConfigFile { path: PathBuf, message: String },
     #[error("could not fetch the default model: {0}")]
     Fetch(String),
     #[error("invalid batch: {0}")]

@@ -14,40 +14,26 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 
 /// When plans are made.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum CaptureMode {
     /// Never: every forward runs eager, operation by operation, with buffers allocated per call.
     Off,
-    /// At start-up, smallest first, as many as the cache holds (slow start); any other on first use.
-    Eager,
+    /// At start-up, smallest first, as many as the cache holds (slow start); any other on first use. `eager` was
+    /// its name, and is still read.
+    #[serde(alias = "eager")]
+    #[value(alias = "eager")]
+    Startup,
     /// On demand: a bucket's first batch runs eager, its second captures, later ones replay.
     #[default]
     Lazy,
 }
 
-impl std::str::FromStr for CaptureMode {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "off" => Ok(CaptureMode::Off),
-            "eager" => Ok(CaptureMode::Eager),
-            "lazy" => Ok(CaptureMode::Lazy),
-            other => Err(Error::Config {
-                name: "capture",
-                message: format!("unknown capture mode {other:?} (expected off, eager or lazy)"),
-            }),
-        }
-    }
-}
-
 impl std::fmt::Display for CaptureMode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            CaptureMode::Off => "off",
-            CaptureMode::Eager => "eager",
-            CaptureMode::Lazy => "lazy",
-        })
+        crate::config::fmt_value_enum(self, f)
     }
 }
 
@@ -197,7 +183,7 @@ impl<P> PlanCache<P> {
     }
 
     /// Decides how the next batch of `bucket` runs. Under `lazy` the first sighting of a bucket runs eager and
-    /// the second captures; under `eager` a missing plan (evicted, or past the start-up set) is captured at once.
+    /// the second captures; under `startup` a missing plan (evicted, or past the start-up set) is captured at once.
     pub fn action(&mut self, bucket: Option<Bucket>) -> Action {
         let Some(bucket) = bucket else {
             return Action::Eager;
@@ -209,7 +195,7 @@ impl<P> PlanCache<P> {
                 self.slots.insert(bucket, Slot::Seen);
                 Action::Eager
             }
-            (CaptureMode::Lazy, Some(Slot::Seen)) | (CaptureMode::Eager, _) => Action::Capture,
+            (CaptureMode::Lazy, Some(Slot::Seen)) | (CaptureMode::Startup, _) => Action::Capture,
         }
     }
 
@@ -338,7 +324,7 @@ mod tests {
     }
 
     #[test]
-    fn off_never_captures_and_eager_captures_on_first_sight() {
+    fn off_never_captures_and_startup_captures_on_first_sight() {
         let b = Bucket {
             seqs: 4,
             tokens: 64,
@@ -347,8 +333,8 @@ mod tests {
         for _ in 0..3 {
             assert_eq!(off.action(Some(b)), Action::Eager);
         }
-        let mut eager = PlanCache::<u32>::new(CaptureMode::Eager, 100);
-        assert_eq!(eager.action(Some(b)), Action::Capture);
+        let mut startup = PlanCache::<u32>::new(CaptureMode::Startup, 100);
+        assert_eq!(startup.action(Some(b)), Action::Capture);
     }
 
     #[test]

@@ -162,9 +162,9 @@ fn eviction_under_a_small_cap_keeps_results_right() {
 }
 
 #[test]
-fn eager_mode_captures_every_bucket_at_start_up() {
+fn startup_mode_captures_every_bucket_at_start_up() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(15);
-    let (_d, engine) = tiny(CaptureMode::Eager, |c| {
+    let (_d, engine) = tiny(CaptureMode::Startup, |c| {
         c.token_buckets = vec![16, 64, 256];
         c.seq_buckets = vec![1, 8, 32];
     });
@@ -178,11 +178,11 @@ fn eager_mode_captures_every_bucket_at_start_up() {
 }
 
 #[test]
-fn eager_start_up_keeps_the_small_buckets_when_the_cache_cannot_hold_the_ladder() {
+fn startup_capture_keeps_the_small_buckets_when_the_cache_cannot_hold_the_ladder() {
     // The bug: start-up captured the ladder smallest first and let each big plan evict the small ones before it,
     // so a 1 MiB cache ended up holding the big buckets and every short query captured again on first use.
     let mut rng = rand::rngs::StdRng::seed_from_u64(16);
-    let (_d, engine) = tiny(CaptureMode::Eager, |c| {
+    let (_d, engine) = tiny(CaptureMode::Startup, |c| {
         c.max_batch_tokens = 2048;
         c.token_buckets = vec![64, 256, 512, 1024, 2048];
         c.seq_buckets = vec![1, 64];

@@ -1,6 +1,6 @@
 //! Knobs: engine settings set by name (`--set tokenizer=hf`) or swept (`--axis max_batch_tokens=256,1024`).
 //! [`EngineConfig`] is read through its serde form, so every field it has — including ones added later — is a
-//! knob without code here; `replicas` is the gateway's and handled by name.
+//! knob without code here, named as its `--flag` (with `_`).
 
 use std::collections::BTreeMap;
 
@@ -23,9 +23,6 @@ pub enum KnobError {
     Repeated(String),
 }
 
-/// Knobs that are not `EngineConfig` fields.
-pub const REPLICAS: &str = "replicas";
-
 /// One combination of knob values: name → JSON value, in name order.
 pub type Knobs = BTreeMap<String, Value>;
 
@@ -34,20 +31,14 @@ fn value(raw: &str) -> Value {
     serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_owned()))
 }
 
-fn valid_names() -> Vec<String> {
-    let mut names: Vec<String> = match serde_json::to_value(EngineConfig::default()) {
-        Ok(Value::Object(map)) => map.keys().cloned().collect(),
-        _ => Vec::new(),
-    };
-    names.push(REPLICAS.to_owned());
-    names.sort();
-    names
-}
-
 /// Parses `--set NAME=VALUE` and `--axis NAME=V1,V2,...` into the list of knob combinations to run (the
-/// cartesian product of the axes, each with every `--set`), checking each against `EngineConfig`.
-pub fn combinations(sets: &[String], axes: &[String]) -> Result<Vec<Knobs>, KnobError> {
-    let valid = valid_names();
+/// cartesian product of the axes, each with every `--set`), checking each combination over `base`.
+pub fn combinations(
+    sets: &[String],
+    axes: &[String],
+    base: &EngineConfig,
+) -> Result<Vec<Knobs>, KnobError> {
+    let valid = crate::config::field_names();
     let split = |arg: &String| -> Result<(String, String), KnobError> {
         let (name, raw) = arg
             .split_once('=')
@@ -88,13 +79,13 @@ pub fn combinations(sets: &[String], axes: &[String]) -> Result<Vec<Knobs>, Knob
             .collect();
     }
     for c in &combos {
-        apply(c, EngineConfig::default())?;
+        apply(c, base.clone())?;
     }
     Ok(combos)
 }
 
-/// `base` with the knobs set, validated, and the replica count.
-pub fn apply(knobs: &Knobs, base: EngineConfig) -> Result<(EngineConfig, usize), KnobError> {
+/// `base` with the knobs set, validated.
+pub fn apply(knobs: &Knobs, base: EngineConfig) -> Result<EngineConfig, KnobError> {
     let invalid = |name: &str, v: &Value, message: String| KnobError::Invalid {
         name: name.to_owned(),
         value: v.to_string(),
@@ -102,15 +93,8 @@ pub fn apply(knobs: &Knobs, base: EngineConfig) -> Result<(EngineConfig, usize),
     };
     let mut json =
         serde_json::to_value(base).map_err(|e| invalid("config", &Value::Null, e.to_string()))?;
-    let mut replicas = 1;
-    for (name, v) in knobs {
-        if name == REPLICAS {
-            replicas = v
-                .as_u64()
-                .filter(|&n| n >= 1)
-                .ok_or_else(|| invalid(name, v, "must be a whole number, at least 1".into()))?
-                as usize;
-        } else if let Value::Object(map) = &mut json {
+    if let Value::Object(map) = &mut json {
+        for (name, v) in knobs {
             map.insert(name.clone(), v.clone());
         }
     }
@@ -122,7 +106,7 @@ pub fn apply(knobs: &Knobs, base: EngineConfig) -> Result<(EngineConfig, usize),
     config
         .validate()
         .map_err(|e| invalid("config", &Value::Null, e.to_string()))?;
-    Ok((config, replicas))
+    Ok(config)
 }
 
 /// `max_batch_tokens=256 overlap=false`, or `defaults`.
@@ -162,14 +146,15 @@ mod tests {
         let combos = combinations(
             &s(&["tokenizer=hf", "replicas=2"]),
             &s(&["max_batch_tokens=256,1024,8192", "overlap=true,false"]),
+            &EngineConfig::default(),
         )
         .unwrap();
         assert_eq!(combos.len(), 6);
-        let (config, replicas) = apply(&combos[1], EngineConfig::default()).unwrap();
+        let config = apply(&combos[1], EngineConfig::default()).unwrap();
         assert_eq!(config.max_batch_tokens, 256);
         assert!(!config.overlap);
         assert_eq!(config.tokenizer, engine::tokenizer::TokenizerKind::Hf);
-        assert_eq!(replicas, 2);
+        assert_eq!(config.replicas, 2);
         assert_eq!(
             label(
                 &combos[1],
@@ -181,57 +166,67 @@ mod tests {
 
     #[test]
     fn every_engine_config_field_is_a_knob() {
-        let names = valid_names();
+        let names = crate::config::field_names();
         for field in [
             "threads",
             "max_batch_tokens",
+            "max_batch_seqs",
             "max_wait_ms",
             "overlap",
             "tokenizer",
             "max_seq_length",
+            "replicas",
         ] {
             assert!(
                 names.contains(&field.to_owned()),
                 "{field} missing from {names:?}"
             );
         }
-        let (config, _) = apply(
-            &combinations(&s(&["max_seq_length=null", "max-wait-ms=5"]), &[]).unwrap()[0],
-            EngineConfig::default(),
+        let base = EngineConfig {
+            max_seq_length: Some(64),
+            ..EngineConfig::default()
+        };
+        let combos = combinations(
+            &s(&["max_seq_length=null", "max-wait-ms=5", "capture=eager"]),
+            &[],
+            &base,
         )
         .unwrap();
+        let config = apply(&combos[0], base).unwrap();
         assert_eq!((config.max_seq_length, config.max_wait_ms), (None, 5));
+        assert_eq!(config.capture, engine::plan::CaptureMode::Startup);
     }
 
     #[test]
     fn bad_knobs_say_what_is_wrong() {
-        let e = combinations(&s(&["batch_size=3"]), &[]).unwrap_err();
+        let d = EngineConfig::default();
+        let e = combinations(&s(&["batch_size=3"]), &[], &d).unwrap_err();
         assert!(
             e.to_string().contains("unknown knob `batch_size`")
                 && e.to_string().contains("max_batch_tokens"),
             "{e}"
         );
-        let e = combinations(&[], &s(&["tokenizer=fast,sentencepiece"]))
+        let e = combinations(&[], &s(&["tokenizer=fast,sentencepiece"]), &d)
             .unwrap_err()
             .to_string();
         assert!(
             e.contains("tokenizer") && e.contains("sentencepiece"),
             "{e}"
         );
-        let e = combinations(&s(&["max_batch_tokens=0"]), &[])
+        let e = combinations(&s(&["max_batch_tokens=0"]), &[], &d)
             .unwrap_err()
             .to_string();
         assert!(e.contains("at least 1"), "{e}");
-        let e = combinations(&s(&["replicas=0"]), &[])
+        let e = combinations(&s(&["replicas=0"]), &[], &d)
             .unwrap_err()
             .to_string();
         assert!(e.contains("replicas"), "{e}");
         assert_eq!(
-            combinations(&s(&["threads"]), &[]).unwrap_err(),
+            combinations(&s(&["threads"]), &[], &d).unwrap_err(),
             KnobError::Syntax("threads".into())
         );
         assert_eq!(
-            combinations(&s(&["threads=1"]), &s(&["threads=2,3"])).unwrap_err(),
+            combinations(&s(&["threads=1"]), &s(&["threads=2,3"]), &d).unwrap_err(),
             KnobError::Repeated("threads".into())
         );
     }

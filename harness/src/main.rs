@@ -1,7 +1,9 @@
 //! `bench`: the Embedding Workbench command line.
 
 mod arrivals;
+mod config;
 mod curve;
+mod engines;
 mod generator;
 mod knobs;
 mod plans;
@@ -20,7 +22,11 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
-use engine::{Engine, EngineConfig};
+use engine::tokenizer::TokenizerKind;
+use engine::Engine;
+
+pub(crate) use config::EngineArgs;
+pub(crate) use engines::load_engine;
 
 #[derive(Parser)]
 #[command(
@@ -61,105 +67,6 @@ enum Command {
     },
 }
 
-/// Engine settings shared by every command that loads a model.
-#[derive(Args)]
-pub(crate) struct EngineArgs {
-    /// Model directory (sentence-transformers layout); default: all-MiniLM-L6-v2, fetched on first use.
-    #[arg(long)]
-    model: Option<PathBuf>,
-    /// Compute threads (0: one per core).
-    #[arg(long, default_value_t = 0)]
-    threads: usize,
-    /// Token budget of one batch.
-    #[arg(long, default_value_t = EngineConfig::default().max_batch_tokens)]
-    max_batch_tokens: usize,
-    /// Tokenizer implementation: `fast` (in-house) or `hf` (the Hugging Face crate).
-    #[arg(long, default_value = "fast")]
-    tokenizer: String,
-    /// Longest a partial batch waits for more work before it is dispatched, in milliseconds (the scheduler's:
-    /// `serve` and the harness; `embed` has all its work at once).
-    #[arg(long, default_value_t = EngineConfig::default().max_wait_ms)]
-    max_wait_ms: u64,
-    /// Wait for each batch's answers before submitting the next (overlap is on by default).
-    #[arg(long)]
-    no_overlap: bool,
-    /// Queue bound in tokens; work beyond it is refused as overloaded (the scheduler's: `serve`, the harness).
-    #[arg(long, default_value_t = EngineConfig::default().max_queue_tokens)]
-    max_queue_tokens: usize,
-    /// Queue bound in sequences.
-    #[arg(long, default_value_t = EngineConfig::default().max_queue_requests)]
-    max_queue_requests: usize,
-    /// Precision of the linear layers: f32, or bf16 where the CPU has AVX512-BF16 (f32 elsewhere).
-    #[arg(long, default_value = "f32")]
-    dtype: String,
-    /// When forward plans are made: off (always eager), eager (at start-up, as many as the plan cache holds) or lazy.
-    #[arg(long, default_value = "lazy")]
-    capture: String,
-    /// Token rungs of the bucket ladder, comma-separated (default: doubling from 16 to the token budget).
-    #[arg(long, value_delimiter = ',')]
-    token_buckets: Vec<usize>,
-    /// Sequence rungs of the bucket ladder, comma-separated (default: fourfold from 1 to the sequence cap).
-    #[arg(long, value_delimiter = ',')]
-    seq_buckets: Vec<usize>,
-    /// Memory cap of the plan cache, in MiB.
-    #[arg(long, default_value_t = EngineConfig::default().plan_cache_mib)]
-    plan_cache_mib: usize,
-}
-
-impl EngineArgs {
-    fn model_dir(&self) -> Result<PathBuf> {
-        match &self.model {
-            Some(dir) => Ok(dir.clone()),
-            None => Ok(engine::model::fetch::default_model_dir()?),
-        }
-    }
-
-    fn config(&self) -> Result<EngineConfig> {
-        Ok(EngineConfig {
-            threads: self.threads,
-            max_batch_tokens: self.max_batch_tokens,
-            tokenizer: self.tokenizer.parse()?,
-            max_wait_ms: self.max_wait_ms,
-            overlap: !self.no_overlap,
-            max_queue_tokens: self.max_queue_tokens,
-            max_queue_requests: self.max_queue_requests,
-            dtype: self.dtype.parse()?,
-            capture: self.capture.parse()?,
-            token_buckets: self.token_buckets.clone(),
-            seq_buckets: self.seq_buckets.clone(),
-            plan_cache_mib: self.plan_cache_mib,
-            ..Default::default()
-        })
-    }
-
-    fn load(&self) -> Result<Engine> {
-        load_engine(&self.model_dir()?, self.config()?)
-    }
-}
-
-fn load_engine(dir: &std::path::Path, config: EngineConfig) -> Result<Engine> {
-    let engine = Engine::load(dir, config)
-        .with_context(|| format!("loading the model from {}", dir.display()))?;
-    let info = engine.backend().info();
-    let requested = engine.config().dtype;
-    let fallback = if info.dtype != requested {
-        format!(" ({requested} requested: this CPU lacks AVX512-BF16)")
-    } else {
-        String::new()
-    };
-    let startup = info.startup_capture.map_or(String::new(), |t| {
-        format!(
-            ", {} plans captured at start-up in {t:.2?}",
-            info.startup_plans
-        )
-    });
-    eprintln!(
-        "engine: {} backend ({}), {} threads, {}{fallback}, capture {}{startup}",
-        info.name, info.device, info.threads, info.dtype, info.capture
-    );
-    Ok(engine)
-}
-
 #[derive(Args)]
 struct EmbedArgs {
     #[command(flatten)]
@@ -184,8 +91,8 @@ struct TokenizeArgs {
     #[arg(long)]
     tokenizer_json: Option<PathBuf>,
     /// Tokenizer implementation: `fast` (in-house) or `hf` (the Hugging Face crate).
-    #[arg(long, default_value = "fast")]
-    tokenizer: String,
+    #[arg(long, value_enum, default_value_t = TokenizerKind::Fast)]
+    tokenizer: TokenizerKind,
     /// Truncate to this many ids, special tokens included; no truncation when absent.
     #[arg(long)]
     max_length: Option<usize>,
@@ -224,7 +131,7 @@ fn tokenize(args: TokenizeArgs) -> Result<()> {
             TruncationSide::Right
         },
     });
-    let tokenizer = engine::tokenizer::load(&path, args.tokenizer.parse()?, truncation)
+    let tokenizer = engine::tokenizer::load(&path, args.tokenizer, truncation)
         .with_context(|| format!("loading the tokenizer {}", path.display()))?;
     let mut out = BufWriter::new(std::io::stdout().lock());
     let (mut scratch, mut ids) = (Scratch::default(), Vec::new());

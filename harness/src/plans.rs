@@ -1,7 +1,7 @@
 //! `bench plans`: what forward plans buy on this machine. For each batch shape, the forward latency run eager
 //! (`capture = off`: one fork/join per operation, buffers allocated per call) against a replayed plan, the first
-//! two calls under `lazy` (eager, then capture), and the capture cost; and the start-up time of `eager` (plans
-//! captured first) against `lazy`.
+//! two calls under `lazy` (eager, then capture), and the capture cost; and the start-up time of `startup`
+//! capture (plans captured first) against `lazy`.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -78,9 +78,9 @@ struct Row {
 #[derive(serde::Serialize)]
 struct Startup {
     lazy_load_ms: f64,
-    eager_load_ms: f64,
-    eager_capture_ms: f64,
-    eager_plans: usize,
+    startup_load_ms: f64,
+    startup_capture_ms: f64,
+    startup_plans: usize,
 }
 
 pub fn run(args: PlansArgs) -> Result<()> {
@@ -88,8 +88,11 @@ pub fn run(args: PlansArgs) -> Result<()> {
     let base = args.engine.config()?;
     let startup = startup(&dir, &base)?;
     eprintln!(
-        "start-up: lazy {:.0} ms; eager {:.0} ms ({} plans captured in {:.0} ms)",
-        startup.lazy_load_ms, startup.eager_load_ms, startup.eager_plans, startup.eager_capture_ms
+        "start-up: lazy {:.0} ms; startup capture {:.0} ms ({} plans captured in {:.0} ms)",
+        startup.lazy_load_ms,
+        startup.startup_load_ms,
+        startup.startup_plans,
+        startup.startup_capture_ms
     );
 
     // Every shape gets a bucket: the budget covers the largest.
@@ -183,8 +186,11 @@ pub fn run(args: PlansArgs) -> Result<()> {
         ),
     }
     println!(
-        "start-up: lazy {:.0} ms, eager {:.0} ms ({} plans in {:.0} ms)",
-        startup.lazy_load_ms, startup.eager_load_ms, startup.eager_plans, startup.eager_capture_ms
+        "start-up: lazy {:.0} ms, startup capture {:.0} ms ({} plans in {:.0} ms)",
+        startup.lazy_load_ms,
+        startup.startup_load_ms,
+        startup.startup_plans,
+        startup.startup_capture_ms
     );
     if let Some(path) = &args.json {
         let json = serde_json::json!({
@@ -201,7 +207,7 @@ pub fn run(args: PlansArgs) -> Result<()> {
     Ok(())
 }
 
-/// Load times of the same engine under `lazy` and under `eager` (which captures the buckets first).
+/// Load times of the same engine under `lazy` and under `startup` (which captures the buckets first).
 fn startup(dir: &std::path::Path, base: &EngineConfig) -> Result<Startup> {
     let load = |capture| -> Result<(Duration, Engine)> {
         let start = Instant::now();
@@ -215,13 +221,13 @@ fn startup(dir: &std::path::Path, base: &EngineConfig) -> Result<Startup> {
         Ok((start.elapsed(), engine))
     };
     let (lazy, _) = load(CaptureMode::Lazy)?;
-    let (eager, engine) = load(CaptureMode::Eager)?;
+    let (startup, engine) = load(CaptureMode::Startup)?;
     let info = engine.backend().info();
     Ok(Startup {
         lazy_load_ms: ms(lazy),
-        eager_load_ms: ms(eager),
-        eager_capture_ms: info.startup_capture.map_or(0.0, ms),
-        eager_plans: info.startup_plans,
+        startup_load_ms: ms(startup),
+        startup_capture_ms: info.startup_capture.map_or(0.0, ms),
+        startup_plans: info.startup_plans,
     })
 }
 

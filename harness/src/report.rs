@@ -235,13 +235,7 @@ fn charts(result: &RunResult) -> Vec<Chart> {
             dashed: true,
             max_gap: None,
         });
-        let y_of = |s: &StepResult| {
-            if rate_mode {
-                s.main().achieved_rps
-            } else {
-                s.main().tokens_per_s
-            }
-        };
+        let y_of = StepResult::throughput;
         throughput.lines.push(Line {
             label: name(
                 &config.label,

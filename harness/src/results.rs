@@ -356,13 +356,7 @@ pub fn config_table(result: &RunResult) -> (Vec<String>, Vec<Vec<String>>) {
             let peak = c
                 .steps
                 .iter()
-                .map(|s| {
-                    if rate_mode {
-                        s.main().achieved_rps
-                    } else {
-                        s.main().tokens_per_s
-                    }
-                })
+                .map(StepResult::throughput)
                 .fold(0.0, f64::max);
             vec![
                 c.label.clone(),

@@ -16,7 +16,7 @@ use crate::workload::Level;
 
 /// How the search runs.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Plan {
+pub struct SearchSettings {
     /// Step a rate (open loop) or a concurrency (closed loop).
     pub rate_mode: bool,
     /// Clients of the rate mode's probe.
@@ -52,19 +52,19 @@ pub enum Next {
 /// Throughput gains under this fraction count as a plateau.
 const PLATEAU: f64 = 0.05;
 
-pub fn next(plan: &Plan, history: &[Observation]) -> Next {
+pub fn next(settings: &SearchSettings, history: &[Observation]) -> Next {
     let steps: Vec<&Observation> = history.iter().filter(|o| !o.probe).collect();
-    if plan.rate_mode && history.iter().all(|o| !o.probe) {
+    if settings.rate_mode && history.iter().all(|o| !o.probe) {
         return Next::Run {
-            level: Level::Concurrency(plan.probe_concurrency),
+            level: Level::Concurrency(settings.probe_concurrency),
             phase: format!(
                 "probe: {} clients, closed loop, for the maximum throughput",
-                plan.probe_concurrency
+                settings.probe_concurrency
             ),
         };
     }
-    if steps.len() >= plan.max_steps {
-        return Next::Done(format!("step limit ({}) reached", plan.max_steps));
+    if steps.len() >= settings.max_steps {
+        return Next::Done(format!("step limit ({}) reached", settings.max_steps));
     }
     let ran = |x: f64| {
         steps
@@ -81,7 +81,7 @@ pub fn next(plan: &Plan, history: &[Observation]) -> Next {
         .filter(|o| o.pass && lowest_fail.is_none_or(|f| o.level.value() < f))
         .map(|o| o.level.value())
         .max_by(f64::total_cmp);
-    if plan.rate_mode {
+    if settings.rate_mode {
         let capacity = history
             .iter()
             .find(|o| o.probe)
@@ -89,7 +89,7 @@ pub fn next(plan: &Plan, history: &[Observation]) -> Next {
         if capacity <= 0.0 {
             return Next::Done("the probe got no answers: nothing to step".into());
         }
-        let spread = spread_levels(plan, capacity);
+        let spread = spread_levels(settings, capacity);
         if let Some(&rate) = spread.iter().find(|&&r| !ran(r)) {
             return Next::Run {
                 level: Level::Rate(rate),
@@ -112,7 +112,9 @@ pub fn next(plan: &Plan, history: &[Observation]) -> Next {
                 level: Level::Rate(fail / 2.0),
                 phase: "extend: no step met the SLO, going lower".into(),
             },
-            (Some(pass), Some(fail)) => narrow(plan, pass, fail, Level::Rate, |a, b| (a + b) / 2.0),
+            (Some(pass), Some(fail)) => {
+                narrow(settings, pass, fail, Level::Rate, |a, b| (a + b) / 2.0)
+            }
         }
     } else {
         let Some(max_run) = steps.iter().map(|o| o.level.value()).max_by(f64::total_cmp) else {
@@ -124,7 +126,7 @@ pub fn next(plan: &Plan, history: &[Observation]) -> Next {
         match (best_pass, lowest_fail) {
             (None, Some(_)) => Next::Done("even the lowest concurrency misses the SLO".into()),
             (Some(pass), Some(fail)) => narrow(
-                plan,
+                settings,
                 pass,
                 fail,
                 |x| Level::Concurrency(x as usize),
@@ -147,13 +149,13 @@ pub fn next(plan: &Plan, history: &[Observation]) -> Next {
                         "throughput plateaued: two doublings up to {max_run} clients gained under {:.0}% each",
                         PLATEAU * 100.0
                     ))
-                } else if max_run as usize >= plan.max_concurrency {
+                } else if max_run as usize >= settings.max_concurrency {
                     Next::Done(format!(
                         "maximum concurrency ({}) reached",
-                        plan.max_concurrency
+                        settings.max_concurrency
                     ))
                 } else {
-                    let c = (max_run as usize * 2).min(plan.max_concurrency);
+                    let c = (max_run as usize * 2).min(settings.max_concurrency);
                     Next::Run {
                         level: Level::Concurrency(c),
                         phase: format!("ramp: {c} clients"),
@@ -166,7 +168,7 @@ pub fn next(plan: &Plan, history: &[Observation]) -> Next {
 
 /// Bisects the SLO boundary between the highest passing level and the lowest failing one.
 fn narrow(
-    plan: &Plan,
+    settings: &SearchSettings,
     pass: f64,
     fail: f64,
     level: impl Fn(f64) -> Level,
@@ -174,11 +176,11 @@ fn narrow(
 ) -> Next {
     let width = (fail - pass) / fail;
     let m = mid(pass, fail);
-    if width <= plan.resolution || m <= pass {
+    if width <= settings.resolution || m <= pass {
         return Next::Done(format!(
             "SLO boundary between {pass:.4} and {fail:.4} ({:.1}% wide, resolution {:.0}%)",
             width * 100.0,
-            plan.resolution * 100.0
+            settings.resolution * 100.0
         ));
     }
     Next::Run {
@@ -187,13 +189,13 @@ fn narrow(
     }
 }
 
-/// `plan.spread` rates from `lo` to `hi` times `capacity`, denser toward the top where the boundary usually is.
-pub fn spread_levels(plan: &Plan, capacity: f64) -> Vec<f64> {
-    let n = plan.spread.max(2);
+/// `settings.spread` rates from `lo` to `hi` times `capacity`, denser toward the top where the boundary usually is.
+pub fn spread_levels(settings: &SearchSettings, capacity: f64) -> Vec<f64> {
+    let n = settings.spread.max(2);
     (0..n)
         .map(|k| {
             let x = k as f64 / (n - 1) as f64;
-            capacity * (plan.lo + (plan.hi - plan.lo) * x.powf(0.7))
+            capacity * (settings.lo + (settings.hi - settings.lo) * x.powf(0.7))
         })
         .collect()
 }
@@ -405,10 +407,7 @@ pub fn throughput_within_slo(steps: &[StepResult]) -> Option<f64> {
     let fail = v.iter().find(|s| !s.pass).map(|s| x_of(s));
     v.iter()
         .filter(|s| s.pass && fail.is_none_or(|f| x_of(s) < f))
-        .map(|s| match s.level {
-            Level::Rate(_) => s.main().achieved_rps,
-            Level::Concurrency(_) => s.main().tokens_per_s,
-        })
+        .map(|s| s.throughput())
         .max_by(f64::total_cmp)
 }
 
@@ -416,8 +415,8 @@ pub fn throughput_within_slo(steps: &[StepResult]) -> Option<f64> {
 mod tests {
     use super::*;
 
-    fn plan(rate_mode: bool) -> Plan {
-        Plan {
+    fn settings(rate_mode: bool) -> SearchSettings {
+        SearchSettings {
             rate_mode,
             probe_concurrency: 64,
             spread: 6,
@@ -431,14 +430,14 @@ mod tests {
 
     /// Drives `next` against a model of a server: `pass(level)` and `throughput(level)`.
     fn drive(
-        plan: &Plan,
+        settings: &SearchSettings,
         probe: f64,
         pass: impl Fn(f64) -> bool,
         throughput: impl Fn(f64) -> f64,
     ) -> Vec<Observation> {
         let mut history = Vec::new();
-        while let Next::Run { level, .. } = next(plan, &history) {
-            let probe_step = matches!(level, Level::Concurrency(_)) && plan.rate_mode;
+        while let Next::Run { level, .. } = next(settings, &history) {
+            let probe_step = matches!(level, Level::Concurrency(_)) && settings.rate_mode;
             let x = level.value();
             history.push(Observation {
                 level,
@@ -468,7 +467,12 @@ mod tests {
     #[test]
     fn rate_search_narrows_the_slo_boundary_to_the_resolution() {
         for true_point in [13.0, 47.0, 88.0, 99.0] {
-            let h = drive(&plan(true), 100.0, |x| x <= true_point, |x| x.min(100.0));
+            let h = drive(
+                &settings(true),
+                100.0,
+                |x| x <= true_point,
+                |x| x.min(100.0),
+            );
             assert_eq!(h[0].level, Level::Concurrency(64));
             let (pass, fail) = boundary(&h);
             assert!(
@@ -483,21 +487,21 @@ mod tests {
     #[test]
     fn rate_search_goes_past_a_too_low_probe_and_below_a_too_high_one() {
         // The probe underestimates: every spread step passes, so the search extends upward.
-        let h = drive(&plan(true), 50.0, |x| x <= 140.0, |x| x);
+        let h = drive(&settings(true), 50.0, |x| x <= 140.0, |x| x);
         let (pass, fail) = boundary(&h);
         assert!(
             pass <= 140.0 && 140.0 < fail && (fail - pass) / fail <= 0.05,
             "{pass}..{fail}"
         );
         // Nothing passes until far below the probe.
-        let h = drive(&plan(true), 100.0, |x| x <= 2.0, |x| x);
+        let h = drive(&settings(true), 100.0, |x| x <= 2.0, |x| x);
         let (pass, fail) = boundary(&h);
         assert!(
             pass <= 2.0 && 2.0 < fail && (fail - pass) / fail <= 0.05,
             "{pass}..{fail}"
         );
         // Nothing passes at all.
-        let mut p = plan(true);
+        let mut p = settings(true);
         p.max_steps = 40;
         let h = drive(&p, 100.0, |_| false, |x| x);
         assert!(matches!(next(&p, &h), Next::Done(why) if why.contains("no rate met")));
@@ -506,18 +510,18 @@ mod tests {
     #[test]
     fn concurrency_search_stops_at_a_plateau_or_bisects_the_slo() {
         // Throughput saturates at 2 clients; the SLO holds everywhere: stop after two flat doublings.
-        let h = drive(&plan(false), 0.0, |_| true, |c| 1000.0 * c.min(2.0));
+        let h = drive(&settings(false), 0.0, |_| true, |c| 1000.0 * c.min(2.0));
         let levels: Vec<f64> = h.iter().map(|o| o.level.value()).collect();
         assert_eq!(levels, [1.0, 2.0, 4.0, 8.0]);
         // Latency grows with clients: the SLO breaks above 5.
-        let h = drive(&plan(false), 0.0, |c| c <= 5.0, |c| 100.0 * c);
+        let h = drive(&settings(false), 0.0, |c| c <= 5.0, |c| 100.0 * c);
         let (pass, fail) = boundary(&h);
         assert_eq!((pass, fail), (5.0, 6.0));
     }
 
     #[test]
     fn spread_is_denser_near_the_top() {
-        let l = spread_levels(&plan(true), 100.0);
+        let l = spread_levels(&settings(true), 100.0);
         assert_eq!(l.len(), 6);
         assert!((l[0] - 10.0).abs() < 1e-9 && (l[5] - 120.0).abs() < 1e-9);
         assert!(l[5] - l[4] < l[1] - l[0]);

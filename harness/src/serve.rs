@@ -6,9 +6,9 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use clap::Args;
 use engine::gateway::{Gateway, GatewayConfig};
-use engine::{Engine, EngineConfig};
+use engine::EngineConfig;
 
-use crate::{load_engine, EngineArgs};
+use crate::EngineArgs;
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -27,9 +27,6 @@ pub struct ServeArgs {
 /// Gateway settings of `serve`.
 #[derive(Args)]
 pub struct GatewayArgs {
-    /// Engine replicas, each with its own compute threads (`--threads` each; 0 shares the cores among them).
-    #[arg(long, default_value_t = 1)]
-    pub replicas: usize,
     /// Require `Authorization: Bearer <KEY>` on every route but /health.
     #[arg(long)]
     pub api_key: Option<String>,
@@ -56,7 +53,7 @@ pub struct GatewayArgs {
 impl GatewayArgs {
     /// Loads the replicas and starts the gateway (on the current tokio runtime).
     pub fn start(&self, dir: &Path, config: EngineConfig) -> Result<Gateway> {
-        let engines = load_replicas(dir, config, self.replicas)?;
+        let engines = crate::engines::load_replicas(dir, config)?;
         let model_name = self.model_name.clone().unwrap_or_else(|| {
             dir.file_name()
                 .map_or("model".into(), |n| n.to_string_lossy().into_owned())
@@ -72,17 +69,6 @@ impl GatewayArgs {
         };
         Gateway::new(engines, gateway).context("starting the gateway")
     }
-}
-
-/// `replicas` engines of the model in `dir`; with `threads` 0 they share the cores between them.
-pub fn load_replicas(dir: &Path, mut config: EngineConfig, replicas: usize) -> Result<Vec<Engine>> {
-    let replicas = replicas.max(1);
-    if config.threads == 0 {
-        config.threads = (config.resolved_threads() / replicas).max(1);
-    }
-    (0..replicas)
-        .map(|_| load_engine(dir, config.clone()))
-        .collect()
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {

@@ -190,6 +190,16 @@ impl StepResult {
     pub fn main(&self) -> &ClassMetrics {
         &self.classes[0]
     }
+
+    /// The step's throughput figure, the one searches compare and reports plot: requests/s of a rate step (and of
+    /// a rate sweep's closed-loop probe), tokens/s of a concurrency step (a bulk client's work is tokens).
+    pub fn throughput(&self) -> f64 {
+        match self.level {
+            Level::Rate(_) => self.main().achieved_rps,
+            Level::Concurrency(_) if self.probe => self.main().achieved_rps,
+            Level::Concurrency(_) => self.main().tokens_per_s,
+        }
+    }
 }
 
 /// What `analyze` needs to know about each class.

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use bytes::Bytes;
-use engine::gateway::{Gateway, GatewayConfig, Inputs, Options};
+use engine::gateway::{Gateway, GatewayConfig, Inputs, MetricsSnapshot, Options};
 use engine::EngineConfig;
 use http::StatusCode;
 use http_body_util::{BodyExt, Full};
@@ -51,6 +51,18 @@ pub struct Telemetry {
     /// Forward passes that replayed a captured plan, and all forward passes that reported how they ran.
     pub replays: f64,
     pub forwards: f64,
+}
+
+impl From<MetricsSnapshot> for Telemetry {
+    fn from(s: MetricsSnapshot) -> Telemetry {
+        Telemetry {
+            batches: s.batches as f64,
+            batch_tokens: s.batch_tokens,
+            fill: s.batch_fill,
+            replays: s.replay_forwards as f64,
+            forwards: (s.eager_forwards + s.capture_forwards + s.replay_forwards) as f64,
+        }
+    }
 }
 
 impl Telemetry {
@@ -143,7 +155,6 @@ impl TargetKind {
 pub struct EngineSetup<'a> {
     pub model_dir: &'a Path,
     pub config: EngineConfig,
-    pub replicas: usize,
 }
 
 /// Starts the target (a fresh engine for the in-process and serve kinds). Call within a tokio runtime.
@@ -160,7 +171,7 @@ pub fn start(
     };
     let gateway = |setup: Option<EngineSetup>| -> Result<Gateway> {
         let s = setup.context("this target needs a model")?;
-        let engines = crate::serve::load_replicas(s.model_dir, s.config, s.replicas)?;
+        let engines = crate::engines::load_replicas(s.model_dir, s.config)?;
         Gateway::new(engines, gateway_config()).context("starting the gateway")
     };
     Ok(match kind {
@@ -202,8 +213,8 @@ impl Target for InProcess {
     }
 
     fn telemetry(&self) -> BoxFuture<Option<Telemetry>> {
-        let text = self.gateway.metrics().render(&self.gateway.loads());
-        Box::pin(async move { Telemetry::parse_prometheus(&text) })
+        let telemetry = Telemetry::from(self.gateway.metrics().snapshot());
+        Box::pin(async move { Some(telemetry) })
     }
 
     fn settle(&self) -> BoxFuture<()> {
@@ -439,13 +450,38 @@ mod tests {
         }
     }
 
+    /// The text our `/metrics` renders parses back to the in-process snapshot: the HTTP and in-process targets
+    /// read the same figures.
     #[test]
     fn reads_our_metrics() {
-        let text = "# TYPE embed_batch_tokens histogram\nembed_batch_tokens_bucket{le=\"64\"} 3\n\
-                    embed_batch_tokens_sum 1200\nembed_batch_tokens_count 4\n\
-                    embed_batch_fill_sum 0.5\nembed_batch_fill_count 4\n";
-        let t = Telemetry::parse_prometheus(text).unwrap();
-        assert_eq!((t.batches, t.batch_tokens, t.fill), (4.0, 1200.0, 0.5));
+        use engine::plan::{ForwardStats, Run};
+        use engine::scheduler::BatchStats;
+        let metrics = engine::gateway::Metrics::default();
+        for (tokens, run) in [
+            (300, Run::Eager),
+            (500, Run::Capture),
+            (200, Run::Replay),
+            (200, Run::Replay),
+        ] {
+            metrics.record_batch(&BatchStats {
+                seqs: 2,
+                tokens,
+                fill: tokens as f64 / 1000.0,
+                backend_queue: Duration::ZERO,
+                forward: Duration::from_millis(3),
+                plan: Some(ForwardStats {
+                    run,
+                    bucket: None,
+                    padding_tokens: 0,
+                    capture_time: None,
+                    cache: Default::default(),
+                }),
+            });
+        }
+        let t = Telemetry::parse_prometheus(&metrics.render(&[])).unwrap();
+        assert_eq!((t.batches, t.batch_tokens, t.fill), (4.0, 1200.0, 1.2));
+        assert_eq!((t.replays, t.forwards), (2.0, 4.0));
+        assert_eq!(t, Telemetry::from(metrics.snapshot()));
         assert_eq!(Telemetry::parse_prometheus("up 1\n"), None);
     }
 

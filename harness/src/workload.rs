@@ -316,7 +316,7 @@ pub enum ClassLoad {
 impl Workload {
     /// The stepped class at `level` (a rate for an open class, a concurrency for a closed one; a concurrency on an
     /// open class probes it closed loop), the others as they are, over `duration_s`.
-    pub fn plan(
+    pub fn loads(
         &self,
         level: Level,
         duration_s: f64,

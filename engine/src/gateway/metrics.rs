@@ -67,6 +67,17 @@ impl Hist {
         self.hist.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Sum of the recorded values, in rendered units.
+    fn sum_of(h: &Histogram<u64>, scale: f64) -> f64 {
+        h.mean() * h.len() as f64 / scale
+    }
+
+    /// How many values were recorded, and their sum in rendered units.
+    fn count_and_sum(&self) -> (u64, f64) {
+        let h = self.lock();
+        (h.len(), Self::sum_of(&h, self.scale))
+    }
+
     fn render(&self, out: &mut String, name: &str, labels: &str, buckets: &[f64]) {
         let h = self.lock();
         let sep = if labels.is_empty() { "" } else { "," };
@@ -75,7 +86,7 @@ impl Hist {
             let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{le}\"}} {count}");
         }
         let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {}", h.len());
-        let sum = h.mean() * h.len() as f64 / self.scale;
+        let sum = Self::sum_of(&h, self.scale);
         let block = if labels.is_empty() {
             String::new()
         } else {
@@ -84,6 +95,20 @@ impl Hist {
         let _ = writeln!(out, "{name}_sum{block} {sum}");
         let _ = writeln!(out, "{name}_count{block} {}", h.len());
     }
+}
+
+/// The batch and forward counters as numbers, for a reader in the same process (the harness) that would
+/// otherwise render the text exposition only to parse it back.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct MetricsSnapshot {
+    pub batches: u64,
+    pub batch_tokens: f64,
+    /// Sum over batches of tokens / token budget.
+    pub batch_fill: f64,
+    /// Forward passes by how they ran.
+    pub eager_forwards: u64,
+    pub capture_forwards: u64,
+    pub replay_forwards: u64,
 }
 
 /// Everything `/metrics` reports, shared by the routes and every replica's scheduler observer.
@@ -140,6 +165,24 @@ impl Metrics {
             p.forwards[plan.run as usize] += 1;
             p.padding_tokens += plan.padding_tokens as u64;
             p.capture_seconds += plan.capture_time.map_or(0.0, |t| t.as_secs_f64());
+        }
+    }
+
+    /// The counters `render` reports as `embed_batch_*` and `embed_forwards_total`.
+    pub fn snapshot(&self) -> MetricsSnapshot {
+        let (batches, batch_tokens) = self.batch_tokens.count_and_sum();
+        let [eager_forwards, capture_forwards, replay_forwards] = self
+            .plans
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .forwards;
+        MetricsSnapshot {
+            batches,
+            batch_tokens,
+            batch_fill: self.batch_fill.count_and_sum().1,
+            eager_forwards,
+            capture_forwards,
+            replay_forwards,
         }
     }
 

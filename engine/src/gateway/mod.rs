@@ -24,7 +24,7 @@ use serde::Serialize;
 pub use error::ApiError;
 use input::Tokenization;
 pub use input::{Direction, Inputs, Options};
-pub use metrics::{Metrics, Times};
+pub use metrics::{Metrics, MetricsSnapshot, Times};
 
 use crate::scheduler::{Scheduler, StageTimes};
 use crate::Engine;

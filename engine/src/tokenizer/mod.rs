@@ -6,17 +6,16 @@ pub mod fast;
 mod hf;
 
 use std::path::Path;
-use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
 pub use fast::FastTokenizer;
 pub use hf::HfTokenizer;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// Which implementation reads the `tokenizer.json`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum TokenizerKind {
     /// The Hugging Face `tokenizers` crate.
@@ -24,21 +23,6 @@ pub enum TokenizerKind {
     /// The in-house WordPiece and Unigram tokenizer.
     #[default]
     Fast,
-}
-
-impl FromStr for TokenizerKind {
-    type Err = Error;
-
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "hf" => Ok(TokenizerKind::Hf),
-            "fast" => Ok(TokenizerKind::Fast),
-            _ => Err(Error::Config {
-                name: "tokenizer",
-                message: format!("unknown tokenizer `{s}` (expected `hf` or `fast`)"),
-            }),
-        }
-    }
 }
 
 /// Which end of a too-long sequence is cut.

@@ -84,7 +84,7 @@ impl CpuBackend {
             model,
             device,
         };
-        let startup = (config.capture == CaptureMode::Eager).then(|| {
+        let startup = (config.capture == CaptureMode::Startup).then(|| {
             let start = Instant::now();
             // Smallest first and without evicting: when the whole ladder outgrows the cache, start-up keeps the
             // small plans, where replay pays, and the big ones are made on first use.

@@ -1,0 +1,209 @@
+//! What a run holds fixed: the target kind, the model, the workload built from the command line, the knob
+//! combinations over the engine settings given.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use indicatif::{MultiProgress, ProgressDrawTarget};
+
+use super::args::Common;
+use super::run::Runner;
+use crate::arrivals::Arrivals;
+use crate::knobs::{self, Knobs};
+use crate::target::{self, EngineSetup, Target, TargetKind};
+use crate::workload::{repo_path, Class, Corpus, Drive, Slo, Workload, WorkloadKind};
+
+/// Everything a run holds fixed.
+pub(super) struct Setup {
+    pub(super) common_args: Vec<String>,
+    pub(super) kind: TargetKind,
+    pub(super) model_dir: Option<PathBuf>,
+    pub(super) model_name: String,
+    pub(super) workload: Workload,
+    /// The engine settings the knobs apply to.
+    pub(super) base: engine::EngineConfig,
+    pub(super) combos: Vec<Knobs>,
+    pub(super) axes: Vec<String>,
+    pub(super) progress: MultiProgress,
+}
+
+impl Setup {
+    pub(super) fn new(c: &Common, axes: &[String], corpus_pass: bool) -> Result<Setup> {
+        let kind = TargetKind::parse(&c.target, c.api)?;
+        let external = matches!(kind, TargetKind::Url { .. });
+        if external && (!c.sets.is_empty() || !axes.is_empty() || c.engine.any_setting()) {
+            bail!("engine settings (--set, --axis, --config, engine flags) cannot be set on an external target; they configure an engine the harness starts");
+        }
+        let base = c.engine.config()?;
+        let combos = knobs::combinations(&c.sets, axes, &base)?;
+        let model_dir = if external {
+            None
+        } else {
+            Some(c.engine.model_dir().context("fetching the default model")?)
+        };
+        let model_name = c.model_name.clone().unwrap_or_else(|| {
+            model_dir
+                .as_ref()
+                .and_then(|d| d.file_name())
+                .map_or("all-MiniLM-L6-v2".into(), |n| {
+                    n.to_string_lossy().into_owned()
+                })
+        });
+        let progress = MultiProgress::new();
+        if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+            progress.set_draw_target(ProgressDrawTarget::hidden());
+        }
+        Ok(Setup {
+            common_args: std::env::args().skip(1).collect(),
+            kind,
+            model_dir,
+            model_name,
+            workload: workload(c, corpus_pass)?,
+            base,
+            combos,
+            axes: knobs::axis_names(axes),
+            progress,
+        })
+    }
+
+    pub(super) fn runner<'a>(&'a self, c: &Common) -> Runner<'a> {
+        Runner {
+            workload: &self.workload,
+            progress: &self.progress,
+            max_dispatch_delay_ms: c.max_dispatch_delay_ms,
+        }
+    }
+
+    /// A line above the progress bars (or straight to stderr when they are hidden).
+    pub(super) fn say(&self, line: String) {
+        if self.progress.is_hidden() {
+            eprintln!("{line}");
+        } else {
+            let _ = self.progress.println(line);
+        }
+    }
+
+    pub(super) fn start_target(
+        &self,
+        knobs: &Knobs,
+    ) -> Result<(Arc<dyn Target>, Option<serde_json::Value>, usize)> {
+        let config = knobs::apply(knobs, self.base.clone())?;
+        let replicas = config.replicas;
+        let setup = self.model_dir.as_deref().map(|dir| EngineSetup {
+            model_dir: dir,
+            config: config.clone(),
+        });
+        let engine = setup
+            .as_ref()
+            .map(|_| serde_json::to_value(&config))
+            .transpose()?;
+        let target = target::start(&self.kind, setup, &self.model_name)?;
+        Ok((target, engine, replicas))
+    }
+}
+
+/// Durations, rates and bounds must be positive numbers.
+pub(super) fn positive(values: &[(&str, f64)]) -> Result<()> {
+    match values.iter().find(|(_, v)| !(v.is_finite() && *v > 0.0)) {
+        Some((name, v)) => bail!("{name} must be a positive number, not {v}"),
+        None => Ok(()),
+    }
+}
+
+/// The warm-up is seconds from 0 up to, not including, the step's end (`step`, a flag and its value, or what
+/// ends a batch pass); the generator turns it into a Duration.
+pub(super) fn check_warmup(warmup_s: f64, step_s: f64, step: &str) -> Result<()> {
+    if !(0.0..step_s).contains(&warmup_s) || Duration::try_from_secs_f64(warmup_s).is_err() {
+        bail!("--warmup-s ({warmup_s:?}) must be at least 0 and shorter than {step}");
+    }
+    Ok(())
+}
+
+fn load_corpus(path: &str, limit: Option<usize>) -> Result<Arc<Corpus>> {
+    let corpus = Corpus::load(&repo_path(path))?;
+    Ok(Arc::new(match limit {
+        Some(n) if n < corpus.texts.len() => {
+            let pairs = corpus
+                .texts
+                .into_iter()
+                .zip(corpus.tokens)
+                .take(n.max(1))
+                .collect();
+            Corpus::new(corpus.name, pairs)
+        }
+        _ => corpus,
+    }))
+}
+
+fn workload(c: &Common, corpus_pass: bool) -> Result<Workload> {
+    let slo = |ms: f64| Slo {
+        quantile: c.slo_quantile,
+        latency_ms: ms,
+        max_error_rate: c.max_error_rate,
+    };
+    if !(0.0..1.0).contains(&c.slo_quantile) {
+        bail!("--slo-quantile must be in [0, 1), not {}", c.slo_quantile);
+    }
+    if !(0.0..=1.0).contains(&c.max_error_rate) {
+        bail!(
+            "--max-error-rate must be in [0, 1], not {}",
+            c.max_error_rate
+        );
+    }
+    positive(&[
+        ("--slo-ms", c.slo_ms),
+        ("--batch-slo-ms", c.batch_slo_ms),
+        ("--timeout-ms", c.timeout_ms.unwrap_or(1.0)),
+        ("--max-dispatch-delay-ms", c.max_dispatch_delay_ms),
+    ])?;
+    let timeout = |slo_ms: f64| -> Result<Duration> {
+        let ms = c.timeout_ms.unwrap_or((10.0 * slo_ms).max(1000.0));
+        Duration::try_from_secs_f64(ms / 1e3).map_err(|_| match c.timeout_ms {
+            Some(_) => anyhow!("--timeout-ms {ms:?} is too long"),
+            None => anyhow!(
+                "the request timeout, 10 x the SLO of {slo_ms:?} ms, is too long: set --timeout-ms"
+            ),
+        })
+    };
+    let online = || -> Result<Class> {
+        Ok(Class {
+            name: "online".into(),
+            corpus: load_corpus(&c.queries, c.corpus_limit)?,
+            drive: Drive::Open {
+                arrivals: Arrivals::parse(&c.arrivals)
+                    .with_context(|| format!("--arrivals {}", c.arrivals))?,
+                match_lengths: c.match_lengths,
+            },
+            slo: slo(c.slo_ms),
+            timeout: timeout(c.slo_ms)?,
+        })
+    };
+    let batch = |concurrency| -> Result<Class> {
+        if c.batch_size == 0 {
+            bail!("--batch-size must be at least 1");
+        }
+        Ok(Class {
+            name: "batch".into(),
+            corpus: load_corpus(&c.passages, c.corpus_limit)?,
+            drive: Drive::Closed {
+                concurrency,
+                per_request: c.batch_size,
+            },
+            slo: slo(c.batch_slo_ms),
+            timeout: timeout(c.batch_slo_ms)?,
+        })
+    };
+    let classes = match c.workload {
+        WorkloadKind::Online => vec![online()?],
+        WorkloadKind::Batch => vec![batch(1)?],
+        WorkloadKind::Mixed => vec![online()?, batch(c.batch_concurrency.max(1))?],
+    };
+    Ok(Workload {
+        kind: c.workload,
+        classes,
+        seed: c.seed,
+        corpus_pass,
+    })
+}
