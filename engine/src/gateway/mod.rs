@@ -27,7 +27,7 @@ pub use input::{Direction, Inputs, Options};
 pub use metrics::{Metrics, Times};
 
 use crate::scheduler::{Scheduler, StageTimes};
-use crate::Engine;
+use crate::{Engine, Row};
 
 /// The gateway's own settings; the engine's are in each replica's [`crate::EngineConfig`].
 #[derive(Clone, Debug, Serialize)]
@@ -84,9 +84,10 @@ struct Inner {
     draining: AtomicBool,
 }
 
-/// A request's embeddings, in input order, with what they cost.
+/// A request's embeddings, in input order, with what they cost: rows of the engine's pooled results, shared, so
+/// the JSON writer reads them where the forward pass wrote them.
 pub struct Embedded {
-    pub vectors: Vec<Vec<f32>>,
+    pub vectors: Vec<Row>,
     pub tokens: usize,
     pub times: Times,
 }
