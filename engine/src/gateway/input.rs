@@ -25,6 +25,14 @@ impl Inputs {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// The size of the input, in bytes of text or of ids: what tokenizing or checking it costs, roughly.
+    pub fn bytes(&self) -> usize {
+        match self {
+            Inputs::Texts(t) => t.iter().map(String::len).sum(),
+            Inputs::Ids(t) => t.iter().map(|ids| ids.len() * 4).sum(),
+        }
+    }
 }
 
 /// Which end of an input over the token limit is cut.
