@@ -258,8 +258,8 @@ impl Progress {
         match &self.bar {
             Some(bar) => {
                 bar.set_position(done as u64);
-                // The message is a formatted string: refreshed every so many texts, not per text.
-                if done >= self.last_message + 64 {
+                // The message is a formatted string: set on the first text, then every so many, not per text.
+                if done == 1 || done >= self.last_message + 64 {
                     self.last_message = done;
                     bar.set_message(format!("{rate:.0} tokens/s"));
                 }
