@@ -384,8 +384,8 @@ class OnnxRuntime:
 
 
 class Ours:
-    """`bench embed` in a subprocess: its own timing line (tokenization to last embedding; model load and output
-    excluded) for bulk, `--per-input` for single-query latency."""
+    """`bench embed` in a subprocess: its own timing line (first input read to last embedding written, through the
+    scheduler; model load excluded) for bulk, `--per-input` for single-query latency."""
 
     def __init__(self, bench, variant, flags, model_dir, threads, workdir):
         self.bench = bench

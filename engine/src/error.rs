@@ -34,6 +34,8 @@ pub enum Error {
     Spawn { what: String, message: String },
     #[error("the engine has stopped")]
     Stopped,
+    #[error(transparent)]
+    Scheduler(#[from] crate::scheduler::Error),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

@@ -4,8 +4,8 @@
 //! templates and tokenizes, and [`scheduler::Scheduler`], which batches under a token budget, in front of them):
 //!
 //! - [`Engine`]: a loaded model (safetensors memory-mapped, linear layers packed once for the kernels,
-//!   tokenizer, pooling) behind a [`Backend`]. It tokenizes text
-//!   and cuts it into batches under a token budget; [`Engine::embed`] is the blocking convenience on top.
+//!   tokenizer, pooling) behind a [`Backend`]. It tokenizes text; [`Engine::embed`] is the blocking convenience
+//!   on top, through a scheduler as serving is.
 //! - [`Batch`]: a *ragged* batch — the token ids of several sequences concatenated with no padding, delimited by
 //!   cumulative offsets. This is what a backend runs.
 //! - [`Handle`]: what [`Backend::submit`] returns at once. The forward pass runs on the backend's own threads; the
@@ -48,14 +48,13 @@ pub mod tokenizer;
 use std::path::Path;
 use std::sync::Arc;
 
-pub use backend::{Backend, BackendInfo, Embeddings, Handle, Output};
+pub use backend::{Backend, BackendInfo, Embeddings, Handle, Output, Row};
 pub use batch::Batch;
 pub use config::EngineConfig;
 pub use dtype::Dtype;
 pub use error::{Error, Result};
 use model::ModelDir;
 pub use plan::CaptureMode;
-pub use scheduler::cut_batches;
 use tokenizer::{Tokenizer, Truncation};
 
 /// What a loaded engine reports about itself.
@@ -147,40 +146,38 @@ impl Engine {
         Ok(ids)
     }
 
-    /// Embeds `texts` and returns one vector per text, in order. Batches are cut first-come-first-served under
-    /// the token budget; with `overlap` (the default) the next batch is submitted before the previous one is
-    /// collected, so the compute threads never wait on copy-out.
+    /// Embeds `texts` and returns one vector per text, in order: the blocking convenience over the serving path,
+    /// a [`scheduler::Scheduler`] on a small runtime of this call's own (so batching and overlap are the
+    /// scheduler's, cut by its one batch builder). Not for async code (it blocks): use a scheduler there.
     pub fn embed<S: AsRef<str>>(&self, texts: &[S]) -> Result<Vec<Vec<f32>>> {
-        let seqs = texts
-            .iter()
-            .map(|t| self.tokenize(t.as_ref()))
-            .collect::<Result<Vec<_>>>()?;
-        let lens: Vec<usize> = seqs.iter().map(Vec::len).collect();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .map_err(|e| Error::Spawn {
+                what: "the runtime of Engine::embed".into(),
+                message: e.to_string(),
+            })?;
         let mut out = Vec::with_capacity(texts.len());
-        let mut pending: Option<Handle> = None;
-        for range in cut_batches(
-            &lens,
-            self.config.max_batch_tokens,
-            self.config.max_batch_seqs,
-        ) {
-            let handle = self
-                .backend
-                .submit(Batch::from_sequences(seqs[range].iter().map(Vec::as_slice)));
-            if !self.config.overlap {
-                collect(handle, &mut out)?;
-            } else if let Some(prev) = pending.replace(handle) {
-                collect(prev, &mut out)?;
-            }
-        }
-        if let Some(last) = pending {
-            collect(last, &mut out)?;
-        }
+        runtime.block_on(async {
+            let scheduler =
+                scheduler::Scheduler::start(self.backend.clone(), &self.bulk_config(), |_| {});
+            let seqs = texts.iter().map(|t| self.tokenize(t.as_ref()));
+            scheduler
+                .embed_all(seqs, |e| {
+                    out.push(e.embedding.to_vec());
+                    Ok(())
+                })
+                .await
+        })?;
         Ok(out)
     }
-}
 
-fn collect(handle: Handle, out: &mut Vec<Vec<f32>>) -> Result<()> {
-    let result = handle.wait()?;
-    out.extend(result.embeddings.rows().map(<[f32]>::to_vec));
-    Ok(())
+    /// The settings of a scheduler fed a whole corpus at once: no partial batch waits for company that is
+    /// already queued or will never come.
+    pub fn bulk_config(&self) -> EngineConfig {
+        EngineConfig {
+            max_wait_ms: 0,
+            ..self.config.clone()
+        }
+    }
 }

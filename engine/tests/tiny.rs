@@ -197,6 +197,36 @@ fn long_inputs_are_truncated_to_max_seq_length_with_sep_kept() {
     assert_eq!(engine.embed(&[long]).expect("embed").len(), 1);
 }
 
+/// Regression: `Engine::embed` cut its own batches beside the scheduler's; it now drives a scheduler, feeding it as
+/// its queue drains, so a call with many more texts than the queue holds is answered, in order, with the same
+/// numbers as each text alone (a sequence's embedding does not depend on its batch).
+#[test]
+fn engine_embed_feeds_more_texts_than_the_queue_holds() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_tiny_bert(dir.path(), TinySpec::default()).expect("write tiny model");
+    let engine = Engine::load(
+        dir.path(),
+        EngineConfig {
+            threads: 2,
+            max_batch_tokens: 32,
+            max_queue_requests: 5,
+            max_queue_tokens: 40,
+            ..Default::default()
+        },
+    )
+    .expect("load tiny model");
+    let texts: Vec<String> = (0..300).map(|i| "the query ".repeat(i % 7)).collect();
+    let all = engine.embed(&texts).expect("embed");
+    assert_eq!(all.len(), texts.len());
+    for (i, text) in texts.iter().enumerate().step_by(37) {
+        assert_eq!(
+            all[i],
+            engine.embed(&[text]).expect("embed one")[0],
+            "text {i}"
+        );
+    }
+}
+
 #[test]
 fn empty_batch_and_empty_text_are_answered() {
     let dir = tempfile::tempdir().expect("tempdir");

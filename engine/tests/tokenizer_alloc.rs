@@ -89,3 +89,36 @@ fn warm_encode_allocates_nothing() {
         }
     }
 }
+
+/// Regression: `Tokenizer::encode`, the call the gateway makes, built a fresh `Scratch` per input, so serving
+/// allocated on every encode; it now uses the thread's own scratch, warm after the first input.
+#[test]
+fn encode_without_a_caller_scratch_allocates_nothing_once_warm() {
+    let workloads = Path::new(env!("CARGO_MANIFEST_DIR")).join("../workloads");
+    let corpus =
+        std::fs::read_to_string(workloads.join("text/queries_multilingual.jsonl")).expect("corpus");
+    let texts: Vec<String> = corpus
+        .lines()
+        .take(300)
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("JSON line");
+            v["text"].as_str().expect("text").to_owned()
+        })
+        .collect();
+    let t = tokenizer::load(
+        &workloads.join("vocab/all-MiniLM-L6-v2/tokenizer.json"),
+        TokenizerKind::Fast,
+        Some(Truncation::right(256)),
+    )
+    .expect("loads");
+    let mut ids = Vec::new();
+    for text in &texts {
+        t.encode(text, &mut ids).expect("encodes");
+    }
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    for text in &texts {
+        t.encode(text, &mut ids).expect("encodes");
+    }
+    let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    assert_eq!(allocations, 0, "{allocations} allocations in warm encodes");
+}

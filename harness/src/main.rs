@@ -3,6 +3,7 @@
 mod arrivals;
 mod config;
 mod curve;
+mod embed;
 mod engines;
 mod generator;
 mod knobs;
@@ -23,7 +24,6 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use engine::tokenizer::TokenizerKind;
-use engine::Engine;
 
 pub(crate) use config::EngineArgs;
 pub(crate) use engines::load_engine;
@@ -42,7 +42,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Embed texts: JSON Lines with a `text` field (or plain lines) in, one `{"embedding": [...]}` line out each.
-    Embed(EmbedArgs),
+    Embed(embed::EmbedArgs),
     /// Tokenize texts: JSON Lines with a `text` field (or plain lines) in, one JSON array of ids out each.
     Tokenize(TokenizeArgs),
     /// Serve embeddings over HTTP: OpenAI-compatible /v1/embeddings, TEI-style /embed, /tokenize, /health, /info,
@@ -65,21 +65,6 @@ enum Command {
         #[arg(long, default_value = "reports")]
         reports_dir: PathBuf,
     },
-}
-
-#[derive(Args)]
-struct EmbedArgs {
-    #[command(flatten)]
-    engine: EngineArgs,
-    /// Read plain text, one input per line, instead of JSON Lines.
-    #[arg(long)]
-    lines: bool,
-    /// Embed each input on its own, one after another (as online queries arrive), and report the latency
-    /// percentiles of one input instead of bulk throughput.
-    #[arg(long)]
-    per_input: bool,
-    /// Input file; standard input when absent or `-`.
-    input: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -149,56 +134,6 @@ fn tokenize(args: TokenizeArgs) -> Result<()> {
     Ok(())
 }
 
-/// Inputs are embedded in chunks of this many, so a large input streams instead of being held whole.
-const CHUNK: usize = 2048;
-
-fn embed(args: EmbedArgs) -> Result<()> {
-    let engine = args.engine.load()?;
-    let reader = open_input(args.input.as_deref())?;
-    let mut out = BufWriter::new(std::io::stdout().lock());
-    let mut chunk = Vec::with_capacity(CHUNK);
-    let mut stats = EmbedStats {
-        per_input: args.per_input.then(step::histogram),
-        ..Default::default()
-    };
-    for (n, line) in reader.lines().enumerate() {
-        let line = line.with_context(|| format!("reading input line {}", n + 1))?;
-        chunk
-            .push(parse_input(&line, args.lines).with_context(|| format!("input line {}", n + 1))?);
-        if chunk.len() == CHUNK {
-            write_embeddings(&engine, &chunk, &mut stats, &mut out)?;
-            chunk.clear();
-        }
-    }
-    write_embeddings(&engine, &chunk, &mut stats, &mut out)?;
-    out.flush()?;
-    if let Some(h) = &stats.per_input {
-        let p = step::Percentiles::of(h);
-        eprintln!(
-            "per input: n {}, p50 {:.3} ms, p90 {:.3} ms, p99 {:.3} ms, mean {:.3} ms",
-            p.count, p.p50, p.p90, p.p99, p.mean
-        );
-    }
-    let secs = stats.time.as_secs_f64();
-    eprintln!(
-        "embedded {} inputs ({} tokens) in {secs:.3} s: {:.0} tokens/s",
-        stats.inputs,
-        stats.tokens,
-        stats.tokens as f64 / secs.max(1e-9)
-    );
-    Ok(())
-}
-
-/// Work done by `bench embed`, timed from tokenization to the last embedding (model load and output excluded).
-#[derive(Default)]
-struct EmbedStats {
-    inputs: usize,
-    tokens: usize,
-    time: std::time::Duration,
-    /// With `--per-input`: each input's latency, tokenization to embedding, in microseconds.
-    per_input: Option<hdrhistogram::Histogram<u64>>,
-}
-
 fn parse_input(line: &str, plain: bool) -> Result<String> {
     if plain {
         return Ok(line.to_owned());
@@ -211,51 +146,9 @@ fn parse_input(line: &str, plain: bool) -> Result<String> {
     }
 }
 
-fn write_embeddings(
-    engine: &Engine,
-    texts: &[String],
-    stats: &mut EmbedStats,
-    out: &mut impl Write,
-) -> Result<()> {
-    // Each input line is one input, so the inputs written so far say where this chunk starts.
-    let first_line = stats.inputs + 1;
-    let line = |k: usize| format!("input line {}", first_line + k);
-    let start = std::time::Instant::now();
-    let embeddings = match &mut stats.per_input {
-        None => engine.embed(texts).with_context(|| {
-            format!(
-                "embedding input lines {first_line}-{}",
-                first_line + texts.len() - 1
-            )
-        })?,
-        Some(h) => {
-            let mut all = Vec::with_capacity(texts.len());
-            for (k, t) in texts.iter().enumerate() {
-                let one = std::time::Instant::now();
-                all.extend(engine.embed(&[t]).with_context(|| line(k))?);
-                h.saturating_record(one.elapsed().as_micros() as u64);
-            }
-            all
-        }
-    };
-    stats.time += start.elapsed();
-    // Counted apart from the timed work: the figure is what embedding costs, not this bookkeeping.
-    let mut tokens = 0;
-    for (k, t) in texts.iter().enumerate() {
-        tokens += engine.tokenize(t).with_context(|| line(k))?.len();
-    }
-    for e in embeddings {
-        serde_json::to_writer(&mut *out, &serde_json::json!({ "embedding": e }))?;
-        out.write_all(b"\n")?;
-    }
-    stats.inputs += texts.len();
-    stats.tokens += tokens;
-    Ok(())
-}
-
 fn main() -> Result<()> {
     match Cli::parse().command {
-        Command::Embed(args) => embed(args),
+        Command::Embed(args) => embed::run(args),
         Command::Tokenize(args) => tokenize(args),
         Command::Serve(args) => serve::run(args),
         Command::Plans(args) => plans::run(args),

@@ -22,6 +22,11 @@ pub struct ServeArgs {
     /// Port to listen on; 0 picks a free one (the address is printed on start).
     #[arg(long, default_value_t = 8080)]
     pub port: u16,
+    /// Threads of the async runtime (HTTP, small requests' tokenization, the schedulers' loops); 0: one per four
+    /// cores, at least one. The compute has threads of its own (`--threads`); async threads beyond what the HTTP
+    /// work needs only wake up on the compute's cores and slow a lone query down.
+    #[arg(long, default_value_t = 0)]
+    pub async_threads: usize,
 }
 
 /// Gateway settings of `serve`.
@@ -72,7 +77,16 @@ impl GatewayArgs {
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
-    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let workers = match args.async_threads {
+        0 => (cores / 4).max(1),
+        n => n,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
     runtime.block_on(async {
         let gateway = args
             .gateway

@@ -1,8 +1,10 @@
 //! The official `openai` Python client against the `bench serve` binary (scripts/openai_client_test.py): its
 //! embeddings, and a TEI-style request's, must equal the engine's in-process ones. Uses the real model when it is
-//! cached, the tiny one otherwise; skipped, saying so, without python3 and the `openai` package.
+//! cached, the tiny one otherwise. Without python3 and the `openai` package it is skipped, saying so where the
+//! test harness does not swallow it (straight to standard error) and counted in the run's skip ledger
+//! (`target/tmp/skipped-tests.txt`, which `.ci/run` reports), never passed silently.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -33,10 +35,33 @@ fn model(tmp: &Path) -> PathBuf {
     tmp.to_owned()
 }
 
+/// Reports a skipped test: one line on the real standard error (the harness captures only `print!`s) and one in
+/// the skip ledger.
+fn skipped(test: &str, reason: &str) {
+    let line = format!("SKIPPED: {test}: {reason}");
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+    let ledger = Path::new(env!("CARGO_TARGET_TMPDIR")).join("skipped-tests.txt");
+    let appended = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&ledger)
+        .and_then(|mut f| writeln!(f, "{line}"));
+    if let Err(e) = appended {
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "(could not count it in {}: {e})",
+            ledger.display()
+        );
+    }
+}
+
 #[test]
 fn openai_python_client_gets_the_engines_embeddings() {
     if !openai_available() {
-        println!("SKIP: python3 with the `openai` package is not available (pip install openai)");
+        skipped(
+            "openai_python_client_gets_the_engines_embeddings",
+            "python3 with the `openai` package is not available (pip install openai)",
+        );
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

@@ -160,6 +160,54 @@ impl Embeddings {
     }
 }
 
+impl Embeddings {
+    /// Each row as a [`Row`] sharing this buffer, which goes back to its pool once the last row is dropped: rows
+    /// travel to their callers and into the JSON writer without being copied.
+    pub fn into_rows(self) -> impl ExactSizeIterator<Item = Row> {
+        let batch = Arc::new(self);
+        (0..batch.len()).map(move |index| Row {
+            batch: batch.clone(),
+            index,
+        })
+    }
+}
+
+/// One sequence's embedding: a row of its batch's pooled [`Embeddings`], shared, not copied. Reads as `&[f32]`
+/// and serializes as a JSON array.
+#[derive(Clone)]
+pub struct Row {
+    batch: Arc<Embeddings>,
+    index: usize,
+}
+
+impl Row {
+    pub fn as_slice(&self) -> &[f32] {
+        self.batch.row(self.index)
+    }
+}
+
+impl std::ops::Deref for Row {
+    type Target = [f32];
+    fn deref(&self) -> &[f32] {
+        self.as_slice()
+    }
+}
+
+impl std::fmt::Debug for Row {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.as_slice().fmt(f)
+    }
+}
+
+impl serde::Serialize for Row {
+    fn serialize<S: serde::Serializer>(
+        &self,
+        serializer: S,
+    ) -> std::result::Result<S::Ok, S::Error> {
+        self.as_slice().serialize(serializer)
+    }
+}
+
 impl Drop for Embeddings {
     fn drop(&mut self) {
         if let Some(pool) = self.pool.take() {

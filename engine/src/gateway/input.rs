@@ -4,7 +4,7 @@
 use serde::Deserialize;
 
 use super::error::ApiError;
-use crate::tokenizer::{Tokenizer, Truncation, TruncationSide};
+use crate::tokenizer::{with_thread_scratch, Tokenizer, Truncation, TruncationSide};
 use crate::Engine;
 
 /// What a client asked to embed: texts, or token ids taken as the model's full input (special tokens included).
@@ -24,6 +24,14 @@ impl Inputs {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// The size of the input, in bytes of text or of ids: what tokenizing or checking it costs, roughly.
+    pub fn bytes(&self) -> usize {
+        match self {
+            Inputs::Texts(t) => t.iter().map(String::len).sum(),
+            Inputs::Ids(t) => t.iter().map(|ids| ids.len() * 4).sum(),
+        }
     }
 }
 
@@ -46,12 +54,11 @@ pub struct Options {
     pub direction: Direction,
 }
 
-/// The tokenizers the gateway uses: the engine's own (truncating at the model's limit, so it is what the model
-/// would see), and from the same `tokenizer.json` an untruncated one and a left-truncating one, consulted only for
-/// inputs that reach the limit: to tell "exactly at the limit" from "over it", and to cut from the left with the
-/// tokenizer's own template.
+/// The tokenizers the gateway uses: the engine's own (cutting from the right at the model's limit, so it is what
+/// the model would see) and, from the same `tokenizer.json`, one cutting from the left. Each input is encoded
+/// once, by the one of its direction, which also says whether it cut anything: an input at the limit is told from
+/// one over it without a second encode.
 pub struct Tokenization {
-    untruncated: Box<dyn Tokenizer>,
     left: Box<dyn Tokenizer>,
     prompts: Vec<(String, String)>,
     default_prompt: Option<String>,
@@ -63,13 +70,11 @@ impl Tokenization {
     pub fn new(engine: &Engine, default_prompt_name: Option<&str>) -> crate::Result<Self> {
         let info = engine.info();
         let path = info.path.join("tokenizer.json");
-        let kind = engine.config().tokenizer;
-        let untruncated = crate::tokenizer::load(&path, kind, None)?;
         let left = Truncation {
             max_length: info.max_seq_length,
             side: TruncationSide::Left,
         };
-        let left = crate::tokenizer::load(&path, kind, Some(left))?;
+        let left = crate::tokenizer::load(&path, engine.config().tokenizer, Some(left))?;
         let default_prompt = match default_prompt_name {
             None => None,
             Some(name) => {
@@ -85,7 +90,6 @@ impl Tokenization {
             }
         };
         Ok(Tokenization {
-            untruncated,
             left,
             prompts: info.prompts.clone(),
             default_prompt: default_prompt.map(str::to_owned),
@@ -162,29 +166,19 @@ impl Tokenization {
             templated = format!("{prefix}{text}");
             &templated
         };
-        let tokenize_error = |e: crate::Error| {
-            ApiError::unprocessable("tokenization_failed", format!("input {i}: {e}"))
+        let tokenizer = match options.direction {
+            Direction::Right => engine.tokenizer(),
+            Direction::Left => self.left.as_ref(),
         };
-        let ids = engine.tokenize(text).map_err(tokenize_error)?;
-        if ids.len() < self.max_len {
-            return Ok(ids);
+        let mut ids = Vec::new();
+        let cut = with_thread_scratch(|scratch| tokenizer.encode_cut(text, scratch, &mut ids))
+            .map_err(|e| {
+                ApiError::unprocessable("tokenization_failed", format!("input {i}: {e}"))
+            })?;
+        if cut && !options.truncate {
+            return Err(self.too_long(i, None));
         }
-        let mut full = Vec::new();
-        self.untruncated
-            .encode(text, &mut full)
-            .map_err(tokenize_error)?;
-        if full.len() <= self.max_len {
-            return Ok(ids);
-        }
-        let cut = match options.direction {
-            Direction::Right => ids,
-            Direction::Left => {
-                let mut left = Vec::new();
-                self.left.encode(text, &mut left).map_err(tokenize_error)?;
-                left
-            }
-        };
-        self.over_limit(i, full, options, Some(cut))
+        Ok(ids)
     }
 
     fn check_ids(&self, i: usize, ids: Vec<u32>, options: &Options) -> Result<Vec<u32>, ApiError> {
@@ -206,30 +200,20 @@ impl Tokenization {
         if ids.len() <= self.max_len {
             return Ok(ids);
         }
-        self.over_limit(i, ids, options, None)
+        self.over_limit(i, ids, options)
     }
 
-    /// An input of `full.len() > max_len` tokens: refused, or cut to the limit keeping its special tokens.
-    /// `cut` is the tokenizer's own cut of a text in the asked direction; token ids sent by the client have none,
-    /// and keep their first and last ids as the special tokens.
+    /// Token ids over the limit sent by the client: refused, or cut to the limit keeping their first and last
+    /// ids as the special tokens.
     fn over_limit(
         &self,
         i: usize,
         mut full: Vec<u32>,
         options: &Options,
-        cut: Option<Vec<u32>>,
     ) -> Result<Vec<u32>, ApiError> {
         let (n, max) = (full.len(), self.max_len);
         if !options.truncate {
-            return Err(ApiError::unprocessable(
-                "input_too_long",
-                format!(
-                    "input {i} has {n} tokens, more than the model's limit of {max}; shorten it or set truncation"
-                ),
-            ));
-        }
-        if let Some(cut) = cut {
-            return Ok(cut);
+            return Err(self.too_long(i, Some(n)));
         }
         if max < 2 {
             full.truncate(max);
@@ -250,6 +234,18 @@ impl Tokenization {
                 ids
             }
         })
+    }
+
+    /// The refusal of input `i`, over the limit (by `n` tokens when counted: a text is encoded only up to it).
+    fn too_long(&self, i: usize, n: Option<usize>) -> ApiError {
+        let max = self.max_len;
+        let has = n.map_or("more".into(), |n| n.to_string());
+        ApiError::unprocessable(
+            "input_too_long",
+            format!(
+                "input {i} has {has} tokens, more than the model's limit of {max}; shorten it or set truncation"
+            ),
+        )
     }
 
     /// Longest input, in tokens, that is embedded without truncation.

@@ -1,9 +1,10 @@
 //! The HTTP gateway: OpenAI-compatible `POST /v1/embeddings`, TEI-style `POST /embed`, `POST /tokenize`,
 //! `GET /health`, `GET /info` and `GET /metrics` in front of one [`Scheduler`] per engine replica.
 //!
-//! A request is parsed and validated, templated with its prompt, tokenized (off the async threads), split into
-//! sub-batches of at most `split_size` inputs spread over the replicas by least outstanding tokens, and
-//! reassembled in order. Errors all have one shape (see [`ApiError`]).
+//! A request is parsed and validated, templated with its prompt, tokenized (inline when small, otherwise off the
+//! async threads), split into sub-batches of at most `split_size` inputs spread over the replicas by least
+//! outstanding tokens, and reassembled in order, as rows of the engine's pooled results (never copied on the way
+//! to the JSON writer). Errors all have one shape (see [`ApiError`]).
 //!
 //! Input rules: an empty input list, an empty string and an empty token list are refused (400), as OpenAI does;
 //! token-id inputs are the model's full input, special tokens included; an input over the model's token limit is
@@ -27,7 +28,7 @@ pub use input::{Direction, Inputs, Options};
 pub use metrics::{Metrics, MetricsSnapshot, Times};
 
 use crate::scheduler::{Scheduler, StageTimes};
-use crate::Engine;
+use crate::{Engine, Row};
 
 /// The gateway's own settings; the engine's are in each replica's [`crate::EngineConfig`].
 #[derive(Clone, Debug, Serialize)]
@@ -64,6 +65,9 @@ impl Default for GatewayConfig {
     }
 }
 
+/// Requests of at most this many bytes of input are tokenized on the async thread that received them.
+const INLINE_TOKENIZATION_BYTES: usize = 4096;
+
 /// One engine and the scheduler in front of it.
 struct Replica {
     engine: Arc<Engine>,
@@ -84,9 +88,10 @@ struct Inner {
     draining: AtomicBool,
 }
 
-/// A request's embeddings, in input order, with what they cost.
+/// A request's embeddings, in input order, with what they cost: rows of the engine's pooled results, shared, so
+/// the JSON writer reads them where the forward pass wrote them.
 pub struct Embedded {
-    pub vectors: Vec<Vec<f32>>,
+    pub vectors: Vec<Row>,
     pub tokens: usize,
     pub times: Times,
 }
@@ -179,7 +184,9 @@ impl Gateway {
         &self.inner.replicas[0].engine
     }
 
-    /// Validates, templates and tokenizes `inputs` off the async threads; returns the ids and the time taken.
+    /// Validates, templates and tokenizes `inputs`; returns the ids and the time taken. A small request (a few
+    /// queries: microseconds of work) is tokenized right here, since a hop to a blocking thread and back costs
+    /// more than it does; a larger one goes off the async threads.
     async fn tokenize(
         &self,
         inputs: Inputs,
@@ -198,17 +205,22 @@ impl Gateway {
                 ),
             ));
         }
+        let inputs_bytes = inputs.bytes();
         let gateway = self.clone();
-        tokio::task::spawn_blocking(move || {
+        let work = move || {
             let start = Instant::now();
             let inner = &gateway.inner;
             let ids = inner
                 .tokenization
                 .prepare(gateway.engine(), inputs, &options)?;
             Ok((ids, start.elapsed()))
-        })
-        .await
-        .map_err(|e| ApiError::internal(format!("tokenization task failed: {e}")))?
+        };
+        if inputs_bytes <= INLINE_TOKENIZATION_BYTES {
+            return work();
+        }
+        tokio::task::spawn_blocking(work)
+            .await
+            .map_err(|e| ApiError::internal(format!("tokenization task failed: {e}")))?
     }
 
     /// Embeds `inputs`: sub-batches of at most `split_size` go to the replica with the fewest outstanding tokens

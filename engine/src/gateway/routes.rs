@@ -1,5 +1,6 @@
 //! The HTTP routes: request and response shapes of the OpenAI and TEI APIs, authentication, timing headers.
 
+use std::borrow::Cow;
 use std::time::Instant;
 
 use axum::body::Bytes;
@@ -16,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
 
 use super::{ApiError, Direction, Embedded, Gateway, Inputs, Options, Times};
+use crate::Row;
 
 pub(super) fn router(gateway: Gateway) -> Router {
     let limit = gateway.config().max_payload_bytes;
@@ -111,15 +113,27 @@ fn check_dims(dims: Option<usize>, full: usize) -> Result<Option<usize>, ApiErro
     }
 }
 
-/// Cuts each vector to its first `dims` components (Matryoshka truncation), re-normalizing it if asked.
-fn truncate_dims(vectors: &mut [Vec<f32>], dims: Option<usize>, renormalize: bool) {
-    let Some(d) = dims else { return };
-    for v in vectors {
-        v.truncate(d);
-        if renormalize {
-            crate::backend::l2_normalize(v);
-        }
-    }
+/// The vectors a response carries: each row as the engine wrote it, or, only when asked to change it, a copy cut
+/// to its first `dims` components (Matryoshka truncation) and re-normalized if `normalize`, or normalized whole
+/// when `normalize_whole` (a model without a Normalize module, asked for unit vectors).
+fn shape(
+    rows: &[Row],
+    dims: Option<usize>,
+    normalize: bool,
+    normalize_whole: bool,
+) -> Vec<Cow<'_, [f32]>> {
+    let normalized = |mut v: Vec<f32>| {
+        crate::backend::l2_normalize(&mut v);
+        v
+    };
+    rows.iter()
+        .map(|row| match dims {
+            Some(d) if normalize => Cow::Owned(normalized(row[..d].to_vec())),
+            Some(d) => Cow::Borrowed(&row[..d]),
+            None if normalize_whole => Cow::Owned(normalized(row.to_vec())),
+            None => Cow::Borrowed(row.as_slice()),
+        })
+        .collect()
 }
 
 #[derive(Deserialize)]
@@ -152,9 +166,31 @@ struct OpenAiRequest {
 
 #[derive(Serialize)]
 #[serde(untagged)]
-enum Vector {
-    Float(Vec<f32>),
+enum Vector<'a> {
+    Float(Cow<'a, [f32]>),
     Base64(String),
+}
+
+/// OpenAI's response, serialized straight from the rows.
+#[derive(Serialize)]
+struct OpenAiResponse<'a> {
+    object: &'static str,
+    data: Vec<OpenAiEmbedding<'a>>,
+    model: &'a str,
+    usage: Usage,
+}
+
+#[derive(Serialize)]
+struct OpenAiEmbedding<'a> {
+    object: &'static str,
+    index: usize,
+    embedding: Vector<'a>,
+}
+
+#[derive(Serialize)]
+struct Usage {
+    prompt_tokens: usize,
+    total_tokens: usize,
 }
 
 async fn openai_embeddings(
@@ -176,31 +212,34 @@ async fn openai_embeddings(
             direction: Direction::Right,
         };
         let Embedded {
-            mut vectors,
+            vectors,
             tokens,
             times,
         } = gw.embed(inputs, options).await?;
-        truncate_dims(&mut vectors, dims, true);
-        let data: Vec<_> = vectors
+        let data = shape(&vectors, dims, true, false)
             .into_iter()
             .enumerate()
-            .map(|(index, v)| {
-                let embedding = match req.encoding_format {
+            .map(|(index, v)| OpenAiEmbedding {
+                object: "embedding",
+                index,
+                embedding: match req.encoding_format {
                     EncodingFormat::Float => Vector::Float(v),
                     EncodingFormat::Base64 => {
                         let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
                         Vector::Base64(base64::engine::general_purpose::STANDARD.encode(bytes))
                     }
-                };
-                serde_json::json!({ "object": "embedding", "index": index, "embedding": embedding })
+                },
             })
             .collect();
-        let body = serde_json::json!({
-            "object": "list",
-            "data": data,
-            "model": gw.config().model_name,
-            "usage": { "prompt_tokens": tokens, "total_tokens": tokens },
-        });
+        let body = OpenAiResponse {
+            object: "list",
+            data,
+            model: &gw.config().model_name,
+            usage: Usage {
+                prompt_tokens: tokens,
+                total_tokens: tokens,
+            },
+        };
         Ok((times, Json(body).into_response()))
     }
     .await;
@@ -250,15 +289,10 @@ async fn tei_embed(State(gw): State<Gateway>, body: Result<Bytes, BytesRejection
             truncate: req.truncate.unwrap_or(gw.config().auto_truncate),
             direction: req.truncation_direction,
         };
-        let Embedded {
-            mut vectors, times, ..
-        } = gw.embed(req.inputs.into(), options).await?;
-        truncate_dims(&mut vectors, dims, req.normalize);
-        if req.normalize && dims.is_none() && !gw.engine().info().normalize {
-            vectors
-                .iter_mut()
-                .for_each(|v| crate::backend::l2_normalize(v));
-        }
+        let Embedded { vectors, times, .. } = gw.embed(req.inputs.into(), options).await?;
+        // The model's output is already unit length when it has a Normalize module.
+        let whole = req.normalize && !gw.engine().info().normalize;
+        let vectors = shape(&vectors, dims, req.normalize, whole);
         Ok((times, Json(vectors).into_response()))
     }
     .await;

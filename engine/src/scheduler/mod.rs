@@ -2,8 +2,10 @@
 //! batches with the pure builder in [`queue`], and the overlap of one batch's answering with the next one's
 //! forward pass.
 //!
-//! Work is admitted whole or refused at once ([`Error::Overloaded`]); a sequence whose [`Ticket`] was dropped is
-//! removed before it reaches the backend; every admitted sequence is answered exactly once.
+//! Work is admitted whole or refused at once ([`Error::Overloaded`]), or, for a caller with a whole corpus at
+//! hand, admitted as the queue drains ([`Scheduler::submit_waiting`], [`Scheduler::embed_all`]); a sequence whose
+//! [`Ticket`] was dropped is removed before it reaches the backend; every admitted sequence is answered exactly
+//! once, with a [`Row`] of its batch's pooled embeddings (shared, not copied).
 
 pub mod queue;
 
@@ -15,10 +17,10 @@ use std::time::Duration;
 use tokio::sync::{oneshot, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use crate::backend::{Backend, Handle, Output};
+use crate::backend::{Backend, Handle, Output, Row};
 use crate::batch::Batch;
 use crate::config::EngineConfig;
-pub use queue::{cut_batches, Budget};
+pub use queue::Budget;
 use queue::{Cut, Decision};
 
 /// Why a submission or one of its sequences was not embedded.
@@ -62,7 +64,7 @@ impl StageTimes {
 /// One sequence's answer.
 #[derive(Clone, Debug)]
 pub struct Embedded {
-    pub embedding: Vec<f32>,
+    pub embedding: Row,
     pub times: StageTimes,
 }
 
@@ -127,6 +129,8 @@ pub struct Scheduler {
 struct Shared {
     state: Mutex<State>,
     wake: Notify,
+    /// Woken when the queue shrinks (a batch leaves it, abandoned work is removed) or closes.
+    room: Notify,
     backend: Arc<dyn Backend>,
     budget: Budget,
     max_wait: Duration,
@@ -151,14 +155,21 @@ struct Entry {
 }
 
 impl State {
-    /// Removes sequences whose caller has gone, so they never reach the backend.
-    fn drop_abandoned(&mut self) {
-        if self.queue.iter().any(|e| e.reply.is_closed()) {
-            self.queue.retain(|e| !e.reply.is_closed());
-            self.tokens = self.queue.iter().map(|e| e.ids.len()).sum();
+    /// Removes sequences whose caller has gone, so they never reach the backend; true if any was.
+    fn drop_abandoned(&mut self) -> bool {
+        if !self.queue.iter().any(|e| e.reply.is_closed()) {
+            return false;
         }
+        self.queue.retain(|e| !e.reply.is_closed());
+        self.tokens = self.queue.iter().map(|e| e.ids.len()).sum();
+        true
     }
 }
+
+/// [`Scheduler::embed_all`] submits this many sequences at a time (the gateway's default split size).
+const GROUP: usize = 64;
+/// Groups submitted and not yet answered to the caller, at most: bounds the answers held for it.
+const GROUPS_AHEAD: usize = 64;
 
 impl Scheduler {
     /// Starts the dispatch loop on the current tokio runtime. `observer` sees every answered batch's telemetry.
@@ -170,6 +181,7 @@ impl Scheduler {
         let shared = Arc::new(Shared {
             state: Mutex::default(),
             wake: Notify::new(),
+            room: Notify::new(),
             backend,
             budget: Budget {
                 max_tokens: config.max_batch_tokens,
@@ -194,21 +206,93 @@ impl Scheduler {
     /// Admits the sequences whole, or refuses them at once. An empty queue admits any submission, so one larger
     /// than the queue's bounds is not refused forever.
     pub fn submit(&self, seqs: Vec<Vec<u32>>) -> Result<Ticket, Error> {
+        self.admit(seqs).map_err(|(e, _)| e)
+    }
+
+    /// [`Scheduler::submit`] that waits for room in the queue instead of being refused as overloaded.
+    pub async fn submit_waiting(&self, mut seqs: Vec<Vec<u32>>) -> Result<Ticket, Error> {
+        loop {
+            let room = self.shared.room.notified();
+            tokio::pin!(room);
+            // Registered before the attempt, so room made between a refusal and the wait is not missed.
+            room.as_mut().enable();
+            match self.admit(seqs) {
+                Err((Error::Overloaded { .. }, back)) => {
+                    seqs = back;
+                    room.await;
+                }
+                other => return other.map_err(|(e, _)| e),
+            }
+        }
+    }
+
+    /// Embeds `seqs` in order, calling `each` with every answer in input order: groups are submitted as the queue
+    /// has room (so a whole corpus is fed within the queue's bounds, keeping the backend busy) while the answers
+    /// already there are handed over. The first error of `seqs`, of `each` or of a batch stops submission; what
+    /// was admitted before it still runs.
+    pub async fn embed_all<E: From<Error>>(
+        &self,
+        seqs: impl IntoIterator<Item = Result<Vec<u32>, E>>,
+        mut each: impl FnMut(Embedded) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Ticket>(GROUPS_AHEAD);
+        let feed = async move {
+            let mut seqs = seqs.into_iter();
+            loop {
+                let mut group = Vec::with_capacity(GROUP);
+                let mut failed = None;
+                for seq in seqs.by_ref() {
+                    match seq {
+                        Ok(ids) => group.push(ids),
+                        Err(e) => {
+                            failed = Some(e);
+                            break;
+                        }
+                    }
+                    if group.len() == GROUP {
+                        break;
+                    }
+                }
+                let last = failed.is_some() || group.len() < GROUP;
+                // A closed channel means the answering side stopped on an error; it reports that one.
+                if !group.is_empty() && tx.send(self.submit_waiting(group).await?).await.is_err() {
+                    return Ok(());
+                }
+                if last {
+                    return failed.map_or(Ok(()), Err);
+                }
+            }
+        };
+        let answer = async {
+            while let Some(ticket) = rx.recv().await {
+                for e in ticket.wait().await? {
+                    each(e)?;
+                }
+            }
+            Ok(())
+        };
+        let (fed, answered) = tokio::join!(feed, answer);
+        answered.and(fed)
+    }
+
+    /// Admits `seqs` whole, or gives them back with the reason.
+    fn admit(&self, seqs: Vec<Vec<u32>>) -> Result<Ticket, (Error, Vec<Vec<u32>>)> {
         let tokens: usize = seqs.iter().map(Vec::len).sum();
         let mut st = self.shared.lock();
         if st.closed {
-            return Err(Error::ShuttingDown);
+            return Err((Error::ShuttingDown, seqs));
         }
         st.drop_abandoned();
         let over = st.queue.len() + seqs.len() > self.shared.max_queue_seqs
             || st.tokens + tokens > self.shared.max_queue_tokens;
         if over && !st.queue.is_empty() {
-            return Err(Error::Overloaded {
+            let e = Error::Overloaded {
                 queued_requests: st.queue.len(),
                 queued_tokens: st.tokens,
                 max_requests: self.shared.max_queue_seqs,
                 max_tokens: self.shared.max_queue_tokens,
-            });
+            };
+            return Err((e, seqs));
         }
         let admitted = Instant::now();
         let replies = seqs
@@ -243,6 +327,7 @@ impl Scheduler {
     pub fn close(&self) {
         self.shared.lock().closed = true;
         self.shared.wake.notify_one();
+        self.shared.room.notify_waiters();
     }
 }
 
@@ -263,7 +348,9 @@ impl Shared {
         loop {
             let decision = {
                 let mut st = self.lock();
-                st.drop_abandoned();
+                if st.drop_abandoned() {
+                    self.room.notify_waiters();
+                }
                 // Closing flushes partial batches at once rather than waiting out max-wait.
                 let max_wait = if st.closed {
                     Duration::ZERO
@@ -280,7 +367,9 @@ impl Shared {
                 match decision {
                     Decision::Dispatch(Cut { seqs, tokens, .. }) => {
                         st.tokens -= tokens;
-                        return Some(st.queue.drain(..seqs).collect());
+                        let batch = st.queue.drain(..seqs).collect();
+                        self.room.notify_waiters();
+                        return Some(batch);
                     }
                     Decision::Idle if st.closed => return None,
                     other => other,
@@ -317,7 +406,7 @@ async fn dispatch(shared: Arc<Shared>, permits: Arc<Semaphore>) {
     }
 }
 
-/// Awaits one batch, copies each row out to its sequence's caller, and frees the batch's permit.
+/// Awaits one batch, hands each sequence's caller its row of the shared result, and frees the batch's permit.
 async fn answer(
     shared: Arc<Shared>,
     handle: Handle,
@@ -333,19 +422,20 @@ async fn answer(
             compute,
             forward: plan,
         }) => {
-            for (entry, row) in entries.into_iter().zip(embeddings.rows()) {
+            let seqs = embeddings.len();
+            for (entry, row) in entries.into_iter().zip(embeddings.into_rows()) {
                 let times = StageTimes {
                     queue: submitted - entry.admitted + queued,
                     inference: compute,
                 };
                 // A caller gone since the batch was cut simply misses its answer.
                 let _ = entry.reply.send(Ok(Embedded {
-                    embedding: row.to_vec(),
+                    embedding: row,
                     times,
                 }));
             }
             (shared.observer)(&BatchStats {
-                seqs: embeddings.len(),
+                seqs,
                 tokens,
                 fill: tokens as f64 / shared.budget.max_tokens as f64,
                 backend_queue: queued,

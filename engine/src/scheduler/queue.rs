@@ -1,7 +1,6 @@
 //! The batch builder: a pure function of the queue's head, the budget and the clock, so every rule is tested on
 //! its own, without threads or a model (the shape of TEI's `router/src/queue.rs`).
 
-use std::ops::Range;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -59,22 +58,6 @@ pub fn cut(lens: impl IntoIterator<Item = usize>, budget: Budget) -> Cut {
     }
 }
 
-/// Cuts sequences of the given lengths, in order, into consecutive batches under the budget.
-pub fn cut_batches(lens: &[usize], max_tokens: usize, max_seqs: usize) -> Vec<Range<usize>> {
-    let budget = Budget {
-        max_tokens,
-        max_seqs,
-    };
-    let mut batches = Vec::new();
-    let mut start = 0;
-    while start < lens.len() {
-        let n = cut(lens[start..].iter().copied(), budget).seqs;
-        batches.push(start..start + n);
-        start += n;
-    }
-    batches
-}
-
 /// What the dispatch loop does next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Decision {
@@ -112,12 +95,30 @@ pub fn decide(
 
 #[cfg(test)]
 mod tests {
+    use std::ops::Range;
+
     use super::*;
 
     const BUDGET: Budget = Budget {
         max_tokens: 6,
         max_seqs: 10,
     };
+
+    /// Sequences of the given lengths, in order, cut into consecutive batches as the dispatch loop would.
+    fn cut_batches(lens: &[usize], max_tokens: usize, max_seqs: usize) -> Vec<Range<usize>> {
+        let budget = Budget {
+            max_tokens,
+            max_seqs,
+        };
+        let mut batches = Vec::new();
+        let mut start = 0;
+        while start < lens.len() {
+            let n = cut(lens[start..].iter().copied(), budget).seqs;
+            batches.push(start..start + n);
+            start += n;
+        }
+        batches
+    }
 
     #[test]
     fn batches_respect_budget_and_order() {

@@ -206,3 +206,81 @@ async fn a_failed_batch_answers_every_sequence_with_the_error() {
     resolver.resolve(Err(crate::Error::Batch("boom".into())));
     assert!(matches!(t.wait().await, Err(Error::Batch(_))));
 }
+
+/// Regression: each answer was copied out of the batch's result into a fresh vector; it is now a row of the
+/// pooled buffer itself, shared by the batch's answers.
+#[tokio::test]
+async fn answers_are_rows_of_the_pooled_buffer_not_copies() {
+    let (backend, scheduler) = start(false);
+    let t = scheduler.submit(vec![vec![1], vec![2]]).unwrap();
+    settle().await;
+    backend.resolve_one();
+    let out = t.wait().await.unwrap();
+    let (a, b) = (out[0].embedding.as_ptr(), out[1].embedding.as_ptr());
+    assert_eq!(a.wrapping_add(DIM), b, "row 1 follows row 0 in one buffer");
+    assert_eq!((out[0].embedding[0], out[1].embedding[0]), (1.0, 2.0));
+}
+
+/// A task resolving each batch soon after it is submitted, as a backend would; abort it when done.
+fn resolve_as_submitted(backend: &Arc<Manual>) -> tokio::task::JoinHandle<()> {
+    let backend = backend.clone();
+    tokio::spawn(async move {
+        loop {
+            settle().await;
+            if !backend.pending.lock().unwrap().is_empty() {
+                backend.resolve_one();
+            }
+        }
+    })
+}
+
+/// Regression: a corpus larger than the queue's bounds was either refused as overloaded or batched by a second,
+/// hand-rolled loop; `embed_all` feeds the scheduler as its queue drains, and answers in input order.
+#[tokio::test]
+async fn embed_all_feeds_more_than_the_queue_holds_in_order() {
+    let (backend, scheduler) = start(true);
+    let resolver = resolve_as_submitted(&backend);
+    let n = 200u32;
+    let seqs = (1..=n).map(|i| Ok::<_, Error>(vec![i; 1 + i as usize % 3]));
+    let mut got = Vec::new();
+    scheduler
+        .embed_all(seqs, |e| {
+            got.push(e.embedding[0]);
+            Ok(())
+        })
+        .await
+        .unwrap();
+    resolver.abort();
+    assert_eq!(got, (1..=n).map(|i| i as f32).collect::<Vec<_>>());
+    let batches = backend.submitted();
+    assert_eq!(batches.iter().sum::<usize>(), n as usize);
+    assert!(batches.iter().all(|&seqs| seqs <= 4), "{batches:?}");
+}
+
+#[tokio::test]
+async fn embed_all_stops_at_the_first_bad_input_after_answering_the_ones_before() {
+    let (backend, scheduler) = start(false);
+    let resolver = resolve_as_submitted(&backend);
+    /// A caller's own error type, as `bench embed` has (a line that is not JSON).
+    #[derive(Debug, PartialEq)]
+    enum Failed {
+        Input(usize),
+        Scheduler,
+    }
+    impl From<Error> for Failed {
+        fn from(_: Error) -> Self {
+            Failed::Scheduler
+        }
+    }
+    let seqs = [Ok(vec![1]), Ok(vec![2]), Err(Failed::Input(3)), Ok(vec![4])];
+    let mut got = Vec::new();
+    let result = scheduler
+        .embed_all(seqs, |e| {
+            got.push(e.embedding[0]);
+            Ok(())
+        })
+        .await;
+    resolver.abort();
+    assert_eq!(result, Err(Failed::Input(3)));
+    assert_eq!(got, vec![1.0, 2.0]);
+}

@@ -47,14 +47,15 @@ impl HfTokenizer {
 }
 
 impl Tokenizer for HfTokenizer {
-    fn encode_with(&self, text: &str, _: &mut Scratch, ids: &mut Vec<u32>) -> Result<()> {
+    fn encode_cut(&self, text: &str, _: &mut Scratch, ids: &mut Vec<u32>) -> Result<bool> {
         let enc = self
             .inner
             .encode(text, true)
             .map_err(|e| Error::Tokenizer(e.to_string()))?;
         ids.clear();
         ids.extend_from_slice(enc.get_ids());
-        Ok(())
+        // Truncation keeps what it cut as the encoding's overflow.
+        Ok(!enc.get_overflowing().is_empty())
     }
 
     fn vocab_size(&self) -> usize {

@@ -5,6 +5,7 @@
 pub mod fast;
 mod hf;
 
+use std::cell::RefCell;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -61,16 +62,53 @@ pub struct Scratch {
     pub(crate) path: Vec<(u32, u32, u32)>,
 }
 
+impl Scratch {
+    /// Beyond this many bytes of text buffers, a thread's scratch is let go after the encode instead of kept: one
+    /// huge input should not pin its memory on every thread that ever tokenized it.
+    const KEEP_BYTES: usize = 1 << 20;
+
+    fn oversized(&self) -> bool {
+        self.a.capacity() + self.b.capacity() > Self::KEEP_BYTES
+    }
+}
+
+thread_local! {
+    static THREAD_SCRATCH: RefCell<Scratch> = RefCell::default();
+}
+
+/// Runs `f` with this thread's own [`Scratch`], kept warm between calls, so a serving thread encodes without
+/// heap allocations as a caller holding its own scratch does. A nested call gets a fresh one.
+pub fn with_thread_scratch<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
+    THREAD_SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut scratch) => {
+            let out = f(&mut scratch);
+            if scratch.oversized() {
+                *scratch = Scratch::default();
+            }
+            out
+        }
+        Err(_) => f(&mut Scratch::default()),
+    })
+}
+
 /// Text to model input ids: normalisation, pre-tokenisation, the model's sub-word algorithm, special tokens, and
 /// truncation to the configured maximum length (special tokens kept).
 pub trait Tokenizer: Send + Sync {
-    /// Writes the ids of `text` into `ids` (cleared first).
+    /// Writes the ids of `text` into `ids` (cleared first), with this thread's scratch
+    /// ([`with_thread_scratch`]).
     fn encode(&self, text: &str, ids: &mut Vec<u32>) -> Result<()> {
-        self.encode_with(text, &mut Scratch::default(), ids)
+        with_thread_scratch(|scratch| self.encode_with(text, scratch, ids))
     }
 
     /// [`Tokenizer::encode`] with caller-owned working memory, reused across calls.
-    fn encode_with(&self, text: &str, scratch: &mut Scratch, ids: &mut Vec<u32>) -> Result<()>;
+    fn encode_with(&self, text: &str, scratch: &mut Scratch, ids: &mut Vec<u32>) -> Result<()> {
+        self.encode_cut(text, scratch, ids).map(drop)
+    }
+
+    /// [`Tokenizer::encode_with`] that also says whether truncation cut the input (`true`: it had more ids than
+    /// the limit, and `ids` holds the limit's worth), so an input at the limit is told from one over it in one
+    /// encode.
+    fn encode_cut(&self, text: &str, scratch: &mut Scratch, ids: &mut Vec<u32>) -> Result<bool>;
 
     /// Encodes each text into the matching entry of `out` (resized to `texts.len()`), reusing its vectors.
     fn encode_batch(

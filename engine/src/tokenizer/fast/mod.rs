@@ -304,9 +304,9 @@ impl FastTokenizer {
         }
     }
 
-    /// Where encoding may stop: with right truncation, once the ids to keep are there, since the words and
-    /// pre-tokens after them only add ids that are cut. Only when the model has an unknown token, its only
-    /// way to fail on later text.
+    /// Where encoding may stop: with right truncation, once one id more than those to keep is there (so a cut
+    /// is seen), since the words and pre-tokens after them only add ids that are cut. Only when the model has an
+    /// unknown token, its only way to fail on later text.
     fn limit(&self, start: usize) -> usize {
         let has_unk = match &self.model {
             Model::WordPiece(m) => m.has_unk(),
@@ -314,7 +314,7 @@ impl FastTokenizer {
         };
         match self.truncation {
             Some(t) if t.side == TruncationSide::Right && has_unk => {
-                start + t.max_length - self.template.len()
+                start + t.max_length - self.template.len() + 1
             }
             _ => usize::MAX,
         }
@@ -322,7 +322,7 @@ impl FastTokenizer {
 }
 
 impl Tokenizer for FastTokenizer {
-    fn encode_with(&self, text: &str, scratch: &mut Scratch, ids: &mut Vec<u32>) -> Result<()> {
+    fn encode_cut(&self, text: &str, scratch: &mut Scratch, ids: &mut Vec<u32>) -> Result<bool> {
         ids.clear();
         ids.extend_from_slice(&self.template.prefix);
         let start = ids.len();
@@ -336,16 +336,18 @@ impl Tokenizer for FastTokenizer {
         if ids.len() < limit {
             self.encode_segment(&text[from..], scratch, ids, limit)?;
         }
+        let mut cut = false;
         if let Some(t) = self.truncation {
             let keep = t.max_length - self.template.len();
             let excess = (ids.len() - start).saturating_sub(keep);
+            cut = excess > 0;
             match t.side {
                 TruncationSide::Right => ids.truncate(start + keep.min(ids.len() - start)),
                 TruncationSide::Left => drop(ids.drain(start..start + excess)),
             }
         }
         ids.extend_from_slice(&self.template.suffix);
-        Ok(())
+        Ok(cut)
     }
 
     fn vocab_size(&self) -> usize {
@@ -400,6 +402,37 @@ mod tests {
         let exact = FastTokenizer::from_json(&minilm(), Some(Truncation::right(2))).expect("loads");
         assert_eq!(encode(&exact, text), [101, 102]);
         assert!(FastTokenizer::from_json(&minilm(), Some(Truncation::right(1))).is_err());
+    }
+
+    /// Regression: the gateway encoded an input at the limit two or three times (truncated, untruncated to see
+    /// whether it was over, and left-cut) to tell "at the limit" from "over it"; one encode now says whether it
+    /// cut anything, on either side and in either implementation.
+    #[test]
+    fn one_encode_tells_an_input_at_the_limit_from_one_over_it() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../workloads/vocab/all-MiniLM-L6-v2/tokenizer.json");
+        let at_limit = "one two three"; // [CLS] one two three [SEP]
+        let over = "one two three four";
+        for side in [TruncationSide::Right, TruncationSide::Left] {
+            let truncation = Some(Truncation {
+                max_length: 5,
+                side,
+            });
+            let fast: Box<dyn Tokenizer> =
+                Box::new(FastTokenizer::from_json(&minilm(), truncation).expect("loads"));
+            let hf: Box<dyn Tokenizer> = Box::new(
+                crate::tokenizer::HfTokenizer::from_file(&path, truncation).expect("loads"),
+            );
+            for t in [fast, hf] {
+                let (mut scratch, mut ids) = (Scratch::default(), Vec::new());
+                let cut = t
+                    .encode_cut(at_limit, &mut scratch, &mut ids)
+                    .expect("encodes");
+                assert_eq!((cut, ids.len()), (false, 5), "{side:?}: at the limit");
+                let cut = t.encode_cut(over, &mut scratch, &mut ids).expect("encodes");
+                assert_eq!((cut, ids.len()), (true, 5), "{side:?}: one over");
+            }
+        }
     }
 
     #[test]
