@@ -34,7 +34,7 @@ fn a_binary_against_itself_passes() {
 }
 
 #[test]
-#[ignore = "needs a release build and at least two cores (minutes); run with --ignored"]
+#[ignore = "needs a release build and two free cores (minutes); run with --ignored"]
 fn one_thread_against_two_fails_on_the_forward_benchmarks() {
     let (code, md) = gate(&[
         "--rounds",
