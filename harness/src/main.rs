@@ -5,6 +5,7 @@ mod config;
 mod curve;
 mod embed;
 mod engines;
+mod gate;
 mod generator;
 mod knobs;
 mod plans;
@@ -58,6 +59,9 @@ enum Command {
     Sweep(sweep::SweepArgs),
     /// Replay one trace (or one batch re-index of a corpus) at one setting; same outputs as a sweep.
     Replay(sweep::ReplayArgs),
+    /// CI performance gates: instruction counts under valgrind, and interleaved A/B timing against a revision.
+    /// Exit status 0 pass, 1 regression, 2 could not measure or decide.
+    Gate(gate::GateArgs),
     /// Draw the report of a results directory (or result.json) again.
     Report {
         /// results/<run-id>/ or its result.json.
@@ -155,6 +159,7 @@ fn main() -> Result<()> {
         Command::Curve(args) => curve::run(args),
         Command::Sweep(args) => sweep::sweep(args),
         Command::Replay(args) => sweep::replay(args),
+        Command::Gate(args) => std::process::exit(gate::run(args)),
         Command::Report {
             results,
             reports_dir,

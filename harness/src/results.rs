@@ -56,6 +56,10 @@ pub struct RunResult {
     pub configs: Vec<ConfigResult>,
     /// The configuration with the highest throughput within the SLO, when there are several.
     pub best: Option<Best>,
+    /// How busy the host was over the run (other processes' CPU, steal, load, frequency); absent from results
+    /// written before it was recorded.
+    #[serde(default)]
+    pub host: Option<crate::gate::host::HostSample>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -525,6 +529,7 @@ pub(crate) mod tests {
                 ),
             ],
             best: None,
+            host: None,
         }
     }
 

@@ -23,9 +23,9 @@ use std::time::Instant;
 use serde::Serialize;
 
 pub use error::ApiError;
-use input::Tokenization;
-pub use input::{Direction, Inputs, Options};
+pub use input::{Direction, Inputs, Options, Tokenization};
 pub use metrics::{Metrics, MetricsSnapshot, Times};
+pub use routes::parse_embed_body;
 
 use crate::scheduler::{Scheduler, StageTimes};
 use crate::{Engine, Row};

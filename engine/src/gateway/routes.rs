@@ -280,6 +280,18 @@ struct TeiRequest {
     dimensions: Option<usize>,
 }
 
+/// A TEI `/embed` body parsed and checked as the route does, up to tokenization (the options take
+/// `auto_truncate` when the body does not say): what the harness's instruction-count gate measures.
+pub fn parse_embed_body(body: &[u8], auto_truncate: bool) -> Result<(Inputs, Options), ApiError> {
+    let req: TeiRequest = parse(Ok(Bytes::copy_from_slice(body)))?;
+    let options = Options {
+        prompt_name: req.prompt_name,
+        truncate: req.truncate.unwrap_or(auto_truncate),
+        direction: req.truncation_direction,
+    };
+    Ok((req.inputs.into(), options))
+}
+
 async fn tei_embed(State(gw): State<Gateway>, body: Result<Bytes, BytesRejection>) -> Response {
     let result = async {
         let req: TeiRequest = parse(body)?;

@@ -139,6 +139,7 @@ fn execute(
 ) -> Result<()> {
     let started = SystemTime::now();
     let clock = Instant::now();
+    let host = crate::gate::host::Sampler::start();
     let run_id = c
         .run_id
         .clone()
@@ -245,6 +246,7 @@ fn execute(
         axes: setup.axes.clone(),
         configs,
         best,
+        host: Some(host.finish()),
     };
     let results_dir = c.results_dir.join(&run_id);
     results::write(&results_dir, &result)?;
