@@ -66,7 +66,7 @@ pub const SPECS: &[Spec] = &[
         "batch-builder",
         MEASURED,
         20,
-        "scheduler::queue cut_batches + decide over 4096 lengths",
+        "scheduler::queue cut + decide, a 4096-sequence queue front to back",
     ),
     spec(
         "request-parse",
