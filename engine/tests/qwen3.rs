@@ -3,15 +3,11 @@
 //! bidirectional one (`"is_causal": false`, mean pooling). Their byte-level BPE tokenizer runs on the `hf`
 //! tokenizer (the in-house one has no BPE yet).
 
-use base64::Engine as _;
 use engine::tokenizer::TokenizerKind;
 use engine::{Batch, CaptureMode, Dtype, Engine, EngineConfig};
 
-struct Fixture {
-    text: String,
-    ids: Vec<u32>,
-    embedding: Vec<f32>,
-}
+mod common;
+use common::cosine;
 
 fn dir(name: &str) -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -19,30 +15,8 @@ fn dir(name: &str) -> std::path::PathBuf {
         .join(name)
 }
 
-fn fixtures(name: &str) -> Vec<Fixture> {
-    std::fs::read_to_string(dir(name).join("reference.jsonl"))
-        .expect("fixture file")
-        .lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).expect("fixture JSON");
-            let bytes = base64::engine::general_purpose::STANDARD
-                .decode(v["embedding"].as_str().expect("embedding"))
-                .expect("base64");
-            Fixture {
-                text: v["text"].as_str().expect("text").to_owned(),
-                ids: v["ids"]
-                    .as_array()
-                    .expect("ids")
-                    .iter()
-                    .map(|i| i.as_u64().expect("id") as u32)
-                    .collect(),
-                embedding: bytes
-                    .chunks_exact(4)
-                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                    .collect(),
-            }
-        })
-        .collect()
+fn fixtures(name: &str) -> Vec<common::Fixture> {
+    common::read(&dir(name).join("reference.jsonl"), "embedding")
 }
 
 fn load(name: &str, dtype: Dtype, capture: CaptureMode) -> Engine {
@@ -54,13 +28,6 @@ fn load(name: &str, dtype: Dtype, capture: CaptureMode) -> Engine {
         ..Default::default()
     };
     Engine::load(dir(name), config).expect("load the tiny Qwen3")
-}
-
-fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let dot: f64 = a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum();
-    let na: f64 = a.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
-    let nb: f64 = b.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
-    dot / (na * nb)
 }
 
 /// Token ids equal the reference's, and every embedding reaches `min` cosine against it.

@@ -1,45 +1,17 @@
 //! The real model against sentence-transformers: reference fixtures made by `scripts/make_fixtures.py`.
 //! Runs on all-MiniLM-L6-v2 (fetched into the cache on first use).
 
-use base64::Engine as _;
 use engine::{Batch, Engine, EngineConfig};
 
-struct Fixture {
-    corpus: String,
-    text: String,
-    ids: Vec<u32>,
-    embedding: Vec<f32>,
-}
+mod common;
+use common::{cosine, Fixture};
 
 fn fixtures() -> Vec<Fixture> {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/fixtures/minilm_reference.jsonl"
     );
-    std::fs::read_to_string(path)
-        .expect("fixture file")
-        .lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).expect("fixture JSON");
-            let bytes = base64::engine::general_purpose::STANDARD
-                .decode(v["embedding_f32_b64"].as_str().expect("embedding"))
-                .expect("base64");
-            Fixture {
-                corpus: v["corpus"].as_str().expect("corpus").to_owned(),
-                text: v["text"].as_str().expect("text").to_owned(),
-                ids: v["ids"]
-                    .as_array()
-                    .expect("ids")
-                    .iter()
-                    .map(|i| i.as_u64().expect("id") as u32)
-                    .collect(),
-                embedding: bytes
-                    .chunks_exact(4)
-                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                    .collect(),
-            }
-        })
-        .collect()
+    common::read(std::path::Path::new(path), "embedding_f32_b64")
 }
 
 fn minilm() -> Engine {
@@ -49,13 +21,6 @@ fn minilm() -> Engine {
 fn minilm_with(config: EngineConfig) -> Engine {
     let dir = engine::model::fetch::default_model_dir().expect("default model");
     Engine::load(dir, config).expect("load all-MiniLM-L6-v2")
-}
-
-fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let dot: f64 = a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum();
-    let na: f64 = a.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
-    let nb: f64 = b.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
-    dot / (na * nb)
 }
 
 /// The lowest cosine between the engine's embeddings and the references, and the text it was for.
@@ -144,7 +109,10 @@ fn tokenization_and_truncation_match_the_reference() {
             "ids differ for {:?}",
             f.text.chars().take(80).collect::<String>()
         );
-        if f.corpus.starts_with("long_docs") {
+        if f.record["corpus"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("long_docs"))
+        {
             assert_eq!(ids.len(), 256, "long documents are cut at max_seq_length");
             assert_eq!(ids.last(), Some(&102), "[SEP] is kept after truncation");
             truncated += 1;

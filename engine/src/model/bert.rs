@@ -6,7 +6,7 @@
 //! attention runs per sequence and needs no mask; Q, K and V are one fused projection; the residual of each
 //! block is added in its output projection's epilogue, before the LayerNorm.
 
-use super::{BertConfig, ModelConfig, ModelDir, Pooling, Weights};
+use super::{BertConfig, Head, ModelConfig, ModelDir, Weights};
 use crate::backend::ops::{
     Activation, Architecture, AttentionShape, Device, Embedding, Layout, Matrix, Ops, Slot,
 };
@@ -176,8 +176,7 @@ fn attention_shape(c: &BertConfig) -> AttentionShape {
 /// A sentence-embedding BERT: encoder, pooling and optional L2 normalisation.
 pub struct Bert<D: Device> {
     pub config: BertConfig,
-    pub pooling: Pooling,
-    pub normalize: bool,
+    pub head: Head,
     embeddings: Embeddings<D>,
     layers: Vec<Layer<D>>,
 }
@@ -195,8 +194,7 @@ impl<D: Device> Bert<D> {
                 .map(|i| Layer::load(&w, device, c, i))
                 .collect::<Result<_>>()?,
             config: c.clone(),
-            pooling: dir.pooling,
-            normalize: dir.normalize,
+            head: Head::load(dir),
         })
     }
 }
@@ -248,10 +246,6 @@ impl<D: Device> Architecture<D> for Bert<D> {
         for layer in &self.layers {
             layer.forward(ops, batch, &a);
         }
-        let out = out.top(batch.len());
-        ops.pool(batch, a.hidden, self.pooling, out);
-        if self.normalize {
-            ops.l2_normalize(out);
-        }
+        self.head.forward(ops, batch, a.hidden, out);
     }
 }

@@ -15,6 +15,32 @@ use crate::backend::ops::{Architecture, Device, Layout, Ops};
 use crate::batch::Batch;
 use crate::error::Result;
 
+/// sentence-transformers' Pooling and Normalize modules: one embedding per sequence from the last hidden states.
+#[derive(Clone, Copy, Debug)]
+pub struct Head {
+    pub pooling: Pooling,
+    pub normalize: bool,
+}
+
+impl Head {
+    pub fn load(dir: &ModelDir) -> Self {
+        Head {
+            pooling: dir.pooling,
+            normalize: dir.normalize,
+        }
+    }
+
+    /// Pools `x` (one row per token) into the first `batch.len()` rows of `out`, normalised if the model says so.
+    pub fn forward<O: Ops>(&self, ops: &O, batch: &Batch, x: O::Mat, out: O::Mat) {
+        use crate::backend::ops::Matrix;
+        let out = out.top(batch.len());
+        ops.pool(batch, x, self.pooling, out);
+        if self.normalize {
+            ops.l2_normalize(out);
+        }
+    }
+}
+
 /// The architecture a model directory names, loaded onto a device.
 pub enum Model<D: Device> {
     Bert(bert::Bert<D>),

@@ -9,7 +9,7 @@
 //! one fused projection, and so are the MLP's gate and up projections; residuals are added in the output
 //! projections' epilogues. The language-model head is never used, so tied or untied embeddings load the same.
 
-use super::{ModelConfig, ModelDir, Pooling, Qwen3Config, Weights};
+use super::{Head, ModelConfig, ModelDir, Qwen3Config, Weights};
 use crate::backend::ops::{
     Activation, Architecture, AttentionShape, Device, Embedding, Layout, Matrix, Ops, Slot,
 };
@@ -172,8 +172,7 @@ fn attention_shape(c: &Qwen3Config) -> AttentionShape {
 /// A Qwen3 embedding model: token embeddings, decoder layers, final norm, pooling and optional normalisation.
 pub struct Qwen3<D: Device> {
     pub config: Qwen3Config,
-    pub pooling: Pooling,
-    pub normalize: bool,
+    pub head: Head,
     embeddings: Embedding<D>,
     rotary: D::Param,
     layers: Vec<Layer<D>>,
@@ -200,8 +199,7 @@ impl<D: Device> Qwen3<D> {
                 .collect::<Result<_>>()?,
             norm: RmsNorm::load(&w, device, "norm", h, c.rms_norm_eps)?,
             config: c.clone(),
-            pooling: dir.pooling,
-            normalize: dir.normalize,
+            head: Head::load(dir),
         })
     }
 }
@@ -259,10 +257,6 @@ impl<D: Device> Architecture<D> for Qwen3<D> {
             layer.forward(ops, batch, &self.rotary, &a);
         }
         self.norm.forward(ops, a.hidden, a.hidden);
-        let out = out.top(batch.len());
-        ops.pool(batch, a.hidden, self.pooling, out);
-        if self.normalize {
-            ops.l2_normalize(out);
-        }
+        self.head.forward(ops, batch, a.hidden, out);
     }
 }
