@@ -34,6 +34,15 @@ pub fn print_summary(result: &RunResult) {
     if let Some(w) = results::behind_warning(result) {
         eprintln!("{w}");
     }
+    if let Some(h) = &result.host {
+        eprintln!("host while it ran: {}", h.describe());
+        if h.busy {
+            eprintln!(
+                "warning: measured on a busy host (other processes took CPU time the engine and the generator \
+                 needed): rerun on a quiet machine before trusting these figures"
+            );
+        }
+    }
 }
 
 /// Right-aligned columns on stderr.
