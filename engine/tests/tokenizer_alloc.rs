@@ -1,20 +1,33 @@
 //! A warm `fast` encode performs no heap allocation: counted by a global allocator, which is why this test has
-//! a file (and so a test binary) of its own.
+//! a file (and so a test binary) of its own. The count is per thread, so the tests of this file, which the test
+//! harness runs side by side, do not count each other's allocations.
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use engine::tokenizer::{self, Scratch, TokenizerKind, Truncation};
 
 struct Counting;
 
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+thread_local! {
+    /// Allocations made by this thread; const-initialised, so reading it never allocates.
+    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
+}
+
+fn count() {
+    ALLOCATIONS.with(|a| a.set(a.get() + 1));
+}
+
+/// Allocations this thread has made so far.
+fn allocations() -> usize {
+    ALLOCATIONS.with(Cell::get)
+}
 
 // SAFETY: every call is forwarded unchanged to the system allocator; counting has no effect on the memory.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        count();
         // SAFETY: the caller's contract is the system allocator's.
         unsafe { System.alloc(layout) }
     }
@@ -25,7 +38,7 @@ unsafe impl GlobalAlloc for Counting {
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        count();
         // SAFETY: as for `alloc`.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
@@ -71,7 +84,7 @@ fn warm_encode_allocates_nothing() {
                 t.encode_with(text, &mut scratch, &mut ids)
                     .expect("encodes");
             }
-            let before = ALLOCATIONS.load(Ordering::Relaxed);
+            let before = allocations();
             let mut total = 0;
             for text in &texts {
                 t.encode_with(text, &mut scratch, &mut ids)
@@ -80,7 +93,7 @@ fn warm_encode_allocates_nothing() {
             }
             t.encode_batch(&refs, &mut scratch, &mut batch)
                 .expect("encodes");
-            let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+            let allocations = allocations() - before;
             assert_eq!(
                 allocations, 0,
                 "{file} {truncation:?}: {allocations} allocations"
@@ -115,10 +128,10 @@ fn encode_without_a_caller_scratch_allocates_nothing_once_warm() {
     for text in &texts {
         t.encode(text, &mut ids).expect("encodes");
     }
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = allocations();
     for text in &texts {
         t.encode(text, &mut ids).expect("encodes");
     }
-    let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    let allocations = allocations() - before;
     assert_eq!(allocations, 0, "{allocations} allocations in warm encodes");
 }
