@@ -35,15 +35,27 @@ pub struct EngineConfig {
     /// as the backend can take work.
     #[arg(long, default_value_t = EngineConfig::default().max_wait_ms)]
     pub max_wait_ms: u64,
-    /// Submit batch N+1 while batch N's results are still being copied out and answered (two batches in flight).
+    /// Cut and submit batch N+1 as soon as batch N is computed, while N's results are copied out and answered;
+    /// without it, N+1 waits until N is answered.
     #[arg(long, action = clap::ArgAction::Set, default_value_t = EngineConfig::default().overlap)]
     pub overlap: bool,
-    /// The scheduler's queue bound in tokens; work beyond it is refused as overloaded.
+    /// Each priority's queue bound in tokens; work beyond it is refused as overloaded.
     #[arg(long, default_value_t = EngineConfig::default().max_queue_tokens)]
     pub max_queue_tokens: usize,
-    /// The scheduler's queue bound in sequences.
+    /// Each priority's queue bound in sequences.
     #[arg(long, default_value_t = EngineConfig::default().max_queue_requests)]
     pub max_queue_requests: usize,
+    /// Online work's deadline, in milliseconds from admission to answer: refused at admission when the measured
+    /// throughput says it would be later, dropped unanswered (but for an error) if still queued past it.
+    #[arg(long, default_value_t = EngineConfig::default().online_deadline_ms)]
+    pub online_deadline_ms: u64,
+    /// Batch work's deadline, as `online_deadline_ms` (a caller that waits for room, as `bench embed`, has none).
+    #[arg(long, default_value_t = EngineConfig::default().batch_deadline_ms)]
+    pub batch_deadline_ms: u64,
+    /// Share of every batch's token budget held for batch work while any is queued, so online traffic cannot
+    /// starve it (0 to 1).
+    #[arg(long, default_value_t = EngineConfig::default().batch_min_share)]
+    pub batch_min_share: f64,
     /// Precision of the linear layers: `f32`, or `bf16` (weights in bf16, f32 accumulation) where the CPU has
     /// AVX512-BF16; elsewhere bf16 falls back to f32 (the backend's info says which ran).
     #[arg(long, value_enum, default_value_t = EngineConfig::default().dtype)]
@@ -83,6 +95,10 @@ impl Default for EngineConfig {
             // Several full batches: enough to keep the backend busy, short enough that queueing stays bounded.
             max_queue_tokens: 65_536,
             max_queue_requests: 4096,
+            // The online SLO the harness measures against (p99 within 100 ms), and its batch SLO.
+            online_deadline_ms: 100,
+            batch_deadline_ms: 30_000,
+            batch_min_share: 0.25,
             dtype: Dtype::F32,
             capture: CaptureMode::Lazy,
             token_buckets: Vec::new(),
@@ -119,6 +135,23 @@ impl EngineConfig {
                     message: "must be at least 1".into(),
                 });
             }
+        }
+        for (name, ms) in [
+            ("online_deadline_ms", self.online_deadline_ms),
+            ("batch_deadline_ms", self.batch_deadline_ms),
+        ] {
+            if ms == 0 {
+                return Err(Error::Config {
+                    name,
+                    message: "must be at least 1".into(),
+                });
+            }
+        }
+        if !(0.0..=1.0).contains(&self.batch_min_share) {
+            return Err(Error::Config {
+                name: "batch_min_share",
+                message: format!("must be between 0 and 1, not {}", self.batch_min_share),
+            });
         }
         if self.max_seq_length == Some(0) {
             return Err(Error::Config {

@@ -60,6 +60,7 @@ pub use dtype::Dtype;
 pub use error::{Error, Result};
 use model::ModelDir;
 pub use plan::CaptureMode;
+pub use scheduler::Priority;
 use tokenizer::{Tokenizer, Truncation};
 
 /// What a loaded engine reports about itself.

@@ -173,7 +173,10 @@ async fn per_input(
         let one = Instant::now();
         let ids = tokenize_line(engine, n, Ok(line), plain)?;
         let tokens = ids.len();
-        let answer = scheduler.submit(vec![ids])?.wait().await;
+        let answer = scheduler
+            .submit(vec![ids], engine::Priority::Online)?
+            .wait()
+            .await;
         let elapsed = one.elapsed();
         let embedded = answer.with_context(|| format!("input line {}", n + 1))?;
         latencies.saturating_record(elapsed.as_micros() as u64);

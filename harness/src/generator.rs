@@ -15,6 +15,7 @@ use tokio::time::Instant;
 
 use crate::target::{Failure, Reply, Target, Telemetry};
 use crate::workload::{ClassLoad, Request, Source};
+use engine::Priority;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
@@ -61,6 +62,8 @@ pub struct Timing {
     pub warmup_s: f64,
     /// Per class.
     pub timeouts: Vec<Duration>,
+    /// Per class (online when left out).
+    pub priorities: Vec<Priority>,
 }
 
 /// A step that runs until its work is done (a corpus pass) has an unbounded duration: it ends here.
@@ -125,6 +128,7 @@ pub async fn run(
             target: target.clone(),
             rec: rec.clone(),
             class,
+            priority: timing.priorities.get(class).copied().unwrap_or_default(),
             start,
             timeout,
         };
@@ -207,6 +211,7 @@ struct Ctx {
     target: Arc<dyn Target>,
     rec: Arc<Recorder>,
     class: usize,
+    priority: Priority,
     start: Instant,
     timeout: Duration,
 }
@@ -236,7 +241,7 @@ async fn send(ctx: Ctx, request: Request, due: Instant) {
     let sent = Instant::now();
     ctx.rec.sent.fetch_add(1, Ordering::Relaxed);
     let (inputs, est) = (request.texts.len() as u32, request.est_tokens);
-    let result = tokio::time::timeout(ctx.timeout, ctx.target.embed(request)).await;
+    let result = tokio::time::timeout(ctx.timeout, ctx.target.embed(request, ctx.priority)).await;
     let done = Instant::now();
     let (outcome, tokens, reply) = match result {
         Ok(Ok(reply)) => (Outcome::Ok, reply.tokens.unwrap_or(est), reply),
@@ -294,7 +299,7 @@ mod tests {
     }
 
     impl Target for Stalls {
-        fn embed(&self, _: Request) -> BoxFuture<Result<Reply, Failure>> {
+        fn embed(&self, _: Request, _: Priority) -> BoxFuture<Result<Reply, Failure>> {
             let now = self.start.elapsed();
             let wait = if now >= self.from && now < self.until {
                 self.until - now
@@ -319,6 +324,7 @@ mod tests {
             duration_s,
             warmup_s: 0.0,
             timeouts: vec![Duration::from_secs(10)],
+            priorities: Vec::new(),
         }
     }
 
@@ -382,7 +388,7 @@ mod tests {
     async fn a_generator_held_up_records_its_dispatch_delay() {
         struct Blocks;
         impl Target for Blocks {
-            fn embed(&self, _: Request) -> BoxFuture<Result<Reply, Failure>> {
+            fn embed(&self, _: Request, _: Priority) -> BoxFuture<Result<Reply, Failure>> {
                 std::thread::sleep(Duration::from_millis(20));
                 Box::pin(async { Ok(Reply::default()) })
             }

@@ -246,6 +246,16 @@ fn charts(result: &RunResult) -> Vec<Chart> {
             dashed: false,
             max_gap: None,
         });
+        if rate_mode {
+            // Past the knee, what matters is how much is still answered within the SLO.
+            throughput.lines.push(Line {
+                label: name(&config.label, "goodput (within the SLO)"),
+                color: color(i),
+                points: pick(&|s| s.main().goodput_rps),
+                dashed: true,
+                max_gap: None,
+            });
+        }
         let at = |x: Option<f64>, f: &dyn Fn(&StepResult) -> f64| {
             let x = x?;
             steps

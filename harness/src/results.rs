@@ -253,7 +253,7 @@ fn check_classes(result: &RunResult) -> Result<(), String> {
 }
 
 /// The summary's columns, and whether the terminal table (narrower than the CSV and the page) shows each.
-pub const COLUMNS: [(&str, bool); 25] = [
+pub const COLUMNS: [(&str, bool); 26] = [
     ("config", true),
     ("step", true),
     ("phase", false),
@@ -268,12 +268,13 @@ pub const COLUMNS: [(&str, bool); 25] = [
     ("p99 ms", true),
     ("p99.9 ms", false),
     ("max ms", true),
-    ("goodput/s", false),
+    ("goodput/s", true),
     ("queue p50 ms", false),
     ("inference p50 ms", false),
     ("fill", true),
     ("replayed", false),
     ("refused", true),
+    ("refusal p99 ms", false),
     ("errors", true),
     ("timeouts", true),
     ("stable", true),
@@ -318,6 +319,7 @@ pub fn table(result: &RunResult) -> (Vec<String>, Vec<Vec<String>>) {
                     step.batches
                         .map_or("-".into(), |b| format!("{:.0}%", 100.0 * b.replayed)),
                     c.refused.to_string(),
+                    c.refusal_ms.map_or("-".into(), |q| format!("{:.2}", q.p99)),
                     c.errors.to_string(),
                     c.timeouts.to_string(),
                     if c.stability.stable { "yes" } else { "no" }.into(),

@@ -87,6 +87,9 @@ pub struct ClassMetrics {
     pub tokens_per_s: f64,
     pub ok: u64,
     pub refused: u64,
+    /// How fast refusals came back: a server shedding load should answer them at once.
+    #[serde(default)]
+    pub refusal_ms: Option<Percentiles>,
     pub errors: u64,
     pub timeouts: u64,
     pub error_rate: f64,
@@ -267,7 +270,7 @@ fn class_metrics(samples: &[&Sample], spec: &ClassSpec, w: &Window) -> ClassMetr
         count(Outcome::Timeout),
     );
     let (mut latency, mut dispatch) = (histogram(), histogram());
-    let (mut queue, mut inference) = (histogram(), histogram());
+    let (mut queue, mut inference, mut refusal) = (histogram(), histogram(), histogram());
     let good = due
         .iter()
         .filter(|s| s.outcome == Outcome::Ok && s.latency() * 1e3 <= spec.slo.latency_ms)
@@ -275,6 +278,9 @@ fn class_metrics(samples: &[&Sample], spec: &ClassSpec, w: &Window) -> ClassMetr
     for s in &due {
         if matches!(s.outcome, Outcome::Ok | Outcome::Timeout) {
             record_ms(&mut latency, s.latency());
+        }
+        if s.outcome == Outcome::Refused {
+            record_ms(&mut refusal, s.done - s.sent);
         }
         record_ms(&mut dispatch, s.dispatch_delay().max(0.0));
         if let Some(q) = s.queue {
@@ -326,6 +332,7 @@ fn class_metrics(samples: &[&Sample], spec: &ClassSpec, w: &Window) -> ClassMetr
         tokens_per_s: answered.iter().map(|s| s.tokens as u64).sum::<u64>() as f64 / len,
         ok,
         refused,
+        refusal_ms: (!refusal.is_empty()).then(|| Percentiles::of(&refusal)),
         errors,
         timeouts,
         error_rate,

@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use bytes::Bytes;
-use engine::gateway::{Gateway, GatewayConfig, Inputs, MetricsSnapshot, Options};
+use engine::gateway::{Gateway, GatewayConfig, Inputs, MetricsSnapshot, Options, PRIORITY_HEADER};
 use engine::EngineConfig;
+use engine::Priority;
 use http::StatusCode;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
@@ -93,7 +94,7 @@ impl Telemetry {
 
 /// Where requests go.
 pub trait Target: Send + Sync {
-    fn embed(&self, request: Request) -> BoxFuture<Result<Reply, Failure>>;
+    fn embed(&self, request: Request, priority: Priority) -> BoxFuture<Result<Reply, Failure>>;
     /// Batch counters, when the target exposes ours.
     fn telemetry(&self) -> BoxFuture<Option<Telemetry>>;
     /// Resolves once work left from an earlier step is gone, so steps do not bleed into each other.
@@ -193,12 +194,13 @@ pub struct InProcess {
 }
 
 impl Target for InProcess {
-    fn embed(&self, request: Request) -> BoxFuture<Result<Reply, Failure>> {
+    fn embed(&self, request: Request, priority: Priority) -> BoxFuture<Result<Reply, Failure>> {
         let gateway = self.gateway.clone();
         Box::pin(async move {
             let inputs = Inputs::Texts(request.texts.iter().map(|t| t.to_string()).collect());
             let options = Options {
                 truncate: true,
+                priority,
                 ..Options::default()
             };
             match gateway.embed(inputs, options).await {
@@ -279,7 +281,7 @@ struct Usage {
 }
 
 impl Target for Http {
-    fn embed(&self, request: Request) -> BoxFuture<Result<Reply, Failure>> {
+    fn embed(&self, request: Request, priority: Priority) -> BoxFuture<Result<Reply, Failure>> {
         let (client, api) = (self.client.clone(), self.api);
         let texts: Vec<&str> = request.texts.iter().map(|t| &**t).collect();
         let (path, body) = match api {
@@ -298,6 +300,7 @@ impl Target for Http {
         Box::pin(async move {
             let request = http::Request::post(uri)
                 .header(http::header::CONTENT_TYPE, "application/json")
+                .header(PRIORITY_HEADER, priority.name())
                 .body(Full::new(Bytes::from(body.to_string())))
                 .map_err(|e| Failure::Error(e.to_string()))?;
             let response = client

@@ -271,6 +271,8 @@ pub struct Class {
     pub corpus: Arc<Corpus>,
     pub drive: Drive,
     pub slo: Slo,
+    /// The scheduler queue its requests ask for (`x-priority` over HTTP).
+    pub priority: engine::Priority,
     /// A request unanswered this long is abandoned and counted as timed out (its latency recorded as this).
     pub timeout: Duration,
 }

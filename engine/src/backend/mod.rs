@@ -123,6 +123,8 @@ pub struct Embeddings {
     data: Vec<f32>,
     dim: usize,
     pool: Option<Arc<BufferPool>>,
+    /// Told when the buffer is released (its last row dropped): the scheduler without overlap waits for it.
+    released: Option<oneshot::Sender<()>>,
 }
 
 impl std::fmt::Debug for Embeddings {
@@ -210,6 +212,9 @@ impl serde::Serialize for Row {
 
 impl Drop for Embeddings {
     fn drop(&mut self) {
+        if let Some(tx) = self.released.take() {
+            let _ = tx.send(());
+        }
         if let Some(pool) = self.pool.take() {
             pool.put(std::mem::take(&mut self.data));
         }
@@ -240,6 +245,7 @@ impl BufferPool {
             data,
             dim,
             pool: Some(self.clone()),
+            released: None,
         }
     }
 
@@ -255,6 +261,14 @@ impl BufferPool {
 impl Embeddings {
     pub(crate) fn data_mut(&mut self) -> &mut [f32] {
         &mut self.data
+    }
+
+    /// Resolves once this buffer is released: dropped, or, after [`Embeddings::into_rows`], its last row dropped
+    /// (every caller has written its answer out).
+    pub(crate) fn on_release(&mut self) -> oneshot::Receiver<()> {
+        let (tx, rx) = oneshot::channel();
+        self.released = Some(tx);
+        rx
     }
 }
 

@@ -1,6 +1,8 @@
 //! The gateway's one error shape: `{"error": {"message", "type", "code"}}` with the matching HTTP status.
 
-use axum::http::StatusCode;
+use std::time::Duration;
+
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
@@ -12,6 +14,8 @@ pub struct ApiError {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: String,
+    /// Sent as `Retry-After` (whole seconds, at least 1) with a refusal for load.
+    pub retry_after: Option<Duration>,
 }
 
 impl ApiError {
@@ -52,6 +56,7 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            retry_after: None,
         }
     }
 
@@ -83,8 +88,16 @@ impl ApiError {
 impl From<scheduler::Error> for ApiError {
     fn from(e: scheduler::Error) -> Self {
         match e {
-            scheduler::Error::Overloaded { .. } => {
-                Self::new(StatusCode::TOO_MANY_REQUESTS, "overloaded", e.to_string())
+            scheduler::Error::Overloaded { retry_after, .. }
+            | scheduler::Error::Expired { retry_after, .. } => {
+                let code = match e {
+                    scheduler::Error::Expired { .. } => "deadline_exceeded",
+                    _ => "overloaded",
+                };
+                ApiError {
+                    retry_after: Some(retry_after),
+                    ..Self::new(StatusCode::TOO_MANY_REQUESTS, code, e.to_string())
+                }
             }
             scheduler::Error::ShuttingDown => Self::shutting_down(),
             scheduler::Error::Batch(_) => Self::internal(e.to_string()),
@@ -97,6 +110,14 @@ impl IntoResponse for ApiError {
         let body = serde_json::json!({
             "error": { "message": self.message, "type": self.kind(), "code": self.code }
         });
-        (self.status, Json(body)).into_response()
+        let mut response = (self.status, Json(body)).into_response();
+        if let Some(after) = self.retry_after {
+            // Retry-After takes whole seconds; rounding up keeps a retry from coming back too soon.
+            let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
+        }
+        response
     }
 }

@@ -4,6 +4,7 @@
 use serde::Deserialize;
 
 use super::error::ApiError;
+use crate::scheduler::Priority;
 use crate::tokenizer::{with_thread_scratch, Tokenizer, Truncation, TruncationSide};
 use crate::Engine;
 
@@ -52,6 +53,8 @@ pub struct Options {
     /// Cut inputs over the limit instead of refusing them.
     pub truncate: bool,
     pub direction: Direction,
+    /// Which of the scheduler's queues the inputs join.
+    pub priority: Priority,
 }
 
 /// The tokenizers the gateway uses: the engine's own (cutting from the right at the model's limit, so it is what

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
-use crate::scheduler::{BatchStats, Load};
+use crate::scheduler::{BatchStats, ClassLoad, Load, Priority};
 
 /// Where a request's time went, as carried in the response headers.
 #[derive(Clone, Copy, Debug, Default)]
@@ -228,6 +228,37 @@ impl Metrics {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
             for (i, load) in loads.iter().enumerate() {
                 let _ = writeln!(out, "{name}{{replica=\"{i}\"}} {}", pick(load));
+            }
+        }
+        for (name, help, pick) in [
+            (
+                "embed_class_queue_sequences",
+                "Sequences waiting in a replica's queue of one priority.",
+                (|c: &ClassLoad| c.queued_seqs as u64) as fn(&ClassLoad) -> u64,
+            ),
+            (
+                "embed_class_refused_total",
+                "Submissions of one priority refused at admission (full queue, or past its deadline).",
+                |c: &ClassLoad| c.refused,
+            ),
+            (
+                "embed_class_expired_total",
+                "Sequences of one priority whose deadline passed in the queue, never computed.",
+                |c: &ClassLoad| c.expired,
+            ),
+            (
+                "embed_class_abandoned_total",
+                "Sequences of one priority whose caller went away while queued, never computed.",
+                |c: &ClassLoad| c.abandoned,
+            ),
+        ] {
+            let kind = if name.ends_with("_total") { "counter" } else { "gauge" };
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            for (i, load) in loads.iter().enumerate() {
+                for p in Priority::ALL {
+                    let value = pick(&load.classes[p.index()]);
+                    let _ = writeln!(out, "{name}{{replica=\"{i}\",priority=\"{p}\"}} {value}");
+                }
             }
         }
         for (name, help, hist, buckets) in [

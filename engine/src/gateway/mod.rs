@@ -25,7 +25,7 @@ use serde::Serialize;
 pub use error::ApiError;
 pub use input::{Direction, Inputs, Options, Tokenization};
 pub use metrics::{Metrics, MetricsSnapshot, Times};
-pub use routes::parse_embed_body;
+pub use routes::{parse_embed_body, PRIORITY_HEADER};
 
 use crate::scheduler::{Scheduler, StageTimes};
 use crate::{Engine, Row};
@@ -224,18 +224,26 @@ impl Gateway {
     }
 
     /// Embeds `inputs`: sub-batches of at most `split_size` go to the replica with the fewest outstanding tokens
-    /// at the time; the answers are put back in input order.
+    /// at the time; the answers are put back in input order. Admission decides on the first sub-batch (refused at
+    /// once when its queue is full or it would miss its deadline); the rest of an admitted request then joins the
+    /// queues as they drain, so a request larger than a queue's bounds is served, not refused for its own size.
     pub async fn embed(&self, inputs: Inputs, options: Options) -> Result<Embedded, ApiError> {
         let start = Instant::now();
+        let priority = options.priority;
         let (seqs, tokenization) = self.tokenize(inputs, options).await?;
         let (n, tokens) = (seqs.len(), seqs.iter().map(Vec::len).sum());
         let mut tickets = Vec::new();
         let mut seqs = seqs.into_iter().peekable();
         while seqs.peek().is_some() {
             let part: Vec<Vec<u32>> = seqs.by_ref().take(self.inner.config.split_size).collect();
-            // Admission of a sub-batch updates its replica's load at once, so the next choice sees it. If one is
-            // refused, dropping the tickets already taken abandons their work.
-            tickets.push(self.least_loaded().scheduler.submit(part)?);
+            // Admission of a sub-batch updates its replica's load at once, so the next choice sees it. If this
+            // future is dropped (the client went away), dropping the tickets abandons their work.
+            let scheduler = &self.least_loaded().scheduler;
+            tickets.push(if tickets.is_empty() {
+                scheduler.submit(part, priority)?
+            } else {
+                scheduler.submit_waiting(part, priority).await?
+            });
         }
         let mut vectors = Vec::with_capacity(n);
         let mut stages = StageTimes::default();

@@ -6,7 +6,7 @@ use std::time::Instant;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{header, HeaderName, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
 
 use super::{ApiError, Direction, Embedded, Gateway, Inputs, Options, Times};
+use crate::scheduler::Priority;
 use crate::Row;
 
 pub(super) fn router(gateway: Gateway) -> Router {
@@ -74,6 +75,25 @@ fn parse<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, 
         };
         ApiError::bad_request(code, format!("invalid request body: {e}"))
     })
+}
+
+/// The header naming a request's priority (`online`, the default, or `batch`).
+pub const PRIORITY_HEADER: &str = "x-priority";
+
+/// A request's priority: its body's `priority` field (our extension of both APIs), else the `x-priority` header,
+/// else online.
+fn priority(headers: &HeaderMap, field: Option<Priority>) -> Result<Priority, ApiError> {
+    if let Some(p) = field {
+        return Ok(p);
+    }
+    let Some(value) = headers.get(PRIORITY_HEADER) else {
+        return Ok(Priority::default());
+    };
+    value
+        .to_str()
+        .map_err(|e| e.to_string())
+        .and_then(str::parse)
+        .map_err(|e| ApiError::bad_request("invalid_priority", format!("{PRIORITY_HEADER}: {e}")))
 }
 
 /// Counts the outcome and, on success, records the stage times and sends them as headers (milliseconds).
@@ -162,6 +182,8 @@ struct OpenAiRequest {
     dimensions: Option<usize>,
     /// Not OpenAI's: a prompt of the model's `config_sentence_transformers.json`.
     prompt_name: Option<String>,
+    /// Not OpenAI's: `online` or `batch` (as the `x-priority` header).
+    priority: Option<Priority>,
 }
 
 #[derive(Serialize)]
@@ -195,6 +217,7 @@ struct Usage {
 
 async fn openai_embeddings(
     State(gw): State<Gateway>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let result = async {
@@ -210,6 +233,7 @@ async fn openai_embeddings(
             prompt_name: req.prompt_name,
             truncate: gw.config().auto_truncate,
             direction: Direction::Right,
+            priority: priority(&headers, req.priority)?,
         };
         let Embedded {
             vectors,
@@ -278,6 +302,8 @@ struct TeiRequest {
     truncation_direction: Direction,
     prompt_name: Option<String>,
     dimensions: Option<usize>,
+    /// Not TEI's: `online` or `batch` (as the `x-priority` header).
+    priority: Option<Priority>,
 }
 
 /// A TEI `/embed` body parsed and checked as the route does, up to tokenization (the options take
@@ -288,11 +314,16 @@ pub fn parse_embed_body(body: &[u8], auto_truncate: bool) -> Result<(Inputs, Opt
         prompt_name: req.prompt_name,
         truncate: req.truncate.unwrap_or(auto_truncate),
         direction: req.truncation_direction,
+        priority: req.priority.unwrap_or_default(),
     };
     Ok((req.inputs.into(), options))
 }
 
-async fn tei_embed(State(gw): State<Gateway>, body: Result<Bytes, BytesRejection>) -> Response {
+async fn tei_embed(
+    State(gw): State<Gateway>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
     let result = async {
         let req: TeiRequest = parse(body)?;
         let dims = check_dims(req.dimensions, gw.engine().dim())?;
@@ -300,6 +331,7 @@ async fn tei_embed(State(gw): State<Gateway>, body: Result<Bytes, BytesRejection
             prompt_name: req.prompt_name,
             truncate: req.truncate.unwrap_or(gw.config().auto_truncate),
             direction: req.truncation_direction,
+            priority: priority(&headers, req.priority)?,
         };
         let Embedded { vectors, times, .. } = gw.embed(req.inputs.into(), options).await?;
         // The model's output is already unit length when it has a Normalize module.
@@ -329,6 +361,7 @@ async fn tokenize(State(gw): State<Gateway>, body: Result<Bytes, BytesRejection>
             prompt_name: req.prompt_name,
             truncate: req.truncate.unwrap_or(gw.config().auto_truncate),
             direction: req.truncation_direction,
+            ..Options::default()
         };
         let (ids, tokenization) = gw.tokenize(req.inputs.into(), options).await?;
         let times = Times {

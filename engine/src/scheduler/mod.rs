@@ -1,45 +1,162 @@
-//! The scheduler: a bounded queue of tokenized sequences in front of one backend, a dispatch loop that cuts
-//! batches with the pure builder in [`queue`], and the overlap of one batch's answering with the next one's
-//! forward pass.
+//! The scheduler: a queue per priority of tokenized sequences in front of one backend, a dispatch loop that cuts
+//! a batch with the pure builder in [`queue`] whenever the backend is free, and admission control from the
+//! measured throughput ([`estimate`]).
 //!
-//! Work is admitted whole or refused at once ([`Error::Overloaded`]), or, for a caller with a whole corpus at
-//! hand, admitted as the queue drains ([`Scheduler::submit_waiting`], [`Scheduler::embed_all`]); a sequence whose
-//! [`Ticket`] was dropped is removed before it reaches the backend; every admitted sequence is answered exactly
-//! once, with a [`Row`] of its batch's pooled embeddings (shared, not copied).
+//! - **Priorities.** Every submission is [`Priority::Online`] (latency) or [`Priority::Batch`] (throughput). Online
+//!   work goes first; batch work fills the rest of each batch, and a share of every batch is held for it while
+//!   any is queued (`batch_min_share`), so it cannot starve.
+//! - **When a batch is cut.** When the backend can start one: so it holds everything that arrived during the
+//!   last one's compute. With `overlap`, the backend is free once the last batch is computed, and its answering
+//!   (splitting rows, waking callers) runs beside the next one's compute; without, once it is answered.
+//! - **Overload.** A submission is refused at once ([`Error::Overloaded`], with a retry-after) when its queue is
+//!   full, or when the throughput measured from recent batches says its answer would come after its priority's
+//!   deadline. Queued work whose deadline passes before it is cut is answered [`Error::Expired`], never computed;
+//!   work whose [`Ticket`] was dropped is removed before it reaches the backend. Each is counted ([`ClassLoad`]).
+//! - A caller with a whole corpus at hand waits for room instead ([`Scheduler::submit_waiting`],
+//!   [`Scheduler::embed_all`]). Every admitted sequence is answered exactly once, with a [`Row`] of its batch's
+//!   pooled embeddings (shared, not copied).
 
+mod dispatch;
+pub mod estimate;
 pub mod queue;
+mod state;
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::{oneshot, Notify, OwnedSemaphorePermit, Semaphore};
+use serde::{Deserialize, Serialize};
+use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
-use crate::backend::{Backend, Handle, Output, Row};
-use crate::batch::Batch;
+use crate::backend::{Backend, Row};
 use crate::config::EngineConfig;
 pub use queue::Budget;
-use queue::{Cut, Decision};
+use state::{Settings, State};
+
+/// What a request is for: a user waiting (latency) or a bulk job (throughput). Over HTTP, the `x-priority`
+/// header or the body's `priority` field; `online` when neither says.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Priority {
+    #[default]
+    Online,
+    Batch,
+}
+
+impl Priority {
+    pub const ALL: [Priority; 2] = [Priority::Online, Priority::Batch];
+
+    /// Its place in per-priority arrays such as [`Load::classes`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Priority::Online => "online",
+            Priority::Batch => "batch",
+        }
+    }
+}
+
+impl std::fmt::Display for Priority {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Priority {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Priority::ALL
+            .into_iter()
+            .find(|p| s.trim().eq_ignore_ascii_case(p.name()))
+            .ok_or_else(|| format!("unknown priority {s:?}: `online` or `batch`"))
+    }
+}
+
+/// Why a submission was refused at admission.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Refusal {
+    /// Its queue is at its bounds.
+    QueueFull {
+        queued_seqs: usize,
+        queued_tokens: usize,
+        max_seqs: usize,
+        max_tokens: usize,
+    },
+    /// At the measured throughput its answer would come after its deadline.
+    Late {
+        estimated: Duration,
+        deadline: Duration,
+    },
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::QueueFull {
+                queued_seqs,
+                queued_tokens,
+                max_seqs,
+                max_tokens,
+            } => write!(
+                f,
+                "the queue holds {queued_seqs} sequences and {queued_tokens} tokens (bounds {max_seqs} and \
+                 {max_tokens})"
+            ),
+            Refusal::Late {
+                estimated,
+                deadline,
+            } => write!(
+                f,
+                "at the measured throughput it would be answered in {} ms, past its {} ms deadline",
+                estimated.as_millis(),
+                deadline.as_millis()
+            ),
+        }
+    }
+}
 
 /// Why a submission or one of its sequences was not embedded.
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum Error {
-    #[error(
-        "overloaded: the queue holds {queued_requests} sequences and {queued_tokens} tokens (bounds {max_requests} \
-         and {max_tokens}); retry later"
-    )]
+    #[error("overloaded: {reason}; retry in {} ms", retry_after.as_millis())]
     Overloaded {
-        queued_requests: usize,
-        queued_tokens: usize,
-        max_requests: usize,
-        max_tokens: usize,
+        priority: Priority,
+        reason: Refusal,
+        /// The estimated time until its queue has drained.
+        retry_after: Duration,
+    },
+    #[error(
+        "overloaded: the {} ms deadline of {priority} work passed before its batch could start; retry in {} ms",
+        deadline.as_millis(),
+        retry_after.as_millis()
+    )]
+    Expired {
+        priority: Priority,
+        deadline: Duration,
+        retry_after: Duration,
     },
     #[error("the scheduler is shutting down")]
     ShuttingDown,
     #[error("the batch failed: {0}")]
     Batch(Arc<crate::Error>),
+}
+
+impl Error {
+    /// How long a refused caller should wait before trying again.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Error::Overloaded { retry_after, .. } | Error::Expired { retry_after, .. } => {
+                Some(*retry_after)
+            }
+            _ => None,
+        }
+    }
 }
 
 /// Where one sequence's time went after tokenization.
@@ -82,14 +199,33 @@ pub struct BatchStats {
     pub plan: Option<crate::plan::ForwardStats>,
 }
 
+/// One priority's queue and what became of its work since the start.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ClassLoad {
+    pub queued_seqs: usize,
+    pub queued_tokens: usize,
+    /// Sequences admitted.
+    pub admitted: u64,
+    /// Submissions refused at admission.
+    pub refused: u64,
+    /// Sequences whose deadline passed in the queue: answered with an error, never computed.
+    pub expired: u64,
+    /// Sequences whose caller went away while they were queued: never computed.
+    pub abandoned: u64,
+}
+
 /// A snapshot of the scheduler's load.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Load {
     pub queued_seqs: usize,
     pub queued_tokens: usize,
     /// Tokens submitted to the backend and not yet answered.
     pub in_flight_tokens: usize,
     pub batches: u64,
+    /// By [`Priority::index`].
+    pub classes: [ClassLoad; 2],
+    /// Forward tokens/s measured at the token budget (or the nearest size run), once a batch has run.
+    pub tokens_per_s: Option<f64>,
 }
 
 impl Load {
@@ -129,41 +265,12 @@ pub struct Scheduler {
 struct Shared {
     state: Mutex<State>,
     wake: Notify,
-    /// Woken when the queue shrinks (a batch leaves it, abandoned work is removed) or closes.
+    /// Woken when the queue shrinks (a batch leaves it, abandoned or expired work is removed) or closes.
     room: Notify,
     backend: Arc<dyn Backend>,
-    budget: Budget,
-    max_wait: Duration,
-    max_queue_tokens: usize,
-    max_queue_seqs: usize,
     in_flight_tokens: AtomicUsize,
     batches: AtomicU64,
     observer: Observer,
-}
-
-#[derive(Default)]
-struct State {
-    queue: VecDeque<Entry>,
-    tokens: usize,
-    closed: bool,
-}
-
-struct Entry {
-    ids: Vec<u32>,
-    admitted: Instant,
-    reply: oneshot::Sender<Result<Embedded, Error>>,
-}
-
-impl State {
-    /// Removes sequences whose caller has gone, so they never reach the backend; true if any was.
-    fn drop_abandoned(&mut self) -> bool {
-        if !self.queue.iter().any(|e| e.reply.is_closed()) {
-            return false;
-        }
-        self.queue.retain(|e| !e.reply.is_closed());
-        self.tokens = self.queue.iter().map(|e| e.ids.len()).sum();
-        true
-    }
 }
 
 /// [`Scheduler::embed_all`] submits this many sequences at a time (the gateway's default split size).
@@ -179,44 +286,38 @@ impl Scheduler {
         observer: impl Fn(&BatchStats) + Send + Sync + 'static,
     ) -> Scheduler {
         let shared = Arc::new(Shared {
-            state: Mutex::default(),
+            state: Mutex::new(State::new(Settings::of(config))),
             wake: Notify::new(),
             room: Notify::new(),
             backend,
-            budget: Budget {
-                max_tokens: config.max_batch_tokens,
-                max_seqs: config.max_batch_seqs,
-            },
-            max_wait: Duration::from_millis(config.max_wait_ms),
-            max_queue_tokens: config.max_queue_tokens,
-            max_queue_seqs: config.max_queue_requests,
             in_flight_tokens: AtomicUsize::new(0),
             batches: AtomicU64::new(0),
             observer: Box::new(observer),
         });
-        // Overlap: a second batch may be submitted while the first is still computing or being answered.
-        let in_flight = if config.overlap { 2 } else { 1 };
-        tokio::spawn(dispatch(
-            shared.clone(),
-            Arc::new(Semaphore::new(in_flight)),
-        ));
+        tokio::spawn(dispatch::run(shared.clone()));
         Scheduler { shared }
     }
 
-    /// Admits the sequences whole, or refuses them at once. An empty queue admits any submission, so one larger
-    /// than the queue's bounds is not refused forever.
-    pub fn submit(&self, seqs: Vec<Vec<u32>>) -> Result<Ticket, Error> {
-        self.admit(seqs).map_err(|(e, _)| e)
+    /// Admits the sequences whole at `priority`, or refuses them at once: when the queue is full, or when at the
+    /// measured throughput they would be answered after the priority's deadline. An empty queue admits any
+    /// submission, so one larger than the queue's bounds is not refused forever.
+    pub fn submit(&self, seqs: Vec<Vec<u32>>, priority: Priority) -> Result<Ticket, Error> {
+        self.admit(seqs, priority, false).map_err(|(e, _)| e)
     }
 
-    /// [`Scheduler::submit`] that waits for room in the queue instead of being refused as overloaded.
-    pub async fn submit_waiting(&self, mut seqs: Vec<Vec<u32>>) -> Result<Ticket, Error> {
+    /// [`Scheduler::submit`] that waits for room in the queue instead of being refused, and whose work has no
+    /// deadline: for a caller that has more work at hand and will wait for its answers.
+    pub async fn submit_waiting(
+        &self,
+        mut seqs: Vec<Vec<u32>>,
+        priority: Priority,
+    ) -> Result<Ticket, Error> {
         loop {
             let room = self.shared.room.notified();
             tokio::pin!(room);
             // Registered before the attempt, so room made between a refusal and the wait is not missed.
             room.as_mut().enable();
-            match self.admit(seqs) {
+            match self.admit(seqs, priority, true) {
                 Err((Error::Overloaded { .. }, back)) => {
                     seqs = back;
                     room.await;
@@ -226,10 +327,10 @@ impl Scheduler {
         }
     }
 
-    /// Embeds `seqs` in order, calling `each` with every answer in input order: groups are submitted as the queue
-    /// has room (so a whole corpus is fed within the queue's bounds, keeping the backend busy) while the answers
-    /// already there are handed over. The first error of `seqs`, of `each` or of a batch stops submission; what
-    /// was admitted before it still runs.
+    /// Embeds `seqs` in order as batch work, calling `each` with every answer in input order: groups are
+    /// submitted as the queue has room (so a whole corpus is fed within the queue's bounds, keeping the backend
+    /// busy) while the answers already there are handed over. The first error of `seqs`, of `each` or of a batch
+    /// stops submission; what was admitted before it still runs.
     pub async fn embed_all<E: From<Error>>(
         &self,
         seqs: impl IntoIterator<Item = Result<Vec<u32>, E>>,
@@ -255,7 +356,12 @@ impl Scheduler {
                 }
                 let last = failed.is_some() || group.len() < GROUP;
                 // A closed channel means the answering side stopped on an error; it reports that one.
-                if !group.is_empty() && tx.send(self.submit_waiting(group).await?).await.is_err() {
+                if !group.is_empty()
+                    && tx
+                        .send(self.submit_waiting(group, Priority::Batch).await?)
+                        .await
+                        .is_err()
+                {
                     return Ok(());
                 }
                 if last {
@@ -276,50 +382,37 @@ impl Scheduler {
     }
 
     /// Admits `seqs` whole, or gives them back with the reason.
-    fn admit(&self, seqs: Vec<Vec<u32>>) -> Result<Ticket, (Error, Vec<Vec<u32>>)> {
-        let tokens: usize = seqs.iter().map(Vec::len).sum();
-        let mut st = self.shared.lock();
-        if st.closed {
-            return Err((Error::ShuttingDown, seqs));
-        }
-        st.drop_abandoned();
-        let over = st.queue.len() + seqs.len() > self.shared.max_queue_seqs
-            || st.tokens + tokens > self.shared.max_queue_tokens;
-        if over && !st.queue.is_empty() {
-            let e = Error::Overloaded {
-                queued_requests: st.queue.len(),
-                queued_tokens: st.tokens,
-                max_requests: self.shared.max_queue_seqs,
-                max_tokens: self.shared.max_queue_tokens,
-            };
-            return Err((e, seqs));
-        }
-        let admitted = Instant::now();
-        let replies = seqs
-            .into_iter()
-            .map(|ids| {
-                let (reply, rx) = oneshot::channel();
-                st.queue.push_back(Entry {
-                    ids,
-                    admitted,
-                    reply,
-                });
-                rx
-            })
-            .collect();
-        st.tokens += tokens;
-        drop(st);
+    fn admit(
+        &self,
+        seqs: Vec<Vec<u32>>,
+        priority: Priority,
+        waiting: bool,
+    ) -> Result<Ticket, (Error, Vec<Vec<u32>>)> {
+        let replies = self
+            .shared
+            .lock()
+            .admit(seqs, priority, waiting, Instant::now())?;
         self.shared.wake.notify_one();
         Ok(Ticket { replies })
     }
 
+    /// Applies the scheduling settings of `config` (token budget, sequence cap, max-wait, overlap, queue bounds,
+    /// deadlines, batch share) from the next batch on, without dropping queued work. Settings that need a new
+    /// engine (threads, dtype, capture, tokenizer) are not the scheduler's and are ignored here.
+    pub fn reconfigure(&self, config: &EngineConfig) -> crate::Result<()> {
+        config.validate()?;
+        self.shared.lock().settings = Settings::of(config);
+        self.shared.wake.notify_one();
+        // Larger bounds may make room for callers waiting on it.
+        self.shared.room.notify_waiters();
+        Ok(())
+    }
+
     pub fn load(&self) -> Load {
-        let st = self.shared.lock();
         Load {
-            queued_seqs: st.queue.len(),
-            queued_tokens: st.tokens,
             in_flight_tokens: self.shared.in_flight_tokens.load(Ordering::Relaxed),
             batches: self.shared.batches.load(Ordering::Relaxed),
+            ..self.shared.lock().load()
         }
     }
 
@@ -342,117 +435,6 @@ impl Shared {
         // No code path panics while holding the lock; if one ever did, the queue itself is still consistent.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
-
-    /// Waits until a batch is due and takes it off the queue; `None` once closed and drained.
-    async fn next_batch(&self) -> Option<Vec<Entry>> {
-        loop {
-            let decision = {
-                let mut st = self.lock();
-                if st.drop_abandoned() {
-                    self.room.notify_waiters();
-                }
-                // Closing flushes partial batches at once rather than waiting out max-wait.
-                let max_wait = if st.closed {
-                    Duration::ZERO
-                } else {
-                    self.max_wait
-                };
-                let decision = queue::decide(
-                    st.queue.iter().map(|e| e.ids.len()),
-                    st.queue.front().map(|e| e.admitted),
-                    self.budget,
-                    max_wait,
-                    Instant::now(),
-                );
-                match decision {
-                    Decision::Dispatch(Cut { seqs, tokens, .. }) => {
-                        st.tokens -= tokens;
-                        let batch = st.queue.drain(..seqs).collect();
-                        self.room.notify_waiters();
-                        return Some(batch);
-                    }
-                    Decision::Idle if st.closed => return None,
-                    other => other,
-                }
-            };
-            match decision {
-                Decision::WaitUntil(deadline) => {
-                    tokio::select! {
-                        _ = self.wake.notified() => {}
-                        _ = tokio::time::sleep_until(deadline) => {}
-                    }
-                }
-                _ => self.wake.notified().await,
-            }
-        }
-    }
-}
-
-/// The dispatch loop: one permit per batch in flight, held until the batch is answered.
-async fn dispatch(shared: Arc<Shared>, permits: Arc<Semaphore>) {
-    loop {
-        let Ok(permit) = permits.clone().acquire_owned().await else {
-            return;
-        };
-        let Some(entries) = shared.next_batch().await else {
-            return;
-        };
-        let batch = Batch::from_sequences(entries.iter().map(|e| e.ids.as_slice()));
-        let tokens = batch.tokens();
-        shared.in_flight_tokens.fetch_add(tokens, Ordering::Relaxed);
-        let submitted = Instant::now();
-        let handle = shared.backend.submit(batch);
-        tokio::spawn(answer(shared.clone(), handle, entries, submitted, permit));
-    }
-}
-
-/// Awaits one batch, hands each sequence's caller its row of the shared result, and frees the batch's permit.
-async fn answer(
-    shared: Arc<Shared>,
-    handle: Handle,
-    entries: Vec<Entry>,
-    submitted: Instant,
-    permit: OwnedSemaphorePermit,
-) {
-    let tokens: usize = entries.iter().map(|e| e.ids.len()).sum();
-    match handle.await {
-        Ok(Output {
-            embeddings,
-            queued,
-            compute,
-            forward: plan,
-        }) => {
-            let seqs = embeddings.len();
-            for (entry, row) in entries.into_iter().zip(embeddings.into_rows()) {
-                let times = StageTimes {
-                    queue: submitted - entry.admitted + queued,
-                    inference: compute,
-                };
-                // A caller gone since the batch was cut simply misses its answer.
-                let _ = entry.reply.send(Ok(Embedded {
-                    embedding: row,
-                    times,
-                }));
-            }
-            (shared.observer)(&BatchStats {
-                seqs,
-                tokens,
-                fill: tokens as f64 / shared.budget.max_tokens as f64,
-                backend_queue: queued,
-                forward: compute,
-                plan,
-            });
-        }
-        Err(e) => {
-            let e = Arc::new(e);
-            for entry in entries {
-                let _ = entry.reply.send(Err(Error::Batch(e.clone())));
-            }
-        }
-    }
-    shared.in_flight_tokens.fetch_sub(tokens, Ordering::Relaxed);
-    shared.batches.fetch_add(1, Ordering::Relaxed);
-    drop(permit);
 }
 
 #[cfg(test)]

@@ -1,5 +1,9 @@
-//! The batch builder: a pure function of the queue's head, the budget and the clock, so every rule is tested on
-//! its own, without threads or a model (the shape of TEI's `router/src/queue.rs`).
+//! The batch builder: a pure function of the two queues' heads, the budget and the clock, so every rule is tested
+//! on its own, without threads or a model (the shape of TEI's `router/src/queue.rs`).
+//!
+//! Online work goes first, first come first served; batch work fills the rest of the budget. While batch work is
+//! queued, `batch_reserve` tokens of every batch are held for it, so a stream of queries cannot starve a re-index,
+//! and a re-index delays a query by at most the compute of the batch already running.
 
 use std::time::Duration;
 
@@ -11,13 +15,16 @@ pub struct Budget {
     /// Sum of the sequences' lengths, special tokens included.
     pub max_tokens: usize,
     pub max_seqs: usize,
+    /// Tokens of each batch kept for batch work while any is queued (online work may not take them).
+    pub batch_reserve: usize,
 }
 
 impl Budget {
-    /// Whether a sequence of `len` tokens joins a batch that already holds `seqs` sequences and `tokens` tokens.
-    /// The first sequence always joins, so one larger than the budget runs alone.
-    fn admits(self, seqs: usize, tokens: usize, len: usize) -> bool {
-        seqs == 0 || (tokens + len <= self.max_tokens && seqs < self.max_seqs)
+    /// Whether a sequence of `len` tokens joins a batch that already holds `seqs` sequences and `tokens` tokens,
+    /// with `max_tokens` the cap for its class. The first sequence always joins, so one larger than the budget
+    /// runs alone.
+    fn admits(self, max_tokens: usize, seqs: usize, tokens: usize, len: usize) -> bool {
+        seqs == 0 || (tokens + len <= max_tokens && seqs < self.max_seqs)
     }
 
     fn is_full(self, seqs: usize, tokens: usize) -> bool {
@@ -25,37 +32,64 @@ impl Budget {
     }
 }
 
-/// The next batch cut from the head of a queue.
+/// The next batch cut from the heads of the queues.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Cut {
-    /// How many sequences, from the head, in order.
-    pub seqs: usize,
+    /// How many sequences from the head of the online queue, in order.
+    pub online: usize,
+    /// How many from the head of the batch queue.
+    pub batch: usize,
     pub tokens: usize,
-    /// Whether the batch is cut because the next sequence would not fit, or the budget is met: it goes at once,
+    /// Whether the batch is cut because a queued sequence would not fit, or the budget is met: it goes at once,
     /// whatever the max-wait.
     pub full: bool,
 }
 
-/// First-come-first-served: sequences of the given lengths join, in order, until the next one would pass the
-/// budget.
-pub fn cut(lens: impl IntoIterator<Item = usize>, budget: Budget) -> Cut {
-    let (mut seqs, mut tokens) = (0, 0);
-    for len in lens {
-        if !budget.admits(seqs, tokens, len) {
-            return Cut {
-                seqs,
-                tokens,
-                full: true,
-            };
+impl Cut {
+    pub fn seqs(&self) -> usize {
+        self.online + self.batch
+    }
+}
+
+/// Online sequences of the given lengths join in order while they fit the budget less the batch reserve (when
+/// batch work is queued); then batch sequences fill the whole budget.
+pub fn cut(
+    online: impl IntoIterator<Item = usize>,
+    batch: impl IntoIterator<Item = usize>,
+    budget: Budget,
+) -> Cut {
+    let mut batch = batch.into_iter().peekable();
+    let online_cap = match batch.peek() {
+        Some(_) => budget.max_tokens.saturating_sub(budget.batch_reserve),
+        None => budget.max_tokens,
+    };
+    let (mut c, mut full) = (
+        Cut {
+            online: 0,
+            batch: 0,
+            tokens: 0,
+            full: false,
+        },
+        false,
+    );
+    for len in online {
+        if !budget.admits(online_cap, c.online, c.tokens, len) {
+            full = true;
+            break;
         }
-        seqs += 1;
-        tokens += len;
+        c.online += 1;
+        c.tokens += len;
     }
-    Cut {
-        seqs,
-        tokens,
-        full: budget.is_full(seqs, tokens),
+    for len in batch {
+        if !budget.admits(budget.max_tokens, c.seqs(), c.tokens, len) {
+            full = true;
+            break;
+        }
+        c.batch += 1;
+        c.tokens += len;
     }
+    c.full = full || budget.is_full(c.seqs(), c.tokens);
+    c
 }
 
 /// What the dispatch loop does next.
@@ -69,10 +103,11 @@ pub enum Decision {
     WaitUntil(Instant),
 }
 
-/// Decides on the queue's head: a full batch goes at once; a partial one goes once its oldest sequence has waited
-/// `max_wait` (at once when it is zero). `oldest` is when the head of the queue was enqueued.
+/// Decides on the queues' heads: a full batch goes at once; a partial one goes once the oldest sequence queued
+/// has waited `max_wait` (at once when it is zero).
 pub fn decide(
-    lens: impl IntoIterator<Item = usize>,
+    online: impl IntoIterator<Item = usize>,
+    batch: impl IntoIterator<Item = usize>,
     oldest: Option<Instant>,
     budget: Budget,
     max_wait: Duration,
@@ -81,8 +116,8 @@ pub fn decide(
     let Some(oldest) = oldest else {
         return Decision::Idle;
     };
-    let next = cut(lens, budget);
-    if next.seqs == 0 {
+    let next = cut(online, batch, budget);
+    if next.seqs() == 0 {
         return Decision::Idle;
     }
     let deadline = oldest + max_wait;
@@ -102,18 +137,28 @@ mod tests {
     const BUDGET: Budget = Budget {
         max_tokens: 6,
         max_seqs: 10,
+        batch_reserve: 0,
     };
 
-    /// Sequences of the given lengths, in order, cut into consecutive batches as the dispatch loop would.
-    fn cut_batches(lens: &[usize], max_tokens: usize, max_seqs: usize) -> Vec<Range<usize>> {
-        let budget = Budget {
+    fn budget(max_tokens: usize, max_seqs: usize, batch_reserve: usize) -> Budget {
+        Budget {
             max_tokens,
             max_seqs,
-        };
+            batch_reserve,
+        }
+    }
+
+    /// Online sequences of the given lengths, in order, cut into consecutive batches as the dispatch loop would.
+    fn cut_batches(lens: &[usize], max_tokens: usize, max_seqs: usize) -> Vec<Range<usize>> {
         let mut batches = Vec::new();
         let mut start = 0;
         while start < lens.len() {
-            let n = cut(lens[start..].iter().copied(), budget).seqs;
+            let n = cut(
+                lens[start..].iter().copied(),
+                [],
+                budget(max_tokens, max_seqs, 0),
+            )
+            .online;
             batches.push(start..start + n);
             start += n;
         }
@@ -131,11 +176,12 @@ mod tests {
 
     #[test]
     fn cut_reports_whether_the_batch_is_full() {
-        let c = |lens: &[usize]| cut(lens.iter().copied(), BUDGET);
+        let c = |lens: &[usize]| cut(lens.iter().copied(), [], BUDGET);
         assert_eq!(
             c(&[2, 2]),
             Cut {
-                seqs: 2,
+                online: 2,
+                batch: 0,
                 tokens: 4,
                 full: false
             }
@@ -145,29 +191,78 @@ mod tests {
         assert_eq!(
             c(&[9, 1]),
             Cut {
-                seqs: 1,
+                online: 1,
+                batch: 0,
                 tokens: 9,
                 full: true
             },
             "an oversize sequence runs alone"
         );
-        let seq_cap = Budget {
-            max_tokens: 100,
-            max_seqs: 2,
-        };
-        assert!(cut([1, 1].into_iter(), seq_cap).full);
+        assert!(cut([1, 1], [], budget(100, 2, 0)).full);
+    }
+
+    #[test]
+    fn online_work_goes_first_and_batch_work_fills_the_rest() {
+        let b = budget(10, 10, 0);
+        // The batch queue's head was there first; the queries still go first.
+        let c = cut([2, 2], [4, 4], b);
+        assert_eq!((c.online, c.batch, c.tokens, c.full), (2, 1, 8, true));
+        // No online work: batch work takes the whole budget.
+        assert_eq!(cut([], [4, 4, 4], b).batch, 2);
+        // An oversize batch sequence runs alone, but never ahead of a query.
+        assert_eq!(
+            cut([1], [20], b),
+            Cut {
+                online: 1,
+                batch: 0,
+                tokens: 1,
+                full: true
+            }
+        );
+        assert_eq!(
+            cut([], [20], b),
+            Cut {
+                online: 0,
+                batch: 1,
+                tokens: 20,
+                full: true
+            }
+        );
+    }
+
+    #[test]
+    fn the_batch_reserve_keeps_a_stream_of_queries_from_starving_a_reindex() {
+        let b = budget(10, 10, 4);
+        let c = cut([2; 10], [3, 3], b);
+        assert_eq!(
+            (c.online, c.batch),
+            (3, 1),
+            "online takes 6 of 10, batch the reserve"
+        );
+        // Without batch work queued the reserve is not held.
+        assert_eq!(cut([2; 10], [], b).online, 5);
+        // A query larger than the online share still runs (alone among the queries).
+        assert_eq!(
+            cut([9, 1], [3], b),
+            Cut {
+                online: 1,
+                batch: 0,
+                tokens: 9,
+                full: true
+            }
+        );
     }
 
     #[tokio::test(start_paused = true)]
     async fn partial_batch_waits_for_max_wait_then_goes() {
         let t0 = Instant::now();
         let wait = Duration::from_millis(5);
-        let d = |now| decide([2, 2], Some(t0), BUDGET, wait, now);
+        let d = |now| decide([2], [2], Some(t0), BUDGET, wait, now);
         assert_eq!(d(Instant::now()), Decision::WaitUntil(t0 + wait));
         tokio::time::advance(Duration::from_millis(4)).await;
         assert_eq!(d(Instant::now()), Decision::WaitUntil(t0 + wait));
         tokio::time::advance(Duration::from_millis(1)).await;
-        assert!(matches!(d(Instant::now()), Decision::Dispatch(c) if c.seqs == 2));
+        assert!(matches!(d(Instant::now()), Decision::Dispatch(c) if c.seqs() == 2));
     }
 
     #[tokio::test(start_paused = true)]
@@ -175,15 +270,15 @@ mod tests {
         let now = Instant::now();
         let long = Duration::from_secs(60);
         assert!(matches!(
-            decide([3, 3, 1], Some(now), BUDGET, long, now),
-            Decision::Dispatch(c) if c.seqs == 2 && c.full
+            decide([3, 3, 1], [], Some(now), BUDGET, long, now),
+            Decision::Dispatch(c) if c.online == 2 && c.full
         ));
         assert!(matches!(
-            decide([1], Some(now), BUDGET, Duration::ZERO, now),
-            Decision::Dispatch(c) if c.seqs == 1 && !c.full
+            decide([], [1], Some(now), BUDGET, Duration::ZERO, now),
+            Decision::Dispatch(c) if c.batch == 1 && !c.full
         ));
         assert_eq!(
-            decide([], None, BUDGET, long, now),
+            decide([], [], None, BUDGET, long, now),
             Decision::Idle,
             "an empty queue waits for work"
         );

@@ -5,7 +5,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::*;
-use crate::backend::{BackendInfo, BufferPool, Resolver};
+use crate::backend::{BackendInfo, BufferPool, Handle, Output, Resolver};
+use crate::batch::Batch;
 
 /// Holds every submitted batch until the test resolves it; row `i` is filled with sequence `i`'s first id.
 #[derive(Default)]
@@ -46,6 +47,15 @@ impl Manual {
         self.submitted.lock().unwrap().clone()
     }
 
+    /// Each pending batch's sequences, by their first ids.
+    fn pending_firsts(&self) -> Vec<Vec<u32>> {
+        let pending = self.pending.lock().unwrap();
+        pending
+            .iter()
+            .map(|(b, _)| b.seqs().map(|s| s[0]).collect())
+            .collect()
+    }
+
     /// Resolves the oldest pending batch.
     fn resolve_one(&self) {
         let (batch, resolver) = self.pending.lock().unwrap().remove(0);
@@ -84,51 +94,139 @@ fn start(overlap: bool) -> (Arc<Manual>, Scheduler) {
     (backend, scheduler)
 }
 
-/// Three requests of a full budget each: overlap submits the second batch before the first is answered.
-async fn in_flight_before_first_answer(overlap: bool) -> (usize, Vec<f32>) {
-    let (backend, scheduler) = start(overlap);
-    let tickets: Vec<Ticket> = (1..=3)
-        .map(|i| scheduler.submit(vec![vec![i; 4]]).unwrap())
-        .collect();
+/// Submits `lens` as one online request each.
+fn online(scheduler: &Scheduler, first_ids: impl IntoIterator<Item = (u32, usize)>) -> Vec<Ticket> {
+    first_ids
+        .into_iter()
+        .map(|(id, len)| {
+            scheduler
+                .submit(vec![vec![id; len]], Priority::Online)
+                .unwrap()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn overlap_cuts_the_next_batch_once_the_last_is_computed() {
+    let (backend, scheduler) = start(true);
+    let mut tickets = online(&scheduler, [(1, 4), (2, 4), (3, 4)]).into_iter();
     settle().await;
-    let before = backend.submitted().len();
-    for _ in 0..3 {
+    assert_eq!(
+        backend.submitted(),
+        vec![1],
+        "one batch on the backend at a time"
+    );
+    backend.resolve_one();
+    settle().await;
+    // The first answer is still held by its caller: the next batch went all the same.
+    let held = tickets.next().unwrap().wait().await.unwrap();
+    assert_eq!(backend.submitted(), vec![1, 1]);
+    drop(held);
+    for t in tickets {
         settle().await;
         backend.resolve_one();
+        assert!(t.wait().await.is_ok());
     }
-    let mut firsts = Vec::new();
-    for t in tickets {
-        firsts.push(t.wait().await.unwrap()[0].embedding[0]);
-    }
-    (before, firsts)
 }
 
 #[tokio::test]
-async fn overlap_keeps_two_batches_in_flight() {
-    let (in_flight, answers) = in_flight_before_first_answer(true).await;
-    assert_eq!(in_flight, 2);
-    assert_eq!(answers, vec![1.0, 2.0, 3.0]);
+async fn without_overlap_the_next_batch_waits_until_the_last_is_answered() {
+    let (backend, scheduler) = start(false);
+    let mut tickets = online(&scheduler, [(1, 4), (2, 4)]).into_iter();
+    settle().await;
+    backend.resolve_one();
+    let held = tickets.next().unwrap().wait().await.unwrap();
+    settle().await;
+    assert_eq!(
+        backend.submitted(),
+        vec![1],
+        "its caller still holds the answer"
+    );
+    drop(held);
+    settle().await;
+    assert_eq!(backend.submitted(), vec![1, 1]);
+    backend.resolve_one();
+    assert_eq!(
+        tickets.next().unwrap().wait().await.unwrap()[0].embedding[0],
+        2.0
+    );
+}
+
+/// Regression: with overlap on, the dispatch loop took its permit before cutting, so batch N+1 was cut at the
+/// first arrival after N was submitted and parked behind it; the queries arriving during N's forward waited for
+/// N+2. The batch is now cut when the backend is free, with everything that arrived meanwhile.
+#[tokio::test]
+async fn regression_overlap_cut_the_next_batch_at_the_first_arrival() {
+    let (backend, scheduler) = start(true);
+    let first = online(&scheduler, [(1, 1)]);
+    settle().await;
+    let during = online(&scheduler, [(2, 1), (3, 1), (4, 1)]);
+    settle().await;
+    assert_eq!(
+        backend.submitted(),
+        vec![1],
+        "nothing is cut while the backend is busy"
+    );
+    backend.resolve_one();
+    settle().await;
+    assert_eq!(
+        backend.submitted(),
+        vec![1, 3],
+        "the three arrivals went together"
+    );
+    backend.resolve_one();
+    for t in first.into_iter().chain(during) {
+        assert!(t.wait().await.is_ok());
+    }
 }
 
 #[tokio::test]
-async fn without_overlap_each_batch_waits_for_the_previous_answer() {
-    let (in_flight, answers) = in_flight_before_first_answer(false).await;
-    assert_eq!(in_flight, 1);
-    assert_eq!(answers, vec![1.0, 2.0, 3.0]);
+async fn online_work_is_cut_ahead_of_batch_work_queued_before_it() {
+    let (backend, scheduler) = start(true);
+    let running = online(&scheduler, [(1, 4)]);
+    settle().await;
+    let bulk = scheduler
+        .submit(vec![vec![50; 2], vec![51; 2]], Priority::Batch)
+        .unwrap();
+    let query = online(&scheduler, [(7, 2)]);
+    settle().await;
+    backend.resolve_one();
+    settle().await;
+    // Budget 4, a quarter held for batch work: the query and one passage.
+    assert_eq!(backend.pending_firsts(), vec![vec![7, 50]]);
+    for _ in 0..2 {
+        backend.resolve_one();
+        settle().await;
+    }
+    for t in running.into_iter().chain(query).chain([bulk]) {
+        assert!(t.wait().await.is_ok());
+    }
 }
 
 #[tokio::test]
 async fn full_queue_refuses_at_once_and_admitted_work_completes() {
-    let (backend, scheduler) = start(false);
+    let (backend, scheduler) = start(true);
     // 3 × 4 tokens fill the 12-token queue bound (the first batch leaves the queue when dispatched).
     let mut admitted: Vec<Ticket> = (1..=3)
-        .map(|i| scheduler.submit(vec![vec![i; 4]]).unwrap())
+        .map(|i| {
+            scheduler
+                .submit(vec![vec![i; 4]], Priority::Online)
+                .unwrap()
+        })
         .collect();
     settle().await;
-    admitted.push(scheduler.submit(vec![vec![4; 4]]).unwrap());
-    let refused = scheduler.submit(vec![vec![9; 4]]).unwrap_err();
+    admitted.push(
+        scheduler
+            .submit(vec![vec![4; 4]], Priority::Online)
+            .unwrap(),
+    );
+    let refused = scheduler
+        .submit(vec![vec![9; 4]], Priority::Online)
+        .unwrap_err();
     assert!(matches!(refused, Error::Overloaded { .. }), "{refused:?}");
-    let too_many = scheduler.submit(vec![vec![9]; 7]).unwrap_err();
+    let too_many = scheduler
+        .submit(vec![vec![9]; 7], Priority::Online)
+        .unwrap_err();
     assert!(matches!(too_many, Error::Overloaded { .. }));
     for _ in 0..4 {
         settle().await;
@@ -141,10 +239,16 @@ async fn full_queue_refuses_at_once_and_admitted_work_completes() {
 
 #[tokio::test]
 async fn abandoned_work_never_reaches_the_backend() {
-    let (backend, scheduler) = start(false);
-    let first = scheduler.submit(vec![vec![1; 4]]).unwrap();
-    let gone = scheduler.submit(vec![vec![2; 4]]).unwrap();
-    let kept = scheduler.submit(vec![vec![3; 4]]).unwrap();
+    let (backend, scheduler) = start(true);
+    let first = scheduler
+        .submit(vec![vec![1; 4]], Priority::Online)
+        .unwrap();
+    let gone = scheduler
+        .submit(vec![vec![2; 4]], Priority::Online)
+        .unwrap();
+    let kept = scheduler
+        .submit(vec![vec![3; 4]], Priority::Online)
+        .unwrap();
     settle().await;
     drop(gone);
     backend.resolve_one();
@@ -157,7 +261,8 @@ async fn abandoned_work_never_reaches_the_backend() {
         vec![1, 1],
         "the abandoned request was skipped"
     );
-    assert_eq!(scheduler.load().queued_seqs, 0);
+    let load = scheduler.load();
+    assert_eq!((load.queued_seqs, load.classes[0].abandoned), (0, 1));
 }
 
 #[tokio::test(start_paused = true)]
@@ -168,12 +273,16 @@ async fn partial_batch_waits_max_wait() {
         ..config(true)
     };
     let scheduler = Scheduler::start(backend.clone(), &config, |_| {});
-    let small = scheduler.submit(vec![vec![5; 1]]).unwrap();
+    let small = scheduler
+        .submit(vec![vec![5; 1]], Priority::Online)
+        .unwrap();
     settle().await;
     tokio::time::advance(Duration::from_millis(9)).await;
     settle().await;
     assert!(backend.submitted().is_empty(), "held for company");
-    let company = scheduler.submit(vec![vec![6; 1]]).unwrap();
+    let company = scheduler
+        .submit(vec![vec![6; 1]], Priority::Online)
+        .unwrap();
     tokio::time::advance(Duration::from_millis(1)).await;
     settle().await;
     assert_eq!(backend.submitted(), vec![2], "both went in one batch");
@@ -185,10 +294,12 @@ async fn partial_batch_waits_max_wait() {
 #[tokio::test]
 async fn closing_refuses_new_work_and_finishes_queued() {
     let (backend, scheduler) = start(false);
-    let queued = scheduler.submit(vec![vec![7; 2], vec![8; 2]]).unwrap();
+    let queued = scheduler
+        .submit(vec![vec![7; 2], vec![8; 2]], Priority::Online)
+        .unwrap();
     scheduler.close();
     assert!(matches!(
-        scheduler.submit(vec![vec![1]]),
+        scheduler.submit(vec![vec![1]], Priority::Online),
         Err(Error::ShuttingDown)
     ));
     settle().await;
@@ -200,7 +311,9 @@ async fn closing_refuses_new_work_and_finishes_queued() {
 #[tokio::test]
 async fn a_failed_batch_answers_every_sequence_with_the_error() {
     let (backend, scheduler) = start(false);
-    let t = scheduler.submit(vec![vec![1], vec![2]]).unwrap();
+    let t = scheduler
+        .submit(vec![vec![1], vec![2]], Priority::Online)
+        .unwrap();
     settle().await;
     let (_, resolver) = backend.pending.lock().unwrap().remove(0);
     resolver.resolve(Err(crate::Error::Batch("boom".into())));
@@ -212,7 +325,9 @@ async fn a_failed_batch_answers_every_sequence_with_the_error() {
 #[tokio::test]
 async fn answers_are_rows_of_the_pooled_buffer_not_copies() {
     let (backend, scheduler) = start(false);
-    let t = scheduler.submit(vec![vec![1], vec![2]]).unwrap();
+    let t = scheduler
+        .submit(vec![vec![1], vec![2]], Priority::Online)
+        .unwrap();
     settle().await;
     backend.resolve_one();
     let out = t.wait().await.unwrap();
@@ -283,4 +398,188 @@ async fn embed_all_stops_at_the_first_bad_input_after_answering_the_ones_before(
     resolver.abort();
     assert_eq!(result, Err(Failed::Input(3)));
     assert_eq!(got, vec![1.0, 2.0]);
+}
+
+fn overload_config(online_deadline_ms: u64) -> EngineConfig {
+    EngineConfig {
+        online_deadline_ms,
+        ..config(true)
+    }
+}
+
+/// Runs one 4-token batch through, so the scheduler has measured its throughput: 1 ms per 4 tokens.
+async fn measured(backend: &Manual, scheduler: &Scheduler) {
+    let t = online(scheduler, [(1, 4)]);
+    settle().await;
+    backend.resolve_one();
+    for t in t {
+        t.wait().await.unwrap();
+    }
+    settle().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn work_that_would_miss_its_deadline_is_refused_at_once_with_a_retry_after() {
+    let backend = Arc::new(Manual::default());
+    let scheduler = Scheduler::start(backend.clone(), &overload_config(3), |_| {});
+    measured(&backend, &scheduler).await;
+    // Running: 1 ms. Queued behind it: the first is done at 2 ms, the second at 3 ms, the third would be at 4.
+    let admitted = online(&scheduler, [(2, 4), (3, 4), (4, 4)]);
+    settle().await;
+    let refused = scheduler
+        .submit(vec![vec![5; 4]], Priority::Online)
+        .unwrap_err();
+    let Error::Overloaded {
+        reason: Refusal::Late {
+            estimated,
+            deadline,
+        },
+        retry_after,
+        ..
+    } = refused
+    else {
+        panic!("{refused:?}");
+    };
+    assert_eq!((estimated, deadline), (ms(4), ms(3)));
+    assert_eq!(retry_after, ms(3), "the queue ahead drains in 3 ms");
+    // Batch work has its own, longer deadline.
+    let bulk = scheduler.submit(vec![vec![6; 4]], Priority::Batch).unwrap();
+    assert_eq!(scheduler.load().classes[0].refused, 1);
+    for _ in 0..4 {
+        backend.resolve_one();
+        settle().await;
+    }
+    for t in admitted.into_iter().chain([bulk]) {
+        assert!(t.wait().await.is_ok());
+    }
+    // Drained: the same request is admitted now.
+    assert!(scheduler.submit(vec![vec![5; 4]], Priority::Online).is_ok());
+}
+
+#[tokio::test(start_paused = true)]
+async fn work_too_large_for_its_deadline_on_an_idle_engine_is_still_admitted() {
+    let backend = Arc::new(Manual::default());
+    let scheduler = Scheduler::start(backend.clone(), &overload_config(3), |_| {});
+    measured(&backend, &scheduler).await;
+    // 16 tokens take 4 ms alone: past the deadline even on an idle engine, so it is admitted when idle.
+    let big = scheduler
+        .submit(vec![vec![9; 4]; 4], Priority::Online)
+        .unwrap();
+    for _ in 0..4 {
+        settle().await;
+        backend.resolve_one();
+    }
+    assert_eq!(big.wait().await.unwrap().len(), 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn queued_work_past_its_deadline_is_answered_expired_and_never_computed() {
+    let backend = Arc::new(Manual::default());
+    let scheduler = Scheduler::start(backend.clone(), &overload_config(3), |_| {});
+    // No batch measured yet: admission has no estimate and admits.
+    let tickets = online(&scheduler, [(1, 4), (2, 4), (3, 4)]);
+    settle().await;
+    tokio::time::advance(ms(5)).await;
+    backend.resolve_one();
+    settle().await;
+    assert_eq!(
+        backend.submitted(),
+        vec![1],
+        "the late ones never reached the backend"
+    );
+    let mut answers = tickets.into_iter();
+    assert!(answers.next().unwrap().wait().await.is_ok());
+    for t in answers {
+        let e = t.wait().await.unwrap_err();
+        assert!(matches!(e, Error::Expired { .. }), "{e:?}");
+        assert!(e.retry_after().is_some());
+    }
+    let load = scheduler.load();
+    assert_eq!((load.classes[0].expired, load.queued_seqs), (2, 0));
+}
+
+#[tokio::test]
+async fn reconfigure_changes_the_batches_cut_from_then_on() {
+    let (backend, scheduler) = start(true);
+    let mut tickets = online(&scheduler, [(1, 1)]);
+    settle().await;
+    tickets.extend(online(&scheduler, (2..8).map(|i| (i, 1))));
+    let smaller = EngineConfig {
+        max_batch_tokens: 2,
+        ..config(true)
+    };
+    scheduler.reconfigure(&smaller).unwrap();
+    backend.resolve_one();
+    settle().await;
+    assert_eq!(backend.submitted(), vec![1, 2]);
+    scheduler
+        .reconfigure(&EngineConfig {
+            max_batch_tokens: 8,
+            ..smaller.clone()
+        })
+        .unwrap();
+    backend.resolve_one();
+    settle().await;
+    assert_eq!(backend.submitted(), vec![1, 2, 4]);
+    backend.resolve_one();
+    for t in tickets {
+        assert!(t.wait().await.is_ok());
+    }
+    let bad = EngineConfig {
+        max_batch_tokens: 0,
+        ..smaller
+    };
+    assert!(
+        scheduler.reconfigure(&bad).is_err(),
+        "an invalid setting is refused"
+    );
+}
+
+#[test]
+fn a_priority_reads_from_its_name() {
+    assert_eq!("Batch".parse::<Priority>(), Ok(Priority::Batch));
+    assert_eq!(" online".parse::<Priority>(), Ok(Priority::Online));
+    assert!("urgent".parse::<Priority>().unwrap_err().contains("online"));
+}
+
+fn ms(v: u64) -> Duration {
+    Duration::from_millis(v)
+}
+
+/// Regression: admission checked only the newcomer's own deadline, but work admitted later joins the same batch
+/// and makes it longer: under overload the queries admitted first were answered well past their deadline.
+#[tokio::test(start_paused = true)]
+async fn regression_later_work_pushed_a_batch_past_its_heads_deadline() {
+    let backend = Arc::new(Manual::default());
+    let config = EngineConfig {
+        max_batch_tokens: 16,
+        max_queue_tokens: 100,
+        ..overload_config(4)
+    };
+    let scheduler = Scheduler::start(backend.clone(), &config, |_| {});
+    measured(&backend, &scheduler).await; // 0.25 ms per token
+    let running = online(&scheduler, [(1, 4)]);
+    settle().await;
+    let head = online(&scheduler, [(2, 2)]); // due at 4 ms
+    tokio::time::advance(ms(1)).await;
+    let second = online(&scheduler, [(3, 8)]); // the batch of 10 tokens: done at 3.5 ms
+                                               // 14 tokens would be done at 4.5 ms: within this one's own deadline (5 ms), past the head's (4 ms).
+    let refused = scheduler.submit(vec![vec![4; 4]], Priority::Online);
+    assert!(
+        matches!(
+            refused,
+            Err(Error::Overloaded {
+                reason: Refusal::Late { .. },
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    for _ in 0..2 {
+        backend.resolve_one();
+        settle().await;
+    }
+    for t in running.into_iter().chain(head).chain(second) {
+        assert!(t.wait().await.is_ok());
+    }
 }

@@ -226,6 +226,7 @@ fn batch_builder() -> Work {
     let budget = Budget {
         max_tokens: 8192,
         max_seqs: 256,
+        batch_reserve: 2048,
     };
     // The queue of 4096 sequences cut into batches, front to back, as the dispatch loop does.
     Box::new(move || {
@@ -234,13 +235,14 @@ fn batch_builder() -> Work {
             let rest = black_box(&lens[start..]);
             let d = decide(
                 rest.iter().copied(),
+                [],
                 Some(now),
                 budget,
                 std::time::Duration::from_millis(2),
                 now,
             );
             black_box(d);
-            start += cut(rest.iter().copied(), budget).seqs.max(1);
+            start += cut(rest.iter().copied(), [], budget).seqs().max(1);
         }
     })
 }

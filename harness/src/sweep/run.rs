@@ -107,6 +107,7 @@ impl Runner<'_> {
         );
         bar.set_prefix(spec.index.to_string());
         let timing = Timing {
+            priorities: w.classes.iter().map(|c| c.priority).collect(),
             duration_s: spec.duration_s,
             warmup_s: spec.warmup_s,
             timeouts: w
@@ -214,6 +215,7 @@ mod tests {
     use crate::arrivals::Arrivals;
     use crate::target::{BoxFuture, Failure, Reply, Telemetry};
     use crate::workload::{Class, Corpus, Request, Slo, WorkloadKind};
+    use engine::Priority;
     use indicatif::ProgressDrawTarget;
 
     /// One server answering requests first come, first served, each in a fixed time: it serves exactly
@@ -224,7 +226,7 @@ mod tests {
     }
 
     impl Target for FixedRate {
-        fn embed(&self, _: Request) -> BoxFuture<Result<Reply, Failure>> {
+        fn embed(&self, _: Request, _: Priority) -> BoxFuture<Result<Reply, Failure>> {
             let now = tokio::time::Instant::now();
             let mut free_at = self.free_at.lock().unwrap();
             let start = (*free_at).max(now);
@@ -264,6 +266,7 @@ mod tests {
                     latency_ms: 50.0,
                     max_error_rate: 0.01,
                 },
+                priority: engine::Priority::Online,
                 timeout: Duration::from_secs(2),
             }],
             seed: 1,

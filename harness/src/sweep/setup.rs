@@ -177,6 +177,7 @@ fn workload(c: &Common, corpus_pass: bool) -> Result<Workload> {
                 match_lengths: c.match_lengths,
             },
             slo: slo(c.slo_ms),
+            priority: engine::Priority::Online,
             timeout: timeout(c.slo_ms)?,
         })
     };
@@ -192,6 +193,7 @@ fn workload(c: &Common, corpus_pass: bool) -> Result<Workload> {
                 per_request: c.batch_size,
             },
             slo: slo(c.batch_slo_ms),
+            priority: engine::Priority::Batch,
             timeout: timeout(c.batch_slo_ms)?,
         })
     };
