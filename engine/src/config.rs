@@ -19,8 +19,10 @@ pub struct EngineConfig {
     /// Compute threads of the CPU backend; 0 means one per available core.
     #[arg(long, default_value_t = EngineConfig::default().threads)]
     pub threads: usize,
-    /// Token budget of one batch: the sum of all sequences' lengths, special tokens included.
-    #[arg(long, default_value_t = EngineConfig::default().max_batch_tokens)]
+    /// Token budget of one batch: the sum of all sequences' lengths, special tokens included; `auto` (or 0):
+    /// the smallest size reaching 95% of the peak forward tokens/s, measured when the engine loads.
+    #[arg(long, default_value_t = EngineConfig::default().max_batch_tokens, value_parser = parse_budget)]
+    #[serde(deserialize_with = "budget_from_toml")]
     pub max_batch_tokens: usize,
     /// Cap on sequences per batch, whatever their length.
     #[arg(long, default_value_t = EngineConfig::default().max_batch_seqs)]
@@ -112,12 +114,6 @@ impl Default for EngineConfig {
 
 impl EngineConfig {
     pub fn validate(&self) -> Result<()> {
-        if self.max_batch_tokens == 0 {
-            return Err(Error::Config {
-                name: "max_batch_tokens",
-                message: "must be at least 1".into(),
-            });
-        }
         if self.max_batch_seqs == 0 {
             return Err(Error::Config {
                 name: "max_batch_seqs",
@@ -180,9 +176,19 @@ impl EngineConfig {
         })
     }
 
-    /// The bucket ladder: the configured rungs, or the default one for the batch budget.
+    /// Whether the token budget is to be measured when the engine loads (`auto`).
+    pub fn auto_budget(&self) -> bool {
+        self.max_batch_tokens == 0
+    }
+
+    /// The bucket ladder: the configured rungs, or the default one for the batch budget (for `auto`, the largest
+    /// budget it may pick).
     pub fn ladder(&self) -> Ladder {
-        let default = Ladder::up_to(self.max_batch_tokens, self.max_batch_seqs);
+        let tokens = match self.max_batch_tokens {
+            0 => crate::curve::AUTO_MAX_TOKENS,
+            n => n,
+        };
+        let default = Ladder::up_to(tokens, self.max_batch_seqs);
         Ladder {
             tokens: if self.token_buckets.is_empty() {
                 default.tokens
@@ -203,6 +209,32 @@ impl EngineConfig {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
             n => n,
         }
+    }
+}
+
+/// `--max-batch-tokens`: a count, or `auto` (kept as 0, as `threads = 0` means one per core).
+fn parse_budget(s: &str) -> std::result::Result<usize, String> {
+    match s.trim() {
+        "auto" => Ok(0),
+        n => n
+            .parse()
+            .map_err(|e| format!("{n:?} is neither a token count nor `auto`: {e}")),
+    }
+}
+
+/// `max_batch_tokens` in a TOML file: a number, or the string `"auto"`.
+fn budget_from_toml<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<usize, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Budget {
+        Tokens(usize),
+        Word(String),
+    }
+    match Budget::deserialize(d)? {
+        Budget::Tokens(n) => Ok(n),
+        Budget::Word(w) => parse_budget(&w).map_err(serde::de::Error::custom),
     }
 }
 
@@ -247,6 +279,24 @@ mod tests {
         let read = EngineConfig::from_toml_file(&path).unwrap();
         assert_eq!(read.capture, CaptureMode::Startup);
         assert!(read.to_toml().unwrap().contains("capture = \"startup\""));
+    }
+
+    #[test]
+    fn the_budget_reads_auto_from_a_flag_or_a_file() {
+        assert_eq!(parse_budget("auto"), Ok(0));
+        assert_eq!(parse_budget("512"), Ok(512));
+        assert!(parse_budget("lots").unwrap_err().contains("auto"));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("engine.toml");
+        std::fs::write(&path, "max_batch_tokens = \"auto\"\n").unwrap();
+        assert!(EngineConfig::from_toml_file(&path).unwrap().auto_budget());
+        std::fs::write(&path, "max_batch_tokens = 640\n").unwrap();
+        assert_eq!(
+            EngineConfig::from_toml_file(&path)
+                .unwrap()
+                .max_batch_tokens,
+            640
+        );
     }
 
     #[test]

@@ -42,6 +42,7 @@
 pub mod backend;
 mod batch;
 pub mod config;
+pub mod curve;
 mod dtype;
 mod error;
 pub mod gateway;
@@ -117,6 +118,11 @@ impl Engine {
             prompts: dir.prompts.clone(),
         };
         let backend = backend::start(&dir, &config)?;
+        let mut config = config;
+        if config.auto_budget() {
+            // The engine's config holds the budget measured, so everything downstream sees a number.
+            config.max_batch_tokens = curve::auto_budget(backend.as_ref())?.0;
+        }
         Ok(Engine {
             config,
             tokenizer,

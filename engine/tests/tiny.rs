@@ -227,6 +227,26 @@ fn engine_embed_feeds_more_texts_than_the_queue_holds() {
     }
 }
 
+/// `max_batch_tokens = auto` is measured when the engine loads: the engine's config then holds one of the sizes
+/// the curve measured, and the scheduler batches under it.
+#[test]
+fn an_auto_budget_is_measured_at_load() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_tiny_bert(dir.path(), TinySpec::default()).expect("write tiny model");
+    let config = EngineConfig {
+        threads: 1,
+        max_batch_tokens: 0,
+        ..Default::default()
+    };
+    let engine = Engine::load(dir.path(), config).expect("load tiny model");
+    let budget = engine.config().max_batch_tokens;
+    assert!(
+        engine::curve::sizes_up_to(engine::curve::AUTO_MAX_TOKENS).contains(&budget),
+        "{budget}"
+    );
+    assert_eq!(engine.embed(&["a query"]).expect("embed").len(), 1);
+}
+
 #[test]
 fn empty_batch_and_empty_text_are_answered() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -7,6 +7,7 @@ use anyhow::{Context, Result};
 use engine::{Engine, EngineConfig};
 
 pub fn load_engine(dir: &Path, config: EngineConfig) -> Result<Engine> {
+    let auto = config.auto_budget();
     let engine = Engine::load(dir, config)
         .with_context(|| format!("loading the model from {}", dir.display()))?;
     let info = engine.backend().info();
@@ -22,8 +23,14 @@ pub fn load_engine(dir: &Path, config: EngineConfig) -> Result<Engine> {
             info.startup_plans
         )
     });
+    let budget = engine.config().max_batch_tokens;
+    let budget = if auto {
+        format!("{budget} (auto: 95% of the measured peak tokens/s)")
+    } else {
+        budget.to_string()
+    };
     eprintln!(
-        "engine: {} backend ({}), {} threads, {}{fallback}, capture {}{startup}",
+        "engine: {} backend ({}), {} threads, {}{fallback}, capture {}{startup}, batch budget {budget} tokens",
         info.name, info.device, info.threads, info.dtype, info.capture
     );
     Ok(engine)

@@ -84,12 +84,33 @@ pub struct StepRun {
     pub telemetry: Option<(Telemetry, Telemetry)>,
     /// From the start until the last answer.
     pub wall_s: f64,
+    /// This process's resident memory while the step ran, `(seconds from the start, MiB)`; empty where the
+    /// system does not tell (and it is the engine's only for an in-process or `serve` target).
+    pub rss_mib: Vec<(f64, f64)>,
+}
+
+/// How often a step samples the process's resident memory.
+const RSS_EVERY: Duration = Duration::from_secs(5);
+
+/// This process's resident set size in MiB (Linux's `/proc/self/status`).
+pub fn rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib / 1024.0)
 }
 
 #[derive(Default)]
 struct Recorder {
     samples: Mutex<Vec<Sample>>,
     errors: Mutex<Vec<String>>,
+    rss: Mutex<Vec<(f64, f64)>>,
     sent: AtomicU64,
     done: AtomicU64,
     failed: AtomicU64,
@@ -153,6 +174,18 @@ pub async fn run(
             target.telemetry().await
         })
     };
+    let memory = {
+        let rec = rec.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(RSS_EVERY);
+            loop {
+                tick.tick().await;
+                let Some(mib) = rss_mib() else { return };
+                let mut rss = rec.rss.lock().unwrap_or_else(PoisonError::into_inner);
+                rss.push((start.elapsed().as_secs_f64(), mib));
+            }
+        })
+    };
     let before = read_at(start + since_start(timing.warmup_s));
     let after = read_at(end);
     let duration_s = timing.duration_s;
@@ -191,6 +224,8 @@ pub async fn run(
         target.telemetry().await
     };
     let telemetry = before.await.ok().flatten().zip(after);
+    memory.abort();
+    let rss_mib = take(&rec.rss);
     let mut samples = take(&rec.samples);
     samples.sort_by(|a, b| a.scheduled.total_cmp(&b.scheduled));
     StepRun {
@@ -198,6 +233,7 @@ pub async fn run(
         errors: take(&rec.errors),
         telemetry,
         wall_s,
+        rss_mib,
     }
 }
 

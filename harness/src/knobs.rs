@@ -213,10 +213,13 @@ mod tests {
             e.contains("tokenizer") && e.contains("sentencepiece"),
             "{e}"
         );
-        let e = combinations(&s(&["max_batch_tokens=0"]), &[], &d)
+        let e = combinations(&s(&["max_batch_seqs=0"]), &[], &d)
             .unwrap_err()
             .to_string();
         assert!(e.contains("at least 1"), "{e}");
+        // 0 tokens is `auto`, as the word is.
+        let auto = combinations(&s(&["max_batch_tokens=auto"]), &[], &d).unwrap();
+        assert!(apply(&auto[0], d.clone()).unwrap().auto_budget());
         let e = combinations(&s(&["replicas=0"]), &[], &d)
             .unwrap_err()
             .to_string();

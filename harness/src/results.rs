@@ -466,6 +466,7 @@ pub(crate) mod tests {
             batches,
             behind,
             errors: Vec::new(),
+            rss_mib: Vec::new(),
         }
     }
 

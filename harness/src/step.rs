@@ -112,6 +112,9 @@ pub struct ClassMetrics {
     pub dispatch_histogram: String,
     /// The whole step (warm-up included) in buckets of time.
     pub timeline: Vec<Bucket>,
+    /// A soak's (a step of at least [`SOAK_S`]) minutes, warm-up included: drift shows here.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub minutes: Vec<Bucket>,
 }
 
 /// One bucket of a step's timeline: requests due and answered in it, and the latency of those due in it.
@@ -126,7 +129,14 @@ pub struct Bucket {
 
 /// Buckets of one second, or more for long steps so a timeline has at most 120.
 fn timeline(samples: &[&Sample], end_s: f64) -> Vec<Bucket> {
-    let width = (end_s / 120.0).max(1.0);
+    buckets(samples, end_s, (end_s / 120.0).max(1.0))
+}
+
+/// A step of at least this long (a soak) also reports itself minute by minute.
+pub const SOAK_S: f64 = 120.0;
+
+/// The step's samples in buckets of `width` seconds.
+fn buckets(samples: &[&Sample], end_s: f64, width: f64) -> Vec<Bucket> {
     let n = (end_s / width).ceil().max(1.0) as usize;
     let mut hists: Vec<Histogram<u64>> = (0..n).map(|_| histogram()).collect();
     let mut answered = vec![0u32; n];
@@ -185,6 +195,9 @@ pub struct StepResult {
     pub behind: bool,
     pub pass: bool,
     pub errors: Vec<String>,
+    /// Resident memory of the process running the engine, `(seconds, MiB)`, when known: a soak's leak check.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rss_mib: Vec<(f64, f64)>,
 }
 
 impl StepResult {
@@ -356,6 +369,11 @@ fn class_metrics(samples: &[&Sample], spec: &ClassSpec, w: &Window) -> ClassMetr
         latency_histogram: encode(&latency),
         dispatch_histogram: encode(&dispatch),
         timeline: timeline(samples, w.end_s),
+        minutes: if w.end_s >= SOAK_S {
+            buckets(samples, w.end_s, 60.0)
+        } else {
+            Vec::new()
+        },
     }
 }
 

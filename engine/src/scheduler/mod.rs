@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::backend::{Backend, Row};
@@ -239,7 +239,7 @@ impl Load {
 /// in a batch are removed before they reach the backend.
 #[derive(Debug)]
 pub struct Ticket {
-    replies: Vec<oneshot::Receiver<Result<Embedded, Error>>>,
+    replies: Vec<state::Answer>,
 }
 
 impl Ticket {
@@ -401,6 +401,14 @@ impl Scheduler {
     /// engine (threads, dtype, capture, tokenizer) are not the scheduler's and are ignored here.
     pub fn reconfigure(&self, config: &EngineConfig) -> crate::Result<()> {
         config.validate()?;
+        if config.auto_budget() {
+            return Err(crate::Error::Config {
+                name: "max_batch_tokens",
+                message:
+                    "`auto` is measured when an engine loads; give a running scheduler a number"
+                        .into(),
+            });
+        }
         self.shared.lock().settings = Settings::of(config);
         self.shared.wake.notify_one();
         // Larger bounds may make room for callers waiting on it.

@@ -29,7 +29,8 @@ impl Settings {
         let reserve = (config.batch_min_share * config.max_batch_tokens as f64).ceil();
         Settings {
             budget: Budget {
-                max_tokens: config.max_batch_tokens,
+                // An engine resolves `auto` (0) before its scheduler starts.
+                max_tokens: config.max_batch_tokens.max(1),
                 max_seqs: config.max_batch_seqs,
                 batch_reserve: reserve as usize,
             },
@@ -46,6 +47,8 @@ impl Settings {
 }
 
 pub(super) type Reply = oneshot::Sender<Result<Embedded, Error>>;
+/// The receiving end of one sequence's [`Reply`].
+pub(super) type Answer = oneshot::Receiver<Result<Embedded, Error>>;
 
 pub(super) struct Entry {
     pub ids: Vec<u32>,
@@ -101,7 +104,7 @@ impl State {
         priority: Priority,
         waiting: bool,
         now: Instant,
-    ) -> Result<Vec<oneshot::Receiver<Result<Embedded, Error>>>, (Error, Vec<Vec<u32>>)> {
+    ) -> Result<Vec<Answer>, (Error, Vec<Vec<u32>>)> {
         if self.closed {
             return Err((Error::ShuttingDown, seqs));
         }

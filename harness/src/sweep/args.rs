@@ -124,8 +124,9 @@ pub struct ReplayArgs {
     /// Requests/s of the online class (the arrivals time-scaled to it); default: the trace's own mean rate.
     #[arg(long)]
     pub rate: Option<f64>,
-    /// Seconds to replay (online and mixed); a batch replay runs until the corpus is embedded once.
-    #[arg(long, default_value_t = 60.0)]
+    /// Seconds to replay (online and mixed); a batch replay runs until the corpus is embedded once. A replay of
+    /// two minutes or more is a soak: it also reports each minute's throughput, p99 and resident memory.
+    #[arg(long, default_value_t = 60.0, alias = "duration", value_parser = parse_seconds)]
     pub duration_s: f64,
     /// Clients of the batch class (batch workload).
     #[arg(long, default_value_t = 2)]
@@ -133,4 +134,33 @@ pub struct ReplayArgs {
     /// Seconds at the start left out of the figures.
     #[arg(long, default_value_t = 0.0)]
     pub warmup_s: f64,
+}
+
+/// A duration in seconds, or with a unit: `90`, `90s`, `10m`, `1h`.
+fn parse_seconds(s: &str) -> Result<f64, String> {
+    let s = s.trim();
+    let (number, unit) = match s.char_indices().last() {
+        Some((i, 's')) => (&s[..i], 1.0),
+        Some((i, 'm')) => (&s[..i], 60.0),
+        Some((i, 'h')) => (&s[..i], 3600.0),
+        _ => (s, 1.0),
+    };
+    number
+        .trim()
+        .parse::<f64>()
+        .map(|n| n * unit)
+        .map_err(|e| format!("{s:?} is not a duration (seconds, or 90s, 10m, 1h): {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_duration_reads_seconds_or_a_unit() {
+        use super::parse_seconds as p;
+        assert_eq!(
+            (p("90"), p("90s"), p("10m"), p("1.5h")),
+            (Ok(90.0), Ok(90.0), Ok(600.0), Ok(5400.0))
+        );
+        assert!(p("ten minutes").is_err());
+    }
 }

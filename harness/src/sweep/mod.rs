@@ -122,8 +122,37 @@ pub fn replay(args: ReplayArgs) -> Result<()> {
                 m.inputs_per_s
             ));
         }
+        if let Some(table) = soak_table(&step) {
+            setup.say(table);
+        }
         Ok((vec![step], "one step".into()))
     })
+}
+
+/// A soak's minutes: throughput, latency and resident memory, so drift and leaks show.
+fn soak_table(step: &StepResult) -> Option<String> {
+    let minutes = &step.main().minutes;
+    if minutes.is_empty() {
+        return None;
+    }
+    let mut out = String::from("  minute  answered/s  p50 ms  p99 ms  RSS MiB\n");
+    for (i, m) in minutes.iter().enumerate() {
+        let rss = step
+            .rss_mib
+            .iter()
+            .filter(|(t, _)| *t >= m.t && *t < m.t + 60.0)
+            .map(|&(_, mib)| mib)
+            .fold(None, |a: Option<f64>, b| Some(a.map_or(b, |a| a.max(b))));
+        out.push_str(&format!(
+            "  {:>6}  {:>10.1}  {:>6.1}  {:>6.1}  {:>7}\n",
+            i + 1,
+            f64::from(m.answered) / 60.0,
+            m.p50_ms,
+            m.p99_ms,
+            rss.map_or("-".into(), |r| format!("{r:.0}"))
+        ));
+    }
+    Some(out.trim_end().to_owned())
 }
 
 type Steps = Result<(Vec<StepResult>, String)>;

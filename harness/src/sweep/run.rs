@@ -162,6 +162,7 @@ impl Runner<'_> {
             behind,
             pass,
             errors: run.errors,
+            rss_mib: run.rss_mib,
         })
     }
 }
