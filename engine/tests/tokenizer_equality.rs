@@ -1,5 +1,6 @@
 //! `fast` against the reference `hf`, id for id: every shipped corpus text and seeded random Unicode strings,
-//! through WordPiece (all-MiniLM-L6-v2) and three Unigram tokenizers, with and without truncation.
+//! through WordPiece (all-MiniLM-L6-v2), three Unigram tokenizers and three byte-level BPE ones (the Qwen2,
+//! GPT-2 and Llama-3 pipelines), with and without truncation.
 
 use std::path::{Path, PathBuf};
 
@@ -7,11 +8,20 @@ use engine::tokenizer::{self, Scratch, Tokenizer, TokenizerKind, Truncation, Tru
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-const TOKENIZERS: [&str; 4] = [
+const TOKENIZERS: [&str; 7] = [
     "all-MiniLM-L6-v2/tokenizer.json",
     "pegasus_unigram_tokenizer.json",
     "xlmr_style_unigram_1k_tokenizer.json",
     "xlmr_style_unigram_ja_8k_tokenizer.json",
+    "qwen2_style_bpe_4k_tokenizer.json",
+    "gpt2_style_bpe_4k_tokenizer.json",
+    "llama3_style_bpe_4k_tokenizer.json",
+];
+
+const BPE: [&str; 3] = [
+    "qwen2_style_bpe_4k_tokenizer.json",
+    "gpt2_style_bpe_4k_tokenizer.json",
+    "llama3_style_bpe_4k_tokenizer.json",
 ];
 
 fn workloads() -> PathBuf {
@@ -19,8 +29,12 @@ fn workloads() -> PathBuf {
 }
 
 fn corpus() -> Vec<String> {
-    let mut files: Vec<_> = std::fs::read_dir(workloads().join("text"))
-        .expect("workloads/text")
+    corpus_of(&workloads().join("text"))
+}
+
+fn corpus_of(dir: &Path) -> Vec<String> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .expect("corpus directory")
         .map(|e| e.expect("dir entry").path())
         .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
         .collect();
@@ -64,6 +78,65 @@ fn corpus_equal_without_truncation() {
     assert!(texts.len() > 20_000);
     for file in TOKENIZERS {
         assert!(assert_same(file, None, &texts) > texts.len() * 10, "{file}");
+    }
+}
+
+/// Every text of the project's shared corpora (a superset of `workloads/text`, used where this checkout sits
+/// beside them), through each BPE tokenizer whole and right-truncated at three lengths; the counts go to stderr for
+/// the record. `hf` encodes each text once: its ids cut to a length, special tokens kept, are what its truncation
+/// gives (`corpus_equal_with_truncation` checks that against `hf`'s own truncation on a sample), which keeps this
+/// test to minutes.
+#[test]
+fn bpe_corpus_equal_at_three_truncation_lengths() {
+    let shared = workloads().join("../../shared/data/text");
+    let texts = if shared.is_dir() {
+        corpus_of(&shared)
+    } else {
+        corpus()
+    };
+    const LENGTHS: [usize; 3] = [512, 128, 16];
+    for file in BPE {
+        let (fast, hf) = pair(file, None);
+        let cut: Vec<_> = LENGTHS
+            .iter()
+            .map(|&n| pair(file, Some(Truncation::right(n))).0)
+            .collect();
+        // The special tokens, and how many of them come before the text.
+        let (mut empty, mut one) = (Vec::new(), Vec::new());
+        hf.encode("", &mut empty).expect("hf encodes");
+        hf.encode("a", &mut one).expect("hf encodes");
+        let before = empty.iter().zip(&one).take_while(|(x, y)| x == y).count();
+        let after = empty.len() - before;
+        let (mut scratch, mut full, mut want, mut got) =
+            (Scratch::default(), Vec::new(), Vec::new(), Vec::new());
+        let mut counts = [0usize; 4];
+        for text in &texts {
+            hf.encode(text, &mut full).expect("hf encodes");
+            fast.encode_with(text, &mut scratch, &mut got)
+                .expect("fast encodes");
+            assert_eq!(got, full, "{file}: {text:?}");
+            counts[0] += got.len();
+            let body = &full[before..full.len() - after];
+            for ((t, &n), count) in cut.iter().zip(&LENGTHS).zip(&mut counts[1..]) {
+                want.clear();
+                want.extend_from_slice(&full[..before]);
+                want.extend_from_slice(&body[..body.len().min(n - empty.len())]);
+                want.extend_from_slice(&full[full.len() - after..]);
+                t.encode_with(text, &mut scratch, &mut got)
+                    .expect("fast encodes");
+                assert_eq!(got, want, "{file} max_length {n}: {text:?}");
+                *count += got.len();
+            }
+        }
+        eprintln!(
+            "{file}: {} texts; ids equal whole {}, at 512 {}, at 128 {}, at 16 {}",
+            texts.len(),
+            counts[0],
+            counts[1],
+            counts[2],
+            counts[3]
+        );
+        assert!(counts[3] > texts.len() * 10, "{file}");
     }
 }
 
@@ -114,6 +187,21 @@ fn random_text(rng: &mut StdRng) -> String {
         "ǅ",
         "\u{FEFF}",
         "\u{FFFD}",
+        "<|endoftext|>",
+        "<|begin_of_text|>",
+        "'s",
+        "'LL",
+        "'ſ",
+        "'Re",
+        "\r\n\r\n",
+        " \n ",
+        "\t\t",
+        "12345",
+        "٣٤٥",
+        "?!\n",
+        "\u{3000}",
+        "a\u{308}\u{301}",
+        "\u{1100}\u{1161}\u{11A8}",
     ];
     const RANGES: &[(u32, u32)] = &[
         (0x20, 0x7E),

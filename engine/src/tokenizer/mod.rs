@@ -21,7 +21,7 @@ use crate::error::Result;
 pub enum TokenizerKind {
     /// The Hugging Face `tokenizers` crate.
     Hf,
-    /// The in-house WordPiece and Unigram tokenizer.
+    /// The in-house WordPiece, Unigram and byte-level BPE tokenizer.
     #[default]
     Fast,
 }
@@ -60,6 +60,7 @@ pub struct Scratch {
     pub(crate) marks: Vec<(u8, char)>,
     pub(crate) best: Vec<fast::unigram::Best>,
     pub(crate) path: Vec<(u32, u32, u32)>,
+    pub(crate) bpe: fast::bpe::Work,
 }
 
 impl Scratch {
