@@ -66,6 +66,9 @@ fn warm_encode_allocates_nothing() {
         "all-MiniLM-L6-v2/tokenizer.json",
         "pegasus_unigram_tokenizer.json",
         "xlmr_style_unigram_1k_tokenizer.json",
+        "qwen2_style_bpe_4k_tokenizer.json",
+        "gpt2_style_bpe_4k_tokenizer.json",
+        "llama3_style_bpe_4k_tokenizer.json",
     ] {
         for truncation in [None, Some(Truncation::right(64))] {
             let t = tokenizer::load(

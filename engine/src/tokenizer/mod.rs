@@ -58,6 +58,7 @@ pub struct Scratch {
     pub(crate) a: String,
     pub(crate) b: String,
     pub(crate) marks: Vec<(u8, char)>,
+    pub(crate) held: Vec<char>,
     pub(crate) best: Vec<fast::unigram::Best>,
     pub(crate) path: Vec<(u32, u32, u32)>,
     pub(crate) bpe: fast::bpe::Work,

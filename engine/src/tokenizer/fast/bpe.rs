@@ -9,8 +9,8 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use serde_json::Value;
-use unicode_normalization_alignments::{is_nfc_quick, IsNormalized, UnicodeNormalization};
 
+use super::nfc;
 use super::pretok::{PreTokenizer, GPT2};
 use super::{bad, bool_field, str_field, FxMap};
 use crate::error::Result;
@@ -305,10 +305,15 @@ impl Bpe {
         ids: &mut Vec<u32>,
         limit: usize,
     ) -> Result<()> {
-        let Scratch { a, bpe, .. } = scratch;
-        let text = if self.nfc && !is_nfc(text) {
-            a.clear();
-            a.extend(text.nfc().map(|(c, _)| c));
+        let Scratch {
+            a,
+            marks,
+            held,
+            bpe,
+            ..
+        } = scratch;
+        let text = if self.nfc && !nfc::is_nfc(text) {
+            nfc::nfc(text, a, marks, held);
             a.as_str()
         } else {
             text
@@ -450,10 +455,4 @@ impl Bpe {
             i = links[i as usize].next;
         }
     }
-}
-
-/// Whether `text` is already NFC: at once when it has no character from U+0300 on (no combining mark, no
-/// character NFC changes, lies below it), else by the quick check.
-fn is_nfc(text: &str) -> bool {
-    text.bytes().all(|b| b < 0xCC) || is_nfc_quick(text.chars()) == IsNormalized::Yes
 }

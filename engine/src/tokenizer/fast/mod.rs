@@ -11,6 +11,7 @@
 
 pub(crate) mod bpe;
 mod charsmap;
+mod nfc;
 mod pretok;
 pub(crate) mod unigram;
 mod wordpiece;
