@@ -286,3 +286,72 @@ fn hostile_inputs_equal() {
         assert_same(file, Some(Truncation::right(8)), &texts);
     }
 }
+
+/// The BPE paths for bytes missing from the vocabulary, which byte-level vocabularies never take: the Qwen2-style
+/// vocabulary with the tokens of bytes 0xC3 (`Ã`, UTF-8 C3 83) and 0x20 (`Ġ`, UTF-8 C4 A0) removed, and each way
+/// the crate has of covering them — an unknown token, fused or not, `<0xXX>` byte fallback (complete for `Ã`,
+/// incomplete for `Ġ`, which then falls to the unknown token), nothing (dropped), and an unknown token missing
+/// from the vocabulary (the encode fails, in both).
+#[test]
+fn bpe_bytes_missing_from_the_vocabulary_equal() {
+    let path = workloads().join("vocab/qwen2_style_bpe_4k_tokenizer.json");
+    let base: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("vocab")).expect("JSON");
+    let texts: Vec<String> = corpus().into_iter().step_by(5).collect();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let configs = [
+        ("unk", Some("<unk>"), false, false),
+        ("fused unk", Some("<unk>"), true, false),
+        ("byte fallback", Some("<unk>"), false, true),
+        ("dropped", None, false, false),
+        ("unk not in vocab", Some("<nope>"), false, false),
+    ];
+    for (name, unk, fuse, fallback) in configs {
+        let mut j = base.clone();
+        let vocab = j["model"]["vocab"].as_object_mut().expect("vocab");
+        for gone in ["Ã", "Ġ"] {
+            vocab.remove(gone);
+        }
+        let mut next = 10_000;
+        for extra in ["<unk>", "<0xC3>", "<0x83>", "<0xC4>"] {
+            vocab.insert(extra.into(), next.into());
+            next += 1;
+        }
+        j["model"]["merges"]
+            .as_array_mut()
+            .expect("merges")
+            .retain(|m| {
+                !m.as_array()
+                    .expect("pair")
+                    .iter()
+                    .any(|t| t == "Ã" || t == "Ġ")
+            });
+        j["model"]["unk_token"] = unk.map_or(serde_json::Value::Null, Into::into);
+        j["model"]["fuse_unk"] = fuse.into();
+        j["model"]["byte_fallback"] = fallback.into();
+        let file = dir.path().join(format!("{}.json", name.replace(' ', "_")));
+        std::fs::write(&file, j.to_string()).expect("write");
+        let fast = tokenizer::load(&file, TokenizerKind::Fast, None).expect("fast loads");
+        let hf = tokenizer::load(&file, TokenizerKind::Hf, None).expect("hf loads");
+        assert_eq!(fast.vocab_size(), hf.vocab_size(), "{name}: vocab size");
+        let (mut scratch, mut a, mut b) = (Scratch::default(), Vec::new(), Vec::new());
+        let mut failed = 0;
+        for text in &texts {
+            let (fa, fb) = (
+                fast.encode_with(text, &mut scratch, &mut a),
+                hf.encode(text, &mut b),
+            );
+            assert_eq!(fa.is_ok(), fb.is_ok(), "{name}: {text:?}");
+            if fa.is_ok() {
+                assert_eq!(a, b, "{name}: {text:?}");
+            } else {
+                failed += 1;
+            }
+        }
+        assert_eq!(
+            failed > 0,
+            name == "unk not in vocab",
+            "{name}: {failed} failed"
+        );
+    }
+}
