@@ -519,4 +519,30 @@ mod tests {
         j["normalizer"]["normalizers"][0]["precompiled_charsmap"] = "AAAA!".into();
         refused(j, "base64");
     }
+
+    #[test]
+    fn unsupported_bpe_pipelines_are_refused() {
+        let qwen2 = || vocab_json("qwen2_style_bpe_4k_tokenizer.json");
+        let mut j = qwen2();
+        j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\w+|\\s+".into();
+        refused(j, "Split regex");
+        let mut j = qwen2();
+        j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Removed".into();
+        refused(j, "Isolated");
+        let mut j = qwen2();
+        j["pre_tokenizer"]["pretokenizers"][1]["add_prefix_space"] = true.into();
+        refused(j, "add_prefix_space");
+        let mut j = qwen2();
+        j["normalizer"] = serde_json::json!({"type": "NFKC"});
+        refused(j, "NFKC");
+        let mut j = qwen2();
+        j["model"]["dropout"] = 0.1.into();
+        refused(j, "dropout");
+        let mut j = qwen2();
+        j["model"]["continuing_subword_prefix"] = "##".into();
+        refused(j, "continuing_subword_prefix");
+        let mut j = qwen2();
+        j["model"]["merges"][0] = serde_json::json!(["Ġ", "no such token"]);
+        refused(j, "no such token");
+    }
 }
