@@ -65,12 +65,12 @@ pub struct Scratch {
 }
 
 impl Scratch {
-    /// Beyond this many bytes of text buffers, a thread's scratch is let go after the encode instead of kept: one
-    /// huge input should not pin its memory on every thread that ever tokenized it.
+    /// Beyond this many bytes of text and merge buffers, a thread's scratch is let go after the encode instead of
+    /// kept: one huge input should not pin its memory on every thread that ever tokenized it.
     const KEEP_BYTES: usize = 1 << 20;
 
     fn oversized(&self) -> bool {
-        self.a.capacity() + self.b.capacity() > Self::KEEP_BYTES
+        self.a.capacity() + self.b.capacity() + self.bpe.bytes() > Self::KEEP_BYTES
     }
 }
 

@@ -45,6 +45,16 @@ pub(crate) struct Work {
     heap: BinaryHeap<Reverse<(u32, u32)>>,
 }
 
+impl Work {
+    /// The memory held, in bytes.
+    pub(crate) fn bytes(&self) -> usize {
+        self.syms.capacity() * size_of::<u32>()
+            + self.ranks.capacity() * size_of::<u64>()
+            + self.links.capacity() * size_of::<Link>()
+            + self.heap.capacity() * size_of::<Reverse<(u32, u32)>>()
+    }
+}
+
 /// A symbol of a long word: its id (`NONE` once merged into its left neighbour) and its neighbours.
 #[derive(Clone, Copy)]
 struct Link {
