@@ -312,10 +312,8 @@ fn bpe_bytes_missing_from_the_vocabulary_equal() {
         for gone in ["Ã", "Ġ"] {
             vocab.remove(gone);
         }
-        let mut next = 10_000;
-        for extra in ["<unk>", "<0xC3>", "<0x83>", "<0xC4>"] {
-            vocab.insert(extra.into(), next.into());
-            next += 1;
+        for (id, extra) in (10_000..).zip(["<unk>", "<0xC3>", "<0x83>", "<0xC4>"]) {
+            vocab.insert(extra.into(), serde_json::Value::from(id));
         }
         j["model"]["merges"]
             .as_array_mut()
