@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Full-corpus equality check of the in-house tokenizer against the Hugging Face crate: every text of every corpus
 # through `bench tokenize --tokenizer fast` and `--tokenizer hf`, line by line, for WordPiece (all-MiniLM-L6-v2)
-# and the three Unigram tokenizers, without truncation and with right and left truncation.
+# the three Unigram tokenizers and the three byte-level BPE ones, without truncation and with right and left
+# truncation.
 #
 #   scripts/tokenizer_equality.sh [TEXT_DIR]    (default: ../shared/data/text when present, else workloads/text)
+#   TOKENIZERS="workloads/vocab/a.json ..." scripts/tokenizer_equality.sh    (only those tokenizers)
 #
 # Prints one row per (tokenizer, truncation, corpus) and the totals; exits 1 on any mismatch.
 set -euo pipefail
@@ -20,8 +22,11 @@ trap 'rm -rf "$work"' EXIT
 
 texts=0 mismatches=0
 printf '%-42s %-22s %-32s %8s %10s\n' tokenizer truncation corpus texts mismatches
-for tok in workloads/vocab/all-MiniLM-L6-v2/tokenizer.json workloads/vocab/pegasus_unigram_tokenizer.json \
-    workloads/vocab/xlmr_style_unigram_1k_tokenizer.json workloads/vocab/xlmr_style_unigram_ja_8k_tokenizer.json; do
+default_tokenizers="workloads/vocab/all-MiniLM-L6-v2/tokenizer.json workloads/vocab/pegasus_unigram_tokenizer.json
+    workloads/vocab/xlmr_style_unigram_1k_tokenizer.json workloads/vocab/xlmr_style_unigram_ja_8k_tokenizer.json
+    workloads/vocab/qwen2_style_bpe_4k_tokenizer.json workloads/vocab/gpt2_style_bpe_4k_tokenizer.json
+    workloads/vocab/llama3_style_bpe_4k_tokenizer.json"
+for tok in ${TOKENIZERS:-$default_tokenizers}; do
     for trunc in "" "--max-length 128" "--max-length 64 --truncate-left"; do
         for corpus in "$text_dir"/*.jsonl; do
             # shellcheck disable=SC2086  # $trunc is a list of flags

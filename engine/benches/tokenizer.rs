@@ -1,5 +1,6 @@
-//! Single-thread encode time, `fast` against `hf`, for WordPiece (all-MiniLM-L6-v2) and Unigram (Pegasus and the
-//! XLM-R-style 1k model) on a short query (~10 tokens), a passage (~150) and a 514-token input.
+//! Single-thread encode time, `fast` against `hf`, for WordPiece (all-MiniLM-L6-v2), Unigram (Pegasus and the
+//! XLM-R-style 1k model) and byte-level BPE (the Qwen2-, GPT-2- and Llama-3-style 4k vocabularies) on a short query
+//! (~10 tokens), a passage (~150) and a 514-token input.
 
 use std::path::{Path, PathBuf};
 
@@ -58,6 +59,9 @@ fn bench(c: &mut Criterion) {
         ("wordpiece", "all-MiniLM-L6-v2/tokenizer.json"),
         ("unigram-pegasus", "pegasus_unigram_tokenizer.json"),
         ("unigram-xlmr1k", "xlmr_style_unigram_1k_tokenizer.json"),
+        ("bpe-qwen2", "qwen2_style_bpe_4k_tokenizer.json"),
+        ("bpe-gpt2", "gpt2_style_bpe_4k_tokenizer.json"),
+        ("bpe-llama3", "llama3_style_bpe_4k_tokenizer.json"),
     ] {
         let path = root().join("workloads/vocab").join(file);
         let fast = tokenizer::load(&path, TokenizerKind::Fast, None).expect("fast");

@@ -1,9 +1,9 @@
 //! The Qwen3 architecture against transformers / sentence-transformers, on the tiny random-weight models that
 //! `scripts/make_qwen3_fixtures.py` made: Qwen3-Embedding's convention (causal, last-token pooling) and the
-//! bidirectional one (`"is_causal": false`, mean pooling). Their byte-level BPE tokenizer runs on the `hf`
-//! tokenizer (the in-house one has no BPE yet).
+//! bidirectional one (`"is_causal": false`, mean pooling). Their byte-level BPE tokenizer (NFC, the Qwen split
+//! regex, `<|endoftext|>` appended by the post-processor) runs on the default, in-house `fast` tokenizer, whose ids
+//! must be the reference's.
 
-use engine::tokenizer::TokenizerKind;
 use engine::{Batch, CaptureMode, Dtype, Engine, EngineConfig};
 
 mod common;
@@ -21,7 +21,6 @@ fn fixtures(name: &str) -> Vec<common::Fixture> {
 
 fn load(name: &str, dtype: Dtype, capture: CaptureMode) -> Engine {
     let config = EngineConfig {
-        tokenizer: TokenizerKind::Hf,
         threads: 2,
         dtype,
         capture,

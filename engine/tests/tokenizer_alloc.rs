@@ -66,6 +66,9 @@ fn warm_encode_allocates_nothing() {
         "all-MiniLM-L6-v2/tokenizer.json",
         "pegasus_unigram_tokenizer.json",
         "xlmr_style_unigram_1k_tokenizer.json",
+        "qwen2_style_bpe_4k_tokenizer.json",
+        "gpt2_style_bpe_4k_tokenizer.json",
+        "llama3_style_bpe_4k_tokenizer.json",
     ] {
         for truncation in [None, Some(Truncation::right(64))] {
             let t = tokenizer::load(
@@ -134,4 +137,27 @@ fn encode_without_a_caller_scratch_allocates_nothing_once_warm() {
     }
     let allocations = allocations() - before;
     assert_eq!(allocations, 0, "{allocations} allocations in warm encodes");
+}
+
+/// Regression: a thread's scratch was let go after an encode only when its text buffers passed 1 MiB, so one
+/// 100,000-letter word kept the BPE merge buffers it grew (about 2.4 MB) on every thread that ever saw it; they
+/// now count too, and the next encode grows them again.
+#[test]
+fn a_huge_bpe_word_does_not_pin_its_merge_buffers() {
+    let workloads = Path::new(env!("CARGO_MANIFEST_DIR")).join("../workloads");
+    let t = tokenizer::load(
+        &workloads.join("vocab/qwen2_style_bpe_4k_tokenizer.json"),
+        TokenizerKind::Fast,
+        None,
+    )
+    .expect("loads");
+    let mut ids = Vec::new();
+    t.encode("warm", &mut ids).expect("encodes");
+    t.encode(&"a".repeat(100_000), &mut ids).expect("encodes");
+    let before = allocations();
+    t.encode("warm", &mut ids).expect("encodes");
+    assert!(
+        allocations() > before,
+        "the thread's scratch was kept after a huge word"
+    );
 }

@@ -1,5 +1,6 @@
 //! `fast` against the reference `hf`, id for id: every shipped corpus text and seeded random Unicode strings,
-//! through WordPiece (all-MiniLM-L6-v2) and three Unigram tokenizers, with and without truncation.
+//! through WordPiece (all-MiniLM-L6-v2), three Unigram tokenizers and three byte-level BPE ones (the Qwen2,
+//! GPT-2 and Llama-3 pipelines), with and without truncation.
 
 use std::path::{Path, PathBuf};
 
@@ -7,11 +8,20 @@ use engine::tokenizer::{self, Scratch, Tokenizer, TokenizerKind, Truncation, Tru
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-const TOKENIZERS: [&str; 4] = [
+const TOKENIZERS: [&str; 7] = [
     "all-MiniLM-L6-v2/tokenizer.json",
     "pegasus_unigram_tokenizer.json",
     "xlmr_style_unigram_1k_tokenizer.json",
     "xlmr_style_unigram_ja_8k_tokenizer.json",
+    "qwen2_style_bpe_4k_tokenizer.json",
+    "gpt2_style_bpe_4k_tokenizer.json",
+    "llama3_style_bpe_4k_tokenizer.json",
+];
+
+const BPE: [&str; 3] = [
+    "qwen2_style_bpe_4k_tokenizer.json",
+    "gpt2_style_bpe_4k_tokenizer.json",
+    "llama3_style_bpe_4k_tokenizer.json",
 ];
 
 fn workloads() -> PathBuf {
@@ -19,8 +29,12 @@ fn workloads() -> PathBuf {
 }
 
 fn corpus() -> Vec<String> {
-    let mut files: Vec<_> = std::fs::read_dir(workloads().join("text"))
-        .expect("workloads/text")
+    corpus_of(&workloads().join("text"))
+}
+
+fn corpus_of(dir: &Path) -> Vec<String> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .expect("corpus directory")
         .map(|e| e.expect("dir entry").path())
         .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
         .collect();
@@ -64,6 +78,65 @@ fn corpus_equal_without_truncation() {
     assert!(texts.len() > 20_000);
     for file in TOKENIZERS {
         assert!(assert_same(file, None, &texts) > texts.len() * 10, "{file}");
+    }
+}
+
+/// Every text of the project's shared corpora (a superset of `workloads/text`, used where this checkout sits
+/// beside them), through each BPE tokenizer whole and right-truncated at three lengths; the counts go to stderr for
+/// the record. `hf` encodes each text once: its ids cut to a length, special tokens kept, are what its truncation
+/// gives (`corpus_equal_with_truncation` checks that against `hf`'s own truncation on a sample), which keeps this
+/// test to minutes.
+#[test]
+fn bpe_corpus_equal_at_three_truncation_lengths() {
+    let shared = workloads().join("../../shared/data/text");
+    let texts = if shared.is_dir() {
+        corpus_of(&shared)
+    } else {
+        corpus()
+    };
+    const LENGTHS: [usize; 3] = [512, 128, 16];
+    for file in BPE {
+        let (fast, hf) = pair(file, None);
+        let cut: Vec<_> = LENGTHS
+            .iter()
+            .map(|&n| pair(file, Some(Truncation::right(n))).0)
+            .collect();
+        // The special tokens, and how many of them come before the text.
+        let (mut empty, mut one) = (Vec::new(), Vec::new());
+        hf.encode("", &mut empty).expect("hf encodes");
+        hf.encode("a", &mut one).expect("hf encodes");
+        let before = empty.iter().zip(&one).take_while(|(x, y)| x == y).count();
+        let after = empty.len() - before;
+        let (mut scratch, mut full, mut want, mut got) =
+            (Scratch::default(), Vec::new(), Vec::new(), Vec::new());
+        let mut counts = [0usize; 4];
+        for text in &texts {
+            hf.encode(text, &mut full).expect("hf encodes");
+            fast.encode_with(text, &mut scratch, &mut got)
+                .expect("fast encodes");
+            assert_eq!(got, full, "{file}: {text:?}");
+            counts[0] += got.len();
+            let body = &full[before..full.len() - after];
+            for ((t, &n), count) in cut.iter().zip(&LENGTHS).zip(&mut counts[1..]) {
+                want.clear();
+                want.extend_from_slice(&full[..before]);
+                want.extend_from_slice(&body[..body.len().min(n - empty.len())]);
+                want.extend_from_slice(&full[full.len() - after..]);
+                t.encode_with(text, &mut scratch, &mut got)
+                    .expect("fast encodes");
+                assert_eq!(got, want, "{file} max_length {n}: {text:?}");
+                *count += got.len();
+            }
+        }
+        eprintln!(
+            "{file}: {} texts; ids equal whole {}, at 512 {}, at 128 {}, at 16 {}",
+            texts.len(),
+            counts[0],
+            counts[1],
+            counts[2],
+            counts[3]
+        );
+        assert!(counts[3] > texts.len() * 10, "{file}");
     }
 }
 
@@ -114,6 +187,21 @@ fn random_text(rng: &mut StdRng) -> String {
         "ǅ",
         "\u{FEFF}",
         "\u{FFFD}",
+        "<|endoftext|>",
+        "<|begin_of_text|>",
+        "'s",
+        "'LL",
+        "'ſ",
+        "'Re",
+        "\r\n\r\n",
+        " \n ",
+        "\t\t",
+        "12345",
+        "٣٤٥",
+        "?!\n",
+        "\u{3000}",
+        "a\u{308}\u{301}",
+        "\u{1100}\u{1161}\u{11A8}",
     ];
     const RANGES: &[(u32, u32)] = &[
         (0x20, 0x7E),
@@ -196,5 +284,72 @@ fn hostile_inputs_equal() {
     for file in TOKENIZERS {
         assert_same(file, None, &texts);
         assert_same(file, Some(Truncation::right(8)), &texts);
+    }
+}
+
+/// The BPE paths for bytes missing from the vocabulary, which byte-level vocabularies never take: the Qwen2-style
+/// vocabulary with the tokens of bytes 0xC3 (`Ã`, UTF-8 C3 83) and 0x20 (`Ġ`, UTF-8 C4 A0) removed, and each way
+/// the crate has of covering them — an unknown token, fused or not, `<0xXX>` byte fallback (complete for `Ã`,
+/// incomplete for `Ġ`, which then falls to the unknown token), nothing (dropped), and an unknown token missing
+/// from the vocabulary (the encode fails, in both).
+#[test]
+fn bpe_bytes_missing_from_the_vocabulary_equal() {
+    let path = workloads().join("vocab/qwen2_style_bpe_4k_tokenizer.json");
+    let base: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("vocab")).expect("JSON");
+    let texts: Vec<String> = corpus().into_iter().step_by(5).collect();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let configs = [
+        ("unk", Some("<unk>"), false, false),
+        ("fused unk", Some("<unk>"), true, false),
+        ("byte fallback", Some("<unk>"), false, true),
+        ("dropped", None, false, false),
+        ("unk not in vocab", Some("<nope>"), false, false),
+    ];
+    for (name, unk, fuse, fallback) in configs {
+        let mut j = base.clone();
+        let vocab = j["model"]["vocab"].as_object_mut().expect("vocab");
+        for gone in ["Ã", "Ġ"] {
+            vocab.remove(gone);
+        }
+        for (id, extra) in (10_000..).zip(["<unk>", "<0xC3>", "<0x83>", "<0xC4>"]) {
+            vocab.insert(extra.into(), serde_json::Value::from(id));
+        }
+        j["model"]["merges"]
+            .as_array_mut()
+            .expect("merges")
+            .retain(|m| {
+                !m.as_array()
+                    .expect("pair")
+                    .iter()
+                    .any(|t| t == "Ã" || t == "Ġ")
+            });
+        j["model"]["unk_token"] = unk.map_or(serde_json::Value::Null, Into::into);
+        j["model"]["fuse_unk"] = fuse.into();
+        j["model"]["byte_fallback"] = fallback.into();
+        let file = dir.path().join(format!("{}.json", name.replace(' ', "_")));
+        std::fs::write(&file, j.to_string()).expect("write");
+        let fast = tokenizer::load(&file, TokenizerKind::Fast, None).expect("fast loads");
+        let hf = tokenizer::load(&file, TokenizerKind::Hf, None).expect("hf loads");
+        assert_eq!(fast.vocab_size(), hf.vocab_size(), "{name}: vocab size");
+        let (mut scratch, mut a, mut b) = (Scratch::default(), Vec::new(), Vec::new());
+        let mut failed = 0;
+        for text in &texts {
+            let (fa, fb) = (
+                fast.encode_with(text, &mut scratch, &mut a),
+                hf.encode(text, &mut b),
+            );
+            assert_eq!(fa.is_ok(), fb.is_ok(), "{name}: {text:?}");
+            if fa.is_ok() {
+                assert_eq!(a, b, "{name}: {text:?}");
+            } else {
+                failed += 1;
+            }
+        }
+        assert_eq!(
+            failed > 0,
+            name == "unk not in vocab",
+            "{name}: {failed} failed"
+        );
     }
 }

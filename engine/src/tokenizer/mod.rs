@@ -21,7 +21,7 @@ use crate::error::Result;
 pub enum TokenizerKind {
     /// The Hugging Face `tokenizers` crate.
     Hf,
-    /// The in-house WordPiece and Unigram tokenizer.
+    /// The in-house WordPiece, Unigram and byte-level BPE tokenizer.
     #[default]
     Fast,
 }
@@ -58,17 +58,19 @@ pub struct Scratch {
     pub(crate) a: String,
     pub(crate) b: String,
     pub(crate) marks: Vec<(u8, char)>,
+    pub(crate) held: Vec<char>,
     pub(crate) best: Vec<fast::unigram::Best>,
     pub(crate) path: Vec<(u32, u32, u32)>,
+    pub(crate) bpe: fast::bpe::Work,
 }
 
 impl Scratch {
-    /// Beyond this many bytes of text buffers, a thread's scratch is let go after the encode instead of kept: one
-    /// huge input should not pin its memory on every thread that ever tokenized it.
+    /// Beyond this many bytes of text and merge buffers, a thread's scratch is let go after the encode instead of
+    /// kept: one huge input should not pin its memory on every thread that ever tokenized it.
     const KEEP_BYTES: usize = 1 << 20;
 
     fn oversized(&self) -> bool {
-        self.a.capacity() + self.b.capacity() > Self::KEEP_BYTES
+        self.a.capacity() + self.b.capacity() + self.bpe.bytes() > Self::KEEP_BYTES
     }
 }
 

@@ -1,5 +1,6 @@
-//! The in-house tokenizer: WordPiece with the BERT pipeline and Unigram with the SentencePiece / XLM-R pipeline,
-//! read from the same `tokenizer.json` as the `tokenizers` crate and id-for-id equal to it.
+//! The in-house tokenizer: WordPiece with the BERT pipeline, Unigram with the SentencePiece / XLM-R pipeline and
+//! byte-level BPE with the GPT-2 / Qwen2 / Llama-3 pipelines, read from the same `tokenizer.json` as the
+//! `tokenizers` crate and id-for-id equal to it.
 //!
 //! Why hand-written: the crate runs every encode through generic pipeline objects that keep alignment offsets for
 //! each normalised character, allocate a `String` per split and per token, and build an `Encoding` with seven
@@ -8,7 +9,10 @@
 //! Whatever a `tokenizer.json` asks for that this module does not implement is refused at load, never
 //! approximated.
 
+pub(crate) mod bpe;
 mod charsmap;
+mod nfc;
+mod pretok;
 pub(crate) mod unigram;
 mod wordpiece;
 
@@ -74,6 +78,7 @@ fn bool_field(v: &Value, key: &str, default: bool, ctx: &str) -> Result<bool> {
 enum Model {
     WordPiece(Box<wordpiece::WordPiece>),
     Unigram(Box<unigram::Unigram>),
+    Bpe(Box<bpe::Bpe>),
 }
 
 /// Tokens matched in the raw text before normalisation (`added_tokens` with `normalized: false`), longest match
@@ -163,7 +168,7 @@ impl AddedTokens {
     }
 }
 
-/// `TemplateProcessing` for a single sequence: special ids before and after it.
+/// The post-processor for a single sequence: special ids before and after it.
 struct Template {
     prefix: Vec<u32>,
     suffix: Vec<u32>,
@@ -176,10 +181,29 @@ impl Template {
             suffix: Vec::new(),
         };
         match json.get("type").and_then(Value::as_str) {
-            None if json.is_null() => return Ok(t),
-            Some("TemplateProcessing") => {}
+            None if json.is_null() => {}
+            // It trims offsets, which we do not keep; the ids are untouched.
+            Some("ByteLevel") => {}
+            Some("TemplateProcessing") => t.template(json)?,
+            // Each step wraps what the steps before it made.
+            Some("Sequence") => {
+                for step in json
+                    .get("processors")
+                    .and_then(Value::as_array)
+                    .ok_or_else(|| bad("post_processor Sequence: missing `processors`"))?
+                {
+                    let inner = Template::parse(step)?;
+                    t.prefix.splice(0..0, inner.prefix);
+                    t.suffix.extend(inner.suffix);
+                }
+            }
             other => return Err(bad(format!("post_processor {other:?} is not supported"))),
         }
+        Ok(t)
+    }
+
+    /// `TemplateProcessing`'s `single`.
+    fn template(&mut self, json: &Value) -> Result<()> {
         let single = json
             .get("single")
             .and_then(Value::as_array)
@@ -201,7 +225,11 @@ impl Template {
                     .and_then(|s| s.get("ids"))
                     .and_then(Value::as_array)
                     .ok_or_else(|| bad(format!("TemplateProcessing: no ids for {name:?}")))?;
-                let out = if seen_a { &mut t.suffix } else { &mut t.prefix };
+                let out = if seen_a {
+                    &mut self.suffix
+                } else {
+                    &mut self.prefix
+                };
                 for id in ids {
                     let id = id
                         .as_u64()
@@ -216,7 +244,7 @@ impl Template {
         if !seen_a {
             return Err(bad("TemplateProcessing: `single` lacks sequence A"));
         }
-        Ok(t)
+        Ok(())
     }
 
     fn len(&self) -> usize {
@@ -262,6 +290,11 @@ impl FastTokenizer {
                 section("normalizer"),
                 section("pre_tokenizer"),
             )?)),
+            Some("BPE") => Model::Bpe(Box::new(bpe::Bpe::parse(
+                model_json,
+                section("normalizer"),
+                section("pre_tokenizer"),
+            )?)),
             other => return Err(bad(format!("model type {other:?} is not supported"))),
         };
         let added = AddedTokens::parse(section("added_tokens"))?;
@@ -279,6 +312,7 @@ impl FastTokenizer {
         let (model_size, in_model): (usize, &dyn Fn(&str) -> bool) = match &model {
             Model::WordPiece(m) => (m.vocab_size(), &|t| m.contains(t)),
             Model::Unigram(m) => (m.vocab_size(), &|t| m.contains(t)),
+            Model::Bpe(m) => (m.vocab_size(), &|t| m.contains(t)),
         };
         let vocab_size = model_size + added.tokens.iter().filter(|(t, _)| !in_model(t)).count();
         Ok(FastTokenizer {
@@ -301,19 +335,21 @@ impl FastTokenizer {
         match &self.model {
             Model::WordPiece(m) => m.encode(text, scratch, ids, limit),
             Model::Unigram(m) => m.encode(text, scratch, ids, limit),
+            Model::Bpe(m) => m.encode(text, scratch, ids, limit),
         }
     }
 
     /// Where encoding may stop: with right truncation, once one id more than those to keep is there (so a cut
-    /// is seen), since the words and pre-tokens after them only add ids that are cut. Only when the model has an
-    /// unknown token, its only way to fail on later text.
+    /// is seen), since the words and pre-tokens after them only add ids that are cut. Only when later text cannot
+    /// fail the encode (WordPiece and Unigram fail only without an unknown token).
     fn limit(&self, start: usize) -> usize {
-        let has_unk = match &self.model {
+        let infallible = match &self.model {
             Model::WordPiece(m) => m.has_unk(),
             Model::Unigram(m) => m.has_unk(),
+            Model::Bpe(m) => m.infallible(),
         };
         match self.truncation {
-            Some(t) if t.side == TruncationSide::Right && has_unk => {
+            Some(t) if t.side == TruncationSide::Right && infallible => {
                 start + t.max_length - self.template.len() + 1
             }
             _ => usize::MAX,
@@ -462,11 +498,11 @@ mod tests {
         j["pre_tokenizer"] = serde_json::json!({"type": "Whitespace"});
         refused(j, "Whitespace");
         let mut j = minilm();
-        j["model"]["type"] = "BPE".into();
-        refused(j, "BPE");
+        j["model"]["type"] = "WordLevel".into();
+        refused(j, "WordLevel");
         let mut j = minilm();
-        j["post_processor"] = serde_json::json!({"type": "ByteLevel"});
-        refused(j, "ByteLevel");
+        j["post_processor"] = serde_json::json!({"type": "RobertaProcessing"});
+        refused(j, "RobertaProcessing");
         let mut j = minilm();
         j["added_tokens"][0]["lstrip"] = true.into();
         refused(j, "lstrip");
@@ -482,5 +518,31 @@ mod tests {
         let mut j = vocab_json("xlmr_style_unigram_1k_tokenizer.json");
         j["normalizer"]["normalizers"][0]["precompiled_charsmap"] = "AAAA!".into();
         refused(j, "base64");
+    }
+
+    #[test]
+    fn unsupported_bpe_pipelines_are_refused() {
+        let qwen2 = || vocab_json("qwen2_style_bpe_4k_tokenizer.json");
+        let mut j = qwen2();
+        j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\w+|\\s+".into();
+        refused(j, "Split regex");
+        let mut j = qwen2();
+        j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Removed".into();
+        refused(j, "Isolated");
+        let mut j = qwen2();
+        j["pre_tokenizer"]["pretokenizers"][1]["add_prefix_space"] = true.into();
+        refused(j, "add_prefix_space");
+        let mut j = qwen2();
+        j["normalizer"] = serde_json::json!({"type": "NFKC"});
+        refused(j, "NFKC");
+        let mut j = qwen2();
+        j["model"]["dropout"] = 0.1.into();
+        refused(j, "dropout");
+        let mut j = qwen2();
+        j["model"]["continuing_subword_prefix"] = "##".into();
+        refused(j, "continuing_subword_prefix");
+        let mut j = qwen2();
+        j["model"]["merges"][0] = serde_json::json!(["Ġ", "no such token"]);
+        refused(j, "no such token");
     }
 }
