@@ -58,9 +58,12 @@ enum Command {
     /// budget that reaches 95% of the peak.
     Curve(curve::CurveArgs),
     /// Find where the engine saturates: step the load (open-loop rate, or batch concurrency) from low to past
-    /// saturation for each knob combination; write results/<run-id>/ and reports/<run-id>/.
+    /// saturation for each knob combination; write results/<run-id>/ and reports/<run-id>/. Exit status 0 when
+    /// it ran (verdicts in the report), 1 on an error, 2 when the target is unreachable, 3 when no request was
+    /// answered.
     Sweep(sweep::SweepArgs),
-    /// Replay one trace (or one batch re-index of a corpus) at one setting; same outputs as a sweep.
+    /// Replay one trace (or one batch re-index of a corpus) at one setting; same outputs and exit status as a
+    /// sweep.
     Replay(sweep::ReplayArgs),
     /// CI performance gates: instruction counts under valgrind, and interleaved A/B timing against a revision.
     /// Exit status 0 pass, 1 regression, 2 could not measure or decide.
@@ -130,8 +133,21 @@ fn tokenize(args: TokenizeArgs) -> Result<()> {
     Ok(())
 }
 
-fn main() -> Result<()> {
-    match Cli::parse().command {
+/// Exit status: 0 done, 1 an error, and for `sweep`/`replay` 2 an unreachable target, 3 no request answered
+/// ([`sweep::RunFailure`]); `gate` has its own.
+fn main() -> std::process::ExitCode {
+    match run(Cli::parse().command) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("Error: {e:?}");
+            let code = e.downcast_ref::<sweep::RunFailure>().map_or(1, sweep::RunFailure::exit_code);
+            std::process::ExitCode::from(code)
+        }
+    }
+}
+
+fn run(command: Command) -> Result<()> {
+    match command {
         Command::Embed(args) => embed::run(args),
         Command::Tokenize(args) => tokenize(args),
         Command::Serve(args) => serve::run(args),

@@ -151,6 +151,20 @@ impl TargetKind {
     }
 }
 
+/// Whether a TCP connection to `url`'s host and port opens within a few seconds: an unreachable target is told
+/// before a run, not found out from a run of connection errors.
+pub async fn reachable(url: &str) -> Result<(), String> {
+    let uri: http::Uri = url.parse().map_err(|e| format!("`{url}` is not a URL: {e}"))?;
+    let host = uri.host().ok_or_else(|| format!("`{url}` has no host"))?;
+    let port = uri.port_u16().unwrap_or(80);
+    let connect = tokio::net::TcpStream::connect((host, port));
+    match tokio::time::timeout(Duration::from_secs(5), connect).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(format!("connecting to {host}:{port}: {e}")),
+        Err(_) => Err(format!("connecting to {host}:{port}: no answer in 5 s")),
+    }
+}
+
 /// Settings of a target the harness starts itself.
 pub struct EngineSetup<'a> {
     pub model_dir: &'a Path,
