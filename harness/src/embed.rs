@@ -133,38 +133,28 @@ pub fn run(args: EmbedArgs) -> Result<()> {
     }
     let secs = stats.time.as_secs_f64();
     eprintln!(
-        "embedded {} {} ({} tokens) in {secs:.3} s: {:.0} tokens/s",
-        stats.inputs,
-        plural(stats.inputs, "input"),
+        "embedded {} ({} tokens) in {secs:.3} s: {:.0} tokens/s",
+        crate::count(stats.inputs, "input"),
         stats.tokens,
         stats.tokens as f64 / secs.max(1e-9)
     );
     let truncated = stats.truncated.get();
     if truncated > 0 {
         eprintln!(
-            "{truncated} {} over the model's limit of {} tokens, cut to it (--no-truncate refuses them)",
-            plural(truncated, "input was"),
+            "{} over the model's limit of {} tokens cut to it (--no-truncate refuses them)",
+            crate::count(truncated, "input"),
             engine.info().max_seq_length
         );
     }
     let blank = stats.blank.get();
     if blank > 0 {
-        eprintln!("{blank} blank {} skipped", plural(blank, "line"));
+        eprintln!("{} skipped", crate::count(blank, "blank line"));
     }
     if interrupted {
         eprintln!("interrupted: the output holds the {} embedded so far, in input order", stats.inputs);
         std::process::exit(130);
     }
     Ok(())
-}
-
-/// `word` for one, its plural otherwise (`input was` → `inputs were`).
-fn plural(n: usize, word: &str) -> String {
-    match (n, word.split_once(' ')) {
-        (1, _) => word.to_owned(),
-        (_, Some((noun, "was"))) => format!("{noun}s were"),
-        _ => format!("{word}s"),
-    }
 }
 
 /// One output line: the kept fields, then the embedding.

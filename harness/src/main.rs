@@ -133,6 +133,15 @@ fn tokenize(args: TokenizeArgs) -> Result<()> {
     Ok(())
 }
 
+/// `1 client`, `2 clients`.
+pub(crate) fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 /// Exit status: 0 done, 1 an error, and for `sweep`/`replay` 2 an unreachable target, 3 no request answered
 /// ([`sweep::RunFailure`]); `gate` has its own.
 fn main() -> std::process::ExitCode {

@@ -97,6 +97,8 @@ struct Chart {
     diagonal: bool,
     /// Where the legend hides the least: above rising latency curves, below throughput that levels off.
     legend: SeriesLabelPosition,
+    /// The x axis counts (clients): ticks on whole numbers only.
+    integer_x: bool,
 }
 
 /// Writes the plots and `index.html` into `dir`; returns the page's path.
@@ -174,6 +176,7 @@ fn charts(result: &RunResult) -> Vec<Chart> {
         )],
         diagonal: false,
         legend: SeriesLabelPosition::UpperLeft,
+        integer_x: !rate_mode,
     };
     let mut throughput = Chart {
         file: "throughput",
@@ -194,6 +197,7 @@ fn charts(result: &RunResult) -> Vec<Chart> {
         hlines: Vec::new(),
         diagonal: rate_mode,
         legend: SeriesLabelPosition::LowerRight,
+        integer_x: !rate_mode,
     };
     let batch_class = first
         .classes
@@ -211,6 +215,7 @@ fn charts(result: &RunResult) -> Vec<Chart> {
         hlines: Vec::new(),
         diagonal: false,
         legend: SeriesLabelPosition::LowerRight,
+        integer_x: !rate_mode,
     });
     for (i, config) in configs.iter().enumerate() {
         let steps = measured(&config.steps);
@@ -253,11 +258,16 @@ fn charts(result: &RunResult) -> Vec<Chart> {
                 .find(|s| (x_of(s) - x).abs() < 1e-9)
                 .map(|s| (x, f(s)))
         };
+        // The legend says what the text says: a lower bound keeps its `>=`, and the unit.
+        let unit = crate::search::unit_of(&config.steps);
         if let Some(p) = at(config.saturation.value, &|s| {
             s.main().slo_latency_ms.max(0.001)
         }) {
             latency.marks.push(Mark {
-                label: name(&config.label, &format!("saturation {:.1}", p.0)),
+                label: name(
+                    &config.label,
+                    &format!("saturation {}", config.saturation.show(unit)),
+                ),
                 color: color(i),
                 at: p,
             });
@@ -278,7 +288,7 @@ fn charts(result: &RunResult) -> Vec<Chart> {
         }
         if let Some(p) = at(config.knee.value, &y_of) {
             throughput.marks.push(Mark {
-                label: name(&config.label, &format!("knee {:.1}", p.0)),
+                label: name(&config.label, &format!("knee {}", config.knee.show(unit))),
                 color: color(i),
                 at: p,
             });
@@ -344,6 +354,7 @@ fn timeline_charts(step: &StepResult) -> Vec<Chart> {
             )],
             diagonal: false,
             legend: SeriesLabelPosition::UpperLeft,
+            integer_x: false,
         },
         Chart {
             file: "timeline_rate",
@@ -364,6 +375,7 @@ fn timeline_charts(step: &StepResult) -> Vec<Chart> {
             hlines: Vec::new(),
             diagonal: false,
             legend: SeriesLabelPosition::UpperMiddle,
+            integer_x: false,
         },
     ]
 }
@@ -401,7 +413,18 @@ where
         ($ctx:expr) => {{
             let mut ctx = $ctx;
             ctx.configure_mesh()
-                .x_label_formatter(&|v| number(*v))
+                .x_labels(if chart.integer_x {
+                    (x_max.ceil() as usize + 1).min(10)
+                } else {
+                    10
+                })
+                .x_label_formatter(&|v| {
+                    if chart.integer_x && v.fract() != 0.0 {
+                        String::new()
+                    } else {
+                        number(*v)
+                    }
+                })
                 .y_label_formatter(&|v| number(*v))
                 .x_desc(chart.x_desc.as_str())
                 .y_desc(chart.y_desc.as_str())
@@ -588,8 +611,8 @@ fn html(result: &RunResult, charts: &[Chart]) -> String {
             "<div class=\"finding\"><b>{}</b>: saturation point <b>{}</b>, knee <b>{}</b>.<br>\
              <small>Saturation: {}<br>Knee: {}<br>Search: {}</small></div>",
             escape(&c.label),
-            c.saturation.show(),
-            c.knee.show(),
+            c.saturation.show(crate::search::unit_of(&c.steps)),
+            c.knee.show(crate::search::unit_of(&c.steps)),
             escape(&c.saturation.how),
             escape(&c.knee.how),
             escape(&c.search_end)

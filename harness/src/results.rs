@@ -272,7 +272,8 @@ pub const COLUMNS: [(&str, bool); 25] = [
     ("queue p50 ms", false),
     ("inference p50 ms", false),
     ("fill", true),
-    ("replayed", false),
+    // Of the batches, the share whose forward pass replayed a captured plan.
+    ("plan replays", false),
     ("refused", true),
     ("errors", true),
     ("timeouts", true),
@@ -291,7 +292,7 @@ pub fn table(result: &RunResult) -> (Vec<String>, Vec<Vec<String>>) {
             for c in &step.classes {
                 let level = match step.level {
                     crate::workload::Level::Rate(r) => format!("{r:.1} req/s"),
-                    crate::workload::Level::Concurrency(n) => format!("{n} clients"),
+                    crate::workload::Level::Concurrency(n) => crate::count(n, "client"),
                 };
                 let phase = step.phase.split(':').next().unwrap_or("").to_owned();
                 rows.push(vec![
@@ -344,10 +345,11 @@ pub fn config_table(result: &RunResult) -> (Vec<String>, Vec<Vec<String>>) {
         .flat_map(|c| c.steps.iter().find(|s| !s.probe))
         .any(|s| matches!(s.level, crate::workload::Level::Rate(_)));
     let unit = if rate_mode { "req/s" } else { "tokens/s" };
+    let level = if rate_mode { "req/s" } else { "clients" };
     let headers = vec![
         "config".to_owned(),
-        "saturation point".to_owned(),
-        "knee".to_owned(),
+        format!("saturation point ({level})"),
+        format!("knee ({level})"),
         format!("best within SLO ({unit})"),
         format!("peak ({unit})"),
         "steps".to_owned(),
@@ -364,8 +366,8 @@ pub fn config_table(result: &RunResult) -> (Vec<String>, Vec<Vec<String>>) {
                 .fold(0.0, f64::max);
             vec![
                 c.label.clone(),
-                c.saturation.show(),
-                c.knee.show(),
+                c.saturation.show(""),
+                c.knee.show(""),
                 c.throughput_within_slo
                     .map_or("-".into(), |t| format!("{t:.1}")),
                 format!("{peak:.1}"),
@@ -465,6 +467,16 @@ pub(crate) mod tests {
             behind,
             errors: Vec::new(),
         }
+    }
+
+    #[test]
+    fn more_clients_add_queueing_is_not_concluded_from_one_step() {
+        let one = crate::search::knee(&[step(0, false, Level::Concurrency(2))]);
+        assert_eq!(one.value, Some(2.0));
+        assert!(one.lower_bound, "nothing above it was tried");
+        assert!(!one.how.contains("add queueing"), "{}", one.how);
+        assert!(one.how.contains("no step had more clients"), "{}", one.how);
+        assert_eq!(one.show("clients"), ">= 2 clients");
     }
 
     fn config(label: &str, steps: Vec<StepResult>) -> ConfigResult {

@@ -58,8 +58,8 @@ pub fn next(settings: &SearchSettings, history: &[Observation]) -> Next {
         return Next::Run {
             level: Level::Concurrency(settings.probe_concurrency),
             phase: format!(
-                "probe: {} clients, closed loop, for the maximum throughput",
-                settings.probe_concurrency
+                "probe: {}, closed loop, for the maximum throughput",
+                crate::count(settings.probe_concurrency, "client")
             ),
         };
     }
@@ -158,7 +158,7 @@ pub fn next(settings: &SearchSettings, history: &[Observation]) -> Next {
                     let c = (max_run as usize * 2).min(settings.max_concurrency);
                     Next::Run {
                         level: Level::Concurrency(c),
-                        phase: format!("ramp: {c} clients"),
+                        phase: format!("ramp: {}", crate::count(c, "client")),
                     }
                 }
             }
@@ -213,13 +213,23 @@ pub struct Finding {
 }
 
 impl Finding {
-    /// `42.0`, `>= 42.0` for a lower bound, or `none`.
-    pub fn show(&self) -> String {
-        match self.value {
-            Some(v) => format!("{}{v:.1}", if self.lower_bound { ">= " } else { "" }),
-            None => "none".into(),
+    /// `42.0 req/s offered`, `>= 4 clients` for a lower bound, or `none`, in `unit` (the steps',
+    /// [`unit_of`]; none: the bare number, for tables whose header has it).
+    pub fn show(&self, unit: &str) -> String {
+        let bound = if self.lower_bound { ">= " } else { "" };
+        match (self.value, unit) {
+            (Some(v), "") => format!("{bound}{v:.1}"),
+            (Some(v), "clients") => format!("{bound}{v:.0} clients"),
+            (Some(v), unit) => format!("{bound}{v:.1} {unit}"),
+            (None, _) => "none".into(),
         }
     }
+}
+
+/// The unit of the steps' levels: `req/s offered` (rate steps) or `clients` (concurrency steps); the probe is
+/// neither.
+pub fn unit_of(steps: &[StepResult]) -> &'static str {
+    steps.iter().find(|s| !s.probe).map_or("", unit)
 }
 
 /// The level a step is plotted and judged at: its measured offered rate, or its concurrency.
@@ -230,9 +240,11 @@ pub fn x_of(step: &StepResult) -> f64 {
     }
 }
 
+/// The unit of a step's level as findings quote it: for rate steps the measured offered rate (what the plots'
+/// x axis and the `offered/s` column show), never the achieved one.
 fn unit(step: &StepResult) -> &'static str {
     match step.level {
-        Level::Rate(_) => "req/s",
+        Level::Rate(_) => "req/s offered",
         Level::Concurrency(_) => "clients",
     }
 }
@@ -342,15 +354,25 @@ pub fn knee(steps: &[StepResult]) -> Finding {
                 how: "no step answered anything".into(),
             };
         };
+        // Only steps past the knee show that more clients add queueing; the highest step is a lower bound.
+        let beyond = v.iter().filter(|s| x_of(s) > x_of(k)).count();
+        let after = match beyond {
+            0 => "no step had more clients: the knee may be higher".to_owned(),
+            n => format!(
+                "{} with more clients gained under {:.0}%: more clients add queueing, not throughput",
+                crate::count(n, "step"),
+                (1.0 - FOLLOWS) * 100.0
+            ),
+        };
         return Finding {
             value: Some(x_of(k)),
-            lower_bound: false,
+            lower_bound: beyond == 0,
             steps: vec![k.index],
             how: format!(
-                "fewest clients reaching {:.0}% of the highest throughput seen ({best:.0} tokens/s): {} clients \
-                 (step {}, {:.0} tokens/s); more clients add queueing, not throughput",
+                "fewest clients reaching {:.0}% of the highest throughput seen ({best:.0} tokens/s): {} \
+                 (step {}, {:.0} tokens/s); {after}",
                 FOLLOWS * 100.0,
-                x_of(k),
+                crate::count(x_of(k) as usize, "client"),
                 k.index,
                 k.main().tokens_per_s
             ),
@@ -414,6 +436,23 @@ pub fn throughput_within_slo(steps: &[StepResult]) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn findings_are_shown_with_their_unit_and_lower_bound() {
+        let finding = |value, lower_bound| Finding {
+            value,
+            lower_bound,
+            steps: vec![],
+            how: String::new(),
+        };
+        assert_eq!(finding(Some(4.0), true).show("clients"), ">= 4 clients");
+        assert_eq!(
+            finding(Some(226.04), false).show("req/s offered"),
+            "226.0 req/s offered"
+        );
+        assert_eq!(finding(Some(226.04), true).show(""), ">= 226.0");
+        assert_eq!(finding(None, false).show("clients"), "none");
+    }
 
     fn settings(rate_mode: bool) -> SearchSettings {
         SearchSettings {

@@ -122,6 +122,16 @@ pub enum Api {
     Tei,
 }
 
+impl Api {
+    /// The API's own spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            Api::Openai => "OpenAI",
+            Api::Tei => "TEI",
+        }
+    }
+}
+
 impl TargetKind {
     pub fn parse(spec: &str, api: Api) -> Result<TargetKind> {
         match spec {
@@ -146,7 +156,7 @@ impl TargetKind {
         match self {
             TargetKind::InProcess => "in-process (gateway path, no HTTP)".into(),
             TargetKind::Serve => "bench serve over HTTP on loopback".into(),
-            TargetKind::Url { url, api } => format!("{url} ({api:?} API)"),
+            TargetKind::Url { url, api } => format!("{url} ({} API)", api.name()),
         }
     }
 }
@@ -497,6 +507,18 @@ mod tests {
         assert_eq!((t.replays, t.forwards), (2.0, 4.0));
         assert_eq!(t, Telemetry::from(metrics.snapshot()));
         assert_eq!(Telemetry::parse_prometheus("up 1\n"), None);
+    }
+
+    #[test]
+    fn api_names_are_spelled_as_their_owners_spell_them() {
+        let url = "http://127.0.0.1:8080".to_owned();
+        for (api, name) in [(Api::Openai, "OpenAI API"), (Api::Tei, "TEI API")] {
+            let kind = TargetKind::Url {
+                url: url.clone(),
+                api,
+            };
+            assert_eq!(kind.describe(), format!("{url} ({name})"));
+        }
     }
 
     #[test]

@@ -49,7 +49,7 @@ fn embed_counts_truncated_inputs_and_no_truncate_refuses_them() {
     assert!(cut.status.success(), "{stderr}");
     assert_eq!(lines(&cut).len(), 3);
     assert!(
-        stderr.contains("1 input was over the model's limit of 48 tokens, cut to it"),
+        stderr.contains("1 input over the model's limit of 48 tokens cut to it"),
         "{stderr}"
     );
     let refused = bench(&[

@@ -232,8 +232,8 @@ fn execute(
         setup.say(format!(
             "{}: saturation {}, knee {} ({:.0} s; {})",
             config.label,
-            config.saturation.show(),
-            config.knee.show(),
+            config.saturation.show(search::unit_of(&config.steps)),
+            config.knee.show(search::unit_of(&config.steps)),
             config.wall_s,
             config.search_end
         ));
@@ -285,7 +285,9 @@ fn execute(
                             concurrency,
                             per_request,
                         } => format!(
-                            "closed loop, {concurrency} clients, {per_request} texts per request"
+                            "closed loop, {}, {} per request",
+                            crate::count(*concurrency, "client"),
+                            crate::count(*per_request, "text")
                         ),
                     },
                     slo: class.slo,
