@@ -426,12 +426,17 @@ pub(crate) mod tests {
     /// One second of a mixed step: `online` requests at `rate`/s (the probe's clients send as fast as answered),
     /// two batch requests of 500 tokens.
     fn step(index: usize, probe: bool, level: Level) -> StepResult {
+        step_taking(index, probe, level, 0.01)
+    }
+
+    /// [`step`] whose requests take `latency` seconds each.
+    fn step_taking(index: usize, probe: bool, level: Level, latency: f64) -> StepResult {
         let n = level.value() as usize;
         let at = |class, t: f64, tokens| Sample {
             class,
             scheduled: t,
             sent: t,
-            done: t + 0.01,
+            done: t + latency,
             outcome: Outcome::Ok,
             inputs: 1,
             tokens,
@@ -451,6 +456,7 @@ pub(crate) mod tests {
             warmup_s: 0.0,
             end_s: 1.0,
             max_dispatch_delay_ms: 5.0,
+            one_pass: false,
         };
         let (classes, batches, behind) = analyze(&samples, &specs, &window, None);
         StepResult {
@@ -477,6 +483,17 @@ pub(crate) mod tests {
         assert!(!one.how.contains("add queueing"), "{}", one.how);
         assert!(one.how.contains("no step had more clients"), "{}", one.how);
         assert_eq!(one.show("clients"), ">= 2 clients");
+    }
+
+    #[test]
+    fn a_short_replay_all_answered_did_not_fall_behind() {
+        // One second of 50 req/s, each answered 300 ms later: the last third lands after the window.
+        let replay = step_taking(0, false, Level::Rate(50.0), 0.3);
+        let m = replay.main();
+        assert!(m.achieved_rps < 0.95 * m.offered_rps, "the window misses answers");
+        let knee = crate::search::knee(std::slice::from_ref(&replay));
+        assert_eq!(knee.value, Some(m.offered_rps), "{}", knee.how);
+        assert!(!knee.how.contains("fell behind"), "{}", knee.how);
     }
 
     fn config(label: &str, steps: Vec<StepResult>) -> ConfigResult {

@@ -87,7 +87,11 @@ pub fn next(settings: &SearchSettings, history: &[Observation]) -> Next {
             .find(|o| o.probe)
             .map_or(0.0, |o| o.throughput);
         if capacity <= 0.0 {
-            return Next::Done("the probe got no answers: nothing to step".into());
+            return Next::Done(
+                "the probe got no answers: nothing to step (see the step's errors: is the target up, and the \
+                 --api right?)"
+                    .into(),
+            );
         }
         let spread = spread_levels(settings, capacity);
         if let Some(&rate) = spread.iter().find(|&&r| !ran(r)) {
@@ -106,7 +110,11 @@ pub fn next(settings: &SearchSettings, history: &[Observation]) -> Next {
                 phase: "extend: every step met the SLO, going higher".into(),
             },
             (None, Some(fail)) if fail / 2.0 < capacity / 1000.0 => {
-                Next::Done(format!("no rate met the SLO, down to {fail:.3} req/s"))
+                Next::Done(format!(
+                    "no rate met the SLO, down to {fail:.3} req/s: even a lone request misses it; see the steps' \
+                     latency and errors, and raise --slo-ms (or --max-error-rate) if the SLO is tighter than one \
+                     request takes"
+                ))
             }
             (None, Some(fail)) => Next::Run {
                 level: Level::Rate(fail / 2.0),
@@ -124,7 +132,11 @@ pub fn next(settings: &SearchSettings, history: &[Observation]) -> Next {
             };
         };
         match (best_pass, lowest_fail) {
-            (None, Some(_)) => Next::Done("even the lowest concurrency misses the SLO".into()),
+            (None, Some(_)) => Next::Done(
+                "even 1 client misses the SLO: one request takes longer than it allows; raise --batch-slo-ms \
+                 (or --slo-ms), or send fewer texts per request (--batch-size)"
+                    .into(),
+            ),
             (Some(pass), Some(fail)) => narrow(
                 settings,
                 pass,
@@ -378,7 +390,14 @@ pub fn knee(steps: &[StepResult]) -> Finding {
             ),
         };
     }
-    let follows = |s: &&&StepResult| s.main().achieved_rps >= FOLLOWS * s.main().offered_rps;
+    // A step kept up when its answers in the window kept pace with its arrivals, or when every request due was
+    // answered and the backlog stayed level: a short burst's answers landing just after the window are not
+    // falling behind, while an overloaded step's growing backlog is.
+    let follows = |s: &&&StepResult| {
+        let m = s.main();
+        m.achieved_rps >= FOLLOWS * m.offered_rps
+            || (m.requests > 0 && m.ok == m.requests && m.stability.stable)
+    };
     let below = v.iter().position(|s| !follows(&s));
     let last_following = match below {
         Some(0) => None,
@@ -386,7 +405,8 @@ pub fn knee(steps: &[StepResult]) -> Finding {
         None => v.last().copied(),
     };
     let rule = format!(
-        "highest offered rate up to which every step's achieved rate is at least {:.0}% of its offered rate",
+        "highest offered rate up to which every step's achieved rate is at least {:.0}% of its offered rate (or \
+         every request was answered, with a level backlog)",
         FOLLOWS * 100.0
     );
     let fmt = |s: &StepResult| {
@@ -556,6 +576,37 @@ mod tests {
         let h = drive(&settings(false), 0.0, |c| c <= 5.0, |c| 100.0 * c);
         let (pass, fail) = boundary(&h);
         assert_eq!((pass, fail), (5.0, 6.0));
+    }
+
+    #[test]
+    fn when_even_the_lowest_step_fails_the_search_says_what_to_try() {
+        let fail = |level| Observation {
+            level,
+            probe: false,
+            throughput: 1.0,
+            pass: false,
+        };
+        let Next::Done(why) = next(&settings(false), &[fail(Level::Concurrency(1))]) else {
+            panic!("the search stops at 1 client");
+        };
+        assert!(why.contains("--batch-slo-ms") && why.contains("--batch-size"), "{why}");
+        // Rate mode goes lower, halving, until the rate is negligible; then it says what to try.
+        let probe = Observation {
+            level: Level::Concurrency(64),
+            probe: true,
+            throughput: 100.0,
+            pass: true,
+        };
+        let mut history = vec![probe];
+        let why = loop {
+            match next(&settings(true), &history) {
+                Next::Run { level, .. } => history.push(fail(level)),
+                Next::Done(why) => break why,
+            }
+        };
+        let lowest = history.iter().map(|o| o.level.value()).fold(f64::MAX, f64::min);
+        assert!(lowest < 0.2, "went down to {lowest}");
+        assert!(why.contains("--slo-ms"), "{why}");
     }
 
     #[test]
