@@ -117,9 +117,10 @@ fn check_dims(dims: Option<usize>, full: usize) -> Result<Option<usize>, ApiErro
     }
 }
 
-/// The vectors a response carries: each row as the engine wrote it, or, only when asked to change it, a copy cut
-/// to its first `dims` components (Matryoshka truncation) and re-normalized if `normalize`, or normalized whole
-/// when `normalize_whole` (a model without a Normalize module, asked for unit vectors).
+/// The vectors a response carries: each row as the engine wrote it, or, only when asked to change it, a copy:
+/// cut to its first `dims` components (Matryoshka truncation) and re-normalized if `normalize`; normalized whole
+/// when `normalize_whole` (a model without a Normalize module, asked for unit vectors); or, not `normalize`, the
+/// pooled vector before the model's Normalize module (and the cut of that).
 fn shape(
     rows: &[Row],
     dims: Option<usize>,
@@ -131,11 +132,18 @@ fn shape(
         v
     };
     rows.iter()
-        .map(|row| match dims {
-            Some(d) if normalize => Cow::Owned(normalized(row[..d].to_vec())),
-            Some(d) => Cow::Borrowed(&row[..d]),
-            None if normalize_whole => Cow::Owned(normalized(row.to_vec())),
-            None => Cow::Borrowed(row.as_slice()),
+        .map(|row| match (normalize, dims) {
+            (true, Some(d)) => Cow::Owned(normalized(row[..d].to_vec())),
+            (true, None) if normalize_whole => Cow::Owned(normalized(row.to_vec())),
+            (true, None) => Cow::Borrowed(row.as_slice()),
+            (false, d) => match (row.unnormalized(), d) {
+                (v, None) => v,
+                (Cow::Borrowed(v), Some(d)) => Cow::Borrowed(&v[..d]),
+                (Cow::Owned(mut v), Some(d)) => {
+                    v.truncate(d);
+                    Cow::Owned(v)
+                }
+            },
         })
         .collect()
 }
@@ -267,7 +275,7 @@ async fn tei_embed(
             api: Api::Tei,
         };
         let Embedded { vectors, times, .. } = gw.embed(req.inputs.0, options).await?;
-        // The model's output is already unit length when it has a Normalize module.
+        // The engine's rows are unit length already when the model has a Normalize module.
         let whole = req.normalize && !gw.engine().info().normalize;
         let vectors = shape(&vectors, dims, req.normalize, whole);
         Ok((times, Json(vectors).into_response()))

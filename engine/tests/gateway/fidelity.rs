@@ -390,3 +390,42 @@ async fn health_answers_503_while_draining_instead_of_the_port_vanishing() {
         .unwrap()
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn normalize_false_returns_the_pooled_vector_before_normalize() {
+    let dir = model_dir();
+    // The same model without its Normalize module: its output is the pooled vector.
+    let pooled_dir = model_dir();
+    let modules = pooled_dir.path().join("modules.json");
+    let mut list: Vec<Value> =
+        serde_json::from_str(&std::fs::read_to_string(&modules).unwrap()).unwrap();
+    list.retain(|m| !m["type"].as_str().unwrap().ends_with("Normalize"));
+    std::fs::write(&modules, serde_json::to_string(&list).unwrap()).unwrap();
+    let pooled = embed(&engine(&pooled_dir, EngineConfig::default()), &TEXTS);
+    let router = gateway(&dir, 1, GatewayConfig::default()).router();
+    let raw = post(
+        &router,
+        "/embed",
+        json!({ "inputs": TEXTS, "normalize": false }),
+    )
+    .await;
+    let raw: Vec<Vec<f32>> = raw.body.as_array().unwrap().iter().map(floats).collect();
+    for (got, want) in raw.iter().zip(&pooled) {
+        let norm = want.iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() > 1e-3, "the pooled vector is not unit length");
+        for (a, b) in got.iter().zip(want) {
+            assert!((a - b).abs() <= 1e-5 * norm, "{a} vs {b}");
+        }
+    }
+    let cut = post(
+        &router,
+        "/embed",
+        json!({ "inputs": TEXTS[0], "normalize": false, "dimensions": 8 }),
+    )
+    .await;
+    assert_eq!(floats(&cut.body[0]), raw[0][..8]);
+    // Normalized (the default) is what the model with its Normalize module gives, bit for bit.
+    let unit = post(&router, "/embed", json!({ "inputs": TEXTS })).await;
+    let unit: Vec<Vec<f32>> = unit.body.as_array().unwrap().iter().map(floats).collect();
+    assert_eq!(unit, embed(&engine(&dir, EngineConfig::default()), &TEXTS));
+}
