@@ -67,7 +67,7 @@ impl GatewayArgs {
             Some(path) => Some(read_key(path)?),
             None => self.api_key.clone(),
         };
-        let engines = crate::engines::load_replicas(dir, config)?;
+        let engines = crate::engines::load_replicas(dir, config, &|line| eprintln!("{line}"))?;
         let mut names = self.served_model_names.iter().cloned();
         let model_name = names.next().unwrap_or_else(|| {
             dir.file_name()

@@ -179,6 +179,8 @@ pub async fn reachable(url: &str) -> Result<(), String> {
 pub struct EngineSetup<'a> {
     pub model_dir: &'a Path,
     pub config: EngineConfig,
+    /// Where the engines' start-up lines go.
+    pub say: &'a dyn Fn(String),
 }
 
 /// Starts the target (a fresh engine for the in-process and serve kinds). Call within a tokio runtime.
@@ -195,7 +197,7 @@ pub fn start(
     };
     let gateway = |setup: Option<EngineSetup>| -> Result<Gateway> {
         let s = setup.context("this target needs a model")?;
-        let engines = crate::engines::load_replicas(s.model_dir, s.config)?;
+        let engines = crate::engines::load_replicas(s.model_dir, s.config, s.say)?;
         Gateway::new(engines, gateway_config()).context("starting the gateway")
     };
     Ok(match kind {
