@@ -187,19 +187,19 @@ async fn bulk(
         Ok::<_, anyhow::Error>(ids)
     });
     let start = Instant::now();
-    let (mut inputs, mut tokens) = (0, 0);
-    let done = scheduler
+    // The counts are kept as lines are written, so an interrupted run reports what its output holds.
+    let (inputs, tokens, time) = (&mut stats.inputs, &mut stats.tokens, &mut stats.time);
+    scheduler
         .embed_all(seqs, |e| {
             let (n, fields) = pending.borrow_mut().pop_front().unwrap_or_default();
             write_line(out, &fields, &e.embedding)?;
-            inputs += 1;
-            tokens += n;
-            progress.update(inputs, tokens);
+            *inputs += 1;
+            *tokens += n;
+            *time = start.elapsed();
+            progress.update(*inputs, *tokens);
             Ok(())
         })
-        .await;
-    (stats.inputs, stats.tokens, stats.time) = (inputs, tokens, start.elapsed());
-    done
+        .await
 }
 /// One input at a time, each waited for before the next is read: the latency of a lone query.
 async fn per_input(

@@ -131,8 +131,13 @@ fn embed_interrupted_keeps_every_line_written_whole() {
         .unwrap();
     assert!(killed.success());
     let rest: Vec<String> = stdout.lines().map(Result::unwrap).collect();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(130));
+    // The summary counts what the output holds.
+    let held = format!("the output holds the {} embedded so far", rest.len() + 1);
+    assert!(stderr.contains(&held), "{held}: {stderr}");
     assert!(rest.len() + 1 < 400_000, "stopped early");
     for l in &rest {
         let v: serde_json::Value = serde_json::from_str(l).unwrap();
