@@ -110,9 +110,25 @@ pub fn run(args: EmbedArgs) -> Result<()> {
         let scheduler = Scheduler::start(engine.backend().clone(), &engine.bulk_config(), |_| {});
         let work = async {
             if args.per_input {
-                per_input(&reading, &scheduler, reader, &mut out, &mut progress, &mut stats).await
+                per_input(
+                    &reading,
+                    &scheduler,
+                    reader,
+                    &mut out,
+                    &mut progress,
+                    &mut stats,
+                )
+                .await
             } else {
-                bulk(&reading, &scheduler, reader, &mut out, &mut progress, &mut stats).await
+                bulk(
+                    &reading,
+                    &scheduler,
+                    reader,
+                    &mut out,
+                    &mut progress,
+                    &mut stats,
+                )
+                .await
             }
         };
         // Each output line is written whole between two awaits, so stopping here leaves no torn line.
@@ -151,7 +167,10 @@ pub fn run(args: EmbedArgs) -> Result<()> {
         eprintln!("{} skipped", crate::count(blank, "blank line"));
     }
     if interrupted {
-        eprintln!("interrupted: the output holds the {} embedded so far, in input order", stats.inputs);
+        eprintln!(
+            "interrupted: the output holds the {} embedded so far, in input order",
+            stats.inputs
+        );
         std::process::exit(130);
     }
     Ok(())

@@ -68,6 +68,9 @@ mod tests {
         load_replicas(dir.path(), config, &|l| lines.borrow_mut().push(l)).unwrap();
         let lines = lines.into_inner();
         assert_eq!(lines.len(), 2);
-        assert!(lines.iter().all(|l| l.starts_with("engine: cpu backend")), "{lines:?}");
+        assert!(
+            lines.iter().all(|l| l.starts_with("engine: cpu backend")),
+            "{lines:?}"
+        );
     }
 }

@@ -31,27 +31,28 @@ pub fn inputs<'a>(
     keep: &'a [String],
     blank: &'a std::cell::Cell<usize>,
 ) -> impl Iterator<Item = Result<(usize, Input)>> + 'a {
-    reader
-        .lines()
-        .enumerate()
-        .filter_map(move |(i, line)| {
-            let n = i + 1;
-            let line = match line.with_context(|| format!("reading input line {n}")) {
-                Ok(line) => line,
-                Err(e) => return Some(Err(e)),
-            };
-            // A byte-order mark is not text (editors on Windows write one).
-            let line = if n == 1 {
-                line.strip_prefix('\u{feff}').unwrap_or(&line)
-            } else {
-                &line
-            };
-            if line.trim().is_empty() {
-                blank.set(blank.get() + 1);
-                return None;
-            }
-            Some(parse(line, plain, keep).map(|input| (n, input)).with_context(|| format!("input line {n}")))
-        })
+    reader.lines().enumerate().filter_map(move |(i, line)| {
+        let n = i + 1;
+        let line = match line.with_context(|| format!("reading input line {n}")) {
+            Ok(line) => line,
+            Err(e) => return Some(Err(e)),
+        };
+        // A byte-order mark is not text (editors on Windows write one).
+        let line = if n == 1 {
+            line.strip_prefix('\u{feff}').unwrap_or(&line)
+        } else {
+            &line
+        };
+        if line.trim().is_empty() {
+            blank.set(blank.get() + 1);
+            return None;
+        }
+        Some(
+            parse(line, plain, keep)
+                .map(|input| (n, input))
+                .with_context(|| format!("input line {n}")),
+        )
+    })
 }
 
 /// One non-blank line's input.
@@ -67,7 +68,11 @@ pub fn parse(line: &str, plain: bool, keep: &[String]) -> Result<Input> {
         Ok(v) => v,
         Err(_) if !line.trim_start().starts_with('{') => bail!("not a JSON object ({hint})"),
         // serde_json says "line 1"; the fragment is one line of the file, which the caller names.
-        Err(e) => bail!("not valid JSON at column {}: {}", e.column(), without_position(&e)),
+        Err(e) => bail!(
+            "not valid JSON at column {}: {}",
+            e.column(),
+            without_position(&e)
+        ),
     };
     let Some(object) = value.as_object_mut() else {
         bail!("not a JSON object ({hint})");
@@ -115,7 +120,12 @@ mod tests {
         let (got, blank) = read("a\n\n  \nb\n", true, &[]);
         let got = got.unwrap();
         assert_eq!(blank, 2);
-        assert_eq!(got.iter().map(|(n, i)| (*n, i.text.as_str())).collect::<Vec<_>>(), [(1, "a"), (4, "b")]);
+        assert_eq!(
+            got.iter()
+                .map(|(n, i)| (*n, i.text.as_str()))
+                .collect::<Vec<_>>(),
+            [(1, "a"), (4, "b")]
+        );
     }
 
     #[test]
@@ -139,7 +149,10 @@ mod tests {
     fn a_json_error_names_the_files_line_not_line_1_of_the_fragment() {
         let (got, _) = read("{\"text\": \"a\"}\n\n{\"text\": \"b\",}\n", false, &[]);
         let e = format!("{:#}", got.unwrap_err());
-        assert!(e.starts_with("input line 3: not valid JSON at column 14"), "{e}");
+        assert!(
+            e.starts_with("input line 3: not valid JSON at column 14"),
+            "{e}"
+        );
         assert!(!e.contains("line 1"), "{e}");
     }
 

@@ -149,7 +149,9 @@ fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("Error: {e:?}");
-            let code = e.downcast_ref::<sweep::RunFailure>().map_or(1, sweep::RunFailure::exit_code);
+            let code = e
+                .downcast_ref::<sweep::RunFailure>()
+                .map_or(1, sweep::RunFailure::exit_code);
             std::process::ExitCode::from(code)
         }
     }

@@ -19,7 +19,11 @@ pub struct PlansArgs {
     engine: EngineArgs,
     /// Batch shapes as SEQSxLEN (sequences × tokens each), comma-separated. The default ones are batches the
     /// scheduler forms under the default budget (8192 tokens); a larger shape raises the budget of this run.
-    #[arg(long, value_delimiter = ',', default_value = "1x8,1x32,4x32,32x128,64x128")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1x8,1x32,4x32,32x128,64x128"
+    )]
     shapes: Vec<Shape>,
     /// Most timed runs per shape and mode, after a warm-up.
     #[arg(long, default_value_t = 30)]
@@ -140,7 +144,8 @@ pub fn run(args: PlansArgs) -> Result<()> {
             pair = timed(&off, &batch)?.0 + timed(&lazy, &batch)?.0;
         }
         let most = args.runs.max(1);
-        let runs = ((args.shape_s / pair.as_secs_f64().max(1e-9)) as usize).clamp(most.min(3), most);
+        let runs =
+            ((args.shape_s / pair.as_secs_f64().max(1e-9)) as usize).clamp(most.min(3), most);
         eprintln!(
             "plans: shape {}/{} {}x{}: {} timed runs per mode",
             i + 1,
@@ -309,7 +314,10 @@ mod tests {
             // all-MiniLM-L6-v2's sequence limit.
             assert!(s.len <= 256, "{s:?}");
         }
-        assert!(args.shape_s * args.shapes.len() as f64 <= 30.0, "timed runs fit the minute");
+        assert!(
+            args.shape_s * args.shapes.len() as f64 <= 30.0,
+            "timed runs fit the minute"
+        );
     }
 
     #[test]

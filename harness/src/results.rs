@@ -490,7 +490,10 @@ pub(crate) mod tests {
         // One second of 50 req/s, each answered 300 ms later: the last third lands after the window.
         let replay = step_taking(0, false, Level::Rate(50.0), 0.3);
         let m = replay.main();
-        assert!(m.achieved_rps < 0.95 * m.offered_rps, "the window misses answers");
+        assert!(
+            m.achieved_rps < 0.95 * m.offered_rps,
+            "the window misses answers"
+        );
         let knee = crate::search::knee(std::slice::from_ref(&replay));
         assert_eq!(knee.value, Some(m.offered_rps), "{}", knee.how);
         assert!(!knee.how.contains("fell behind"), "{}", knee.how);

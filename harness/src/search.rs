@@ -589,7 +589,10 @@ mod tests {
         let Next::Done(why) = next(&settings(false), &[fail(Level::Concurrency(1))]) else {
             panic!("the search stops at 1 client");
         };
-        assert!(why.contains("--batch-slo-ms") && why.contains("--batch-size"), "{why}");
+        assert!(
+            why.contains("--batch-slo-ms") && why.contains("--batch-size"),
+            "{why}"
+        );
         // Rate mode goes lower, halving, until the rate is negligible; then it says what to try.
         let probe = Observation {
             level: Level::Concurrency(64),
@@ -604,7 +607,10 @@ mod tests {
                 Next::Done(why) => break why,
             }
         };
-        let lowest = history.iter().map(|o| o.level.value()).fold(f64::MAX, f64::min);
+        let lowest = history
+            .iter()
+            .map(|o| o.level.value())
+            .fold(f64::MAX, f64::min);
         assert!(lowest < 0.2, "went down to {lowest}");
         assert!(why.contains("--slo-ms"), "{why}");
     }

@@ -504,7 +504,10 @@ mod tests {
             ..WINDOW
         };
         let (m, _, _) = analyze(&samples, &[closed()], &timed, None);
-        assert!(!m[0].stability.stable, "a timed step is judged by its halves");
+        assert!(
+            !m[0].stability.stable,
+            "a timed step is judged by its halves"
+        );
         let pass = Window {
             one_pass: true,
             ..timed

@@ -164,7 +164,9 @@ impl TargetKind {
 /// Whether a TCP connection to `url`'s host and port opens within a few seconds: an unreachable target is told
 /// before a run, not found out from a run of connection errors.
 pub async fn reachable(url: &str) -> Result<(), String> {
-    let uri: http::Uri = url.parse().map_err(|e| format!("`{url}` is not a URL: {e}"))?;
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|e| format!("`{url}` is not a URL: {e}"))?;
     let host = uri.host().ok_or_else(|| format!("`{url}` has no host"))?;
     let port = uri.port_u16().unwrap_or(80);
     let connect = tokio::net::TcpStream::connect((host, port));

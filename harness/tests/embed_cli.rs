@@ -42,9 +42,21 @@ fn embed_counts_truncated_inputs_and_no_truncate_refuses_them() {
     let model = tiny_model(tmp.path());
     let corpus = tmp.path().join("corpus.txt");
     // The tiny model's limit is 48 tokens: the second line is over it.
-    std::fs::write(&corpus, format!("short\n{}\nalso short\n", "a ".repeat(100))).unwrap();
+    std::fs::write(
+        &corpus,
+        format!("short\n{}\nalso short\n", "a ".repeat(100)),
+    )
+    .unwrap();
     let corpus = corpus.display().to_string();
-    let cut = bench(&["embed", "--model", &model, "--threads", "1", "--lines", &corpus]);
+    let cut = bench(&[
+        "embed",
+        "--model",
+        &model,
+        "--threads",
+        "1",
+        "--lines",
+        &corpus,
+    ]);
     let stderr = String::from_utf8_lossy(&cut.stderr);
     assert!(cut.status.success(), "{stderr}");
     assert_eq!(lines(&cut).len(), 3);
@@ -96,7 +108,14 @@ fn embed_passes_kept_fields_through_in_input_order_skipping_blank_lines() {
     }
     assert!(stderr.contains("3 blank lines skipped"), "{stderr}");
     let both = bench(&[
-        "embed", "--model", &model, "--threads", "1", "--keep", "n,id", &corpus,
+        "embed",
+        "--model",
+        &model,
+        "--threads",
+        "1",
+        "--keep",
+        "n,id",
+        &corpus,
     ]);
     let first = &ok_lines(&both)[0];
     let keys: Vec<&String> = first.as_object().unwrap().keys().collect();
@@ -153,6 +172,9 @@ fn serve_finds_a_busy_port_before_loading_the_model() {
     let out = bench(&["serve", "--port", &port, "--model", "/nonexistent/model"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(stderr.contains(&format!("binding 127.0.0.1:{port}")), "{stderr}");
+    assert!(
+        stderr.contains(&format!("binding 127.0.0.1:{port}")),
+        "{stderr}"
+    );
     assert!(!stderr.contains("nonexistent"), "{stderr}");
 }

@@ -46,7 +46,8 @@ impl<'de> Visitor<'de> for InputVisitor {
         let Some(first) = seq.next_element::<Element>()? else {
             return Ok(Inputs::Texts(Vec::new()));
         };
-        let mixed = || de::Error::custom(format!("mixes strings and token ids; expected {EXPECTED}"));
+        let mixed =
+            || de::Error::custom(format!("mixes strings and token ids; expected {EXPECTED}"));
         match first {
             Element::Text(t) => {
                 let mut texts = vec![t];

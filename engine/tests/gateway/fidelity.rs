@@ -218,8 +218,15 @@ async fn unknown_model_is_404_unless_served_under_that_name() {
         "model_not_found"
     );
     let message = unknown.body["error"]["message"].as_str().unwrap();
-    assert!(message.contains("minilm, text-embedding-3-small"), "{message}");
-    for model in [json!("minilm"), json!("text-embedding-3-small"), Value::Null] {
+    assert!(
+        message.contains("minilm, text-embedding-3-small"),
+        "{message}"
+    );
+    for model in [
+        json!("minilm"),
+        json!("text-embedding-3-small"),
+        Value::Null,
+    ] {
         let r = post(
             &router,
             "/v1/embeddings",
@@ -276,7 +283,11 @@ async fn wrong_content_type_is_415() {
         error_code(&tei, StatusCode::UNSUPPORTED_MEDIA_TYPE),
         "validation"
     );
-    for kind in ["application/json", "application/json; charset=utf-8", "Application/JSON"] {
+    for kind in [
+        "application/json",
+        "application/json; charset=utf-8",
+        "Application/JSON",
+    ] {
         let ok = send_with(
             &router,
             raw_post("/v1/embeddings").header("content-type", kind),
@@ -324,10 +335,7 @@ async fn authorization_scheme_is_matched_without_regard_to_case() {
         json!({ "inputs": "a" }).to_string(),
     )
     .await;
-    assert_eq!(
-        error_code(&tei, StatusCode::UNAUTHORIZED),
-        "unauthorized"
-    );
+    assert_eq!(error_code(&tei, StatusCode::UNAUTHORIZED), "unauthorized");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -380,10 +388,16 @@ async fn health_answers_503_while_draining_instead_of_the_port_vanishing() {
     tokio::time::sleep(Duration::from_millis(5)).await;
     let draining = get_health(addr).await;
     assert!(draining.starts_with("HTTP/1.1 503"), "{draining}");
-    assert!(draining.contains("\"error_type\":\"unhealthy\""), "{draining}");
+    assert!(
+        draining.contains("\"error_type\":\"unhealthy\""),
+        "{draining}"
+    );
     let mut response = String::new();
     conn.read_to_string(&mut response).await.unwrap();
-    assert!(response.starts_with("HTTP/1.1 200"), "the queued work finished");
+    assert!(
+        response.starts_with("HTTP/1.1 200"),
+        "the queued work finished"
+    );
     tokio::time::timeout(Duration::from_secs(10), server)
         .await
         .expect("the server exits after draining")
@@ -412,7 +426,10 @@ async fn normalize_false_returns_the_pooled_vector_before_normalize() {
     let raw: Vec<Vec<f32>> = raw.body.as_array().unwrap().iter().map(floats).collect();
     for (got, want) in raw.iter().zip(&pooled) {
         let norm = want.iter().map(|x| x * x).sum::<f32>().sqrt();
-        assert!((norm - 1.0).abs() > 1e-3, "the pooled vector is not unit length");
+        assert!(
+            (norm - 1.0).abs() > 1e-3,
+            "the pooled vector is not unit length"
+        );
         for (a, b) in got.iter().zip(want) {
             assert!((a - b).abs() <= 1e-5 * norm, "{a} vs {b}");
         }
