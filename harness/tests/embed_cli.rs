@@ -178,3 +178,67 @@ fn serve_finds_a_busy_port_before_loading_the_model() {
     );
     assert!(!stderr.contains("nonexistent"), "{stderr}");
 }
+
+/// Starts `bench serve` on a free port with `args` and `env`; returns the child and its base URL.
+fn serve(model: &str, args: &[&str], env: &[(&str, &str)]) -> (std::process::Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_bench"))
+        .args(["serve", "--port", "0", "--threads", "1", "--model", model])
+        .args(args)
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap()
+        .to_owned();
+    (child, url)
+}
+
+/// The status of a POST of `body` to `url` with an `Authorization` header when `key` is given.
+fn status(url: &str, key: Option<&str>) -> u16 {
+    use std::io::Read;
+    let addr = url.strip_prefix("http://").unwrap();
+    let mut conn = std::net::TcpStream::connect(addr).unwrap();
+    let body = r#"{"input": "a"}"#;
+    let auth = key.map_or(String::new(), |k| format!("authorization: Bearer {k}\r\n"));
+    write!(
+        conn,
+        "POST /v1/embeddings HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n{auth}content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = String::new();
+    conn.read_to_string(&mut response).unwrap();
+    response[9..12].parse().unwrap()
+}
+
+#[test]
+fn serve_takes_its_api_key_from_the_environment_or_a_file_not_only_argv() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tiny_model(tmp.path());
+    let file = tmp.path().join("key");
+    std::fs::write(&file, "from-file\n").unwrap();
+    let file = file.display().to_string();
+    for (args, env, key) in [
+        (&["--api-key-file", &file][..], &[][..], "from-file"),
+        (
+            &[],
+            &[("EMBED_WORKBENCH_API_KEY", "from-env")][..],
+            "from-env",
+        ),
+    ] {
+        let (mut child, url) = serve(&model, args, env);
+        assert_eq!(status(&url, None), 401, "{args:?} {env:?}");
+        assert_eq!(status(&url, Some("wrong")), 401);
+        assert_eq!(status(&url, Some(key)), 200);
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+}
