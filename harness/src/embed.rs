@@ -1,22 +1,25 @@
 //! `bench embed`: a corpus in (JSON Lines with a `text` field, or plain lines), one `{"embedding": [...]}` line out
-//! per input, in input order. The inputs go through a scheduler, as served requests do: fed as its queue drains
-//! (within its bounds, so the backend always has the next batch), batched by its one batch builder, answered in
-//! rows of the pooled results that are written straight to the output. `--per-input` embeds one input at a time
-//! instead and reports its latency.
+//! per input, in input order, with the input's kept fields (`--keep`, default `id`) before the embedding. The
+//! inputs go through a scheduler, as served requests do: fed as its queue drains (within its bounds, so memory
+//! stays bounded and the backend always has the next batch), batched by its one batch builder, answered in rows of
+//! the pooled results that are written straight to the output as they come. Ctrl-C stops it with every line
+//! written so far complete. Inputs over the model's token limit are cut to it and counted (`--no-truncate` refuses
+//! them instead). `--per-input` embeds one input at a time instead and reports its latency.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::io::{BufRead, BufWriter, IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use engine::scheduler::Scheduler;
 use engine::Engine;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::{open_input, parse_input, step, EngineArgs};
+use crate::input::{self, Input};
+use crate::{step, EngineArgs};
 
 #[derive(Args)]
 pub struct EmbedArgs {
@@ -25,6 +28,13 @@ pub struct EmbedArgs {
     /// Read plain text, one input per line, instead of JSON Lines.
     #[arg(long)]
     lines: bool,
+    /// Fields of each JSON input line copied to its output line, before `embedding` (comma-separated; those a
+    /// line lacks are left out; `--keep ''` keeps none).
+    #[arg(long, value_delimiter = ',', default_value = "id")]
+    keep: Vec<String>,
+    /// Fail on an input over the model's token limit instead of cutting it to the limit.
+    #[arg(long)]
+    no_truncate: bool,
     /// Embed each input on its own, one after another (as online queries arrive), and report the latency
     /// percentiles of one input instead of bulk throughput.
     #[arg(long)]
@@ -33,61 +43,103 @@ pub struct EmbedArgs {
     input: Option<PathBuf>,
 }
 
-/// One output line.
-#[derive(serde::Serialize)]
-struct Line<'a> {
-    embedding: &'a [f32],
-}
-
 /// Work done, timed from the first input read to the last embedding written (model load excluded).
 #[derive(Default)]
 struct Stats {
     inputs: usize,
     tokens: usize,
+    /// Inputs cut to the model's limit.
+    truncated: Cell<usize>,
+    /// Blank lines skipped.
+    blank: Cell<usize>,
     time: Duration,
     /// With `--per-input`: each input's latency, tokenization to embedding, in microseconds.
     per_input: Option<hdrhistogram::Histogram<u64>>,
 }
 
+/// How inputs are read and turned into ids.
+struct Reading<'a> {
+    engine: &'a Engine,
+    plain: bool,
+    keep: Vec<String>,
+    no_truncate: bool,
+}
+
+impl Reading<'_> {
+    /// The ids of input line `n`, cut to the model's limit (counted in `truncated`) unless `--no-truncate`.
+    fn tokenize(&self, n: usize, text: &str, truncated: &Cell<usize>) -> Result<Vec<u32>> {
+        let mut ids = Vec::new();
+        let cut = engine::tokenizer::with_thread_scratch(|scratch| {
+            self.engine.tokenizer().encode_cut(text, scratch, &mut ids)
+        })
+        .with_context(|| format!("input line {n}"))?;
+        if cut {
+            if self.no_truncate {
+                bail!(
+                    "input line {n} is over the model's limit of {} tokens (without --no-truncate it is cut to it)",
+                    self.engine.info().max_seq_length
+                );
+            }
+            truncated.set(truncated.get() + 1);
+        }
+        Ok(ids)
+    }
+}
+
 pub fn run(args: EmbedArgs) -> Result<()> {
     let engine = args.engine.load()?;
     let total = match args.input.as_deref() {
-        Some(p) if p.as_os_str() != "-" => Some(count_lines(p)?),
+        Some(p) if p.as_os_str() != "-" => Some(count_inputs(p)?),
         _ => None,
     };
-    let reader = open_input(args.input.as_deref())?;
+    let reader = input::open(args.input.as_deref())?;
     let mut out = BufWriter::new(std::io::stdout().lock());
     let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
+        .enable_all()
         .build()
         .context("starting the async runtime")?;
     let mut progress = Progress::new(total);
-    let stats = runtime.block_on(async {
+    let reading = Reading {
+        engine: &engine,
+        plain: args.lines,
+        keep: args.keep.into_iter().filter(|k| !k.is_empty()).collect(),
+        no_truncate: args.no_truncate,
+    };
+    let mut stats = Stats::default();
+    let interrupted = runtime.block_on(async {
         let scheduler = Scheduler::start(engine.backend().clone(), &engine.bulk_config(), |_| {});
-        if args.per_input {
-            per_input(
-                &engine,
-                &scheduler,
-                reader,
-                args.lines,
-                &mut out,
-                &mut progress,
-            )
-            .await
-        } else {
-            bulk(
-                &engine,
-                &scheduler,
-                reader,
-                args.lines,
-                &mut out,
-                &mut progress,
-            )
-            .await
+        let work = async {
+            if args.per_input {
+                per_input(
+                    &reading,
+                    &scheduler,
+                    reader,
+                    &mut out,
+                    &mut progress,
+                    &mut stats,
+                )
+                .await
+            } else {
+                bulk(
+                    &reading,
+                    &scheduler,
+                    reader,
+                    &mut out,
+                    &mut progress,
+                    &mut stats,
+                )
+                .await
+            }
+        };
+        // Each output line is written whole between two awaits, so stopping here leaves no torn line.
+        tokio::select! {
+            done = work => done.map(|()| false),
+            _ = tokio::signal::ctrl_c() => Ok(true),
         }
-    })?;
+    });
     progress.finish();
     out.flush()?;
+    let interrupted = interrupted?;
     if let Some(h) = &stats.per_input {
         let p = step::Percentiles::of(h);
         eprintln!(
@@ -97,112 +149,119 @@ pub fn run(args: EmbedArgs) -> Result<()> {
     }
     let secs = stats.time.as_secs_f64();
     eprintln!(
-        "embedded {} inputs ({} tokens) in {secs:.3} s: {:.0} tokens/s",
-        stats.inputs,
+        "embedded {} ({} tokens) in {secs:.3} s: {:.0} tokens/s",
+        crate::count(stats.inputs, "input"),
         stats.tokens,
         stats.tokens as f64 / secs.max(1e-9)
     );
+    let truncated = stats.truncated.get();
+    if truncated > 0 {
+        eprintln!(
+            "{} over the model's limit of {} tokens cut to it (--no-truncate refuses them)",
+            crate::count(truncated, "input"),
+            engine.info().max_seq_length
+        );
+    }
+    let blank = stats.blank.get();
+    if blank > 0 {
+        eprintln!("{} skipped", crate::count(blank, "blank line"));
+    }
+    if interrupted {
+        eprintln!(
+            "interrupted: the output holds the {} embedded so far, in input order",
+            stats.inputs
+        );
+        std::process::exit(130);
+    }
     Ok(())
 }
 
-/// The ids of input line `n` (0-based), with the line named in any error.
-fn tokenize_line(
-    engine: &Engine,
-    n: usize,
-    line: std::io::Result<String>,
-    plain: bool,
-) -> Result<Vec<u32>> {
-    let line = line.with_context(|| format!("reading input line {}", n + 1))?;
-    let text = parse_input(&line, plain).with_context(|| format!("input line {}", n + 1))?;
-    engine
-        .tokenize(&text)
-        .with_context(|| format!("input line {}", n + 1))
+/// One output line: the kept fields, then the embedding.
+fn write_line(out: &mut impl Write, fields: &str, embedding: &[f32]) -> Result<()> {
+    out.write_all(b"{")?;
+    out.write_all(fields.as_bytes())?;
+    out.write_all(b"\"embedding\":")?;
+    serde_json::to_writer(&mut *out, embedding)?;
+    out.write_all(b"}\n")?;
+    Ok(())
 }
 
 /// The whole input through [`Scheduler::embed_all`]: submitted as the queue has room, written in input order as
 /// the answers come.
 async fn bulk(
-    engine: &Engine,
+    reading: &Reading<'_>,
     scheduler: &Scheduler,
     reader: Box<dyn BufRead>,
-    plain: bool,
     out: &mut impl Write,
     progress: &mut Progress,
-) -> Result<Stats> {
-    let mut stats = Stats::default();
-    // Token counts of the inputs submitted and not yet written, oldest first.
-    let lens = RefCell::new(VecDeque::new());
-    let seqs = reader.lines().enumerate().map(|(n, line)| {
-        let ids = tokenize_line(engine, n, line, plain)?;
-        lens.borrow_mut().push_back(ids.len());
+    stats: &mut Stats,
+) -> Result<()> {
+    // Token counts and kept fields of the inputs submitted and not yet written, oldest first.
+    let pending = RefCell::new(VecDeque::new());
+    let (truncated, blank) = (&stats.truncated, &stats.blank);
+    let seqs = input::inputs(reader, reading.plain, &reading.keep, blank).map(|input| {
+        let (n, Input { text, fields }) = input?;
+        let ids = reading.tokenize(n, &text, truncated)?;
+        pending.borrow_mut().push_back((ids.len(), fields));
         Ok::<_, anyhow::Error>(ids)
     });
     let start = Instant::now();
+    // The counts are kept as lines are written, so an interrupted run reports what its output holds.
+    let (inputs, tokens, time) = (&mut stats.inputs, &mut stats.tokens, &mut stats.time);
     scheduler
         .embed_all(seqs, |e| {
-            stats.inputs += 1;
-            stats.tokens += lens.borrow_mut().pop_front().unwrap_or(0);
-            serde_json::to_writer(
-                &mut *out,
-                &Line {
-                    embedding: &e.embedding,
-                },
-            )?;
-            out.write_all(b"\n")?;
-            progress.update(stats.inputs, stats.tokens);
+            let (n, fields) = pending.borrow_mut().pop_front().unwrap_or_default();
+            write_line(out, &fields, &e.embedding)?;
+            *inputs += 1;
+            *tokens += n;
+            *time = start.elapsed();
+            progress.update(*inputs, *tokens);
             Ok(())
         })
-        .await?;
-    stats.time = start.elapsed();
-    Ok(stats)
+        .await
 }
-
 /// One input at a time, each waited for before the next is read: the latency of a lone query.
 async fn per_input(
-    engine: &Engine,
+    reading: &Reading<'_>,
     scheduler: &Scheduler,
     reader: Box<dyn BufRead>,
-    plain: bool,
     out: &mut impl Write,
     progress: &mut Progress,
-) -> Result<Stats> {
-    let mut stats = Stats::default();
+    stats: &mut Stats,
+) -> Result<()> {
     let mut latencies = step::histogram();
-    for (n, line) in reader.lines().enumerate() {
-        let line = line.with_context(|| format!("reading input line {}", n + 1))?;
+    let mut inputs = input::inputs(reader, reading.plain, &reading.keep, &stats.blank);
+    loop {
+        // Timed from parsing the line (reading it from a buffer is noise) to the embedding.
         let one = Instant::now();
-        let ids = tokenize_line(engine, n, Ok(line), plain)?;
+        let Some(input) = inputs.next() else { break };
+        let (n, Input { text, fields }) = input?;
+        let ids = reading.tokenize(n, &text, &stats.truncated)?;
         let tokens = ids.len();
         let answer = scheduler
             .submit(vec![ids], engine::Priority::Online)?
             .wait()
             .await;
         let elapsed = one.elapsed();
-        let embedded = answer.with_context(|| format!("input line {}", n + 1))?;
+        let embedded = answer.with_context(|| format!("input line {n}"))?;
         latencies.saturating_record(elapsed.as_micros() as u64);
         stats.time += elapsed;
         for e in embedded {
-            serde_json::to_writer(
-                &mut *out,
-                &Line {
-                    embedding: &e.embedding,
-                },
-            )?;
-            out.write_all(b"\n")?;
+            write_line(out, &fields, &e.embedding)?;
         }
         stats.inputs += 1;
         stats.tokens += tokens;
         progress.update(stats.inputs, stats.tokens);
     }
     stats.per_input = Some(latencies);
-    Ok(stats)
+    Ok(())
 }
 
-/// Inputs in a file: its lines, a last one without a newline included.
-fn count_lines(path: &Path) -> Result<u64> {
+/// Inputs in a file, for the progress bar's total: its lines with something other than white space.
+fn count_inputs(path: &Path) -> Result<u64> {
     let mut file =
         std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let (mut lines, mut last) = (0u64, b'\n');
+    let (mut inputs, mut filled) = (0u64, false);
     let mut buf = vec![0u8; 1 << 16];
     loop {
         let n = file
@@ -211,10 +270,16 @@ fn count_lines(path: &Path) -> Result<u64> {
         if n == 0 {
             break;
         }
-        lines += buf[..n].iter().filter(|&&b| b == b'\n').count() as u64;
-        last = buf[n - 1];
+        for &b in &buf[..n] {
+            if b == b'\n' {
+                inputs += u64::from(filled);
+                filled = false;
+            } else if !b.is_ascii_whitespace() {
+                filled = true;
+            }
+        }
     }
-    Ok(lines + u64::from(last != b'\n'))
+    Ok(inputs + u64::from(filled))
 }
 
 /// Progress on stderr: a bar (texts done of the total, tokens/s, ETA) when stderr is a terminal; otherwise, so a

@@ -13,12 +13,10 @@ pub enum KnobError {
     Syntax(String),
     #[error("unknown knob `{name}`; the knobs are: {valid}")]
     Unknown { name: String, valid: String },
-    #[error("knob {name}={value}: {message}")]
-    Invalid {
-        name: String,
-        value: String,
-        message: String,
-    },
+    /// `setting`: the knob at fault as typed (`max_batch_tokens=abc`), or all of them when only their
+    /// combination is wrong.
+    #[error("knob {setting}: {message}")]
+    Invalid { setting: String, message: String },
     #[error("knob `{0}` is given twice")]
     Repeated(String),
 }
@@ -84,29 +82,47 @@ pub fn combinations(
     Ok(combos)
 }
 
-/// `base` with the knobs set, validated.
+/// `base` with the knobs set, validated. An error names the knob at fault with the value given: the first that
+/// fails on its own, else (only their combination is wrong) all of them.
 pub fn apply(knobs: &Knobs, base: EngineConfig) -> Result<EngineConfig, KnobError> {
-    let invalid = |name: &str, v: &Value, message: String| KnobError::Invalid {
-        name: name.to_owned(),
-        value: v.to_string(),
-        message,
-    };
-    let mut json =
-        serde_json::to_value(base).map_err(|e| invalid("config", &Value::Null, e.to_string()))?;
+    build(knobs.iter(), &base).map_err(|message| {
+        let alone = knobs
+            .iter()
+            .find(|knob| build(std::iter::once(*knob), &base).is_err());
+        let setting = match alone {
+            Some((name, v)) => show(name, v),
+            None => knobs
+                .iter()
+                .map(|(name, v)| show(name, v))
+                .collect::<Vec<_>>()
+                .join(" "),
+        };
+        KnobError::Invalid { setting, message }
+    })
+}
+
+/// `base` with `knobs` set, through its serde form, validated.
+fn build<'a>(
+    knobs: impl Iterator<Item = (&'a String, &'a Value)>,
+    base: &EngineConfig,
+) -> Result<EngineConfig, String> {
+    let mut json = serde_json::to_value(base).map_err(|e| e.to_string())?;
     if let Value::Object(map) = &mut json {
         for (name, v) in knobs {
             map.insert(name.clone(), v.clone());
         }
     }
-    let config: EngineConfig = serde_json::from_value(json).map_err(|e| {
-        // serde names the field only for some errors; name the knobs set, one of which is wrong.
-        let names: Vec<&str> = knobs.keys().map(String::as_str).collect();
-        invalid(&names.join(","), &Value::Null, e.to_string())
-    })?;
-    config
-        .validate()
-        .map_err(|e| invalid("config", &Value::Null, e.to_string()))?;
+    let config: EngineConfig = serde_json::from_value(json).map_err(|e| e.to_string())?;
+    config.validate().map_err(|e| e.to_string())?;
     Ok(config)
+}
+
+/// `name=value` as it was typed: a string without its JSON quotes.
+fn show(name: &str, v: &Value) -> String {
+    match v {
+        Value::String(s) => format!("{name}={s}"),
+        other => format!("{name}={other}"),
+    }
 }
 
 /// `max_batch_tokens=256 overlap=false`, or `defaults`.
@@ -114,10 +130,7 @@ pub fn label(knobs: &Knobs, axes: &[String]) -> String {
     let parts: Vec<String> = knobs
         .iter()
         .filter(|(k, _)| axes.is_empty() || axes.contains(k))
-        .map(|(k, v)| match v {
-            Value::String(s) => format!("{k}={s}"),
-            other => format!("{k}={other}"),
-        })
+        .map(|(k, v)| show(k, v))
         .collect();
     if parts.is_empty() {
         "defaults".into()
@@ -228,6 +241,20 @@ mod tests {
             combinations(&s(&["threads"]), &[], &d).unwrap_err(),
             KnobError::Syntax("threads".into())
         );
+    }
+
+    #[test]
+    fn knob_errors_show_the_bad_value_not_null() {
+        let d = EngineConfig::default();
+        let e = combinations(&s(&["overlap=true", "max_batch_tokens=abc"]), &[], &d)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("knob max_batch_tokens=abc: "), "{e}");
+        let e = combinations(&s(&["max_batch_tokens=0"]), &[], &d)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("knob max_batch_tokens=0: "), "{e}");
+        assert!(!e.contains("null"), "{e}");
         assert_eq!(
             combinations(&s(&["threads=1"]), &s(&["threads=2,3"]), &d).unwrap_err(),
             KnobError::Repeated("threads".into())

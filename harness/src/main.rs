@@ -7,6 +7,7 @@ mod embed;
 mod engines;
 mod gate;
 mod generator;
+mod input;
 mod knobs;
 mod plans;
 mod report;
@@ -19,10 +20,10 @@ mod target;
 mod trace;
 mod workload;
 
-use std::io::{BufRead, BufWriter, Write};
+use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use engine::tokenizer::TokenizerKind;
 
@@ -42,9 +43,11 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Embed texts: JSON Lines with a `text` field (or plain lines) in, one `{"embedding": [...]}` line out each.
+    /// Embed texts: JSON Lines with a `text` field (or plain lines) in, one `{"id": ..., "embedding": [...]}` line out
+    /// each, in input order (blank lines skipped).
     Embed(embed::EmbedArgs),
-    /// Tokenize texts: JSON Lines with a `text` field (or plain lines) in, one JSON array of ids out each.
+    /// Tokenize texts: JSON Lines with a `text` field (or plain lines) in, one JSON array of ids out each (blank
+    /// lines skipped).
     Tokenize(TokenizeArgs),
     /// Serve embeddings over HTTP: OpenAI-compatible /v1/embeddings, TEI-style /embed, /tokenize, /health, /info,
     /// /metrics.
@@ -55,9 +58,12 @@ enum Command {
     /// budget that reaches 95% of the peak.
     Curve(curve::CurveArgs),
     /// Find where the engine saturates: step the load (open-loop rate, or batch concurrency) from low to past
-    /// saturation for each knob combination; write results/<run-id>/ and reports/<run-id>/.
+    /// saturation for each knob combination; write results/<run-id>/ and reports/<run-id>/. Exit status 0 when
+    /// it ran (verdicts in the report), 1 on an error, 2 when the target is unreachable, 3 when no request was
+    /// answered.
     Sweep(sweep::SweepArgs),
-    /// Replay one trace (or one batch re-index of a corpus) at one setting; same outputs as a sweep.
+    /// Replay one trace (or one batch re-index of a corpus) at one setting; same outputs and exit status as a
+    /// sweep.
     Replay(sweep::ReplayArgs),
     /// CI performance gates: instruction counts under valgrind, and interleaved A/B timing against a revision.
     /// Exit status 0 pass, 1 regression, 2 could not measure or decide.
@@ -95,16 +101,6 @@ struct TokenizeArgs {
     input: Option<PathBuf>,
 }
 
-fn open_input(input: Option<&std::path::Path>) -> Result<Box<dyn BufRead>> {
-    Ok(match input {
-        None => Box::new(std::io::stdin().lock()),
-        Some(p) if p.as_os_str() == "-" => Box::new(std::io::stdin().lock()),
-        Some(p) => Box::new(std::io::BufReader::new(
-            std::fs::File::open(p).with_context(|| format!("opening {}", p.display()))?,
-        )),
-    })
-}
-
 fn tokenize(args: TokenizeArgs) -> Result<()> {
     use engine::tokenizer::{Scratch, Truncation, TruncationSide};
     let path = match (&args.tokenizer_json, &args.model) {
@@ -124,13 +120,12 @@ fn tokenize(args: TokenizeArgs) -> Result<()> {
         .with_context(|| format!("loading the tokenizer {}", path.display()))?;
     let mut out = BufWriter::new(std::io::stdout().lock());
     let (mut scratch, mut ids) = (Scratch::default(), Vec::new());
-    for (n, line) in open_input(args.input.as_deref())?.lines().enumerate() {
-        let line = line.with_context(|| format!("reading input line {}", n + 1))?;
-        let text =
-            parse_input(&line, args.lines).with_context(|| format!("input line {}", n + 1))?;
+    let blank = std::cell::Cell::new(0);
+    for input in input::inputs(input::open(args.input.as_deref())?, args.lines, &[], &blank) {
+        let (n, input) = input?;
         tokenizer
-            .encode_with(&text, &mut scratch, &mut ids)
-            .with_context(|| format!("input line {}", n + 1))?;
+            .encode_with(&input.text, &mut scratch, &mut ids)
+            .with_context(|| format!("input line {n}"))?;
         serde_json::to_writer(&mut out, &ids)?;
         out.write_all(b"\n")?;
     }
@@ -138,20 +133,32 @@ fn tokenize(args: TokenizeArgs) -> Result<()> {
     Ok(())
 }
 
-fn parse_input(line: &str, plain: bool) -> Result<String> {
-    if plain {
-        return Ok(line.to_owned());
-    }
-    let value: serde_json::Value = serde_json::from_str(line).context("not valid JSON")?;
-    match value.get("text") {
-        Some(serde_json::Value::String(s)) => Ok(s.clone()),
-        Some(_) => bail!("the `text` field is not a string"),
-        None => bail!("no `text` field (use --lines for plain text)"),
+/// `1 client`, `2 clients`.
+pub(crate) fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
     }
 }
 
-fn main() -> Result<()> {
-    match Cli::parse().command {
+/// Exit status: 0 done, 1 an error, and for `sweep`/`replay` 2 an unreachable target, 3 no request answered
+/// ([`sweep::RunFailure`]); `gate` has its own.
+fn main() -> std::process::ExitCode {
+    match run(Cli::parse().command) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("Error: {e:?}");
+            let code = e
+                .downcast_ref::<sweep::RunFailure>()
+                .map_or(1, sweep::RunFailure::exit_code);
+            std::process::ExitCode::from(code)
+        }
+    }
+}
+
+fn run(command: Command) -> Result<()> {
+    match command {
         Command::Embed(args) => embed::run(args),
         Command::Tokenize(args) => tokenize(args),
         Command::Serve(args) => serve::run(args),

@@ -17,16 +17,21 @@ use crate::{load_engine, EngineArgs};
 pub struct PlansArgs {
     #[command(flatten)]
     engine: EngineArgs,
-    /// Batch shapes as SEQSxLEN (sequences × tokens each), comma-separated.
+    /// Batch shapes as SEQSxLEN (sequences × tokens each), comma-separated. The default ones are batches the
+    /// scheduler forms under the default budget (8192 tokens); a larger shape raises the budget of this run.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "1x8,1x32,4x32,32x128,256x150"
+        default_value = "1x8,1x32,4x32,32x128,64x128"
     )]
     shapes: Vec<Shape>,
-    /// Timed runs per shape and mode, after a warm-up.
+    /// Most timed runs per shape and mode, after a warm-up.
     #[arg(long, default_value_t = 30)]
     runs: usize,
+    /// Seconds of timed runs per shape (both modes), within --runs and at least 3 runs: large shapes get fewer
+    /// runs, so the whole finishes in about a minute.
+    #[arg(long, default_value_t = 5.0)]
+    shape_s: f64,
     /// Replay "stops mattering" from the first shape where eager is within this fraction of replay.
     #[arg(long, default_value_t = 0.05)]
     threshold: f64,
@@ -110,10 +115,18 @@ pub fn run(args: PlansArgs) -> Result<()> {
             .max(args.shapes.iter().map(|s| s.seqs).max().unwrap_or(1)),
         ..base.clone()
     };
+    let budget = config(CaptureMode::Off).max_batch_tokens;
+    if budget > base.max_batch_tokens {
+        eprintln!(
+            "plans: the largest shape has {largest} tokens, past the budget of {}: measured under a budget of \
+             {budget}, which the scheduler would not form batches to",
+            base.max_batch_tokens
+        );
+    }
     let off = load_engine(&dir, config(CaptureMode::Off))?;
     let vocab = off.backend().info().vocab_size as u32;
     let mut rows = Vec::new();
-    for &shape in &args.shapes {
+    for (i, &shape) in args.shapes.iter().enumerate() {
         // A fresh lazy engine per shape, so its first two calls are really the bucket's first two.
         let lazy = load_engine(&dir, config(CaptureMode::Lazy))?;
         let batch = shape_batch(shape, vocab);
@@ -126,13 +139,24 @@ pub fn run(args: PlansArgs) -> Result<()> {
                 s2.run
             );
         }
-        for _ in 0..3 {
-            timed(&off, &batch)?;
-            timed(&lazy, &batch)?;
+        let mut pair = Duration::ZERO;
+        for _ in 0..2 {
+            pair = timed(&off, &batch)?.0 + timed(&lazy, &batch)?.0;
         }
+        let most = args.runs.max(1);
+        let runs =
+            ((args.shape_s / pair.as_secs_f64().max(1e-9)) as usize).clamp(most.min(3), most);
+        eprintln!(
+            "plans: shape {}/{} {}x{}: {} timed runs per mode",
+            i + 1,
+            args.shapes.len(),
+            shape.seqs,
+            shape.len,
+            runs
+        );
         // Interleaved, so that drift in the machine's speed hits both modes alike.
         let (mut eager, mut replay) = (Vec::new(), Vec::new());
-        for _ in 0..args.runs.max(1) {
+        for _ in 0..runs {
             eager.push(timed(&off, &batch)?.0);
             let (t, s) = timed(&lazy, &batch)?;
             if s.run != Run::Replay {
@@ -274,6 +298,27 @@ fn ms(d: Duration) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn default_shapes_are_batches_the_scheduler_forms_under_the_default_budget() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: PlansArgs,
+        }
+        let args = <Cli as clap::Parser>::parse_from(["plans"]).args;
+        let d = EngineConfig::default();
+        for s in &args.shapes {
+            assert!(s.seqs * s.len <= d.max_batch_tokens, "{s:?}");
+            assert!(s.seqs <= d.max_batch_seqs, "{s:?}");
+            // all-MiniLM-L6-v2's sequence limit.
+            assert!(s.len <= 256, "{s:?}");
+        }
+        assert!(
+            args.shape_s * args.shapes.len() as f64 <= 30.0,
+            "timed runs fit the minute"
+        );
+    }
 
     #[test]
     fn shape_ids_stay_inside_a_vocabulary_of_at_most_1000() {

@@ -272,7 +272,8 @@ pub const COLUMNS: [(&str, bool); 26] = [
     ("queue p50 ms", false),
     ("inference p50 ms", false),
     ("fill", true),
-    ("replayed", false),
+    // Of the batches, the share whose forward pass replayed a captured plan.
+    ("plan replays", false),
     ("refused", true),
     ("refusal p99 ms", false),
     ("errors", true),
@@ -292,7 +293,7 @@ pub fn table(result: &RunResult) -> (Vec<String>, Vec<Vec<String>>) {
             for c in &step.classes {
                 let level = match step.level {
                     crate::workload::Level::Rate(r) => format!("{r:.1} req/s"),
-                    crate::workload::Level::Concurrency(n) => format!("{n} clients"),
+                    crate::workload::Level::Concurrency(n) => crate::count(n, "client"),
                 };
                 let phase = step.phase.split(':').next().unwrap_or("").to_owned();
                 rows.push(vec![
@@ -346,10 +347,11 @@ pub fn config_table(result: &RunResult) -> (Vec<String>, Vec<Vec<String>>) {
         .flat_map(|c| c.steps.iter().find(|s| !s.probe))
         .any(|s| matches!(s.level, crate::workload::Level::Rate(_)));
     let unit = if rate_mode { "req/s" } else { "tokens/s" };
+    let level = if rate_mode { "req/s" } else { "clients" };
     let headers = vec![
         "config".to_owned(),
-        "saturation point".to_owned(),
-        "knee".to_owned(),
+        format!("saturation point ({level})"),
+        format!("knee ({level})"),
         format!("best within SLO ({unit})"),
         format!("peak ({unit})"),
         "steps".to_owned(),
@@ -366,8 +368,8 @@ pub fn config_table(result: &RunResult) -> (Vec<String>, Vec<Vec<String>>) {
                 .fold(0.0, f64::max);
             vec![
                 c.label.clone(),
-                c.saturation.show(),
-                c.knee.show(),
+                c.saturation.show(""),
+                c.knee.show(""),
                 c.throughput_within_slo
                     .map_or("-".into(), |t| format!("{t:.1}")),
                 format!("{peak:.1}"),
@@ -426,12 +428,17 @@ pub(crate) mod tests {
     /// One second of a mixed step: `online` requests at `rate`/s (the probe's clients send as fast as answered),
     /// two batch requests of 500 tokens.
     fn step(index: usize, probe: bool, level: Level) -> StepResult {
+        step_taking(index, probe, level, 0.01)
+    }
+
+    /// [`step`] whose requests take `latency` seconds each.
+    fn step_taking(index: usize, probe: bool, level: Level, latency: f64) -> StepResult {
         let n = level.value() as usize;
         let at = |class, t: f64, tokens| Sample {
             class,
             scheduled: t,
             sent: t,
-            done: t + 0.01,
+            done: t + latency,
             outcome: Outcome::Ok,
             inputs: 1,
             tokens,
@@ -451,6 +458,7 @@ pub(crate) mod tests {
             warmup_s: 0.0,
             end_s: 1.0,
             max_dispatch_delay_ms: 5.0,
+            one_pass: false,
         };
         let (classes, batches, behind) = analyze(&samples, &specs, &window, None);
         StepResult {
@@ -468,6 +476,30 @@ pub(crate) mod tests {
             errors: Vec::new(),
             rss_mib: Vec::new(),
         }
+    }
+
+    #[test]
+    fn more_clients_add_queueing_is_not_concluded_from_one_step() {
+        let one = crate::search::knee(&[step(0, false, Level::Concurrency(2))]);
+        assert_eq!(one.value, Some(2.0));
+        assert!(one.lower_bound, "nothing above it was tried");
+        assert!(!one.how.contains("add queueing"), "{}", one.how);
+        assert!(one.how.contains("no step had more clients"), "{}", one.how);
+        assert_eq!(one.show("clients"), ">= 2 clients");
+    }
+
+    #[test]
+    fn a_short_replay_all_answered_did_not_fall_behind() {
+        // One second of 50 req/s, each answered 300 ms later: the last third lands after the window.
+        let replay = step_taking(0, false, Level::Rate(50.0), 0.3);
+        let m = replay.main();
+        assert!(
+            m.achieved_rps < 0.95 * m.offered_rps,
+            "the window misses answers"
+        );
+        let knee = crate::search::knee(std::slice::from_ref(&replay));
+        assert_eq!(knee.value, Some(m.offered_rps), "{}", knee.how);
+        assert!(!knee.how.contains("fell behind"), "{}", knee.how);
     }
 
     fn config(label: &str, steps: Vec<StepResult>) -> ConfigResult {

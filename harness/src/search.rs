@@ -58,8 +58,8 @@ pub fn next(settings: &SearchSettings, history: &[Observation]) -> Next {
         return Next::Run {
             level: Level::Concurrency(settings.probe_concurrency),
             phase: format!(
-                "probe: {} clients, closed loop, for the maximum throughput",
-                settings.probe_concurrency
+                "probe: {}, closed loop, for the maximum throughput",
+                crate::count(settings.probe_concurrency, "client")
             ),
         };
     }
@@ -87,7 +87,11 @@ pub fn next(settings: &SearchSettings, history: &[Observation]) -> Next {
             .find(|o| o.probe)
             .map_or(0.0, |o| o.throughput);
         if capacity <= 0.0 {
-            return Next::Done("the probe got no answers: nothing to step".into());
+            return Next::Done(
+                "the probe got no answers: nothing to step (see the step's errors: is the target up, and the \
+                 --api right?)"
+                    .into(),
+            );
         }
         let spread = spread_levels(settings, capacity);
         if let Some(&rate) = spread.iter().find(|&&r| !ran(r)) {
@@ -106,7 +110,11 @@ pub fn next(settings: &SearchSettings, history: &[Observation]) -> Next {
                 phase: "extend: every step met the SLO, going higher".into(),
             },
             (None, Some(fail)) if fail / 2.0 < capacity / 1000.0 => {
-                Next::Done(format!("no rate met the SLO, down to {fail:.3} req/s"))
+                Next::Done(format!(
+                    "no rate met the SLO, down to {fail:.3} req/s: even a lone request misses it; see the steps' \
+                     latency and errors, and raise --slo-ms (or --max-error-rate) if the SLO is tighter than one \
+                     request takes"
+                ))
             }
             (None, Some(fail)) => Next::Run {
                 level: Level::Rate(fail / 2.0),
@@ -124,7 +132,11 @@ pub fn next(settings: &SearchSettings, history: &[Observation]) -> Next {
             };
         };
         match (best_pass, lowest_fail) {
-            (None, Some(_)) => Next::Done("even the lowest concurrency misses the SLO".into()),
+            (None, Some(_)) => Next::Done(
+                "even 1 client misses the SLO: one request takes longer than it allows; raise --batch-slo-ms \
+                 (or --slo-ms), or send fewer texts per request (--batch-size)"
+                    .into(),
+            ),
             (Some(pass), Some(fail)) => narrow(
                 settings,
                 pass,
@@ -158,7 +170,7 @@ pub fn next(settings: &SearchSettings, history: &[Observation]) -> Next {
                     let c = (max_run as usize * 2).min(settings.max_concurrency);
                     Next::Run {
                         level: Level::Concurrency(c),
-                        phase: format!("ramp: {c} clients"),
+                        phase: format!("ramp: {}", crate::count(c, "client")),
                     }
                 }
             }
@@ -213,13 +225,23 @@ pub struct Finding {
 }
 
 impl Finding {
-    /// `42.0`, `>= 42.0` for a lower bound, or `none`.
-    pub fn show(&self) -> String {
-        match self.value {
-            Some(v) => format!("{}{v:.1}", if self.lower_bound { ">= " } else { "" }),
-            None => "none".into(),
+    /// `42.0 req/s offered`, `>= 4 clients` for a lower bound, or `none`, in `unit` (the steps',
+    /// [`unit_of`]; none: the bare number, for tables whose header has it).
+    pub fn show(&self, unit: &str) -> String {
+        let bound = if self.lower_bound { ">= " } else { "" };
+        match (self.value, unit) {
+            (Some(v), "") => format!("{bound}{v:.1}"),
+            (Some(v), "clients") => format!("{bound}{v:.0} clients"),
+            (Some(v), unit) => format!("{bound}{v:.1} {unit}"),
+            (None, _) => "none".into(),
         }
     }
+}
+
+/// The unit of the steps' levels: `req/s offered` (rate steps) or `clients` (concurrency steps); the probe is
+/// neither.
+pub fn unit_of(steps: &[StepResult]) -> &'static str {
+    steps.iter().find(|s| !s.probe).map_or("", unit)
 }
 
 /// The level a step is plotted and judged at: its measured offered rate, or its concurrency.
@@ -230,9 +252,11 @@ pub fn x_of(step: &StepResult) -> f64 {
     }
 }
 
+/// The unit of a step's level as findings quote it: for rate steps the measured offered rate (what the plots'
+/// x axis and the `offered/s` column show), never the achieved one.
 fn unit(step: &StepResult) -> &'static str {
     match step.level {
-        Level::Rate(_) => "req/s",
+        Level::Rate(_) => "req/s offered",
         Level::Concurrency(_) => "clients",
     }
 }
@@ -342,21 +366,38 @@ pub fn knee(steps: &[StepResult]) -> Finding {
                 how: "no step answered anything".into(),
             };
         };
+        // Only steps past the knee show that more clients add queueing; the highest step is a lower bound.
+        let beyond = v.iter().filter(|s| x_of(s) > x_of(k)).count();
+        let after = match beyond {
+            0 => "no step had more clients: the knee may be higher".to_owned(),
+            n => format!(
+                "{} with more clients gained under {:.0}%: more clients add queueing, not throughput",
+                crate::count(n, "step"),
+                (1.0 - FOLLOWS) * 100.0
+            ),
+        };
         return Finding {
             value: Some(x_of(k)),
-            lower_bound: false,
+            lower_bound: beyond == 0,
             steps: vec![k.index],
             how: format!(
-                "fewest clients reaching {:.0}% of the highest throughput seen ({best:.0} tokens/s): {} clients \
-                 (step {}, {:.0} tokens/s); more clients add queueing, not throughput",
+                "fewest clients reaching {:.0}% of the highest throughput seen ({best:.0} tokens/s): {} \
+                 (step {}, {:.0} tokens/s); {after}",
                 FOLLOWS * 100.0,
-                x_of(k),
+                crate::count(x_of(k) as usize, "client"),
                 k.index,
                 k.main().tokens_per_s
             ),
         };
     }
-    let follows = |s: &&&StepResult| s.main().achieved_rps >= FOLLOWS * s.main().offered_rps;
+    // A step kept up when its answers in the window kept pace with its arrivals, or when every request due was
+    // answered and the backlog stayed level: a short burst's answers landing just after the window are not
+    // falling behind, while an overloaded step's growing backlog is.
+    let follows = |s: &&&StepResult| {
+        let m = s.main();
+        m.achieved_rps >= FOLLOWS * m.offered_rps
+            || (m.requests > 0 && m.ok == m.requests && m.stability.stable)
+    };
     let below = v.iter().position(|s| !follows(&s));
     let last_following = match below {
         Some(0) => None,
@@ -364,7 +405,8 @@ pub fn knee(steps: &[StepResult]) -> Finding {
         None => v.last().copied(),
     };
     let rule = format!(
-        "highest offered rate up to which every step's achieved rate is at least {:.0}% of its offered rate",
+        "highest offered rate up to which every step's achieved rate is at least {:.0}% of its offered rate (or \
+         every request was answered, with a level backlog)",
         FOLLOWS * 100.0
     );
     let fmt = |s: &StepResult| {
@@ -414,6 +456,23 @@ pub fn throughput_within_slo(steps: &[StepResult]) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn findings_are_shown_with_their_unit_and_lower_bound() {
+        let finding = |value, lower_bound| Finding {
+            value,
+            lower_bound,
+            steps: vec![],
+            how: String::new(),
+        };
+        assert_eq!(finding(Some(4.0), true).show("clients"), ">= 4 clients");
+        assert_eq!(
+            finding(Some(226.04), false).show("req/s offered"),
+            "226.0 req/s offered"
+        );
+        assert_eq!(finding(Some(226.04), true).show(""), ">= 226.0");
+        assert_eq!(finding(None, false).show("clients"), "none");
+    }
 
     fn settings(rate_mode: bool) -> SearchSettings {
         SearchSettings {
@@ -517,6 +576,43 @@ mod tests {
         let h = drive(&settings(false), 0.0, |c| c <= 5.0, |c| 100.0 * c);
         let (pass, fail) = boundary(&h);
         assert_eq!((pass, fail), (5.0, 6.0));
+    }
+
+    #[test]
+    fn when_even_the_lowest_step_fails_the_search_says_what_to_try() {
+        let fail = |level| Observation {
+            level,
+            probe: false,
+            throughput: 1.0,
+            pass: false,
+        };
+        let Next::Done(why) = next(&settings(false), &[fail(Level::Concurrency(1))]) else {
+            panic!("the search stops at 1 client");
+        };
+        assert!(
+            why.contains("--batch-slo-ms") && why.contains("--batch-size"),
+            "{why}"
+        );
+        // Rate mode goes lower, halving, until the rate is negligible; then it says what to try.
+        let probe = Observation {
+            level: Level::Concurrency(64),
+            probe: true,
+            throughput: 100.0,
+            pass: true,
+        };
+        let mut history = vec![probe];
+        let why = loop {
+            match next(&settings(true), &history) {
+                Next::Run { level, .. } => history.push(fail(level)),
+                Next::Done(why) => break why,
+            }
+        };
+        let lowest = history
+            .iter()
+            .map(|o| o.level.value())
+            .fold(f64::MAX, f64::min);
+        assert!(lowest < 0.2, "went down to {lowest}");
+        assert!(why.contains("--slo-ms"), "{why}");
     }
 
     #[test]

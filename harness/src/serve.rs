@@ -1,9 +1,9 @@
 //! `bench serve`: the HTTP gateway over one or more engine replicas.
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use engine::gateway::{Gateway, GatewayConfig};
 use engine::EngineConfig;
@@ -32,12 +32,17 @@ pub struct ServeArgs {
 /// Gateway settings of `serve`.
 #[derive(Args)]
 pub struct GatewayArgs {
-    /// Require `Authorization: Bearer <KEY>` on every route but /health.
-    #[arg(long)]
+    /// Require `Authorization: Bearer <KEY>` on every route but /health. A key given here shows in `ps`: prefer
+    /// the environment variable or `--api-key-file`.
+    #[arg(long, env = "EMBED_WORKBENCH_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
-    /// Model name reported in responses (default: the model directory's name).
-    #[arg(long)]
-    pub model_name: Option<String>,
+    /// Read the API key from this file (its first line).
+    #[arg(long, conflicts_with = "api_key")]
+    pub api_key_file: Option<PathBuf>,
+    /// Name the model is served as: reported in responses, and what a request's `model` must say (or leave
+    /// out). Repeat it for aliases; the first is reported. Default: the model directory's name.
+    #[arg(long = "served-model-name", alias = "model-name", value_name = "NAME")]
+    pub served_model_names: Vec<String>,
     /// Most inputs in one request.
     #[arg(long, default_value_t = GatewayConfig::default().max_client_batch)]
     pub max_client_batch: usize,
@@ -58,14 +63,20 @@ pub struct GatewayArgs {
 impl GatewayArgs {
     /// Loads the replicas and starts the gateway (on the current tokio runtime).
     pub fn start(&self, dir: &Path, config: EngineConfig) -> Result<Gateway> {
-        let engines = crate::engines::load_replicas(dir, config)?;
-        let model_name = self.model_name.clone().unwrap_or_else(|| {
+        let api_key = match &self.api_key_file {
+            Some(path) => Some(read_key(path)?),
+            None => self.api_key.clone(),
+        };
+        let engines = crate::engines::load_replicas(dir, config, &|line| eprintln!("{line}"))?;
+        let mut names = self.served_model_names.iter().cloned();
+        let model_name = names.next().unwrap_or_else(|| {
             dir.file_name()
                 .map_or("model".into(), |n| n.to_string_lossy().into_owned())
         });
         let gateway = GatewayConfig {
             model_name,
-            api_key: self.api_key.clone(),
+            model_aliases: names.collect(),
+            api_key,
             max_client_batch: self.max_client_batch,
             split_size: self.split_size,
             max_payload_bytes: self.max_payload_bytes,
@@ -74,6 +85,17 @@ impl GatewayArgs {
         };
         Gateway::new(engines, gateway).context("starting the gateway")
     }
+}
+
+/// The key in `path`: its first line, without the line end.
+fn read_key(path: &Path) -> Result<String> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the API key from {}", path.display()))?;
+    let key = text.lines().next().unwrap_or("").trim();
+    if key.is_empty() {
+        bail!("{} holds no API key", path.display());
+    }
+    Ok(key.to_owned())
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
@@ -88,13 +110,14 @@ pub fn run(args: ServeArgs) -> Result<()> {
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async {
-        let gateway = args
-            .gateway
-            .start(&args.engine.model_dir()?, args.engine.config()?)?;
+        // The port first: a busy one is found before the model is downloaded or loaded.
         let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
             .await
             .with_context(|| format!("binding {}:{}", args.host, args.port))?;
         let addr = listener.local_addr()?;
+        let gateway = args
+            .gateway
+            .start(&args.engine.model_dir()?, args.engine.config()?)?;
         // Scripts and tests read this line to find the port.
         println!("listening on http://{addr}");
         std::io::stdout().flush()?;

@@ -123,6 +123,16 @@ pub enum Api {
     Tei,
 }
 
+impl Api {
+    /// The API's own spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            Api::Openai => "OpenAI",
+            Api::Tei => "TEI",
+        }
+    }
+}
+
 impl TargetKind {
     pub fn parse(spec: &str, api: Api) -> Result<TargetKind> {
         match spec {
@@ -147,8 +157,24 @@ impl TargetKind {
         match self {
             TargetKind::InProcess => "in-process (gateway path, no HTTP)".into(),
             TargetKind::Serve => "bench serve over HTTP on loopback".into(),
-            TargetKind::Url { url, api } => format!("{url} ({api:?} API)"),
+            TargetKind::Url { url, api } => format!("{url} ({} API)", api.name()),
         }
+    }
+}
+
+/// Whether a TCP connection to `url`'s host and port opens within a few seconds: an unreachable target is told
+/// before a run, not found out from a run of connection errors.
+pub async fn reachable(url: &str) -> Result<(), String> {
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|e| format!("`{url}` is not a URL: {e}"))?;
+    let host = uri.host().ok_or_else(|| format!("`{url}` has no host"))?;
+    let port = uri.port_u16().unwrap_or(80);
+    let connect = tokio::net::TcpStream::connect((host, port));
+    match tokio::time::timeout(Duration::from_secs(5), connect).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(format!("connecting to {host}:{port}: {e}")),
+        Err(_) => Err(format!("connecting to {host}:{port}: no answer in 5 s")),
     }
 }
 
@@ -156,6 +182,8 @@ impl TargetKind {
 pub struct EngineSetup<'a> {
     pub model_dir: &'a Path,
     pub config: EngineConfig,
+    /// Where the engines' start-up lines go.
+    pub say: &'a dyn Fn(String),
 }
 
 /// Starts the target (a fresh engine for the in-process and serve kinds). Call within a tokio runtime.
@@ -172,7 +200,7 @@ pub fn start(
     };
     let gateway = |setup: Option<EngineSetup>| -> Result<Gateway> {
         let s = setup.context("this target needs a model")?;
-        let engines = crate::engines::load_replicas(s.model_dir, s.config)?;
+        let engines = crate::engines::load_replicas(s.model_dir, s.config, s.say)?;
         Gateway::new(engines, gateway_config()).context("starting the gateway")
     };
     Ok(match kind {
@@ -486,6 +514,18 @@ mod tests {
         assert_eq!((t.replays, t.forwards), (2.0, 4.0));
         assert_eq!(t, Telemetry::from(metrics.snapshot()));
         assert_eq!(Telemetry::parse_prometheus("up 1\n"), None);
+    }
+
+    #[test]
+    fn api_names_are_spelled_as_their_owners_spell_them() {
+        let url = "http://127.0.0.1:8080".to_owned();
+        for (api, name) in [(Api::Openai, "OpenAI API"), (Api::Tei, "TEI API")] {
+            let kind = TargetKind::Url {
+                url: url.clone(),
+                api,
+            };
+            assert_eq!(kind.describe(), format!("{url} ({name})"));
+        }
     }
 
     #[test]

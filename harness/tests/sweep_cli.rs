@@ -258,3 +258,80 @@ fn bad_input_gets_a_clear_error() {
         "{stderr}"
     );
 }
+
+/// A server that answers every request 500, on a thread, until the test ends.
+fn failing_server() -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 65536];
+                while let Ok(n) = conn.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    let body = "{\"error\":\"broken\"}";
+                    let reply = format!(
+                        "HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    if conn.write_all(reply.as_bytes()).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+#[test]
+fn replay_and_sweep_exit_2_when_the_target_is_unreachable() {
+    let tmp = tempfile::tempdir().unwrap();
+    // A port just released: nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    let replay = ["--rate", "5", "--duration-s", "1", "--warmup-s", "0"];
+    for (command, extra) in [("replay", &replay[..]), ("sweep", &[])] {
+        let mut args = vec![command, "--target", &url, "--arrivals", "poisson"];
+        args.extend(extra);
+        let out = bench(&args, tmp.path());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{command}: {stderr}");
+        assert!(stderr.contains("is unreachable"), "{stderr}");
+    }
+}
+
+#[test]
+fn replay_exits_3_when_every_request_failed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let url = failing_server();
+    let out = bench(
+        &[
+            "replay",
+            "--target",
+            &url,
+            "--arrivals",
+            "poisson",
+            "--rate",
+            "10",
+            "--duration-s",
+            "1",
+            "--warmup-s",
+            "0",
+            "--no-report",
+        ],
+        tmp.path(),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("no request was answered"), "{stderr}");
+    assert!(stderr.contains("500"), "the first error is named: {stderr}");
+}

@@ -122,6 +122,8 @@ impl Future for Handle {
 pub struct Embeddings {
     data: Vec<f32>,
     dim: usize,
+    /// Each row's L2 norm before [`Embeddings::normalize`], when the model normalizes; otherwise empty.
+    norms: Vec<f32>,
     pool: Option<Arc<BufferPool>>,
     /// Told when the buffer is released (its last row dropped): the scheduler without overlap waits for it.
     released: Option<oneshot::Sender<()>>,
@@ -160,6 +162,17 @@ impl Embeddings {
     pub fn as_slice(&self) -> &[f32] {
         &self.data
     }
+
+    /// Scales every row to unit length (sentence-transformers' Normalize), keeping the norms they had, so the
+    /// pooled vectors can be had back ([`Row::unnormalized`]). Bitwise what normalizing in the forward gave.
+    pub(crate) fn normalize(&mut self) {
+        let dim = self.dim.max(1);
+        self.norms.clear();
+        self.norms.resize(self.data.len() / dim, 0.0);
+        for (row, norm) in self.data.chunks_exact_mut(dim).zip(&mut self.norms) {
+            cpu::kernels::l2_normalize(row, norm);
+        }
+    }
 }
 
 impl Embeddings {
@@ -185,6 +198,15 @@ pub struct Row {
 impl Row {
     pub fn as_slice(&self) -> &[f32] {
         self.batch.row(self.index)
+    }
+
+    /// The pooled vector before the model's Normalize module: the row scaled back by the norm it had (equal to
+    /// the pooled one to float rounding); the row itself when the model does not normalize.
+    pub fn unnormalized(&self) -> std::borrow::Cow<'_, [f32]> {
+        match self.batch.norms.get(self.index) {
+            Some(&norm) => self.as_slice().iter().map(|v| v * norm).collect(),
+            None => std::borrow::Cow::Borrowed(self.as_slice()),
+        }
     }
 }
 
@@ -244,6 +266,7 @@ impl BufferPool {
         Embeddings {
             data,
             dim,
+            norms: Vec::new(),
             pool: Some(self.clone()),
             released: None,
         }
@@ -274,5 +297,5 @@ impl Embeddings {
 
 /// Scales a host vector (a result row) to unit L2 norm, as sentence-transformers' Normalize does.
 pub fn l2_normalize(v: &mut [f32]) {
-    cpu::kernels::l2_normalize(v);
+    cpu::kernels::l2_normalize(v, &mut 0.0);
 }

@@ -181,8 +181,6 @@ pub trait Ops {
     fn attention(&self, batch: &Batch, qkv: Self::Mat, shape: AttentionShape, ctx: Self::Mat);
     /// One row of `out` per sequence: its tokens' mean, its first token or its last token.
     fn pool(&self, batch: &Batch, x: Self::Mat, pooling: Pooling, out: Self::Mat);
-    /// Scales every row to unit length (a zero row stays zero).
-    fn l2_normalize(&self, x: Self::Mat);
 }
 
 /// An architecture written over the op set: its activation [`Layout`] and its forward pass.
@@ -192,6 +190,10 @@ pub trait Architecture<D: Device>: Send + Sync {
     fn dim(&self) -> usize;
     /// Token ids the embedding table holds (a batch's ids are checked against it before a forward).
     fn vocab_size(&self) -> usize;
+    /// Whether the model ends in sentence-transformers' Normalize module. The forward writes the pooled rows;
+    /// the backend normalizes them as it hands them over, keeping each row's norm, so a client can have the
+    /// pooled vector back (TEI's `normalize: false`).
+    fn normalizes(&self) -> bool;
     /// Runs `batch` and writes one pooled embedding per sequence into the rows of `out`. `acts` holds one view per
     /// slot of [`Architecture::layout`], each with at least `batch.tokens()` rows. The batch has passed
     /// [`Batch::validate`].

@@ -1,4 +1,5 @@
-//! The gateway's one error shape: `{"error": {"message", "type", "code"}}` with the matching HTTP status.
+//! The gateway's errors, in one shape per surface: OpenAI's `{"error": {"message", "type", "code"}}` on its routes
+//! (under `/v1/`), TEI's `{"error", "error_type"}` on the others, each with the matching HTTP status.
 
 use std::time::Duration;
 
@@ -51,7 +52,7 @@ impl ApiError {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
     }
 
-    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
         ApiError {
             status,
             code,
@@ -60,7 +61,7 @@ impl ApiError {
         }
     }
 
-    /// The OpenAI-style `type`, one per status class.
+    /// OpenAI's `type`, one per status class.
     pub fn kind(&self) -> &'static str {
         match self.status {
             StatusCode::UNAUTHORIZED => "authentication_error",
@@ -78,6 +79,8 @@ impl ApiError {
             StatusCode::UNAUTHORIZED => "unauthorized",
             StatusCode::PAYLOAD_TOO_LARGE => "too_large",
             StatusCode::UNPROCESSABLE_ENTITY => "unprocessable",
+            StatusCode::NOT_FOUND => "not_found",
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
             StatusCode::TOO_MANY_REQUESTS => "overloaded",
             StatusCode::SERVICE_UNAVAILABLE => "shutting_down",
             _ => "error",
@@ -105,11 +108,29 @@ impl From<scheduler::Error> for ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let body = serde_json::json!({
-            "error": { "message": self.message, "type": self.kind(), "code": self.code }
-        });
+impl ApiError {
+    /// TEI's `error_type`: its own names (`validation`, `empty`, `tokenizer`, `overloaded`, `unhealthy`,
+    /// `backend`), and `unauthorized`, which TEI answers without a body.
+    pub fn tei_type(&self) -> &'static str {
+        match (self.status, self.code) {
+            (_, "empty_input") => "empty",
+            (_, "tokenization_failed") => "tokenizer",
+            (StatusCode::UNAUTHORIZED, _) => "unauthorized",
+            (StatusCode::TOO_MANY_REQUESTS, _) => "overloaded",
+            (StatusCode::SERVICE_UNAVAILABLE, _) => "unhealthy",
+            (s, _) if s.is_client_error() => "validation",
+            _ => "backend",
+        }
+    }
+
+    /// The response in the shape of `api`.
+    pub fn response(self, api: Api) -> Response {
+        let body = match api {
+            Api::OpenAi => serde_json::json!({
+                "error": { "message": self.message, "type": self.kind(), "code": self.code }
+            }),
+            Api::Tei => serde_json::json!({ "error": self.message, "error_type": self.tei_type() }),
+        };
         let mut response = (self.status, Json(body)).into_response();
         if let Some(after) = self.retry_after {
             // Retry-After takes whole seconds; rounding up keeps a retry from coming back too soon.
@@ -119,5 +140,25 @@ impl IntoResponse for ApiError {
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
         }
         response
+    }
+}
+
+/// The API whose conventions a route follows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Api {
+    #[default]
+    OpenAi,
+    Tei,
+}
+
+impl Api {
+    /// OpenAI's routes are under `/v1/`; the others (`/embed`, `/tokenize`, `/health`, `/info`, `/metrics`) are
+    /// TEI's.
+    pub fn of_path(path: &str) -> Api {
+        if path.starts_with("/v1/") {
+            Api::OpenAi
+        } else {
+            Api::Tei
+        }
     }
 }

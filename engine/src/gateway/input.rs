@@ -1,11 +1,16 @@
 //! From a request's inputs to model-ready token ids: validation, prompt templating, tokenization and the token
 //! limit (refused, or truncated on the chosen side).
 
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
 use serde::Deserialize;
 
-use super::error::ApiError;
+use super::error::{Api, ApiError};
 use crate::scheduler::Priority;
-use crate::tokenizer::{with_thread_scratch, Tokenizer, Truncation, TruncationSide};
+use crate::tokenizer::{
+    with_thread_scratch, HfTokenizer, TokenDetail, Tokenizer, Truncation, TruncationSide,
+};
 use crate::Engine;
 
 /// What a client asked to embed: texts, or token ids taken as the model's full input (special tokens included).
@@ -55,6 +60,9 @@ pub struct Options {
     pub direction: Direction,
     /// Which of the scheduler's queues the inputs join.
     pub priority: Priority,
+    /// Whose conventions a refusal follows: OpenAI's (400, and only the server can turn truncation on) or TEI's
+    /// (422, and the request's `truncate` can).
+    pub api: Api,
 }
 
 /// The tokenizers the gateway uses: the engine's own (cutting from the right at the model's limit, so it is what
@@ -63,6 +71,10 @@ pub struct Options {
 /// one over it without a second encode.
 pub struct Tokenization {
     left: Box<dyn Tokenizer>,
+    /// `/tokenize`'s tokenizers, cutting from the right and from the left: the `tokenizers` crate's pipeline,
+    /// which has the tokens' offsets (the ids are the same as the engine's), loaded on first use.
+    detailed: OnceLock<Result<[HfTokenizer; 2], String>>,
+    path: PathBuf,
     prompts: Vec<(String, String)>,
     default_prompt: Option<String>,
     max_len: usize,
@@ -94,6 +106,8 @@ impl Tokenization {
         };
         Ok(Tokenization {
             left,
+            detailed: OnceLock::new(),
+            path,
             prompts: info.prompts.clone(),
             default_prompt: default_prompt.map(str::to_owned),
             max_len: info.max_seq_length,
@@ -132,6 +146,65 @@ impl Tokenization {
         }
     }
 
+    /// TEI's `/tokenize`: each text's tokens, with their offsets into the templated text, after truncation.
+    pub fn tokens(
+        &self,
+        inputs: Inputs,
+        options: &Options,
+        add_special_tokens: bool,
+    ) -> Result<Vec<Vec<TokenDetail>>, ApiError> {
+        let texts = match inputs {
+            Inputs::Texts(t) if t.is_empty() => {
+                return Err(ApiError::bad_request(
+                    "empty_input",
+                    "the input list is empty",
+                ))
+            }
+            Inputs::Texts(t) => t,
+            Inputs::Ids(_) => {
+                return Err(ApiError::bad_request(
+                    "invalid_type",
+                    "`/tokenize` takes texts, not token ids",
+                ))
+            }
+        };
+        let [right, left] = self
+            .detailed
+            .get_or_init(|| {
+                let load = |side| {
+                    let cut = Truncation {
+                        max_length: self.max_len,
+                        side,
+                    };
+                    HfTokenizer::from_file(&self.path, Some(cut)).map_err(|e| e.to_string())
+                };
+                Ok([load(TruncationSide::Right)?, load(TruncationSide::Left)?])
+            })
+            .as_ref()
+            .map_err(|e| ApiError::internal(format!("loading the tokenizer: {e}")))?;
+        let tokenizer = match options.direction {
+            Direction::Right => right,
+            Direction::Left => left,
+        };
+        let prefix = self.prefix(options.prompt_name.as_deref())?;
+        texts
+            .iter()
+            .enumerate()
+            .map(|(i, text)| {
+                non_empty(i, text)?;
+                let (tokens, cut) = tokenizer
+                    .tokens(&format!("{prefix}{text}"), add_special_tokens)
+                    .map_err(|e| {
+                        ApiError::unprocessable("tokenization_failed", format!("input {i}: {e}"))
+                    })?;
+                if cut && !options.truncate {
+                    return Err(self.too_long(i, None, options.api));
+                }
+                Ok(tokens)
+            })
+            .collect()
+    }
+
     fn prefix(&self, name: Option<&str>) -> Result<&str, ApiError> {
         match name {
             None => Ok(self.default_prompt.as_deref().unwrap_or("")),
@@ -155,13 +228,7 @@ impl Tokenization {
         text: &str,
         options: &Options,
     ) -> Result<Vec<u32>, ApiError> {
-        // Like OpenAI's API: an empty string is refused rather than embedded as special tokens alone.
-        if text.is_empty() {
-            return Err(ApiError::bad_request(
-                "empty_input",
-                format!("input {i} is an empty string"),
-            ));
-        }
+        non_empty(i, text)?;
         let templated;
         let text = if prefix.is_empty() {
             text
@@ -179,7 +246,7 @@ impl Tokenization {
                 ApiError::unprocessable("tokenization_failed", format!("input {i}: {e}"))
             })?;
         if cut && !options.truncate {
-            return Err(self.too_long(i, None));
+            return Err(self.too_long(i, None, options.api));
         }
         Ok(ids)
     }
@@ -216,7 +283,7 @@ impl Tokenization {
     ) -> Result<Vec<u32>, ApiError> {
         let (n, max) = (full.len(), self.max_len);
         if !options.truncate {
-            return Err(self.too_long(i, Some(n)));
+            return Err(self.too_long(i, Some(n), options.api));
         }
         if max < 2 {
             full.truncate(max);
@@ -239,22 +306,42 @@ impl Tokenization {
         })
     }
 
-    /// The refusal of input `i`, over the limit (by `n` tokens when counted: a text is encoded only up to it).
-    fn too_long(&self, i: usize, n: Option<usize>) -> ApiError {
+    /// The refusal of input `i`, over the limit (by `n` tokens when counted: a text is encoded only up to it),
+    /// saying how to have it cut instead on the request's surface.
+    fn too_long(&self, i: usize, n: Option<usize>, api: Api) -> ApiError {
         let max = self.max_len;
-        let has = n.map_or("more".into(), |n| n.to_string());
-        ApiError::unprocessable(
-            "input_too_long",
-            format!(
-                "input {i} has {has} tokens, more than the model's limit of {max}; shorten it or set truncation"
+        let what = match n {
+            Some(n) => format!("input {i} has {n} tokens, over the model's limit of {max}"),
+            None => format!("input {i} is over the model's limit of {max} tokens"),
+        };
+        match api {
+            // OpenAI answers an over-long input 400, and its request has no field to ask for truncation.
+            Api::OpenAi => ApiError::bad_request(
+                "input_too_long",
+                format!("{what}; shorten it, or start the server with `--auto-truncate` to have such inputs cut to the limit"),
             ),
-        )
+            Api::Tei => ApiError::unprocessable(
+                "input_too_long",
+                format!("{what}; shorten it, or send `\"truncate\": true` to have it cut to the limit"),
+            ),
+        }
     }
 
     /// Longest input, in tokens, that is embedded without truncation.
     pub fn max_len(&self) -> usize {
         self.max_len
     }
+}
+
+/// Like OpenAI's API: an empty string is refused rather than embedded as special tokens alone.
+fn non_empty(i: usize, text: &str) -> Result<(), ApiError> {
+    if text.is_empty() {
+        return Err(ApiError::bad_request(
+            "empty_input",
+            format!("input {i} is an empty string"),
+        ));
+    }
+    Ok(())
 }
 
 fn find_prompt<'a>(prompts: &'a [(String, String)], name: &str) -> Option<&'a str> {

@@ -8,11 +8,13 @@
 //!
 //! Input rules: an empty input list, an empty string and an empty token list are refused (400), as OpenAI does;
 //! token-id inputs are the model's full input, special tokens included; an input over the model's token limit is
-//! refused (422) unless truncation is on (`truncate` in `/embed`, or [`GatewayConfig::auto_truncate`]).
+//! refused (OpenAI's routes: 400; TEI's: 422) unless truncation is on (`truncate` in `/embed`, or
+//! [`GatewayConfig::auto_truncate`]).
 
 mod error;
 mod input;
 mod metrics;
+mod requests;
 mod routes;
 
 use std::future::Future;
@@ -22,7 +24,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-pub use error::ApiError;
+pub use error::{Api, ApiError};
 pub use input::{Direction, Inputs, Options, Tokenization};
 pub use metrics::{Metrics, MetricsSnapshot, Times};
 pub use routes::{parse_embed_body, PRIORITY_HEADER};
@@ -33,8 +35,11 @@ use crate::{Engine, Row};
 /// The gateway's own settings; the engine's are in each replica's [`crate::EngineConfig`].
 #[derive(Clone, Debug, Serialize)]
 pub struct GatewayConfig {
-    /// The model name reported in responses and `/info`; a request's `model` field is accepted whatever it says.
+    /// The model name reported in responses and `/info`; a request's `model` must be it, one of
+    /// `model_aliases`, or absent.
     pub model_name: String,
+    /// Other names a request's `model` may give.
+    pub model_aliases: Vec<String>,
     /// When set, every route but `/health` needs `Authorization: Bearer <key>`.
     #[serde(skip)]
     pub api_key: Option<String>,
@@ -54,6 +59,7 @@ impl Default for GatewayConfig {
     fn default() -> Self {
         GatewayConfig {
             model_name: "all-MiniLM-L6-v2".into(),
+            model_aliases: Vec::new(),
             api_key: None,
             // OpenAI's own limit.
             max_client_batch: 2048,
@@ -151,8 +157,9 @@ impl Gateway {
         routes::router(self.clone())
     }
 
-    /// Serves on `listener` until `shutdown` resolves, then stops accepting, finishes the requests in flight and
-    /// returns.
+    /// Serves on `listener` until `shutdown` resolves; then drains: new requests and `/health` are answered 503
+    /// (so a load balancer sees the server go, rather than its port vanish) until the queued work is done, then it
+    /// stops accepting, finishes the requests in flight and returns.
     pub async fn serve(
         self,
         listener: tokio::net::TcpListener,
@@ -163,6 +170,9 @@ impl Gateway {
             .with_graceful_shutdown(async move {
                 shutdown.await;
                 gateway.begin_shutdown();
+                while gateway.loads().iter().any(|l| l.outstanding_tokens() > 0) {
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
             })
             .await?;
         for r in &self.inner.replicas {
@@ -184,14 +194,26 @@ impl Gateway {
         &self.inner.replicas[0].engine
     }
 
-    /// Validates, templates and tokenizes `inputs`; returns the ids and the time taken. A small request (a few
-    /// queries: microseconds of work) is tokenized right here, since a hop to a blocking thread and back costs
-    /// more than it does; a larger one goes off the async threads.
+    /// Validates, templates and tokenizes `inputs`; returns the ids and the time taken.
     async fn tokenize(
         &self,
         inputs: Inputs,
         options: Options,
     ) -> Result<(Vec<Vec<u32>>, std::time::Duration), ApiError> {
+        self.tokenize_with(inputs, move |t, engine, inputs| {
+            t.prepare(engine, inputs, &options)
+        })
+        .await
+    }
+
+    /// Runs `work` (validating and tokenizing `inputs`) and times it. A small request (a few queries:
+    /// microseconds of work) is tokenized right here, since a hop to a blocking thread and back costs more than it
+    /// does; a larger one goes off the async threads.
+    async fn tokenize_with<R: Send + 'static>(
+        &self,
+        inputs: Inputs,
+        work: impl FnOnce(&Tokenization, &Engine, Inputs) -> Result<R, ApiError> + Send + 'static,
+    ) -> Result<(R, std::time::Duration), ApiError> {
         if self.is_draining() {
             return Err(ApiError::shutting_down());
         }
@@ -209,11 +231,8 @@ impl Gateway {
         let gateway = self.clone();
         let work = move || {
             let start = Instant::now();
-            let inner = &gateway.inner;
-            let ids = inner
-                .tokenization
-                .prepare(gateway.engine(), inputs, &options)?;
-            Ok((ids, start.elapsed()))
+            let done = work(&gateway.inner.tokenization, gateway.engine(), inputs)?;
+            Ok((done, start.elapsed()))
         };
         if inputs_bytes <= INLINE_TOKENIZATION_BYTES {
             return work();

@@ -6,17 +6,17 @@ use std::time::Instant;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use base64::Engine as _;
-use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use subtle::ConstantTimeEq;
 
-use super::{ApiError, Direction, Embedded, Gateway, Inputs, Options, Times};
+use super::requests::{parse, EncodingFormat, OpenAiRequest, TeiRequest, TokenizeRequest};
+use super::{Api, ApiError, Embedded, Gateway, Inputs, Options, Times};
 use crate::scheduler::Priority;
 use crate::Row;
 
@@ -32,11 +32,35 @@ pub(super) fn router(gateway: Gateway) -> Router {
     Router::new()
         .route("/health", get(health))
         .merge(protected)
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))
         .with_state(gateway)
 }
 
-/// Checks the API key, if one is set, in constant time.
+async fn not_found(uri: Uri) -> Response {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        format!(
+            "no route {}; the routes are POST /v1/embeddings, /embed, /tokenize and GET /health, /info, /metrics",
+            uri.path()
+        ),
+    )
+    .response(Api::of_path(uri.path()))
+}
+
+async fn method_not_allowed(uri: Uri, method: axum::http::Method) -> Response {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!("{method} is not allowed on {}", uri.path()),
+    )
+    .response(Api::of_path(uri.path()))
+}
+
+/// Checks the API key, if one is set, in constant time. The scheme is matched without regard to case, as HTTP
+/// says (RFC 9110, 11.1).
 async fn authorize(State(gw): State<Gateway>, request: Request, next: Next) -> Response {
     let Some(key) = gw.config().api_key.as_deref() else {
         return next.run(request).await;
@@ -45,61 +69,22 @@ async fn authorize(State(gw): State<Gateway>, request: Request, next: Next) -> R
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
+        .and_then(|v| v.trim_start().split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map_or("", |(_, token)| token.trim());
     if bool::from(given.as_bytes().ct_eq(key.as_bytes())) {
         next.run(request).await
     } else {
         gw.metrics().count("any", "unauthorized");
-        ApiError::unauthorized().into_response()
+        ApiError::unauthorized().response(Api::of_path(request.uri().path()))
     }
-}
-
-/// Parses a JSON body: a body over the size limit is 413, bad UTF-8 or bad JSON 400, a JSON value of the wrong
-/// shape 400.
-fn parse<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
-    let body = body.map_err(|e| match e.status() {
-        StatusCode::PAYLOAD_TOO_LARGE => ApiError::too_large("payload_too_large", e.body_text()),
-        _ => ApiError::bad_request("invalid_body", e.body_text()),
-    })?;
-    if let Err(e) = std::str::from_utf8(&body) {
-        return Err(ApiError::bad_request(
-            "invalid_utf8",
-            format!("the body is not valid UTF-8: {e}"),
-        ));
-    }
-    serde_json::from_slice(&body).map_err(|e| {
-        let code = match e.classify() {
-            serde_json::error::Category::Data => "invalid_type",
-            _ => "invalid_json",
-        };
-        ApiError::bad_request(code, format!("invalid request body: {e}"))
-    })
-}
-
-/// The header naming a request's priority (`online`, the default, or `batch`).
-pub const PRIORITY_HEADER: &str = "x-priority";
-
-/// A request's priority: its body's `priority` field (our extension of both APIs), else the `x-priority` header,
-/// else online.
-fn priority(headers: &HeaderMap, field: Option<Priority>) -> Result<Priority, ApiError> {
-    if let Some(p) = field {
-        return Ok(p);
-    }
-    let Some(value) = headers.get(PRIORITY_HEADER) else {
-        return Ok(Priority::default());
-    };
-    value
-        .to_str()
-        .map_err(|e| e.to_string())
-        .and_then(str::parse)
-        .map_err(|e| ApiError::bad_request("invalid_priority", format!("{PRIORITY_HEADER}: {e}")))
 }
 
 /// Counts the outcome and, on success, records the stage times and sends them as headers (milliseconds).
 fn respond(
     gw: &Gateway,
     route: &'static str,
+    api: Api,
     result: Result<(Times, Response), ApiError>,
 ) -> Response {
     match result {
@@ -117,7 +102,7 @@ fn respond(
         }
         Err(e) => {
             gw.metrics().count(route, e.outcome());
-            e.into_response()
+            e.response(api)
         }
     }
 }
@@ -133,9 +118,10 @@ fn check_dims(dims: Option<usize>, full: usize) -> Result<Option<usize>, ApiErro
     }
 }
 
-/// The vectors a response carries: each row as the engine wrote it, or, only when asked to change it, a copy cut
-/// to its first `dims` components (Matryoshka truncation) and re-normalized if `normalize`, or normalized whole
-/// when `normalize_whole` (a model without a Normalize module, asked for unit vectors).
+/// The vectors a response carries: each row as the engine wrote it, or, only when asked to change it, a copy:
+/// cut to its first `dims` components (Matryoshka truncation) and re-normalized if `normalize`; normalized whole
+/// when `normalize_whole` (a model without a Normalize module, asked for unit vectors); or, not `normalize`, the
+/// pooled vector before the model's Normalize module (and the cut of that).
 fn shape(
     rows: &[Row],
     dims: Option<usize>,
@@ -147,43 +133,20 @@ fn shape(
         v
     };
     rows.iter()
-        .map(|row| match dims {
-            Some(d) if normalize => Cow::Owned(normalized(row[..d].to_vec())),
-            Some(d) => Cow::Borrowed(&row[..d]),
-            None if normalize_whole => Cow::Owned(normalized(row.to_vec())),
-            None => Cow::Borrowed(row.as_slice()),
+        .map(|row| match (normalize, dims) {
+            (true, Some(d)) => Cow::Owned(normalized(row[..d].to_vec())),
+            (true, None) if normalize_whole => Cow::Owned(normalized(row.to_vec())),
+            (true, None) => Cow::Borrowed(row.as_slice()),
+            (false, d) => match (row.unnormalized(), d) {
+                (v, None) => v,
+                (Cow::Borrowed(v), Some(d)) => Cow::Borrowed(&v[..d]),
+                (Cow::Owned(mut v), Some(d)) => {
+                    v.truncate(d);
+                    Cow::Owned(v)
+                }
+            },
         })
         .collect()
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum OpenAiInput {
-    Text(String),
-    Texts(Vec<String>),
-    Ids(Vec<u32>),
-    IdLists(Vec<Vec<u32>>),
-}
-
-#[derive(Deserialize, Default, Clone, Copy, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-enum EncodingFormat {
-    #[default]
-    Float,
-    Base64,
-}
-
-/// OpenAI's embeddings request; fields it defines that change nothing here (`user`) are accepted and ignored.
-#[derive(Deserialize)]
-struct OpenAiRequest {
-    input: OpenAiInput,
-    #[serde(default)]
-    encoding_format: EncodingFormat,
-    dimensions: Option<usize>,
-    /// Not OpenAI's: a prompt of the model's `config_sentence_transformers.json`.
-    prompt_name: Option<String>,
-    /// Not OpenAI's: `online` or `batch` (as the `x-priority` header).
-    priority: Option<Priority>,
 }
 
 #[derive(Serialize)]
@@ -215,31 +178,66 @@ struct Usage {
     total_tokens: usize,
 }
 
+/// Refuses a `model` the server does not serve under that name (OpenAI answers 404 `model_not_found`).
+fn check_model(gw: &Gateway, model: Option<&str>) -> Result<(), ApiError> {
+    let config = gw.config();
+    match model {
+        Some(m) if m != config.model_name && !config.model_aliases.iter().any(|a| a == m) => {
+            let mut names = vec![config.model_name.as_str()];
+            names.extend(config.model_aliases.iter().map(String::as_str));
+            Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                "model_not_found",
+                format!(
+                    "the model `{m}` is not served here; it is served as: {} (`--served-model-name`)",
+                    names.join(", ")
+                ),
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The header naming a request's priority (`online`, the default, or `batch`).
+pub const PRIORITY_HEADER: &str = "x-priority";
+
+/// A request's priority: its body's `priority` field (our extension of both APIs), else the `x-priority` header,
+/// else online.
+fn priority(headers: &HeaderMap, field: Option<Priority>) -> Result<Priority, ApiError> {
+    if let Some(p) = field {
+        return Ok(p);
+    }
+    let Some(value) = headers.get(PRIORITY_HEADER) else {
+        return Ok(Priority::default());
+    };
+    value
+        .to_str()
+        .map_err(|e| e.to_string())
+        .and_then(str::parse)
+        .map_err(|e| ApiError::bad_request("invalid_priority", format!("{PRIORITY_HEADER}: {e}")))
+}
+
 async fn openai_embeddings(
     State(gw): State<Gateway>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let result = async {
-        let req: OpenAiRequest = parse(body)?;
+        let req: OpenAiRequest = parse(&headers, body)?;
+        check_model(&gw, req.model.as_deref())?;
         let dims = check_dims(req.dimensions, gw.engine().dim())?;
-        let inputs = match req.input {
-            OpenAiInput::Text(t) => Inputs::Texts(vec![t]),
-            OpenAiInput::Texts(t) => Inputs::Texts(t),
-            OpenAiInput::Ids(ids) => Inputs::Ids(vec![ids]),
-            OpenAiInput::IdLists(ids) => Inputs::Ids(ids),
-        };
         let options = Options {
             prompt_name: req.prompt_name,
             truncate: gw.config().auto_truncate,
-            direction: Direction::Right,
+            direction: Default::default(),
+            api: Api::OpenAi,
             priority: priority(&headers, req.priority)?,
         };
         let Embedded {
             vectors,
             tokens,
             times,
-        } = gw.embed(inputs, options).await?;
+        } = gw.embed(req.input.0, options).await?;
         let data = shape(&vectors, dims, true, false)
             .into_iter()
             .enumerate()
@@ -267,56 +265,21 @@ async fn openai_embeddings(
         Ok((times, Json(body).into_response()))
     }
     .await;
-    respond(&gw, "openai", result)
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum TeiInput {
-    One(String),
-    Many(Vec<String>),
-}
-
-impl From<TeiInput> for Inputs {
-    fn from(i: TeiInput) -> Self {
-        match i {
-            TeiInput::One(t) => Inputs::Texts(vec![t]),
-            TeiInput::Many(t) => Inputs::Texts(t),
-        }
-    }
-}
-
-fn yes() -> bool {
-    true
-}
-
-/// TEI's `/embed` request.
-#[derive(Deserialize)]
-struct TeiRequest {
-    inputs: TeiInput,
-    /// The model's output is already normalized when it has a Normalize module; then `false` changes nothing.
-    #[serde(default = "yes")]
-    normalize: bool,
-    truncate: Option<bool>,
-    #[serde(default)]
-    truncation_direction: Direction,
-    prompt_name: Option<String>,
-    dimensions: Option<usize>,
-    /// Not TEI's: `online` or `batch` (as the `x-priority` header).
-    priority: Option<Priority>,
+    respond(&gw, "openai", Api::OpenAi, result)
 }
 
 /// A TEI `/embed` body parsed and checked as the route does, up to tokenization (the options take
 /// `auto_truncate` when the body does not say): what the harness's instruction-count gate measures.
 pub fn parse_embed_body(body: &[u8], auto_truncate: bool) -> Result<(Inputs, Options), ApiError> {
-    let req: TeiRequest = parse(Ok(Bytes::copy_from_slice(body)))?;
+    let req: TeiRequest = parse(&HeaderMap::new(), Ok(Bytes::copy_from_slice(body)))?;
     let options = Options {
         prompt_name: req.prompt_name,
         truncate: req.truncate.unwrap_or(auto_truncate),
         direction: req.truncation_direction,
+        api: Api::Tei,
         priority: req.priority.unwrap_or_default(),
     };
-    Ok((req.inputs.into(), options))
+    Ok((req.inputs.0, options))
 }
 
 async fn tei_embed(
@@ -325,59 +288,62 @@ async fn tei_embed(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let result = async {
-        let req: TeiRequest = parse(body)?;
+        let req: TeiRequest = parse(&headers, body)?;
         let dims = check_dims(req.dimensions, gw.engine().dim())?;
         let options = Options {
             prompt_name: req.prompt_name,
             truncate: req.truncate.unwrap_or(gw.config().auto_truncate),
             direction: req.truncation_direction,
+            api: Api::Tei,
             priority: priority(&headers, req.priority)?,
         };
-        let Embedded { vectors, times, .. } = gw.embed(req.inputs.into(), options).await?;
-        // The model's output is already unit length when it has a Normalize module.
+        let Embedded { vectors, times, .. } = gw.embed(req.inputs.0, options).await?;
+        // The engine's rows are unit length already when the model has a Normalize module.
         let whole = req.normalize && !gw.engine().info().normalize;
         let vectors = shape(&vectors, dims, req.normalize, whole);
         Ok((times, Json(vectors).into_response()))
     }
     .await;
-    respond(&gw, "embed", result)
+    respond(&gw, "embed", Api::Tei, result)
 }
 
-/// `/tokenize`: the ids the model would run for each input, after templating and truncation.
-#[derive(Deserialize)]
-struct TokenizeRequest {
-    inputs: TeiInput,
-    prompt_name: Option<String>,
-    truncate: Option<bool>,
-    #[serde(default)]
-    truncation_direction: Direction,
-}
-
-async fn tokenize(State(gw): State<Gateway>, body: Result<Bytes, BytesRejection>) -> Response {
+/// TEI's `/tokenize`: each input's tokens (`id`, `text`, `special`, `start`, `stop`) after templating and
+/// truncation, as the model would run them.
+async fn tokenize(
+    State(gw): State<Gateway>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
     let start = Instant::now();
     let result = async {
-        let req: TokenizeRequest = parse(body)?;
+        let req: TokenizeRequest = parse(&headers, body)?;
         let options = Options {
             prompt_name: req.prompt_name,
             truncate: req.truncate.unwrap_or(gw.config().auto_truncate),
             direction: req.truncation_direction,
+            api: Api::Tei,
             ..Options::default()
         };
-        let (ids, tokenization) = gw.tokenize(req.inputs.into(), options).await?;
+        let special = req.add_special_tokens;
+        let (tokens, tokenization) = gw
+            .tokenize_with(req.inputs.0, move |t, _, inputs| {
+                t.tokens(inputs, &options, special)
+            })
+            .await?;
         let times = Times {
             tokenization,
             total: start.elapsed(),
             ..Default::default()
         };
-        Ok((times, Json(ids).into_response()))
+        Ok((times, Json(tokens).into_response()))
     }
     .await;
-    respond(&gw, "tokenize", result)
+    respond(&gw, "tokenize", Api::Tei, result)
 }
 
 async fn health(State(gw): State<Gateway>) -> Response {
     if gw.is_draining() {
-        return ApiError::shutting_down().into_response();
+        return ApiError::shutting_down().response(Api::Tei);
     }
     Json(serde_json::json!({ "status": "ok" })).into_response()
 }

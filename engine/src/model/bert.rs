@@ -230,6 +230,10 @@ impl<D: Device> Architecture<D> for Bert<D> {
         self.config.vocab_size
     }
 
+    fn normalizes(&self) -> bool {
+        self.head.normalize
+    }
+
     fn forward<O: Ops<Device = D>>(&self, ops: &O, batch: &Batch, acts: &[O::Mat], out: O::Mat) {
         let t = batch.tokens();
         let [hidden, tmp, qkv, ctx, inter] = acts else {

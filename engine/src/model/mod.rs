@@ -16,6 +16,7 @@ use crate::batch::Batch;
 use crate::error::Result;
 
 /// sentence-transformers' Pooling and Normalize modules: one embedding per sequence from the last hidden states.
+/// The forward pools; the backend applies Normalize as it hands the rows over ([`Architecture::normalizes`]).
 #[derive(Clone, Copy, Debug)]
 pub struct Head {
     pub pooling: Pooling,
@@ -30,14 +31,10 @@ impl Head {
         }
     }
 
-    /// Pools `x` (one row per token) into the first `batch.len()` rows of `out`, normalised if the model says so.
+    /// Pools `x` (one row per token) into the first `batch.len()` rows of `out`.
     pub fn forward<O: Ops>(&self, ops: &O, batch: &Batch, x: O::Mat, out: O::Mat) {
         use crate::backend::ops::Matrix;
-        let out = out.top(batch.len());
-        ops.pool(batch, x, self.pooling, out);
-        if self.normalize {
-            ops.l2_normalize(out);
-        }
+        ops.pool(batch, x, self.pooling, out.top(batch.len()));
     }
 }
 
@@ -75,6 +72,13 @@ impl<D: Device> Architecture<D> for Model<D> {
         match self {
             Model::Bert(m) => m.vocab_size(),
             Model::Qwen3(m) => m.vocab_size(),
+        }
+    }
+
+    fn normalizes(&self) -> bool {
+        match self {
+            Model::Bert(m) => m.normalizes(),
+            Model::Qwen3(m) => m.normalizes(),
         }
     }
 

@@ -239,6 +239,10 @@ impl<D: Device> Architecture<D> for Qwen3<D> {
         self.config.vocab_size
     }
 
+    fn normalizes(&self) -> bool {
+        self.head.normalize
+    }
+
     fn forward<O: Ops<Device = D>>(&self, ops: &O, batch: &Batch, acts: &[O::Mat], out: O::Mat) {
         let t = batch.tokens();
         let [hidden, normed, qkv, ctx, gate_up, act] = acts else {

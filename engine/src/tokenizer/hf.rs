@@ -46,6 +46,53 @@ impl HfTokenizer {
     }
 }
 
+/// One token of an encoding as TEI's `/tokenize` reports it: the text it covers, by byte offsets into the input
+/// (none for a special token, whose text is its own).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct TokenDetail {
+    pub id: u32,
+    pub text: String,
+    pub special: bool,
+    pub start: Option<usize>,
+    pub stop: Option<usize>,
+}
+
+impl HfTokenizer {
+    /// The tokens of `text`, with or without the special tokens, and whether truncation cut it.
+    pub fn tokens(&self, text: &str, add_special_tokens: bool) -> Result<(Vec<TokenDetail>, bool)> {
+        let enc = self
+            .inner
+            .encode(text, add_special_tokens)
+            .map_err(|e| Error::Tokenizer(e.to_string()))?;
+        let tokens = enc
+            .get_ids()
+            .iter()
+            .zip(enc.get_tokens())
+            .zip(enc.get_offsets())
+            .zip(enc.get_special_tokens_mask())
+            .map(|(((&id, token), &(start, stop)), &special)| {
+                if special == 1 {
+                    return TokenDetail {
+                        id,
+                        text: token.clone(),
+                        special: true,
+                        start: None,
+                        stop: None,
+                    };
+                }
+                TokenDetail {
+                    id,
+                    text: text.get(start..stop).unwrap_or(token).to_owned(),
+                    special: false,
+                    start: Some(start),
+                    stop: Some(stop),
+                }
+            })
+            .collect();
+        Ok((tokens, !enc.get_overflowing().is_empty()))
+    }
+}
+
 impl Tokenizer for HfTokenizer {
     fn encode_cut(&self, text: &str, _: &mut Scratch, ids: &mut Vec<u32>) -> Result<bool> {
         let enc = self

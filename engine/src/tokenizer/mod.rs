@@ -11,7 +11,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 pub use fast::FastTokenizer;
-pub use hf::HfTokenizer;
+pub use hf::{HfTokenizer, TokenDetail};
 
 use crate::error::Result;
 

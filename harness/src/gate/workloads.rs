@@ -352,6 +352,7 @@ fn step_analysis() -> Work {
             warmup_s: 1.0,
             end_s: 10.0,
             max_dispatch_delay_ms: 10.0,
+            one_pass: false,
         };
         black_box(analyze(black_box(&samples), &classes, &window, None));
     })

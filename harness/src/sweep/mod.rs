@@ -157,6 +157,49 @@ fn soak_table(step: &StepResult) -> Option<String> {
 
 type Steps = Result<(Vec<StepResult>, String)>;
 
+/// Why a sweep or replay that ran cannot be trusted at all, each with its exit status (README, "Exit status"), so
+/// a script can tell it from a run whose verdicts are in the report.
+#[derive(Debug, thiserror::Error)]
+pub enum RunFailure {
+    #[error("the target {url} is unreachable: {message}")]
+    Unreachable { url: String, message: String },
+    #[error("no request was answered ({requests} sent{first}); results: {results}")]
+    NothingAnswered {
+        requests: u64,
+        first: String,
+        results: String,
+    },
+}
+
+impl RunFailure {
+    /// 2: the target could not be reached; 3: it was, but answered no request.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            RunFailure::Unreachable { .. } => 2,
+            RunFailure::NothingAnswered { .. } => 3,
+        }
+    }
+}
+
+/// Fails a run none of whose requests was answered, pointing at its first error.
+fn check_answered(configs: &[ConfigResult], results: &std::path::Path) -> Result<(), RunFailure> {
+    let steps = || configs.iter().flat_map(|c| &c.steps);
+    let classes = || steps().flat_map(|s| &s.classes);
+    let requests: u64 = classes().map(|m| m.requests).sum();
+    if requests == 0 || classes().any(|m| m.ok > 0) {
+        return Ok(());
+    }
+    let first = steps()
+        .flat_map(|s| s.errors.first())
+        .next()
+        .map_or(String::new(), |e| format!("; first error: {e}"));
+    Err(RunFailure::NothingAnswered {
+        requests,
+        first,
+        results: results.display().to_string(),
+    })
+}
+
 /// Runs `steps` once per knob combination on a fresh target, then writes the results, the report and the
 /// summary.
 fn execute(
@@ -174,6 +217,14 @@ fn execute(
         .clone()
         .unwrap_or_else(|| results::run_id(started, &format!("{command}-{}", c.workload)));
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    if let crate::target::TargetKind::Url { url, .. } = &setup.kind {
+        runtime
+            .block_on(crate::target::reachable(url))
+            .map_err(|message| RunFailure::Unreachable {
+                url: url.clone(),
+                message,
+            })?;
+    }
     let configs_bar = setup
         .progress
         .add(ProgressBar::new(setup.combos.len() as u64));
@@ -210,8 +261,8 @@ fn execute(
         setup.say(format!(
             "{}: saturation {}, knee {} ({:.0} s; {})",
             config.label,
-            config.saturation.show(),
-            config.knee.show(),
+            config.saturation.show(search::unit_of(&config.steps)),
+            config.knee.show(search::unit_of(&config.steps)),
             config.wall_s,
             config.search_end
         ));
@@ -263,7 +314,9 @@ fn execute(
                             concurrency,
                             per_request,
                         } => format!(
-                            "closed loop, {concurrency} clients, {per_request} texts per request"
+                            "closed loop, {}, {} per request",
+                            crate::count(*concurrency, "client"),
+                            crate::count(*per_request, "text")
                         ),
                     },
                     slo: class.slo,
@@ -289,6 +342,7 @@ fn execute(
         let page = crate::report::write(&c.reports_dir.join(&run_id), &result)?;
         eprintln!("report:  {}", page.display());
     }
+    check_answered(&result.configs, &results_dir.join("result.json"))?;
     Ok(())
 }
 

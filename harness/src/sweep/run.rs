@@ -145,6 +145,7 @@ impl Runner<'_> {
             warmup_s: spec.warmup_s,
             end_s,
             max_dispatch_delay_ms: self.max_dispatch_delay_ms,
+            one_pass: !spec.duration_s.is_finite(),
         };
         let (classes, batches, behind) =
             step::analyze(&run.samples, &specs, &window, run.telemetry);

@@ -91,9 +91,11 @@ impl Setup {
     ) -> Result<(Arc<dyn Target>, Option<serde_json::Value>, usize)> {
         let config = knobs::apply(knobs, self.base.clone())?;
         let replicas = config.replicas;
+        let say = |line| self.say(line);
         let setup = self.model_dir.as_deref().map(|dir| EngineSetup {
             model_dir: dir,
             config: config.clone(),
+            say: &say,
         });
         let engine = setup
             .as_ref()

@@ -20,10 +20,11 @@ pub fn print_summary(result: &RunResult) {
         eprintln!(
             "{}: saturation point {} — {}",
             c.label,
-            c.saturation.show(),
+            c.saturation.show(crate::search::unit_of(&c.steps)),
             c.saturation.how
         );
-        eprintln!("{}: knee {} — {}", c.label, c.knee.show(), c.knee.how);
+        let unit = crate::search::unit_of(&c.steps);
+        eprintln!("{}: knee {} — {}", c.label, c.knee.show(unit), c.knee.how);
     }
     if let Some(b) = &result.best {
         eprintln!(

@@ -201,9 +201,9 @@ simd_fn! {
 }
 
 simd_fn! {
-    /// Scales `x` to unit L2 norm (left as is when it is all zeros).
-    pub fn l2_normalize(x: &mut [f32]) {
-        let norm = sum_lanes(x, |v| v * v).sqrt();
+    /// Scales `x` to unit L2 norm (left as is when it is all zeros), writing the norm it had into `norm`.
+    pub fn l2_normalize(x: &mut [f32], norm: &mut f32) {
+        *norm = sum_lanes(x, |v| v * v).sqrt();
         // sentence-transformers' Normalize clamps the norm at 1e-12 (torch.nn.functional.normalize).
         let inv = 1.0 / norm.max(1e-12);
         for v in x.iter_mut() {

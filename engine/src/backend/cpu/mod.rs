@@ -118,6 +118,9 @@ impl CpuBackend {
                     let start = Instant::now();
                     let mut emb = results.take(job.batch.len(), compute.model.dim());
                     let forward = compute.run(&job.batch, &mut emb);
+                    if compute.model.normalizes() {
+                        emb.normalize();
+                    }
                     job.resolver.resolve(Ok(Output {
                         embeddings: emb,
                         queued: start - job.submitted,

@@ -294,11 +294,4 @@ impl<'a> Ops for CpuPass<'a> {
             }
         });
     }
-
-    fn l2_normalize(&self, x: Mat<'a>) {
-        for_rows(self.par, x.rows, &|r| {
-            // SAFETY: each task owns its rows.
-            kernels::l2_normalize(unsafe { x.row_mut(r) });
-        });
-    }
 }

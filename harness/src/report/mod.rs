@@ -13,12 +13,14 @@ use anyhow::{anyhow, Context, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::results::{config_table, table, RunResult};
+use crate::results::RunResult;
 use crate::search::x_of;
 use crate::step::StepResult;
 use crate::workload::{quantile_name, Level};
 
-static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
+mod page;
+
+static FONT: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
 
 fn register_font() {
     static ONCE: Once = Once::new();
@@ -97,6 +99,8 @@ struct Chart {
     diagonal: bool,
     /// Where the legend hides the least: above rising latency curves, below throughput that levels off.
     legend: SeriesLabelPosition,
+    /// The x axis counts (clients): ticks on whole numbers only.
+    integer_x: bool,
 }
 
 /// Writes the plots and `index.html` into `dir`; returns the page's path.
@@ -119,7 +123,7 @@ pub fn write(dir: &Path, result: &RunResult) -> Result<std::path::PathBuf> {
         .with_context(|| format!("drawing {}", svg.display()))?;
     }
     let page = dir.join("index.html");
-    std::fs::write(&page, html(result, &charts))
+    std::fs::write(&page, page::html(result, &charts))
         .with_context(|| format!("writing {}", page.display()))?;
     Ok(page)
 }
@@ -174,6 +178,7 @@ fn charts(result: &RunResult) -> Vec<Chart> {
         )],
         diagonal: false,
         legend: SeriesLabelPosition::UpperLeft,
+        integer_x: !rate_mode,
     };
     let mut throughput = Chart {
         file: "throughput",
@@ -194,6 +199,7 @@ fn charts(result: &RunResult) -> Vec<Chart> {
         hlines: Vec::new(),
         diagonal: rate_mode,
         legend: SeriesLabelPosition::LowerRight,
+        integer_x: !rate_mode,
     };
     let batch_class = first
         .classes
@@ -211,6 +217,7 @@ fn charts(result: &RunResult) -> Vec<Chart> {
         hlines: Vec::new(),
         diagonal: false,
         legend: SeriesLabelPosition::LowerRight,
+        integer_x: !rate_mode,
     });
     for (i, config) in configs.iter().enumerate() {
         let steps = measured(&config.steps);
@@ -263,11 +270,16 @@ fn charts(result: &RunResult) -> Vec<Chart> {
                 .find(|s| (x_of(s) - x).abs() < 1e-9)
                 .map(|s| (x, f(s)))
         };
+        // The legend says what the text says: a lower bound keeps its `>=`, and the unit.
+        let unit = crate::search::unit_of(&config.steps);
         if let Some(p) = at(config.saturation.value, &|s| {
             s.main().slo_latency_ms.max(0.001)
         }) {
             latency.marks.push(Mark {
-                label: name(&config.label, &format!("saturation {:.1}", p.0)),
+                label: name(
+                    &config.label,
+                    &format!("saturation {}", config.saturation.show(unit)),
+                ),
                 color: color(i),
                 at: p,
             });
@@ -288,7 +300,7 @@ fn charts(result: &RunResult) -> Vec<Chart> {
         }
         if let Some(p) = at(config.knee.value, &y_of) {
             throughput.marks.push(Mark {
-                label: name(&config.label, &format!("knee {:.1}", p.0)),
+                label: name(&config.label, &format!("knee {}", config.knee.show(unit))),
                 color: color(i),
                 at: p,
             });
@@ -354,6 +366,7 @@ fn timeline_charts(step: &StepResult) -> Vec<Chart> {
             )],
             diagonal: false,
             legend: SeriesLabelPosition::UpperLeft,
+            integer_x: false,
         },
         Chart {
             file: "timeline_rate",
@@ -374,6 +387,7 @@ fn timeline_charts(step: &StepResult) -> Vec<Chart> {
             hlines: Vec::new(),
             diagonal: false,
             legend: SeriesLabelPosition::UpperMiddle,
+            integer_x: false,
         },
     ]
 }
@@ -411,7 +425,18 @@ where
         ($ctx:expr) => {{
             let mut ctx = $ctx;
             ctx.configure_mesh()
-                .x_label_formatter(&|v| number(*v))
+                .x_labels(if chart.integer_x {
+                    (x_max.ceil() as usize + 1).min(10)
+                } else {
+                    10
+                })
+                .x_label_formatter(&|v| {
+                    if chart.integer_x && v.fract() != 0.0 {
+                        String::new()
+                    } else {
+                        number(*v)
+                    }
+                })
                 .y_label_formatter(&|v| number(*v))
                 .x_desc(chart.x_desc.as_str())
                 .y_desc(chart.y_desc.as_str())
@@ -516,127 +541,6 @@ fn number(v: f64) -> String {
     } else {
         format!("{v:.2}")
     }
-}
-
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
-
-fn html(result: &RunResult, charts: &[Chart]) -> String {
-    let mut out = String::new();
-    let title = format!(
-        "bench {} {} — {}",
-        result.command, result.workload.kind, result.run_id
-    );
-    out.push_str(&format!(
-        "<!doctype html><html><head><meta charset=\"utf-8\"><title>{t}</title><style>\
-         body{{font-family:sans-serif;margin:2em;max-width:1400px}}table{{border-collapse:collapse;font-size:13px}}\
-         td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}}th{{background:#f0f0f0}}\
-         td:first-child,th:first-child{{text-align:left}}.fail{{color:#b00}}img{{max-width:100%;border:1px solid #ddd}}\
-         .finding{{background:#f7f7f7;padding:.6em 1em;margin:.5em 0}}</style></head><body><h1>{t}</h1>",
-        t = escape(&title)
-    ));
-    let m = &result.machine;
-    let facts = [
-        ("command", format!("bench {}", result.args.join(" "))),
-        ("target", result.target.clone()),
-        ("model", result.model.clone().unwrap_or_else(|| "-".into())),
-        (
-            "machine",
-            format!(
-                "{} ({} cores, {} GiB), {}, Linux {}",
-                m.cpu, m.cores, m.memory_gib, m.os, m.kernel
-            ),
-        ),
-        (
-            "revision",
-            result.git.as_ref().map_or("-".into(), |g| {
-                format!("{}{}", g.revision, if g.dirty { " (dirty)" } else { "" })
-            }),
-        ),
-        (
-            "started",
-            format!("{} ({:.0} s)", result.started_at, result.wall_s),
-        ),
-    ];
-    out.push_str("<table>");
-    for (k, v) in facts {
-        out.push_str(&format!(
-            "<tr><th>{k}</th><td style=\"text-align:left\">{}</td></tr>",
-            escape(&v)
-        ));
-    }
-    for c in &result.workload.classes {
-        out.push_str(&format!(
-            "<tr><th>class {}</th><td style=\"text-align:left\">{}; corpus {}; SLO {}; timeout {} s</td></tr>",
-            escape(&c.name),
-            escape(&c.load),
-            escape(&c.corpus),
-            escape(&c.slo.describe()),
-            c.timeout_s
-        ));
-    }
-    out.push_str("</table><h2>Findings</h2>");
-    let (headers, rows) = config_table(result);
-    html_table(&mut out, &headers, &rows);
-    if let Some(w) = crate::results::behind_warning(result) {
-        out.push_str(&format!("<p class=\"finding fail\">{}</p>", escape(&w)));
-    }
-    if let Some(best) = &result.best {
-        out.push_str(&format!(
-            "<p class=\"finding\"><b>Best setting for the SLO: {}</b> — {:.1} {} within the SLO.</p>",
-            escape(&best.label),
-            best.throughput_within_slo,
-            escape(&best.unit)
-        ));
-    }
-    for c in &result.configs {
-        out.push_str(&format!(
-            "<div class=\"finding\"><b>{}</b>: saturation point <b>{}</b>, knee <b>{}</b>.<br>\
-             <small>Saturation: {}<br>Knee: {}<br>Search: {}</small></div>",
-            escape(&c.label),
-            c.saturation.show(),
-            c.knee.show(),
-            escape(&c.saturation.how),
-            escape(&c.knee.how),
-            escape(&c.search_end)
-        ));
-    }
-    for chart in charts {
-        out.push_str(&format!(
-            "<h2>{}</h2><img src=\"{f}.svg\" alt=\"{}\"><p><a href=\"{f}.png\">PNG</a></p>",
-            escape(&chart.title),
-            escape(&chart.title),
-            f = chart.file
-        ));
-    }
-    out.push_str("<h2>Steps</h2><p>Latency counts from each request's scheduled time; the warm-up of each step is \
-                  excluded. <i>behind</i>: the generator's dispatch delay exceeded its bound.</p>");
-    let (headers, rows) = table(result);
-    html_table(&mut out, &headers, &rows);
-    out.push_str("</body></html>\n");
-    out
-}
-
-/// A table whose rows ending in FAIL are marked.
-fn html_table(out: &mut String, headers: &[String], rows: &[Vec<String>]) {
-    out.push_str("<table><tr>");
-    for h in headers {
-        out.push_str(&format!("<th>{}</th>", escape(h)));
-    }
-    out.push_str("</tr>");
-    for row in rows {
-        let fail = row.last().is_some_and(|v| v == "FAIL");
-        out.push_str(if fail { "<tr class=\"fail\">" } else { "<tr>" });
-        for v in row {
-            out.push_str(&format!("<td>{}</td>", escape(v)));
-        }
-        out.push_str("</tr>");
-    }
-    out.push_str("</table>");
 }
 
 #[cfg(test)]

@@ -1,5 +1,8 @@
 //! The HTTP gateway end to end on the tiny model: every route, every refusal (status and error body), overload,
-//! batch splitting across replicas, and graceful shutdown.
+//! batch splitting across replicas, and graceful shutdown; `fidelity`: how closely each surface follows the API it
+//! copies (OpenAI, TEI), and start-up and shutdown as a client sees them.
+
+mod fidelity;
 
 use std::time::{Duration, Instant};
 
@@ -115,13 +118,29 @@ fn floats(v: &Value) -> Vec<f32> {
         .collect()
 }
 
-/// Asserts the one error shape, and returns the code.
+/// Asserts the status and the error shape of the route's surface, and returns OpenAI's `code` or TEI's
+/// `error_type`.
 fn error_code(reply: &Reply, status: StatusCode) -> String {
     assert_eq!(reply.status, status, "{}", reply.body);
     let e = &reply.body["error"];
+    if let Some(message) = e.as_str() {
+        assert!(!message.is_empty(), "{}", reply.body);
+        assert_eq!(reply.body.as_object().unwrap().len(), 2, "{}", reply.body);
+        return reply.body["error_type"].as_str().unwrap().to_owned();
+    }
     assert!(e["message"].as_str().is_some_and(|m| !m.is_empty()), "{e}");
     assert!(e["type"].as_str().is_some(), "{e}");
     e["code"].as_str().unwrap().to_owned()
+}
+
+/// The ids of one input's `/tokenize` answer (TEI's token objects).
+fn token_ids(tokens: &Value) -> Vec<u32> {
+    tokens
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_u64().unwrap() as u32)
+        .collect()
 }
 
 const TEXTS: [&str; 3] = ["the search query", "embedding a passage", "a"];
@@ -136,7 +155,7 @@ async fn openai_and_tei_answer_the_engines_numbers() {
     let r = post(
         &router,
         "/v1/embeddings",
-        json!({ "input": TEXTS, "model": "x" }),
+        json!({ "input": TEXTS, "model": "all-MiniLM-L6-v2" }),
     )
     .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.body);
@@ -205,7 +224,7 @@ async fn token_ids_dimensions_prompts_and_tokenize() {
 
     let ids = e.tokenize(TEXTS[0]).unwrap();
     let tok = post(&router, "/tokenize", json!({ "inputs": TEXTS[0] })).await;
-    assert_eq!(tok.body, json!([ids]));
+    assert_eq!(token_ids(&tok.body[0]), ids);
 
     let by_ids = post(&router, "/v1/embeddings", json!({ "input": ids })).await;
     let by_text = post(&router, "/v1/embeddings", json!({ "input": [TEXTS[0]] })).await;
@@ -228,14 +247,20 @@ async fn token_ids_dimensions_prompts_and_tokenize() {
     for (a, b) in v.iter().zip(&full[..8]) {
         assert!((a - b / scale).abs() < 1e-5);
     }
-    // Regression: TEI's `normalize: false` with `dimensions` used to come back re-normalized anyway.
+    // Regression: TEI's `normalize: false` with `dimensions` used to come back re-normalized anyway. It is the
+    // cut of the pooled vector (fidelity::normalize_false_returns_the_pooled_vector_before_normalize): the cut of
+    // the unit one, scaled.
     let raw = post(
         &router,
         "/embed",
         json!({ "inputs": TEXTS[0], "dimensions": 8, "normalize": false }),
     )
     .await;
-    assert_eq!(floats(&raw.body[0]), full[..8]);
+    let raw = floats(&raw.body[0]);
+    let ratio = raw[0] / full[0];
+    for (a, b) in raw.iter().zip(&full[..8]) {
+        assert!((a - b * ratio).abs() < 1e-5 * ratio.abs(), "{a} vs {b}");
+    }
 
     let prompted = post(
         &router,
@@ -334,7 +359,7 @@ async fn bad_input_gets_the_right_status_and_one_error_shape() {
             StatusCode::BAD_REQUEST,
             "invalid_json",
         ),
-        ("/embed", "".into(), StatusCode::BAD_REQUEST, "invalid_json"),
+        ("/embed", "".into(), StatusCode::BAD_REQUEST, "validation"),
         (
             "/v1/embeddings",
             Body::from(b"{\"input\": \"\xff\xfe\"}".to_vec()),
@@ -365,7 +390,7 @@ async fn bad_input_gets_the_right_status_and_one_error_shape() {
                 .to_string()
                 .into(),
             StatusCode::BAD_REQUEST,
-            "invalid_type",
+            "validation",
         ),
         (
             "/v1/embeddings",
@@ -385,7 +410,7 @@ async fn bad_input_gets_the_right_status_and_one_error_shape() {
             "/embed",
             json!({ "inputs": [] }).to_string().into(),
             StatusCode::BAD_REQUEST,
-            "empty_input",
+            "empty",
         ),
         (
             "/v1/embeddings",
@@ -397,7 +422,7 @@ async fn bad_input_gets_the_right_status_and_one_error_shape() {
             "/embed",
             json!({ "inputs": ["a", ""] }).to_string().into(),
             StatusCode::BAD_REQUEST,
-            "empty_input",
+            "empty",
         ),
         (
             "/v1/embeddings",
@@ -429,7 +454,7 @@ async fn bad_input_gets_the_right_status_and_one_error_shape() {
                 .to_string()
                 .into(),
             StatusCode::BAD_REQUEST,
-            "unknown_prompt",
+            "validation",
         ),
         (
             "/v1/embeddings",
@@ -441,12 +466,12 @@ async fn bad_input_gets_the_right_status_and_one_error_shape() {
             "/embed",
             json!({ "inputs": "a".repeat(2000) }).to_string().into(),
             StatusCode::PAYLOAD_TOO_LARGE,
-            "payload_too_large",
+            "validation",
         ),
         (
             "/v1/embeddings",
             json!({ "input": long }).to_string().into(),
-            StatusCode::UNPROCESSABLE_ENTITY,
+            StatusCode::BAD_REQUEST,
             "input_too_long",
         ),
         (
@@ -455,13 +480,13 @@ async fn bad_input_gets_the_right_status_and_one_error_shape() {
                 .to_string()
                 .into(),
             StatusCode::UNPROCESSABLE_ENTITY,
-            "input_too_long",
+            "validation",
         ),
         (
             "/tokenize",
             json!({ "inputs": long }).to_string().into(),
             StatusCode::UNPROCESSABLE_ENTITY,
-            "input_too_long",
+            "validation",
         ),
     ];
     for (path, body, status, code) in cases {
@@ -487,13 +512,10 @@ async fn bad_input_gets_the_right_status_and_one_error_shape() {
         json!({ "inputs": format!("{long} b"), "truncate": true, "truncation_direction": "Left" }),
     )
     .await;
-    let (right, left) = (&right.body[0], &left.body[0]);
-    assert_eq!(right.as_array().unwrap().len(), 48);
-    assert_eq!(left.as_array().unwrap().len(), 48);
-    assert_eq!(
-        (right[0].clone(), right[47].clone()),
-        (left[0].clone(), left[47].clone())
-    );
+    let (right, left) = (token_ids(&right.body[0]), token_ids(&left.body[0]));
+    assert_eq!(right.len(), 48);
+    assert_eq!(left.len(), 48);
+    assert_eq!((right[0], right[47]), (left[0], left[47]));
     assert_ne!(right, left, "the left cut keeps the tail (`b`)");
     // Regression: the left cut was made by hand (first id + last 47), assuming one special token at each end;
     // it is now the tokenizer's own left truncation.
@@ -508,7 +530,7 @@ async fn bad_input_gets_the_right_status_and_one_error_shape() {
     .unwrap();
     let mut ids = Vec::new();
     own_left.encode(&format!("{long} b"), &mut ids).unwrap();
-    assert_eq!(*left, json!(ids));
+    assert_eq!(left, ids);
     let embedded = post(
         &router,
         "/embed",
@@ -575,7 +597,7 @@ async fn api_key_and_shutting_down() {
     let health = send(&router, "GET", "/health", Body::empty()).await;
     assert_eq!(
         error_code(&health, StatusCode::SERVICE_UNAVAILABLE),
-        "shutting_down"
+        "unhealthy"
     );
 }
 
@@ -623,6 +645,12 @@ async fn a_burst_beyond_the_queue_gets_quick_429s_and_the_rest_complete() {
             ok.push((vectors(&r.body), elapsed));
         } else {
             assert_eq!(error_code(&r, StatusCode::TOO_MANY_REQUESTS), "overloaded");
+            let after = r
+                .headers
+                .get("retry-after")
+                .map(|v| v.to_str().unwrap().to_owned());
+            let secs: u64 = after.as_deref().unwrap_or("none").parse().unwrap_or(0);
+            assert!(secs >= 1, "a 429 says when to retry: {after:?}");
             refused.push(elapsed);
         }
     }
@@ -645,6 +673,43 @@ async fn a_burst_beyond_the_queue_gets_quick_429s_and_the_rest_complete() {
         refused.len()
     );
     assert!(metrics.body.as_str().unwrap().contains(&overloaded));
+}
+
+#[tokio::test]
+async fn a_request_names_its_priority_by_header_or_body_field() {
+    let dir = model_dir();
+    let router = gateway(&dir, 1, GatewayConfig::default()).router();
+    let with = |priority: &str| {
+        Request::builder()
+            .method("POST")
+            .uri("/v1/embeddings")
+            .header("content-type", "application/json")
+            .header("x-priority", priority)
+    };
+    let body = json!({ "input": "a query" }).to_string();
+    assert_eq!(
+        send_with(&router, with("batch"), body.clone()).await.status,
+        StatusCode::OK
+    );
+    let bad = send_with(&router, with("urgent"), body).await;
+    assert_eq!(
+        error_code(&bad, StatusCode::BAD_REQUEST),
+        "invalid_priority"
+    );
+    let field = json!({ "inputs": "a query", "priority": "batch" });
+    assert_eq!(post(&router, "/embed", field).await.status, StatusCode::OK);
+    let wrong = json!({ "inputs": "a query", "priority": "soon" });
+    assert_eq!(
+        post(&router, "/embed", wrong).await.status,
+        StatusCode::BAD_REQUEST
+    );
+    // Each was counted in its priority's queue.
+    let metrics = send(&router, "GET", "/metrics", Body::empty()).await;
+    let text = metrics.body.as_str().unwrap().to_owned();
+    assert!(
+        text.contains("embed_class_refused_total{replica=\"0\",priority=\"batch\"} 0"),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
