@@ -17,6 +17,7 @@ mod step;
 mod sweep;
 mod target;
 mod trace;
+mod tune;
 mod workload;
 
 use std::io::{BufRead, BufWriter, Write};
@@ -57,6 +58,9 @@ enum Command {
     /// Find where the engine saturates: step the load (open-loop rate, or batch concurrency) from low to past
     /// saturation for each knob combination; write results/<run-id>/ and reports/<run-id>/.
     Sweep(sweep::SweepArgs),
+    /// Tune a running engine under live traffic: charts, knobs changed while the load runs, results on quit
+    /// (`--headless --script FILE --duration S` without a terminal).
+    Tune(tune::TuneArgs),
     /// Replay one trace (or one batch re-index of a corpus) at one setting; same outputs as a sweep.
     Replay(sweep::ReplayArgs),
     /// CI performance gates: instruction counts under valgrind, and interleaved A/B timing against a revision.
@@ -159,10 +163,17 @@ fn main() -> Result<()> {
         Command::Curve(args) => curve::run(args),
         Command::Sweep(args) => sweep::sweep(args),
         Command::Replay(args) => sweep::replay(args),
+        Command::Tune(args) => tune::run(args),
         Command::Gate(args) => std::process::exit(gate::run(args)),
         Command::Report {
             results,
             reports_dir,
-        } => sweep::rereport(results, reports_dir),
+        } => match tune::rereport(&results, &reports_dir)? {
+            Some(page) => {
+                eprintln!("report: {}", page.display());
+                Ok(())
+            }
+            None => sweep::rereport(results, reports_dir),
+        },
     }
 }

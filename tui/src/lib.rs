@@ -10,4 +10,4 @@ mod widgets;
 pub use app::{App, Command, Event, Knob, KnobKind, Mark, Point, Step};
 pub use keys::{handle, help_line, key_named, Action, Binding, INPUT_KEYS, KEYS};
 pub use ratatui;
-pub use widgets::draw;
+pub use widgets::{draw, screen_text};

@@ -7,7 +7,8 @@ use ratatui::style::{Color, Modifier, Style};
 use ratatui::symbols::Marker;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Axis, Block, Chart, Dataset, GraphType, List, ListItem, Paragraph};
-use ratatui::Frame;
+use ratatui::backend::TestBackend;
+use ratatui::{Frame, Terminal};
 
 use crate::app::{App, KnobKind, Point};
 use crate::keys::help_line;
@@ -94,6 +95,27 @@ pub fn draw(frame: &mut Frame, app: &App) {
         draw_log(frame, app, log);
     }
     frame.render_widget(Paragraph::new(help_line(app)), help);
+}
+
+/// The screen at `width`×`height` as text, one line per row: what a terminal would show, for logs, results and
+/// tests.
+pub fn screen_text(app: &App, width: u16, height: u16) -> String {
+    // The test backend draws into memory; it has no way to fail.
+    let mut terminal = match Terminal::new(TestBackend::new(width, height)) {
+        Ok(t) => t,
+        Err(e) => return format!("(screen not drawn: {e})"),
+    };
+    if let Err(e) = terminal.draw(|f| draw(f, app)) {
+        return format!("(screen not drawn: {e})");
+    }
+    let buffer = terminal.backend().buffer();
+    (0..height)
+        .map(|y| {
+            let row: String = (0..width).map(|x| buffer[(x, y)].symbol()).collect();
+            row.trim_end().to_owned()
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 fn header_line(app: &App) -> Paragraph<'static> {
@@ -275,8 +297,6 @@ mod tests {
     use super::*;
     use crate::app::{Knob, Step};
     use crate::keys::{handle, key_named};
-    use ratatui::backend::TestBackend;
-    use ratatui::Terminal;
 
     fn app() -> App {
         let knob = |name: &str, value: &str, kind| Knob {
@@ -315,17 +335,7 @@ mod tests {
     }
 
     fn render(app: &App, w: u16, h: u16) -> String {
-        let mut terminal = Terminal::new(TestBackend::new(w, h)).unwrap();
-        terminal.draw(|f| draw(f, app)).unwrap();
-        let buffer = terminal.backend().buffer();
-        (0..h)
-            .map(|y| {
-                (0..w)
-                    .map(|x| buffer[(x, y)].symbol().to_owned())
-                    .collect::<String>()
-            })
-            .collect::<Vec<_>>()
-            .join("\n")
+        screen_text(app, w, h)
     }
 
     #[test]
