@@ -93,8 +93,8 @@ fn a_budget_change_mid_run_changes_the_batches_the_engine_forms() {
     assert!(t.sent > 1000, "{t:?}");
     assert_eq!(t.sent, t.ok + t.refused + t.errors + t.timeouts, "{t:?}");
     assert_eq!(result.final_config.max_batch_tokens, 16);
-    let toml = std::fs::read_to_string(out.path().join("results/run/final.toml")).unwrap();
-    let config: engine::EngineConfig = toml::from_str(&toml).unwrap();
+    let config =
+        engine::EngineConfig::from_toml_file(&out.path().join("results/run/final.toml")).unwrap();
     assert_eq!(config, result.final_config);
     let screens = std::fs::read_to_string(out.path().join("results/run/screens.txt")).unwrap();
     assert!(screens.contains("before max_batch_tokens=16") && screens.contains("set max_batch_tokens=16"));
