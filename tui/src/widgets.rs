@@ -2,12 +2,12 @@
 //! the event log and the help bar. The chart grid follows the terminal's size (four charts at 80×24, more on a
 //! larger screen, fewer on a smaller one).
 
+use ratatui::backend::TestBackend;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::symbols::Marker;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Axis, Block, Chart, Dataset, GraphType, List, ListItem, Paragraph};
-use ratatui::backend::TestBackend;
 use ratatui::{Frame, Terminal};
 
 use crate::app::{App, KnobKind, Point};

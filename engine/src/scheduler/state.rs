@@ -12,6 +12,9 @@ use super::queue::{self, Budget, Decision};
 use super::{ClassLoad, Embedded, Error, Load, Priority, Refusal};
 use crate::config::EngineConfig;
 
+/// One answer channel per admitted sequence.
+type Replies = Vec<oneshot::Receiver<Result<Embedded, Error>>>;
+
 /// The scheduling settings, read from [`EngineConfig`] at start and on every reconfiguration.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) struct Settings {
@@ -101,7 +104,7 @@ impl State {
         priority: Priority,
         waiting: bool,
         now: Instant,
-    ) -> Result<Vec<oneshot::Receiver<Result<Embedded, Error>>>, (Error, Vec<Vec<u32>>)> {
+    ) -> Result<Replies, (Error, Vec<Vec<u32>>)> {
         if self.closed {
             return Err((Error::ShuttingDown, seqs));
         }

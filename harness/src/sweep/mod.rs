@@ -16,8 +16,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 pub(crate) use args::Common;
 pub use args::{ReplayArgs, SweepArgs};
 use run::{step_line, StepSpec, StepTimes};
-pub(crate) use setup::{positive, Setup};
 use setup::check_warmup;
+pub(crate) use setup::{positive, Setup};
 use summary::print_summary;
 
 use crate::arrivals::Arrivals;

@@ -195,7 +195,11 @@ impl Tuner {
         self.totals.refused += point.refused;
         self.totals.errors += point.errors;
         self.totals.timeouts += point.timeouts;
-        for v in [&mut point.achieved, &mut point.goodput, &mut point.tokens_per_s] {
+        for v in [
+            &mut point.achieved,
+            &mut point.goodput,
+            &mut point.tokens_per_s,
+        ] {
             *v /= dt;
         }
         latencies.sort_by(f64::total_cmp);
@@ -212,14 +216,20 @@ impl Tuner {
         // Counters start again at a new engine: a tick across a swap has no batch figures.
         if batches > 0.0 && counters.tokens >= before.tokens {
             point.batch_tokens = Some((counters.tokens - before.tokens) / batches);
-            point.batch_seqs = counters.seqs.zip(before.seqs).map(|(a, b)| (a - b) / batches);
+            point.batch_seqs = counters
+                .seqs
+                .zip(before.seqs)
+                .map(|(a, b)| (a - b) / batches);
             let padding = counters.padding.zip(before.padding).map(|(a, b)| a - b);
             point.padding_share = padding.map(|p| p / (p + counters.tokens - before.tokens));
             point.replays = (counters.replays - before.replays) / dt;
             point.captures = (counters.captures - before.captures) / dt;
         }
+        // Refusals are counted below; their messages would flood the log.
         for e in self.rec.drain_errors() {
-            self.app.log(t, e);
+            if !e.starts_with("refused:") {
+                self.app.log(t, e);
+            }
         }
         if point.refused + point.errors + point.timeouts > 0 {
             self.app.log(
@@ -250,7 +260,10 @@ impl Tuner {
         for (at, task) in self.draining.drain(..) {
             if task.is_finished() {
                 if let Ok(s) = task.await {
-                    self.app.log(t, format!("old engine (swapped at {at:.1} s) drained in {s:.2} s"));
+                    self.app.log(
+                        t,
+                        format!("old engine (swapped at {at:.1} s) drained in {s:.2} s"),
+                    );
                 }
             } else {
                 still.push((at, task));
@@ -267,11 +280,20 @@ impl Tuner {
             Command::Pause(paused) => {
                 self.offered.send_modify(|o| o.paused = paused);
                 self.app.paused = paused;
-                self.app.log(t, if paused { "load paused" } else { "load resumed" }.into());
+                self.app.log(
+                    t,
+                    if paused {
+                        "load paused"
+                    } else {
+                        "load resumed"
+                    }
+                    .into(),
+                );
             }
             Command::Set { name, value } => {
                 if let Err(e) = self.set(&name, &value).await {
-                    self.app.log(t, format!("{name}={value} not applied: {e:#}"));
+                    self.app
+                        .log(t, format!("{name}={value} not applied: {e:#}"));
                 }
             }
             Command::Save => match self.save() {
@@ -280,13 +302,18 @@ impl Tuner {
             },
             Command::FindSaturation => {
                 if self.search.is_some() {
-                    self.app.log(t, "a saturation search is already running".into());
+                    self.app
+                        .log(t, "a saturation search is already running".into());
                 } else if !self.workload.steps_rate() {
-                    self.app.log(t, "the saturation search steps the rate: online or mixed workloads".into());
+                    self.app.log(
+                        t,
+                        "the saturation search steps the rate: online or mixed workloads".into(),
+                    );
                 } else {
                     let rate = self.offered.borrow().rate;
                     self.search = Some(Search::new(rate));
-                    self.app.log(t, format!("saturation search from {rate} req/s"));
+                    self.app
+                        .log(t, format!("saturation search from {rate} req/s"));
                     self.set_rate(rate, "search");
                 }
             }
@@ -298,14 +325,23 @@ impl Tuner {
     pub fn save(&mut self) -> Result<PathBuf> {
         std::fs::create_dir_all(&self.save_dir)
             .with_context(|| format!("creating {}", self.save_dir.display()))?;
-        let path = self.save_dir.join(format!("config-{}.toml", self.saved.len() + 1));
+        let path = self
+            .save_dir
+            .join(format!("config-{}.toml", self.saved.len() + 1));
         std::fs::write(&path, self.config.to_toml()?)
             .with_context(|| format!("writing {}", path.display()))?;
         self.saved.push(path.clone());
         Ok(path)
     }
 
-    fn record(&mut self, name: &str, from: String, to: String, kind: KnobKind, build_s: Option<f64>) {
+    fn record(
+        &mut self,
+        name: &str,
+        from: String,
+        to: String,
+        kind: KnobKind,
+        build_s: Option<f64>,
+    ) {
         let t = self.elapsed();
         self.app.changed(t, name, &to);
         self.changes.push(Change {
@@ -345,7 +381,13 @@ impl Tuner {
                 let clients: usize = value.trim().parse().context("a number of clients")?;
                 let from = self.offered.borrow().clients;
                 self.offered.send_modify(|o| o.clients = clients);
-                self.record(&name, from.to_string(), clients.to_string(), KnobKind::Load, None);
+                self.record(
+                    &name,
+                    from.to_string(),
+                    clients.to_string(),
+                    KnobKind::Load,
+                    None,
+                );
                 return Ok(());
             }
             _ => {}
@@ -366,12 +408,14 @@ impl Tuner {
             return Ok(());
         }
         let t = self.elapsed();
-        self.app.log(t, format!("building a new engine for {name}={to}"));
+        self.app
+            .log(t, format!("building a new engine for {name}={to}"));
         let built = Instant::now();
         let (dir, config) = (engines.model_dir.clone(), next.clone());
-        let replicas = tokio::task::spawn_blocking(move || crate::engines::load_replicas(&dir, config))
-            .await
-            .context("the engine build task failed")??;
+        let replicas =
+            tokio::task::spawn_blocking(move || crate::engines::load_replicas(&dir, config))
+                .await
+                .context("the engine build task failed")??;
         let gateway = Gateway::new(replicas, engines.gateway.clone())?;
         let build_s = built.elapsed().as_secs_f64();
         let old = engines.target.swap(gateway);
@@ -452,7 +496,11 @@ fn knob_panel(
             step: scale(1.25, false),
         });
     }
-    if workload.classes.iter().any(|c| matches!(c.drive, Drive::Closed { .. })) {
+    if workload
+        .classes
+        .iter()
+        .any(|c| matches!(c.drive, Drive::Closed { .. }))
+    {
         knobs.push(Knob {
             name: "batch_clients".into(),
             value: offered.clients.to_string(),
@@ -476,7 +524,11 @@ fn knob_panel(
         ("batch_min_share", KnobKind::Live, Step::Add(0.05)),
         ("dtype", KnobKind::Engine, choice(&["f32", "bf16"])),
         ("threads", KnobKind::Engine, Step::Add(1.0)),
-        ("capture", KnobKind::Engine, choice(&["off", "lazy", "startup"])),
+        (
+            "capture",
+            KnobKind::Engine,
+            choice(&["off", "lazy", "startup"]),
+        ),
         ("tokenizer", KnobKind::Engine, choice(&["fast", "hf"])),
     ];
     for (name, kind, step) in steps {

@@ -84,7 +84,7 @@ async fn open_loop(
                     break 'run;
                 }
                 let rate = now_offered.rate;
-                if now_offered.paused || !(rate > 0.0) {
+                if now_offered.paused || rate.is_nan() || rate <= 0.0 {
                     // Paused: the virtual clock stands still.
                     if offered.changed().await.is_err() {
                         break 'run;

@@ -141,7 +141,13 @@ pub fn run(args: TuneArgs) -> Result<()> {
         });
         let rec = Arc::new(Recorder::default());
         let start = Instant::now();
-        let senders = live::start(workload.clone(), target.clone(), rec.clone(), offered_rx, start)?;
+        let senders = live::start(
+            workload.clone(),
+            target.clone(),
+            rec.clone(),
+            offered_rx,
+            start,
+        )?;
         let mut tuner = Tuner::new(
             title,
             config,
@@ -194,7 +200,11 @@ pub fn run(args: TuneArgs) -> Result<()> {
 
 /// Stops the load and waits for every request sent to be answered (or abandoned at its timeout), then takes the
 /// last records and waits for old engines to drain.
-async fn finish(tuner: &mut Tuner, mut senders: tokio::task::JoinSet<()>, workload: &crate::workload::Workload) {
+async fn finish(
+    tuner: &mut Tuner,
+    mut senders: tokio::task::JoinSet<()>,
+    workload: &crate::workload::Workload,
+) {
     tuner.stop();
     let longest = workload
         .classes

@@ -129,7 +129,8 @@ pub fn write(dir: &Path, result: &TuneResult, screens: &[Screen]) -> Result<()> 
 }
 
 pub fn read(path: &Path) -> Result<TuneResult> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let result: TuneResult =
         serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
     if result.schema_version > SCHEMA_VERSION {
@@ -201,7 +202,11 @@ fn charts(result: &TuneResult) -> Vec<Chart> {
             line("p99", 1, series(result, |p| p.p99_ms), false),
         ],
     );
-    latency.hlines = vec![(result.slo_ms, format!("SLO {} ms", result.slo_ms), PALETTE[3])];
+    latency.hlines = vec![(
+        result.slo_ms,
+        format!("SLO {} ms", result.slo_ms),
+        PALETTE[3],
+    )];
     latency.legend = SeriesLabelPosition::UpperLeft;
     vec![
         chart(
@@ -211,7 +216,12 @@ fn charts(result: &TuneResult) -> Vec<Chart> {
             vec![
                 line("offered", 6, series(result, |p| Some(p.offered)), true),
                 line("achieved", 0, series(result, |p| Some(p.achieved)), false),
-                line("goodput (within SLO)", 2, series(result, |p| Some(p.goodput)), false),
+                line(
+                    "goodput (within SLO)",
+                    2,
+                    series(result, |p| Some(p.goodput)),
+                    false,
+                ),
             ],
         ),
         latency,
@@ -225,14 +235,26 @@ fn charts(result: &TuneResult) -> Vec<Chart> {
             "tune_batch_seqs",
             "Sequences per batch (mean per tick)",
             "sequences per batch",
-            vec![line("sequences", 5, series(result, |p| p.batch_seqs), false)],
+            vec![line(
+                "sequences",
+                5,
+                series(result, |p| p.batch_seqs),
+                false,
+            )],
         ),
     ]
 }
 
-/// Means over the ticks in `[from, to)` of achieved req/s, p99 and batch tokens.
-fn window(result: &TuneResult, from: f64, to: f64) -> [Option<f64>; 3] {
-    let points: Vec<&Point> = result.series.iter().filter(|p| p.t > from && p.t <= to).collect();
+/// Achieved req/s, p99 ms and batch tokens, means over some ticks.
+type Figures = [Option<f64>; 3];
+
+/// The [`Figures`] of the ticks in `(from, to]`.
+fn window(result: &TuneResult, from: f64, to: f64) -> Figures {
+    let points: Vec<&Point> = result
+        .series
+        .iter()
+        .filter(|p| p.t > from && p.t <= to)
+        .collect();
     let mean = |pick: &dyn Fn(&Point) -> Option<f64>| {
         let v: Vec<f64> = points.iter().filter_map(|p| pick(p)).collect();
         (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
@@ -246,7 +268,7 @@ fn window(result: &TuneResult, from: f64, to: f64) -> [Option<f64>; 3] {
 
 /// Each change's before (the ticks since the previous change, at most 10 s) and after (from one tick after it to
 /// the next change).
-pub fn before_after(result: &TuneResult) -> Vec<(&Change, [Option<f64>; 3], [Option<f64>; 3])> {
+pub fn before_after(result: &TuneResult) -> Vec<(&Change, Figures, Figures)> {
     let end = result.series.last().map_or(0.0, |p| p.t);
     let times: Vec<f64> = result.changes.iter().map(|c| c.t).collect();
     result
@@ -254,7 +276,11 @@ pub fn before_after(result: &TuneResult) -> Vec<(&Change, [Option<f64>; 3], [Opt
         .iter()
         .enumerate()
         .map(|(i, c)| {
-            let prev = if i == 0 { 0.0 } else { times[i - 1] + result.tick_s };
+            let prev = if i == 0 {
+                0.0
+            } else {
+                times[i - 1] + result.tick_s
+            };
             let next = times.get(i + 1).copied().unwrap_or(end);
             let before = window(result, prev.max(c.t - 10.0), c.t);
             let after = window(result, c.t + result.tick_s, next);
@@ -269,13 +295,23 @@ pub fn report(dir: &Path, result: &TuneResult) -> Result<PathBuf> {
     let charts = charts(result);
     for chart in &charts {
         let png = dir.join(format!("{}.png", chart.file));
-        draw(BitMapBackend::new(&png, (1000, 560)).into_drawing_area(), chart)
-            .with_context(|| format!("drawing {}", png.display()))?;
+        draw(
+            BitMapBackend::new(&png, (1000, 560)).into_drawing_area(),
+            chart,
+        )
+        .with_context(|| format!("drawing {}", png.display()))?;
         let svg = dir.join(format!("{}.svg", chart.file));
-        draw(SVGBackend::new(&svg, (1000, 560)).into_drawing_area(), chart)
-            .with_context(|| format!("drawing {}", svg.display()))?;
+        draw(
+            SVGBackend::new(&svg, (1000, 560)).into_drawing_area(),
+            chart,
+        )
+        .with_context(|| format!("drawing {}", svg.display()))?;
     }
-    let esc = |s: &str| s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+    let esc = |s: &str| {
+        s.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+    };
     let f = |v: Option<f64>| v.map_or("–".into(), |v| format!("{v:.1}"));
     let mut page = format!(
         "<!doctype html><meta charset=utf-8><title>bench tune {id}</title><body style=\"font-family:sans-serif;max-width:1050px\">\
@@ -325,10 +361,21 @@ pub fn report(dir: &Path, result: &TuneResult) -> Result<PathBuf> {
         let _ = write!(page, "<p>Saturation search: {}</p>", esc(s));
     }
     for chart in &charts {
-        let _ = write!(page, "<h2>{}</h2><img src=\"{}.png\" width=1000>", esc(&chart.title), chart.file);
+        let _ = write!(
+            page,
+            "<h2>{}</h2><img src=\"{}.png\" width=1000>",
+            esc(&chart.title),
+            chart.file
+        );
     }
     for s in &result.screens {
-        let _ = write!(page, "<h3>Screen at {:.1} s, {}</h3><pre>{}</pre>", s.t, esc(&s.label), esc(&s.text));
+        let _ = write!(
+            page,
+            "<h3>Screen at {:.1} s, {}</h3><pre>{}</pre>",
+            s.t,
+            esc(&s.label),
+            esc(&s.text)
+        );
     }
     page.push_str("<h2>Events</h2><pre>");
     for e in &result.events {

@@ -37,7 +37,11 @@ impl Search {
 
     /// Takes a tick; returns the next rate to offer when a step ends, or, when the search is done, the rate to
     /// return to and the finding.
-    pub fn observe(&mut self, point: Option<&Point>, slo_ms: f64) -> Option<Result<f64, (f64, String)>> {
+    pub fn observe(
+        &mut self,
+        point: Option<&Point>,
+        slo_ms: f64,
+    ) -> Option<Result<f64, (f64, String)>> {
         self.ticks += 1;
         if self.ticks > 1 {
             let ok = point.is_some_and(|p| {
@@ -63,9 +67,9 @@ impl Search {
         };
         if done || self.steps >= MAX_STEPS {
             let found = match (self.lo, self.hi) {
-                (Some(lo), Some(hi)) => format!(
-                    "saturation ≈ {lo:.1} req/s (p99 within the SLO; {hi:.1} failed)"
-                ),
+                (Some(lo), Some(hi)) => {
+                    format!("saturation ≈ {lo:.1} req/s (p99 within the SLO; {hi:.1} failed)")
+                }
                 (Some(lo), None) => format!("every step passed, up to {lo:.1} req/s"),
                 (None, Some(hi)) => format!("no step passed, down to {hi:.1} req/s"),
                 (None, None) => "no step finished".into(),
@@ -106,7 +110,10 @@ mod tests {
                     assert_eq!(back, 100.0);
                     let lo = search.lo.unwrap();
                     let hi = search.hi.unwrap();
-                    assert!(lo < 330.0 && hi >= 330.0 && (hi - lo) / hi <= 0.1, "{lo} {hi}");
+                    assert!(
+                        lo < 330.0 && hi >= 330.0 && (hi - lo) / hi <= 0.1,
+                        "{lo} {hi}"
+                    );
                     assert!(found.contains("saturation"), "{found}");
                     return;
                 }

@@ -75,7 +75,10 @@ fn a_budget_change_mid_run_changes_the_batches_the_engine_forms() {
     );
     assert_eq!(result.changes.len(), 1, "{:?}", result.changes);
     let change = &result.changes[0];
-    assert_eq!((change.name.as_str(), change.to.as_str()), ("max_batch_tokens", "16"));
+    assert_eq!(
+        (change.name.as_str(), change.to.as_str()),
+        ("max_batch_tokens", "16")
+    );
     assert_eq!(change.kind, KnobKind::Live);
     let seqs = |from: f64, to: f64| {
         mean(
@@ -97,7 +100,10 @@ fn a_budget_change_mid_run_changes_the_batches_the_engine_forms() {
         engine::EngineConfig::from_toml_file(&out.path().join("results/run/final.toml")).unwrap();
     assert_eq!(config, result.final_config);
     let screens = std::fs::read_to_string(out.path().join("results/run/screens.txt")).unwrap();
-    assert!(screens.contains("before max_batch_tokens=16") && screens.contains("set max_batch_tokens=16"));
+    assert!(
+        screens.contains("before max_batch_tokens=16")
+            && screens.contains("set max_batch_tokens=16")
+    );
     // `bench report` draws it again from the results directory.
     let page = super::rereport(&out.path().join("results/run"), &out.path().join("again"))
         .unwrap()
@@ -129,9 +135,17 @@ fn a_dtype_switch_mid_run_loses_no_request() {
     assert!(change.build_s.is_some_and(|s| s > 0.0));
     let t = result.totals;
     assert!(t.sent > 300, "{t:?}");
-    assert_eq!((t.ok, t.refused, t.errors, t.timeouts), (t.sent, 0, 0, 0), "{t:?}");
+    assert_eq!(
+        (t.ok, t.refused, t.errors, t.timeouts),
+        (t.sent, 0, 0, 0),
+        "{t:?}"
+    );
     assert_eq!(result.final_config.dtype, engine::Dtype::Bf16);
     let after = result.series.iter().filter(|p| p.t > change.t + 1.0);
     assert!(mean(after.map(|p| p.achieved)) > 100.0);
-    assert!(result.events.iter().any(|e| e.text.contains("drained")), "{:?}", result.events);
+    assert!(
+        result.events.iter().any(|e| e.text.contains("drained")),
+        "{:?}",
+        result.events
+    );
 }
