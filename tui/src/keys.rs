@@ -72,13 +72,13 @@ pub const KEYS: &[Binding] = &[
     Binding {
         keys: &[KeyCode::Char('f')],
         label: "f",
-        what: "find saturation",
+        what: "saturation",
         action: Action::Find,
     },
     Binding {
         keys: &[KeyCode::Char('s')],
         label: "s",
-        what: "save config",
+        what: "save",
         action: Action::Save,
     },
     Binding {

@@ -129,12 +129,12 @@ fn header_line(app: &App) -> Paragraph<'static> {
     };
     Paragraph::new(Line::from(vec![
         state,
+        Span::raw(format!(" t={:.0}s ", app.now)),
+        Span::styled(app.status.clone(), Style::default().fg(Color::Cyan)),
         Span::styled(
-            format!(" {} ", app.title),
+            format!("  {}", app.title),
             Style::default().add_modifier(Modifier::BOLD),
         ),
-        Span::raw(format!("t={:.0}s ", app.now)),
-        Span::styled(app.status.clone(), Style::default().fg(Color::Cyan)),
     ]))
 }
 
@@ -352,7 +352,8 @@ mod tests {
             "max_batch_tokens",
             "32",
             "set max_batch_tokens=32",
-            "find saturation",
+            "saturation",
+            "quit",
         ] {
             assert!(screen.contains(want), "{want} missing from\n{screen}");
         }

@@ -93,7 +93,13 @@ pub struct Tuner {
     pub save_dir: PathBuf,
     /// Old engines draining after a swap.
     draining: Vec<(f64, tokio::task::JoinHandle<f64>)>,
+    /// Requests refused, failed, timed out since `failed_since`, not yet logged.
+    failed: (u64, u64, u64),
+    failed_since: f64,
 }
+
+/// Seconds over which failures are summed into one log line.
+const FAILURES_EVERY_S: f64 = 5.0;
 
 impl Tuner {
     #[allow(clippy::too_many_arguments)]
@@ -128,6 +134,8 @@ impl Tuner {
             search: None,
             save_dir,
             draining: Vec::new(),
+            failed: (0, 0, 0),
+            failed_since: 0.0,
         })
     }
 
@@ -231,14 +239,22 @@ impl Tuner {
                 self.app.log(t, e);
             }
         }
-        if point.refused + point.errors + point.timeouts > 0 {
-            self.app.log(
-                t,
-                format!(
-                    "{} refused, {} errors, {} timeouts",
-                    point.refused, point.errors, point.timeouts
-                ),
-            );
+        // Failures are summed over a few seconds, so that knob changes stay in view in the log.
+        self.failed.0 += point.refused;
+        self.failed.1 += point.errors;
+        self.failed.2 += point.timeouts;
+        if t - self.failed_since >= FAILURES_EVERY_S {
+            let (refused, errors, timeouts) = std::mem::take(&mut self.failed);
+            if refused + errors + timeouts > 0 {
+                self.app.log(
+                    t,
+                    format!(
+                        "{refused} refused, {errors} errors, {timeouts} timeouts in {:.0} s",
+                        t - self.failed_since
+                    ),
+                );
+            }
+            self.failed_since = t;
         }
         self.app.push(point);
         self.finish_drains(t).await;

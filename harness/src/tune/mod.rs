@@ -97,12 +97,11 @@ pub fn run(args: TuneArgs) -> Result<()> {
             Drive::Open { .. } => None,
         })
         .unwrap_or(0);
-    let title = format!(
-        "bench tune {} {} {}",
-        c.workload,
-        setup.model_name,
-        setup.kind.describe()
-    );
+    let target_name = match &setup.kind {
+        TargetKind::Url { url, .. } => url.clone(),
+        _ => "in-process".into(),
+    };
+    let title = format!("{} {} {target_name}", c.workload, setup.model_name);
     let Setup {
         kind,
         model_dir,
