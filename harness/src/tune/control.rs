@@ -434,9 +434,9 @@ impl Tuner {
                 .context("the engine build task failed")??;
         let gateway = Gateway::new(replicas, engines.gateway.clone())?;
         let build_s = built.elapsed().as_secs_f64();
+        // The old engine is not shut: a request that took it just before the swap is still admitted there. It
+        // answers what it admitted and goes when the last request holding it does.
         let old = engines.target.swap(gateway);
-        // The old engine answers what it admitted; it goes once drained (its requests hold it until then).
-        old.begin_shutdown();
         let drain = tokio::spawn(async move {
             let t0 = Instant::now();
             crate::target::drained(old).await;

@@ -149,3 +149,32 @@ fn a_dtype_switch_mid_run_loses_no_request() {
         result.events
     );
 }
+
+/// `f` from a script starts the saturation search: while the tiny model keeps up, each step offers 1.5 times the
+/// last, and every step is a rate change stamped on the charts.
+#[test]
+fn the_f_key_steps_the_rate_up_while_the_slo_holds() {
+    let (model, out) = (model(), tempfile::tempdir().unwrap());
+    let result = tune(
+        model.path(),
+        out.path(),
+        "{\"at_s\": 0.2, \"key\": \"f\"}\n",
+        "7",
+        &["--rate", "100", "--no-report"],
+    );
+    let rates: Vec<f64> = result
+        .changes
+        .iter()
+        .filter(|c| c.name == "rate")
+        .map(|c| c.to.parse().unwrap())
+        .collect();
+    assert!(rates.len() >= 3, "{rates:?} {:?}", result.events);
+    assert_eq!(rates[0], 100.0);
+    for pair in rates.windows(2).take(2) {
+        assert!((pair[1] / pair[0] - 1.5).abs() < 1e-6, "{rates:?}");
+    }
+    assert!(result
+        .events
+        .iter()
+        .any(|e| e.text.contains("saturation search from 100")));
+}
