@@ -106,8 +106,9 @@ pub fn rss_mib() -> Option<f64> {
     Some(kib / 1024.0)
 }
 
+/// Where request tasks put their records: a step takes them all at its end, `bench tune` drains them each tick.
 #[derive(Default)]
-struct Recorder {
+pub struct Recorder {
     samples: Mutex<Vec<Sample>>,
     errors: Mutex<Vec<String>>,
     rss: Mutex<Vec<(f64, f64)>>,
@@ -120,6 +121,29 @@ struct Recorder {
 const KEEP_ERRORS: usize = 5;
 
 impl Recorder {
+    /// The records of the requests answered (or abandoned) since the last call.
+    pub fn drain(&self) -> Vec<Sample> {
+        take(&self.samples)
+    }
+
+    /// The distinct error messages kept since the last call.
+    pub fn drain_errors(&self) -> Vec<String> {
+        take(&self.errors)
+    }
+
+    /// Requests sent and requests finished (answered, refused, failed or abandoned) so far.
+    pub fn counts(&self) -> (u64, u64) {
+        (
+            self.sent.load(Ordering::Relaxed),
+            self.done.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Keeps a message about the run (the first few distinct ones).
+    pub fn note(&self, message: String) {
+        self.error(message)
+    }
+
     fn error(&self, message: String) {
         let mut errors = self.errors.lock().unwrap_or_else(PoisonError::into_inner);
         if errors.len() < KEEP_ERRORS && !errors.contains(&message) {
@@ -243,13 +267,14 @@ fn take<T>(m: &Mutex<Vec<T>>) -> Vec<T> {
 
 /// What a request task needs to know.
 #[derive(Clone)]
-struct Ctx {
-    target: Arc<dyn Target>,
-    rec: Arc<Recorder>,
-    class: usize,
-    priority: Priority,
-    start: Instant,
-    timeout: Duration,
+pub struct Ctx {
+    pub target: Arc<dyn Target>,
+    pub rec: Arc<Recorder>,
+    pub class: usize,
+    pub priority: Priority,
+    /// Samples' times count from here.
+    pub start: Instant,
+    pub timeout: Duration,
 }
 
 /// Sends each request at its time. The sends are spawned, so a slow answer never delays the next send.
@@ -273,7 +298,8 @@ async fn closed_client(ctx: Ctx, source: Arc<Source>, end: Instant) {
     }
 }
 
-async fn send(ctx: Ctx, request: Request, due: Instant) {
+/// Sends one request, due at `due` (its latency counts from there), and records how it went.
+pub async fn send(ctx: Ctx, request: Request, due: Instant) {
     let sent = Instant::now();
     ctx.rec.sent.fetch_add(1, Ordering::Relaxed);
     let (inputs, est) = (request.texts.len() as u32, request.est_tokens);

@@ -25,7 +25,7 @@ pub enum KnobError {
 pub type Knobs = BTreeMap<String, Value>;
 
 /// A value as typed: JSON when it parses (`256`, `true`, `null`, `"x"`), else a plain string (`hf`).
-fn value(raw: &str) -> Value {
+pub fn value(raw: &str) -> Value {
     serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_owned()))
 }
 

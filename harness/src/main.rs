@@ -18,6 +18,7 @@ mod step;
 mod sweep;
 mod target;
 mod trace;
+mod tune;
 mod workload;
 
 use std::io::{BufWriter, Write};
@@ -62,6 +63,9 @@ enum Command {
     /// it ran (verdicts in the report), 1 on an error, 2 when the target is unreachable, 3 when no request was
     /// answered.
     Sweep(sweep::SweepArgs),
+    /// Tune a running engine under live traffic: charts, knobs changed while the load runs, results on quit
+    /// (`--headless --script FILE --duration S` without a terminal).
+    Tune(tune::TuneArgs),
     /// Replay one trace (or one batch re-index of a corpus) at one setting; same outputs and exit status as a
     /// sweep.
     Replay(sweep::ReplayArgs),
@@ -166,10 +170,17 @@ fn run(command: Command) -> Result<()> {
         Command::Curve(args) => curve::run(args),
         Command::Sweep(args) => sweep::sweep(args),
         Command::Replay(args) => sweep::replay(args),
+        Command::Tune(args) => tune::run(args),
         Command::Gate(args) => std::process::exit(gate::run(args)),
         Command::Report {
             results,
             reports_dir,
-        } => sweep::rereport(results, reports_dir),
+        } => match tune::rereport(&results, &reports_dir)? {
+            Some(page) => {
+                eprintln!("report: {}", page.display());
+                Ok(())
+            }
+            None => sweep::rereport(results, reports_dir),
+        },
     }
 }

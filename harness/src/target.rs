@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -204,9 +204,7 @@ pub fn start(
         Gateway::new(engines, gateway_config()).context("starting the gateway")
     };
     Ok(match kind {
-        TargetKind::InProcess => Arc::new(InProcess {
-            gateway: gateway(setup)?,
-        }),
+        TargetKind::InProcess => Arc::new(InProcess::new(gateway(setup)?)),
         TargetKind::Serve => {
             let server = LocalServer::start(gateway(setup)?)?;
             let url = format!("http://{}", server.addr);
@@ -216,14 +214,40 @@ pub fn start(
     })
 }
 
-/// The engine through [`Gateway::embed`]: the path of an HTTP request minus parsing and serialization.
+/// The engine through [`Gateway::embed`]: the path of an HTTP request minus parsing and serialization. The
+/// gateway can be swapped for a new one while requests run: each request holds the gateway it started on, so the
+/// old one answers everything it admitted.
 pub struct InProcess {
-    pub gateway: Gateway,
+    gateway: RwLock<Gateway>,
+}
+
+impl InProcess {
+    pub fn new(gateway: Gateway) -> InProcess {
+        InProcess {
+            gateway: RwLock::new(gateway),
+        }
+    }
+
+    /// The gateway new requests go to.
+    pub fn gateway(&self) -> Gateway {
+        self.gateway
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Sends new requests to `next` from now on; returns the old gateway, which still answers what it admitted.
+    pub fn swap(&self, next: Gateway) -> Gateway {
+        std::mem::replace(
+            &mut *self.gateway.write().unwrap_or_else(PoisonError::into_inner),
+            next,
+        )
+    }
 }
 
 impl Target for InProcess {
     fn embed(&self, request: Request, priority: Priority) -> BoxFuture<Result<Reply, Failure>> {
-        let gateway = self.gateway.clone();
+        let gateway = self.gateway();
         Box::pin(async move {
             let inputs = Inputs::Texts(request.texts.iter().map(|t| t.to_string()).collect());
             let options = Options {
@@ -243,12 +267,12 @@ impl Target for InProcess {
     }
 
     fn telemetry(&self) -> BoxFuture<Option<Telemetry>> {
-        let telemetry = Telemetry::from(self.gateway.metrics().snapshot());
+        let telemetry = Telemetry::from(self.gateway().metrics().snapshot());
         Box::pin(async move { Some(telemetry) })
     }
 
     fn settle(&self) -> BoxFuture<()> {
-        Box::pin(drained(self.gateway.clone()))
+        Box::pin(drained(self.gateway()))
     }
 }
 
@@ -262,7 +286,7 @@ fn failure(status: StatusCode, message: String) -> Failure {
 }
 
 /// Waits (at most 30 s) until no replica holds queued or running work.
-async fn drained(gateway: Gateway) {
+pub async fn drained(gateway: Gateway) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while tokio::time::Instant::now() < deadline
         && gateway.loads().iter().any(|l| l.outstanding_tokens() > 0)

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
@@ -105,6 +106,10 @@ pub struct MetricsSnapshot {
     pub batch_tokens: f64,
     /// Sum over batches of tokens / token budget.
     pub batch_fill: f64,
+    /// Sequences over all batches.
+    pub batch_seqs: u64,
+    /// Tokens of the batches' buckets beyond their own (a plan runs at its bucket's size).
+    pub padding_tokens: u64,
     /// Forward passes by how they ran.
     pub eager_forwards: u64,
     pub capture_forwards: u64,
@@ -118,6 +123,7 @@ pub struct Metrics {
     batch_tokens: Hist,
     batch_fill: Hist,
     batch_forward: Hist,
+    batch_seqs: AtomicU64,
     plans: Mutex<PlanCounters>,
 }
 
@@ -139,6 +145,7 @@ impl Default for Metrics {
             batch_tokens: Hist::new(1.0),
             batch_fill: Hist::new(1e3),
             batch_forward: Hist::new(1e6),
+            batch_seqs: AtomicU64::new(0),
             plans: Mutex::default(),
         }
     }
@@ -160,6 +167,8 @@ impl Metrics {
         self.batch_tokens.record(stats.tokens as f64);
         self.batch_fill.record(stats.fill);
         self.batch_forward.record(stats.forward.as_secs_f64());
+        self.batch_seqs
+            .fetch_add(stats.seqs as u64, Ordering::Relaxed);
         if let Some(plan) = stats.plan {
             let mut p = self.plans.lock().unwrap_or_else(PoisonError::into_inner);
             p.forwards[plan.run as usize] += 1;
@@ -171,15 +180,17 @@ impl Metrics {
     /// The counters `render` reports as `embed_batch_*` and `embed_forwards_total`.
     pub fn snapshot(&self) -> MetricsSnapshot {
         let (batches, batch_tokens) = self.batch_tokens.count_and_sum();
-        let [eager_forwards, capture_forwards, replay_forwards] = self
-            .plans
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .forwards;
+        let (forwards, padding_tokens) = {
+            let p = self.plans.lock().unwrap_or_else(PoisonError::into_inner);
+            (p.forwards, p.padding_tokens)
+        };
+        let [eager_forwards, capture_forwards, replay_forwards] = forwards;
         MetricsSnapshot {
             batches,
             batch_tokens,
             batch_fill: self.batch_fill.count_and_sum().1,
+            batch_seqs: self.batch_seqs.load(Ordering::Relaxed),
+            padding_tokens,
             eager_forwards,
             capture_forwards,
             replay_forwards,

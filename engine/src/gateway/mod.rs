@@ -292,6 +292,18 @@ impl Gateway {
             .unwrap_or(&replicas[0])
     }
 
+    /// Applies the scheduling settings of `config` to every replica's scheduler at once, from each one's next
+    /// batch on; nothing queued or running is dropped (see [`Scheduler::reconfigure`]). Validated before any
+    /// replica changes, so a bad setting leaves them all as they were. Engine settings (threads, dtype, capture,
+    /// tokenizer, replicas) need a new gateway.
+    pub fn reconfigure(&self, config: &crate::EngineConfig) -> crate::Result<()> {
+        config.validate()?;
+        for r in &self.inner.replicas {
+            r.scheduler.reconfigure(config)?;
+        }
+        Ok(())
+    }
+
     /// Every replica's current load, in replica order.
     pub fn loads(&self) -> Vec<crate::scheduler::Load> {
         self.inner

@@ -786,3 +786,59 @@ async fn graceful_shutdown_finishes_in_flight_requests() {
         "no longer accepting"
     );
 }
+
+/// `Gateway::reconfigure` reaches every replica's scheduler: a request split over two replicas forms at most one
+/// batch per sub-batch under the default settings (a sub-batch is admitted whole), and one batch per sequence once
+/// `max_batch_seqs` is 1 — the batches the engines form, counted by their telemetry. A bad setting is refused
+/// whole and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconfigure_changes_the_batches_every_replica_forms() {
+    let dir = model_dir();
+    let gw = gateway(
+        &dir,
+        2,
+        GatewayConfig {
+            split_size: 4,
+            ..Default::default()
+        },
+    );
+    let router = gw.router();
+    let texts: Vec<String> = (0..16).map(|i| format!("query number {i}")).collect();
+    let body = json!({ "input": texts });
+    let batches = |gw: &Gateway| -> Vec<u64> { gw.loads().iter().map(|l| l.batches).collect() };
+
+    let r = post(&router, "/v1/embeddings", body.clone()).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let before: u64 = batches(&gw).iter().sum();
+    assert!(
+        before <= 4,
+        "four sub-batches of four formed {before} batches"
+    );
+
+    let one_seq = EngineConfig {
+        max_batch_seqs: 1,
+        ..EngineConfig::default()
+    };
+    gw.reconfigure(&one_seq).unwrap();
+    let bad = EngineConfig {
+        max_batch_tokens: 0,
+        ..EngineConfig::default()
+    };
+    assert!(gw.reconfigure(&bad).is_err());
+    let per_replica = batches(&gw);
+    let seqs_before = gw.metrics().snapshot().batch_seqs;
+    let r = post(&router, "/v1/embeddings", body).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let after = batches(&gw);
+    let grew: Vec<u64> = after.iter().zip(&per_replica).map(|(a, b)| a - b).collect();
+    assert_eq!(
+        grew.iter().sum::<u64>(),
+        16,
+        "one batch per sequence: {grew:?}"
+    );
+    assert!(
+        grew.iter().all(|&n| n > 0),
+        "both replicas took work: {grew:?}"
+    );
+    assert_eq!(gw.metrics().snapshot().batch_seqs - seqs_before, 16);
+}

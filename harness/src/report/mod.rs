@@ -22,7 +22,7 @@ mod page;
 
 static FONT: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
 
-fn register_font() {
+pub(crate) fn register_font() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         // The font is compiled in and known to be valid; a failure would only leave PNG text blank.
@@ -31,7 +31,7 @@ fn register_font() {
 }
 
 /// Colours that stay apart in print and for the common colour-vision deficiencies (Okabe–Ito).
-const PALETTE: [RGBColor; 7] = [
+pub(crate) const PALETTE: [RGBColor; 7] = [
     RGBColor(0, 114, 178),
     RGBColor(213, 94, 0),
     RGBColor(0, 158, 115),
@@ -48,13 +48,13 @@ fn lighter(c: RGBColor) -> RGBColor {
 }
 
 /// One line of a chart.
-struct Line {
-    label: String,
-    color: RGBColor,
-    points: Vec<(f64, f64)>,
-    dashed: bool,
+pub(crate) struct Line {
+    pub(crate) label: String,
+    pub(crate) color: RGBColor,
+    pub(crate) points: Vec<(f64, f64)>,
+    pub(crate) dashed: bool,
     /// Points further apart than this in x are not joined: a timeline's empty buckets are gaps, not zeros.
-    max_gap: Option<f64>,
+    pub(crate) max_gap: Option<f64>,
 }
 
 impl Line {
@@ -78,29 +78,31 @@ impl Line {
 }
 
 /// A point called out on a chart.
-struct Mark {
-    label: String,
-    color: RGBColor,
-    at: (f64, f64),
+pub(crate) struct Mark {
+    pub(crate) label: String,
+    pub(crate) color: RGBColor,
+    pub(crate) at: (f64, f64),
 }
 
 /// What one chart shows; drawn the same way on PNG and SVG.
-struct Chart {
-    file: &'static str,
-    title: String,
-    x_desc: String,
-    y_desc: String,
-    log_y: bool,
-    lines: Vec<Line>,
-    marks: Vec<Mark>,
+pub(crate) struct Chart {
+    pub(crate) file: &'static str,
+    pub(crate) title: String,
+    pub(crate) x_desc: String,
+    pub(crate) y_desc: String,
+    pub(crate) log_y: bool,
+    pub(crate) lines: Vec<Line>,
+    pub(crate) marks: Vec<Mark>,
     /// Horizontal reference lines (the SLO, the probed maximum) with their labels and colours.
-    hlines: Vec<(f64, String, RGBColor)>,
+    pub(crate) hlines: Vec<(f64, String, RGBColor)>,
+    /// Vertical lines at these x values with their labels: the knob changes of a `bench tune` run.
+    pub(crate) vlines: Vec<(f64, String)>,
     /// Draw y = x (achieved equal to offered).
-    diagonal: bool,
+    pub(crate) diagonal: bool,
     /// Where the legend hides the least: above rising latency curves, below throughput that levels off.
-    legend: SeriesLabelPosition,
+    pub(crate) legend: SeriesLabelPosition,
     /// The x axis counts (clients): ticks on whole numbers only.
-    integer_x: bool,
+    pub(crate) integer_x: bool,
 }
 
 /// Writes the plots and `index.html` into `dir`; returns the page's path.
@@ -176,6 +178,7 @@ fn charts(result: &RunResult) -> Vec<Chart> {
             ),
             RED,
         )],
+        vlines: Vec::new(),
         diagonal: false,
         legend: SeriesLabelPosition::UpperLeft,
         integer_x: !rate_mode,
@@ -197,6 +200,7 @@ fn charts(result: &RunResult) -> Vec<Chart> {
         lines: Vec::new(),
         marks: Vec::new(),
         hlines: Vec::new(),
+        vlines: Vec::new(),
         diagonal: rate_mode,
         legend: SeriesLabelPosition::LowerRight,
         integer_x: !rate_mode,
@@ -215,6 +219,7 @@ fn charts(result: &RunResult) -> Vec<Chart> {
         lines: Vec::new(),
         marks: Vec::new(),
         hlines: Vec::new(),
+        vlines: Vec::new(),
         diagonal: false,
         legend: SeriesLabelPosition::LowerRight,
         integer_x: !rate_mode,
@@ -364,6 +369,7 @@ fn timeline_charts(step: &StepResult) -> Vec<Chart> {
                 format!("SLO {} ms", class.slo.latency_ms),
                 RED,
             )],
+            vlines: Vec::new(),
             diagonal: false,
             legend: SeriesLabelPosition::UpperLeft,
             integer_x: false,
@@ -385,6 +391,7 @@ fn timeline_charts(step: &StepResult) -> Vec<Chart> {
             ],
             marks: Vec::new(),
             hlines: Vec::new(),
+            vlines: Vec::new(),
             diagonal: false,
             legend: SeriesLabelPosition::UpperMiddle,
             integer_x: false,
@@ -392,7 +399,7 @@ fn timeline_charts(step: &StepResult) -> Vec<Chart> {
     ]
 }
 
-fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, chart: &Chart) -> Result<()>
+pub(crate) fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, chart: &Chart) -> Result<()>
 where
     DB::ErrorType: 'static,
 {
@@ -472,6 +479,23 @@ where
                 .legend(move |(x, y)| {
                     PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2))
                 });
+            }
+            for (x, label) in &chart.vlines {
+                let (grey, top) = (RGBColor(90, 90, 90), y_top * 0.95);
+                let bottom = if chart.log_y { y_lo.max(1e-3) } else { 0.0 };
+                ctx.draw_series(DashedLineSeries::new(
+                    vec![(*x, bottom), (*x, top)],
+                    6,
+                    4,
+                    grey.stroke_width(1),
+                ))
+                .map_err(err)?;
+                ctx.draw_series(std::iter::once(Text::new(
+                    label.clone(),
+                    (*x, top),
+                    ("sans-serif", 13).into_font().color(&grey),
+                )))
+                .map_err(err)?;
             }
             for line in &chart.lines {
                 let c = line.color;

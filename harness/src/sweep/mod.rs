@@ -13,10 +13,11 @@ use std::time::{Instant, SystemTime};
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use args::Common;
+pub(crate) use args::Common;
 pub use args::{ReplayArgs, SweepArgs};
 use run::{step_line, StepSpec, StepTimes};
-use setup::{check_warmup, positive, Setup};
+use setup::check_warmup;
+pub(crate) use setup::{positive, Setup};
 use summary::print_summary;
 
 use crate::arrivals::Arrivals;

@@ -16,21 +16,21 @@ use crate::target::{self, EngineSetup, Target, TargetKind};
 use crate::workload::{repo_path, Class, Corpus, Drive, Slo, Workload, WorkloadKind};
 
 /// Everything a run holds fixed.
-pub(super) struct Setup {
-    pub(super) common_args: Vec<String>,
-    pub(super) kind: TargetKind,
-    pub(super) model_dir: Option<PathBuf>,
-    pub(super) model_name: String,
-    pub(super) workload: Workload,
+pub(crate) struct Setup {
+    pub(crate) common_args: Vec<String>,
+    pub(crate) kind: TargetKind,
+    pub(crate) model_dir: Option<PathBuf>,
+    pub(crate) model_name: String,
+    pub(crate) workload: Workload,
     /// The engine settings the knobs apply to.
-    pub(super) base: engine::EngineConfig,
-    pub(super) combos: Vec<Knobs>,
-    pub(super) axes: Vec<String>,
-    pub(super) progress: MultiProgress,
+    pub(crate) base: engine::EngineConfig,
+    pub(crate) combos: Vec<Knobs>,
+    pub(crate) axes: Vec<String>,
+    pub(crate) progress: MultiProgress,
 }
 
 impl Setup {
-    pub(super) fn new(c: &Common, axes: &[String], corpus_pass: bool) -> Result<Setup> {
+    pub(crate) fn new(c: &Common, axes: &[String], corpus_pass: bool) -> Result<Setup> {
         let kind = TargetKind::parse(&c.target, c.api)?;
         let external = matches!(kind, TargetKind::Url { .. });
         if external && (!c.sets.is_empty() || !axes.is_empty() || c.engine.any_setting()) {
@@ -77,7 +77,7 @@ impl Setup {
     }
 
     /// A line above the progress bars (or straight to stderr when they are hidden).
-    pub(super) fn say(&self, line: String) {
+    pub(crate) fn say(&self, line: String) {
         if self.progress.is_hidden() {
             eprintln!("{line}");
         } else {
@@ -85,7 +85,7 @@ impl Setup {
         }
     }
 
-    pub(super) fn start_target(
+    pub(crate) fn start_target(
         &self,
         knobs: &Knobs,
     ) -> Result<(Arc<dyn Target>, Option<serde_json::Value>, usize)> {
@@ -107,7 +107,7 @@ impl Setup {
 }
 
 /// Durations, rates and bounds must be positive numbers.
-pub(super) fn positive(values: &[(&str, f64)]) -> Result<()> {
+pub(crate) fn positive(values: &[(&str, f64)]) -> Result<()> {
     match values.iter().find(|(_, v)| !(v.is_finite() && *v > 0.0)) {
         Some((name, v)) => bail!("{name} must be a positive number, not {v}"),
         None => Ok(()),
@@ -116,7 +116,7 @@ pub(super) fn positive(values: &[(&str, f64)]) -> Result<()> {
 
 /// The warm-up is seconds from 0 up to, not including, the step's end (`step`, a flag and its value, or what
 /// ends a batch pass); the generator turns it into a Duration.
-pub(super) fn check_warmup(warmup_s: f64, step_s: f64, step: &str) -> Result<()> {
+pub(crate) fn check_warmup(warmup_s: f64, step_s: f64, step: &str) -> Result<()> {
     if !(0.0..step_s).contains(&warmup_s) || Duration::try_from_secs_f64(warmup_s).is_err() {
         bail!("--warmup-s ({warmup_s:?}) must be at least 0 and shorter than {step}");
     }
