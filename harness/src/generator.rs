@@ -294,21 +294,34 @@ async fn closed_client(ctx: Ctx, source: Arc<Source>, end: Instant) {
     while Instant::now() < end {
         let Some(request) = source.next() else { return };
         let now = Instant::now();
-        send(ctx.clone(), request, now).await;
+        // A refused client waits as it is told, as real clients do: retrying at once would turn the refusals
+        // into a busy loop that takes the CPU the engine needs to catch up.
+        if let Some(wait) = send(ctx.clone(), request, now).await {
+            tokio::time::sleep_until(end.min(Instant::now() + wait)).await;
+        }
     }
 }
 
-/// Sends one request, due at `due` (its latency counts from there), and records how it went.
-pub async fn send(ctx: Ctx, request: Request, due: Instant) {
+/// How long a refused client waits when the server does not say.
+const RETRY_WITHOUT_HINT: Duration = Duration::from_millis(100);
+
+/// Sends one request, due at `due` (its latency counts from there), and records how it went. A refused request
+/// gives how long its client should wait before the next.
+pub async fn send(ctx: Ctx, request: Request, due: Instant) -> Option<Duration> {
     let sent = Instant::now();
     ctx.rec.sent.fetch_add(1, Ordering::Relaxed);
     let (inputs, est) = (request.texts.len() as u32, request.est_tokens);
     let result = tokio::time::timeout(ctx.timeout, ctx.target.embed(request, ctx.priority)).await;
     let done = Instant::now();
+    let mut back_off = None;
     let (outcome, tokens, reply) = match result {
         Ok(Ok(reply)) => (Outcome::Ok, reply.tokens.unwrap_or(est), reply),
-        Ok(Err(Failure::Refused(m))) => {
-            ctx.rec.error(format!("refused: {m}"));
+        Ok(Err(Failure::Refused {
+            message,
+            retry_after,
+        })) => {
+            ctx.rec.error(format!("refused: {message}"));
+            back_off = Some(retry_after.unwrap_or(RETRY_WITHOUT_HINT));
             (Outcome::Refused, 0, Reply::default())
         }
         Ok(Err(Failure::Error(m))) => {
@@ -338,6 +351,7 @@ pub async fn send(ctx: Ctx, request: Request, due: Instant) {
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .push(sample);
+    back_off
 }
 
 #[cfg(test)]

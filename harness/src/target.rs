@@ -37,8 +37,11 @@ pub struct Reply {
 /// Why a request got no embeddings.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Failure {
-    /// Turned away for load (429, 503): backpressure, not a fault.
-    Refused(String),
+    /// Turned away for load (429, 503): backpressure, not a fault; with the server's `Retry-After`, if it said.
+    Refused {
+        message: String,
+        retry_after: Option<Duration>,
+    },
     Error(String),
 }
 
@@ -261,7 +264,7 @@ impl Target for InProcess {
                     queue: Some(e.times.queue),
                     inference: Some(e.times.inference),
                 }),
-                Err(e) => Err(failure(e.status, e.message)),
+                Err(e) => Err(failure(e.status, e.message, e.retry_after)),
             }
         })
     }
@@ -276,11 +279,12 @@ impl Target for InProcess {
     }
 }
 
-fn failure(status: StatusCode, message: String) -> Failure {
+fn failure(status: StatusCode, message: String, retry_after: Option<Duration>) -> Failure {
     match status {
-        StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => {
-            Failure::Refused(message)
-        }
+        StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => Failure::Refused {
+            message,
+            retry_after,
+        },
         _ => Failure::Error(format!("{status}: {message}")),
     }
 }
@@ -372,6 +376,12 @@ impl Target for Http {
             let header_time = |name: &str| header_ms(name).and_then(millis);
             let (queue, inference) = (header_time("x-queue-time"), header_time("x-inference-time"));
             let header_tokens = header_ms("x-compute-tokens").map(|t| t as u32);
+            // Retry-After in seconds (the HTTP-date form is not used by embedding servers).
+            let retry_after = response
+                .headers()
+                .get(http::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok())
+                .map(Duration::from_secs);
             let body = response
                 .into_body()
                 .collect()
@@ -380,7 +390,7 @@ impl Target for Http {
                 .to_bytes();
             if !status.is_success() {
                 let text = String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned();
-                return Err(failure(status, text));
+                return Err(failure(status, text, retry_after));
             }
             let (got, tokens) = match api {
                 Api::Openai => {
