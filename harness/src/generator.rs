@@ -458,6 +458,48 @@ mod tests {
         assert_eq!(hidden, 1, "the closed loop sees the stall once");
     }
 
+    /// Regression: a closed-loop client retried a refusal at once, so refusals that come back in microseconds
+    /// became a busy loop (615,889 requests in a 5 s probe) that starved the engine. It now waits as told.
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_closed_loop_client_waits_as_retry_after_says() {
+        struct Refuses;
+        impl Target for Refuses {
+            fn embed(&self, _: Request, _: Priority) -> BoxFuture<Result<Reply, Failure>> {
+                Box::pin(async {
+                    Err(Failure::Refused {
+                        message: "busy".into(),
+                        retry_after: Some(Duration::from_millis(100)),
+                    })
+                })
+            }
+            fn telemetry(&self) -> BoxFuture<Option<Telemetry>> {
+                Box::pin(async { None })
+            }
+            fn settle(&self) -> BoxFuture<()> {
+                Box::pin(async {})
+            }
+        }
+        let corpus = crate::workload::Corpus::new("q".into(), vec![(Arc::from("q"), 3)]);
+        let source = Arc::new(Source::random(Arc::new(corpus), 1, 0));
+        let run = super::run(
+            Arc::new(Refuses),
+            vec![ClassLoad::Closed {
+                concurrency: 2,
+                source,
+            }],
+            &timing(1.0),
+            None,
+        )
+        .await;
+        // Two clients, one request each per 100 ms for 1 s.
+        assert!(
+            (19..=22).contains(&run.samples.len()),
+            "{}",
+            run.samples.len()
+        );
+        assert!(run.samples.iter().all(|s| s.outcome == Outcome::Refused));
+    }
+
     /// Answers take 1 ms of tokio time, but each call first blocks its thread for 20 ms, as an overloaded
     /// machine would: a 200 requests/s schedule cannot be kept, and the dispatch delays say so.
     #[tokio::test(flavor = "current_thread")]

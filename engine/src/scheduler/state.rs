@@ -137,7 +137,14 @@ impl State {
             };
             return Err((e, seqs));
         }
-        let deadline = (!waiting).then(|| now + s.deadlines[priority.index()]);
+        // Only work that could meet its deadline on an idle engine is held to it: work admitted without an
+        // estimate, or too large for its deadline (admitted because it could start), runs to its end.
+        let deadline = s.deadlines[priority.index()];
+        let holds = self
+            .throughput
+            .drain_time(tokens, s.budget.max_tokens)
+            .is_some_and(|own| own <= deadline);
+        let deadline = (!waiting && holds).then(|| now + deadline);
         let lane = &mut self.lanes[priority.index()];
         lane.tokens += tokens;
         lane.counts.admitted += seqs.len() as u64;
