@@ -250,10 +250,10 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.starts_with("knob max_batch_tokens=abc: "), "{e}");
-        let e = combinations(&s(&["max_batch_tokens=0"]), &[], &d)
+        let e = combinations(&s(&["max_batch_seqs=0"]), &[], &d)
             .unwrap_err()
             .to_string();
-        assert!(e.starts_with("knob max_batch_tokens=0: "), "{e}");
+        assert!(e.starts_with("knob max_batch_seqs=0: "), "{e}");
         assert!(!e.contains("null"), "{e}");
         assert_eq!(
             combinations(&s(&["threads=1"]), &s(&["threads=2,3"]), &d).unwrap_err(),

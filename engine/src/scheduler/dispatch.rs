@@ -79,6 +79,9 @@ async fn answer(
         o.compute.saturating_sub(capture.unwrap_or_default())
     });
     shared.lock().computed(tokens, compute);
+    // Counted before any caller is answered, so a caller that reads the load after its answer sees its batch.
+    shared.in_flight_tokens.fetch_sub(tokens, Ordering::Relaxed);
+    shared.batches.fetch_add(1, Ordering::Relaxed);
     let permit = if settings.overlap {
         drop(permit);
         None
@@ -97,6 +100,14 @@ async fn answer(
                 released = Some(embeddings.on_release());
             }
             let seqs = embeddings.len();
+            (shared.observer)(&BatchStats {
+                seqs,
+                tokens,
+                fill: tokens as f64 / settings.budget.max_tokens as f64,
+                backend_queue: queued,
+                forward: compute,
+                plan,
+            });
             for (entry, row) in entries.into_iter().zip(embeddings.into_rows()) {
                 let times = StageTimes {
                     queue: submitted - entry.admitted + queued,
@@ -108,14 +119,6 @@ async fn answer(
                     times,
                 }));
             }
-            (shared.observer)(&BatchStats {
-                seqs,
-                tokens,
-                fill: tokens as f64 / settings.budget.max_tokens as f64,
-                backend_queue: queued,
-                forward: compute,
-                plan,
-            });
         }
         Err(e) => {
             let e = Arc::new(e);
@@ -128,7 +131,5 @@ async fn answer(
         // An error here means the buffer was dropped without the signal: released all the same.
         let _ = released.await;
     }
-    shared.in_flight_tokens.fetch_sub(tokens, Ordering::Relaxed);
-    shared.batches.fetch_add(1, Ordering::Relaxed);
     drop(permit);
 }
