@@ -17,6 +17,7 @@ use crate::results::RunResult;
 use crate::search::x_of;
 use crate::step::StepResult;
 use crate::workload::{quantile_name, Level};
+pub(crate) use page::escape;
 
 mod page;
 
@@ -105,25 +106,25 @@ pub(crate) struct Chart {
     pub(crate) integer_x: bool,
 }
 
-/// Writes the plots and `index.html` into `dir`; returns the page's path.
-pub fn write(dir: &Path, result: &RunResult) -> Result<std::path::PathBuf> {
+/// Draws each chart into `dir` as `<file>.png` and `<file>.svg`, `size` pixels (the folder is made if need be).
+pub(crate) fn draw_all(dir: &Path, charts: &[Chart], size: (u32, u32)) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     register_font();
-    let charts = charts(result);
-    for chart in &charts {
+    for chart in charts {
         let png = dir.join(format!("{}.png", chart.file));
-        draw(
-            BitMapBackend::new(&png, (1000, 620)).into_drawing_area(),
-            chart,
-        )
-        .with_context(|| format!("drawing {}", png.display()))?;
+        draw(BitMapBackend::new(&png, size).into_drawing_area(), chart)
+            .with_context(|| format!("drawing {}", png.display()))?;
         let svg = dir.join(format!("{}.svg", chart.file));
-        draw(
-            SVGBackend::new(&svg, (1000, 620)).into_drawing_area(),
-            chart,
-        )
-        .with_context(|| format!("drawing {}", svg.display()))?;
+        draw(SVGBackend::new(&svg, size).into_drawing_area(), chart)
+            .with_context(|| format!("drawing {}", svg.display()))?;
     }
+    Ok(())
+}
+
+/// Writes the plots and `index.html` into `dir`; returns the page's path.
+pub fn write(dir: &Path, result: &RunResult) -> Result<std::path::PathBuf> {
+    let charts = charts(result);
+    draw_all(dir, &charts, (1000, 620))?;
     let page = dir.join("index.html");
     std::fs::write(&page, page::html(result, &charts))
         .with_context(|| format!("writing {}", page.display()))?;

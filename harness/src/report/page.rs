@@ -4,7 +4,7 @@
 use super::Chart;
 use crate::results::{config_table, table, RunResult};
 
-fn escape(s: &str) -> String {
+pub(crate) fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")

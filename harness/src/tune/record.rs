@@ -13,7 +13,7 @@ use tui::{Event, Point};
 
 use super::control::{Change, Totals, Tuner};
 use super::screen::Screen;
-use crate::report::{draw, register_font, Chart, Line, PALETTE};
+use crate::report::{draw_all, escape, Chart, Line, PALETTE};
 use crate::results::{Git, Machine};
 use crate::target::TargetKind;
 use crate::workload::Workload;
@@ -291,37 +291,17 @@ pub fn before_after(result: &TuneResult) -> Vec<(&Change, Figures, Figures)> {
 }
 
 pub fn report(dir: &Path, result: &TuneResult) -> Result<PathBuf> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    register_font();
     let charts = charts(result);
-    for chart in &charts {
-        let png = dir.join(format!("{}.png", chart.file));
-        draw(
-            BitMapBackend::new(&png, (1000, 560)).into_drawing_area(),
-            chart,
-        )
-        .with_context(|| format!("drawing {}", png.display()))?;
-        let svg = dir.join(format!("{}.svg", chart.file));
-        draw(
-            SVGBackend::new(&svg, (1000, 560)).into_drawing_area(),
-            chart,
-        )
-        .with_context(|| format!("drawing {}", svg.display()))?;
-    }
-    let esc = |s: &str| {
-        s.replace('&', "&amp;")
-            .replace('<', "&lt;")
-            .replace('>', "&gt;")
-    };
+    draw_all(dir, &charts, (1000, 560))?;
     let f = |v: Option<f64>| v.map_or("–".into(), |v| format!("{v:.1}"));
     let mut page = format!(
         "<!doctype html><meta charset=utf-8><title>bench tune {id}</title><body style=\"font-family:sans-serif;max-width:1050px\">\
          <h1>bench tune {id}</h1><p>{model}, {workload} workload, {target}; SLO p99 &le; {slo} ms; {wall:.0} s. \
          Requests sent {sent}, answered {ok}, refused {refused}, errors {errors}, timeouts {timeouts}.</p>",
-        id = esc(&result.run_id),
-        model = esc(&result.model),
-        workload = esc(&result.workload),
-        target = esc(&result.target),
+        id = escape(&result.run_id),
+        model = escape(&result.model),
+        workload = escape(&result.workload),
+        target = escape(&result.target),
         slo = result.slo_ms,
         wall = result.wall_s,
         sent = result.totals.sent,
@@ -345,9 +325,9 @@ pub fn report(dir: &Path, result: &TuneResult) -> Result<PathBuf> {
             page,
             "<tr><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             c.t,
-            esc(&c.name),
-            esc(&c.from),
-            esc(&c.to),
+            escape(&c.name),
+            escape(&c.from),
+            escape(&c.to),
             how,
             f(b[0]),
             f(a[0]),
@@ -359,13 +339,13 @@ pub fn report(dir: &Path, result: &TuneResult) -> Result<PathBuf> {
     }
     page.push_str("</table><p>Before: the ticks since the previous change (at most 10 s); after: from one tick after the change to the next. p99 is the mean of the per-tick p99s.</p>");
     for s in &result.searches {
-        let _ = write!(page, "<p>Saturation search: {}</p>", esc(s));
+        let _ = write!(page, "<p>Saturation search: {}</p>", escape(s));
     }
     for chart in &charts {
         let _ = write!(
             page,
             "<h2>{}</h2><img src=\"{}.png\" width=1000>",
-            esc(&chart.title),
+            escape(&chart.title),
             chart.file
         );
     }
@@ -374,13 +354,13 @@ pub fn report(dir: &Path, result: &TuneResult) -> Result<PathBuf> {
             page,
             "<h3>Screen at {:.1} s, {}</h3><pre>{}</pre>",
             s.t,
-            esc(&s.label),
-            esc(&s.text)
+            escape(&s.label),
+            escape(&s.text)
         );
     }
     page.push_str("<h2>Events</h2><pre>");
     for e in &result.events {
-        let _ = writeln!(page, "{:>7.1} s  {}", e.t, esc(&e.text));
+        let _ = writeln!(page, "{:>7.1} s  {}", e.t, escape(&e.text));
     }
     page.push_str("</pre>");
     let path = dir.join("index.html");
