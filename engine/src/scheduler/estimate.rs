@@ -59,12 +59,6 @@ impl Throughput {
         };
         Some(full_time + self.batch_time(rest)?)
     }
-
-    /// Tokens per second of a batch of `tokens` tokens, as measured.
-    pub fn tokens_per_s(&self, tokens: usize) -> Option<f64> {
-        let t = self.batch_time(tokens)?.as_secs_f64();
-        (t > 0.0).then(|| tokens as f64 / t)
-    }
 }
 
 #[cfg(test)]

@@ -224,8 +224,6 @@ pub struct Load {
     pub batches: u64,
     /// By [`Priority::index`].
     pub classes: [ClassLoad; 2],
-    /// Forward tokens/s measured at the token budget (or the nearest size run), once a batch has run.
-    pub tokens_per_s: Option<f64>,
 }
 
 impl Load {

@@ -323,9 +323,6 @@ impl State {
             queued_seqs: classes.iter().map(|c| c.queued_seqs).sum(),
             queued_tokens: classes.iter().map(|c| c.queued_tokens).sum(),
             classes,
-            tokens_per_s: self
-                .throughput
-                .tokens_per_s(self.settings.budget.max_tokens),
             ..Load::default()
         }
     }
