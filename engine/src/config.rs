@@ -58,6 +58,11 @@ pub struct EngineConfig {
     /// starve it (0 to 1).
     #[arg(long, default_value_t = EngineConfig::default().batch_min_share)]
     pub batch_min_share: f64,
+    /// While online work is active, a batch is cut to what the measured throughput computes in this share of the
+    /// online deadline, so a re-index holds a query up by at most one such batch (0 to 1; 0: batches fill
+    /// `max_batch_tokens` whatever runs).
+    #[arg(long, default_value_t = EngineConfig::default().online_batch_share)]
+    pub online_batch_share: f64,
     /// Precision of the linear layers: `f32`, or `bf16` (weights in bf16, f32 accumulation) where the CPU has
     /// AVX512-BF16; elsewhere bf16 falls back to f32 (the backend's info says which ran).
     #[arg(long, value_enum, default_value_t = EngineConfig::default().dtype)]
@@ -101,6 +106,8 @@ impl Default for EngineConfig {
             online_deadline_ms: 100,
             batch_deadline_ms: 30_000,
             batch_min_share: 0.25,
+            // A query waits for at most a running batch and its own: half of its deadline at most.
+            online_batch_share: 0.25,
             dtype: Dtype::F32,
             capture: CaptureMode::Lazy,
             token_buckets: Vec::new(),
@@ -143,11 +150,16 @@ impl EngineConfig {
                 });
             }
         }
-        if !(0.0..=1.0).contains(&self.batch_min_share) {
-            return Err(Error::Config {
-                name: "batch_min_share",
-                message: format!("must be between 0 and 1, not {}", self.batch_min_share),
-            });
+        for (name, share) in [
+            ("batch_min_share", self.batch_min_share),
+            ("online_batch_share", self.online_batch_share),
+        ] {
+            if !(0.0..=1.0).contains(&share) {
+                return Err(Error::Config {
+                    name,
+                    message: format!("must be between 0 and 1, not {share}"),
+                });
+            }
         }
         if self.max_seq_length == Some(0) {
             return Err(Error::Config {

@@ -29,20 +29,26 @@ pub fn sizes_up_to(max: usize) -> Vec<usize> {
     sizes
 }
 
-/// The smallest size whose throughput reaches `fraction` of the best one's, with each point's share of the peak.
+/// The smallest size whose throughput, and the next larger size's, reach `fraction` of the peak; with each
+/// point's share of the best one. On a flat curve run-to-run noise of ±10% decides a single-point rule, so the peak
+/// is the median of the three best points (one lucky run does not raise it) and the knee must hold for two sizes
+/// in a row (one lucky small size does not take it).
 pub fn knee(points: &mut [Point], fraction: f64) -> Option<usize> {
-    let peak = points.iter().map(|p| p.tokens_per_s).fold(0.0, f64::max);
-    if peak <= 0.0 {
+    points.sort_by_key(|p| p.tokens);
+    let best = points.iter().map(|p| p.tokens_per_s).fold(0.0, f64::max);
+    if best <= 0.0 {
         return None;
     }
     for p in points.iter_mut() {
-        p.of_peak = p.tokens_per_s / peak;
+        p.of_peak = p.tokens_per_s / best;
     }
-    points
-        .iter()
-        .filter(|p| p.of_peak >= fraction)
-        .map(|p| p.tokens)
-        .min()
+    let mut rates: Vec<f64> = points.iter().map(|p| p.tokens_per_s).collect();
+    rates.sort_by(|a, b| b.total_cmp(a));
+    let peak = rates[rates.len().min(3) / 2];
+    let reaches = |p: &Point| p.tokens_per_s >= fraction * peak;
+    (0..points.len())
+        .find(|&i| reaches(&points[i]) && points.get(i + 1).is_none_or(reaches))
+        .map(|i| points[i].tokens)
 }
 
 /// `tokens` ids as sequences of up to `len`, deterministic and inside the vocabulary.
@@ -135,6 +141,20 @@ mod tests {
         assert!((pts[0].of_peak - 0.1).abs() < 1e-12);
         assert_eq!(knee(&mut pts, 0.5), Some(32));
         assert_eq!(knee(&mut [], 0.95), None);
+    }
+
+    /// Regression: on this CPU's flat bf16 curve one lucky run at 64 tokens made `auto` pick 64, and on the f32
+    /// curve one lucky 2048 raised the peak so that only 2048 reached 95% of it (`results/20261203-curve-*.json`).
+    #[test]
+    fn regression_auto_took_a_lucky_point_on_a_flat_curve() {
+        let sizes = [16, 64, 256, 512, 1024, 2048, 4096, 8192];
+        let curve = |rates: [f64; 8]| -> Vec<Point> {
+            sizes.iter().zip(rates).map(|(&t, r)| point(t, r)).collect()
+        };
+        let mut bf16 = curve([4150., 5668., 5221., 5599., 5350., 5148., 5537., 4786.]);
+        assert_eq!(knee(&mut bf16, 0.95), Some(512));
+        let mut f32 = curve([7035., 7480., 6818., 7588., 8212., 9044., 8206., 5435.]);
+        assert_eq!(knee(&mut f32, 0.95), Some(1024));
     }
 
     #[test]

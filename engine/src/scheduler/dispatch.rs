@@ -74,11 +74,16 @@ async fn answer(
     let tokens: usize = entries.iter().map(|e| e.ids.len()).sum();
     let result = handle.await;
     // Making a plan is a one-off: the throughput estimate is of the forward passes that follow it.
+    let capture = result
+        .as_ref()
+        .ok()
+        .and_then(|o| o.forward.as_ref()?.capture_time);
     let compute = result.as_ref().map_or(submitted.elapsed(), |o| {
-        let capture = o.forward.as_ref().and_then(|f| f.capture_time);
         o.compute.saturating_sub(capture.unwrap_or_default())
     });
-    shared.lock().computed(tokens, compute);
+    shared
+        .lock()
+        .computed(tokens, compute, capture.is_some(), Instant::now());
     // Counted before any caller is answered, so a caller that reads the load after its answer sees its batch.
     shared.in_flight_tokens.fetch_sub(tokens, Ordering::Relaxed);
     shared.batches.fetch_add(1, Ordering::Relaxed);

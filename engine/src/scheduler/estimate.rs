@@ -1,7 +1,12 @@
 //! How long queued work will take to compute, from the batches the backend actually ran: the time per token of
 //! each batch size (a power-of-two bucket of tokens), kept as a moving average. Per size, because a small batch
 //! costs more per token than a full one: one figure for all sizes would misjudge the queue exactly when it grows.
+//!
+//! The forward pass is not all of a request's wait: cutting, submitting and answering a batch, and a machine
+//! shared with other work, add to it. [`Lateness`] measures how late answers come against what admission
+//! predicted, and admission keeps that much margin before the deadline.
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
 /// Buckets of batch sizes: bucket `b` holds batches of `2^(b-1) + 1 ..= 2^b` tokens.
@@ -58,6 +63,68 @@ impl Throughput {
             n => self.batch_time(max_batch_tokens)?.saturating_mul(n as u32),
         };
         Some(full_time + self.batch_time(rest)?)
+    }
+
+    /// The largest batch, up to `max_tokens`, estimated to compute within `limit`; `None` before any batch was
+    /// measured. At least one token, so a budget derived from it always admits a sequence (one longer runs alone).
+    pub fn tokens_within(&self, limit: Duration, max_tokens: usize) -> Option<usize> {
+        self.batch_time(1)?;
+        // Time grows with tokens within a bucket and nearly so across them: a binary search finds the edge.
+        let (mut lo, mut hi) = (1, max_tokens.max(1));
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if self.batch_time(mid)? <= limit {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        Some(lo)
+    }
+}
+
+/// Answers kept to compute the margin: a few seconds of batches at saturation.
+const LATENESS_WINDOW: usize = 256;
+/// The margin covers this share of the recent answers' lateness.
+const LATENESS_QUANTILE: f64 = 0.95;
+
+/// How much later than predicted at admission the recent answers were computed: the part of a request's wait
+/// that the forward passes' timing does not show. Admission keeps [`Lateness::margin`] before the deadline.
+#[derive(Clone, Debug, Default)]
+pub struct Lateness {
+    /// Seconds late (negative: early) of the most recent answers.
+    recent: VecDeque<f64>,
+    margin: Duration,
+}
+
+impl Lateness {
+    /// Records the answers of one batch: each one's seconds past its predicted instant (negative if early).
+    pub fn record(&mut self, late_s: impl IntoIterator<Item = f64>) {
+        let mut any = false;
+        for late in late_s {
+            if self.recent.len() == LATENESS_WINDOW {
+                self.recent.pop_front();
+            }
+            self.recent.push_back(late);
+            any = true;
+        }
+        if !any {
+            return;
+        }
+        let mut sorted: Vec<f64> = self.recent.iter().copied().collect();
+        let k = (sorted.len() as f64 * LATENESS_QUANTILE) as usize;
+        self.margin = match sorted.len() {
+            0 => Duration::ZERO,
+            n => {
+                let (_, q, _) = sorted.select_nth_unstable_by(k.min(n - 1), f64::total_cmp);
+                Duration::from_secs_f64(q.max(0.0))
+            }
+        };
+    }
+
+    /// The margin admission keeps before a deadline: the recent lateness's 95th percentile, or zero.
+    pub fn margin(&self) -> Duration {
+        self.margin
     }
 }
 
@@ -119,5 +186,41 @@ mod tests {
         // 1100 tokens at a 512 budget: two full batches and one of 76.
         let want = ms(80) + Duration::from_secs_f64(76.0 * 0.010 / 64.0);
         assert_eq!(t.drain_time(1100, 512), Some(want));
+    }
+
+    #[test]
+    fn the_largest_batch_within_a_time_is_found() {
+        let mut t = Throughput::default();
+        assert_eq!(t.tokens_within(ms(25), 8192), None);
+        t.record(64, ms(16)); // 0.25 ms per token up to 64
+        t.record(128, ms(24)); // 0.1875 ms per token, also for 129..=256 (the nearest measured)
+        t.record(512, ms(64)); // 0.125 ms per token from 257 up
+        assert_eq!(t.tokens_within(ms(25), 8192), Some(133));
+        assert_eq!(t.tokens_within(ms(1000), 8192), Some(8000));
+        assert_eq!(
+            t.tokens_within(ms(1000), 4096),
+            Some(4096),
+            "capped by the budget"
+        );
+        assert_eq!(
+            t.tokens_within(Duration::ZERO, 8192),
+            Some(1),
+            "never below one token"
+        );
+    }
+
+    #[test]
+    fn the_margin_covers_the_recent_lateness_but_never_goes_below_zero() {
+        let mut l = Lateness::default();
+        assert_eq!(l.margin(), Duration::ZERO);
+        l.record([-0.010; 100]);
+        assert_eq!(l.margin(), Duration::ZERO, "early answers need no margin");
+        // 300 answers, 1..=300 ms late: only the newest 256 (45..=300) count; their 95th percentile is 288 ms.
+        l.record((1..=300).map(|i| i as f64 / 1000.0));
+        assert!(
+            (l.margin().as_secs_f64() - 0.288).abs() < 1e-9,
+            "{:?}",
+            l.margin()
+        );
     }
 }

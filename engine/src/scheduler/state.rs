@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::estimate::Throughput;
+use super::estimate::{Lateness, Throughput};
 use super::queue::{self, Budget, Decision};
 use super::{ClassLoad, Embedded, Error, Load, Priority, Refusal};
 use crate::config::EngineConfig;
@@ -22,18 +22,31 @@ pub(super) struct Settings {
     /// By [`Priority::index`].
     pub deadlines: [Duration; 2],
     pub overlap: bool,
+    pub batch_min_share: f64,
+    pub online_batch_share: f64,
+}
+
+/// Online work is active while any is queued, or arrived this recently.
+const ONLINE_ACTIVE_FOR: Duration = Duration::from_secs(1);
+
+/// A budget of `max_tokens` of which `share` is held for batch work.
+fn budget(max_tokens: usize, max_seqs: usize, share: f64) -> Budget {
+    Budget {
+        max_tokens,
+        max_seqs,
+        batch_reserve: (share * max_tokens as f64).ceil() as usize,
+    }
 }
 
 impl Settings {
     pub fn of(config: &EngineConfig) -> Settings {
-        let reserve = (config.batch_min_share * config.max_batch_tokens as f64).ceil();
         Settings {
-            budget: Budget {
-                // An engine resolves `auto` (0) before its scheduler starts.
-                max_tokens: config.max_batch_tokens.max(1),
-                max_seqs: config.max_batch_seqs,
-                batch_reserve: reserve as usize,
-            },
+            // An engine resolves `auto` (0) before its scheduler starts.
+            budget: budget(
+                config.max_batch_tokens.max(1),
+                config.max_batch_seqs,
+                config.batch_min_share,
+            ),
             max_wait: Duration::from_millis(config.max_wait_ms),
             max_queue_tokens: config.max_queue_tokens,
             max_queue_seqs: config.max_queue_requests,
@@ -42,6 +55,8 @@ impl Settings {
                 Duration::from_millis(config.batch_deadline_ms),
             ],
             overlap: config.overlap,
+            batch_min_share: config.batch_min_share,
+            online_batch_share: config.online_batch_share,
         }
     }
 }
@@ -55,7 +70,17 @@ pub(super) struct Entry {
     pub admitted: Instant,
     /// When its answer is due; `None` for work whose caller waited for room and will wait for its answer.
     pub deadline: Option<Instant>,
+    /// When admission predicted it would be computed; `None` if it made no prediction.
+    pub predicted: Option<Instant>,
     pub reply: Reply,
+}
+
+/// The batch computing.
+struct Running {
+    since: Instant,
+    tokens: usize,
+    /// Its sequences' predicted instants, by priority.
+    predicted: Vec<(Priority, Instant)>,
 }
 
 #[derive(Default)]
@@ -79,8 +104,11 @@ pub(super) struct State {
     lanes: [Lane; 2],
     pub settings: Settings,
     throughput: Throughput,
-    /// The batch computing: when it was submitted and its tokens.
-    running: Option<(Instant, usize)>,
+    /// By [`Priority::index`].
+    lateness: [Lateness; 2],
+    running: Option<Running>,
+    /// When online work was last admitted.
+    last_online: Option<Instant>,
     pub closed: bool,
 }
 
@@ -90,7 +118,9 @@ impl State {
             lanes: Default::default(),
             settings,
             throughput: Throughput::default(),
+            lateness: Default::default(),
             running: None,
+            last_online: None,
             closed: false,
         }
     }
@@ -107,6 +137,9 @@ impl State {
     ) -> Result<Vec<Answer>, (Error, Vec<Vec<u32>>)> {
         if self.closed {
             return Err((Error::ShuttingDown, seqs));
+        }
+        if priority == Priority::Online {
+            self.last_online = Some(now);
         }
         self.drop_abandoned();
         let tokens: usize = seqs.iter().map(Vec::len).sum();
@@ -140,11 +173,16 @@ impl State {
         // Only work that could meet its deadline on an idle engine is held to it: work admitted without an
         // estimate, or too large for its deadline (admitted because it could start), runs to its end.
         let deadline = s.deadlines[priority.index()];
+        let max_tokens = self.budget(now).max_tokens;
         let holds = self
             .throughput
-            .drain_time(tokens, s.budget.max_tokens)
+            .drain_time(tokens, max_tokens)
             .is_some_and(|own| own <= deadline);
         let deadline = (!waiting && holds).then(|| now + deadline);
+        let predicted = match waiting {
+            false => self.wait_for(priority, tokens, now).map(|w| now + w),
+            true => None,
+        };
         let lane = &mut self.lanes[priority.index()];
         lane.tokens += tokens;
         lane.counts.admitted += seqs.len() as u64;
@@ -156,6 +194,7 @@ impl State {
                     ids,
                     admitted: now,
                     deadline,
+                    predicted,
                     reply,
                 });
                 rx
@@ -171,11 +210,11 @@ impl State {
 
     /// When `tokens` more at `priority` would be computed, counted from `now`.
     fn wait_for(&self, priority: Priority, tokens: usize, now: Instant) -> Option<Duration> {
-        let running = match self.running {
-            Some((since, t)) => self
+        let running = match &self.running {
+            Some(r) => self
                 .throughput
-                .batch_time(t)?
-                .saturating_sub(now.saturating_duration_since(since)),
+                .batch_time(r.tokens)?
+                .saturating_sub(now.saturating_duration_since(r.since)),
             None => Duration::ZERO,
         };
         let ahead = match priority {
@@ -184,17 +223,39 @@ impl State {
         };
         let queued = self
             .throughput
-            .drain_time(ahead + tokens, self.settings.budget.max_tokens)?;
+            .drain_time(ahead + tokens, self.budget(now).max_tokens)?;
         Some(running + queued)
+    }
+
+    /// The budget of the next batch: the configured one, but while online work is active no larger than what
+    /// computes in `online_batch_share` of the online deadline, so batch work cannot hold a query up for longer.
+    fn budget(&self, now: Instant) -> Budget {
+        let s = self.settings;
+        let active = s.online_batch_share > 0.0
+            && (!self.lanes[Priority::Online.index()].queue.is_empty()
+                || self
+                    .last_online
+                    .is_some_and(|t| now.saturating_duration_since(t) < ONLINE_ACTIVE_FOR));
+        let limit = s.deadlines[Priority::Online.index()].mul_f64(s.online_batch_share);
+        match active
+            .then(|| self.throughput.tokens_within(limit, s.budget.max_tokens))
+            .flatten()
+        {
+            Some(max_tokens) if max_tokens < s.budget.max_tokens => {
+                budget(max_tokens, s.budget.max_seqs, s.batch_min_share)
+            }
+            _ => s.budget,
+        }
     }
 
     /// Why `tokens` at `priority` would miss their deadline, if they would. Admitting work also delays what it
     /// shares a batch with: when it would join the batch of the queue's head, it must not push that batch past
     /// the head's (earlier) deadline either. Work that could not meet its deadline even on an idle engine (its own
     /// compute is longer) is refused only when it could not even start by then, so a retry can always succeed.
+    /// The estimate must leave the recent lateness's margin before the deadline.
     fn late(&self, priority: Priority, tokens: usize, now: Instant) -> Option<Refusal> {
         let deadline = self.settings.deadlines[priority.index()];
-        let max_tokens = self.settings.budget.max_tokens;
+        let max_tokens = self.budget(now).max_tokens;
         let own = self.throughput.drain_time(tokens, max_tokens)?;
         if own > deadline {
             let estimated = self.wait_ahead(priority, now)?;
@@ -212,6 +273,7 @@ impl State {
             .and_then(|head| head.deadline)
             .map(|d| d.saturating_duration_since(now));
         let limit = head_due.map_or(deadline, |d| d.min(deadline));
+        let limit = limit.saturating_sub(self.lateness[priority.index()].margin());
         (estimated > limit).then_some(Refusal::Late {
             estimated,
             deadline,
@@ -276,29 +338,50 @@ impl State {
             .iter()
             .filter_map(|l| l.queue.front().map(|e| e.admitted))
             .min();
+        let budget = self.budget(now);
         let [online, batch] = &self.lanes;
         let decision = queue::decide(
             online.queue.iter().map(|e| e.ids.len()),
             batch.queue.iter().map(|e| e.ids.len()),
             oldest,
-            self.settings.budget,
+            budget,
             max_wait,
             now,
         );
         let next = match decision {
             Decision::Dispatch(cut) => {
                 let mut entries = Vec::with_capacity(cut.seqs());
-                for (lane, n) in self.lanes.iter_mut().zip([cut.online, cut.batch]) {
+                let mut predicted = Vec::new();
+                for ((lane, n), p) in self
+                    .lanes
+                    .iter_mut()
+                    .zip([cut.online, cut.batch])
+                    .zip(Priority::ALL)
+                {
                     lane.tokens -= lane
                         .queue
                         .iter()
                         .take(n)
                         .map(|e| e.ids.len())
                         .sum::<usize>();
+                    predicted.extend(
+                        lane.queue
+                            .iter()
+                            .take(n)
+                            .filter_map(|e| Some((p, e.predicted?))),
+                    );
                     entries.extend(lane.queue.drain(..n));
                 }
-                self.running = Some((now, cut.tokens));
-                return (Next::Batch(entries, self.settings), true);
+                self.running = Some(Running {
+                    since: now,
+                    tokens: cut.tokens,
+                    predicted,
+                });
+                let settings = Settings {
+                    budget,
+                    ..self.settings
+                };
+                return (Next::Batch(entries, settings), true);
             }
             Decision::Idle if self.closed => Next::Done,
             Decision::Idle => Next::Wait(None),
@@ -307,9 +390,24 @@ impl State {
         (next, pruned)
     }
 
-    /// The running batch of `tokens` computed in `took`: measured, and the backend is free.
-    pub fn computed(&mut self, tokens: usize, took: Duration) {
+    /// The running batch of `tokens` computed in `took` (plan making left out), done at `now`: measured, its
+    /// answers' lateness recorded unless it made a plan (a one-off), and the backend is free.
+    pub fn computed(&mut self, tokens: usize, took: Duration, made_plan: bool, now: Instant) {
         self.throughput.record(tokens, took);
+        if let Some(running) = self.running.take().filter(|_| !made_plan) {
+            for p in Priority::ALL {
+                self.lateness[p.index()].record(
+                    running
+                        .predicted
+                        .iter()
+                        .filter(|(q, _)| *q == p)
+                        .map(|(_, at)| match now.checked_duration_since(*at) {
+                            Some(late) => late.as_secs_f64(),
+                            None => -at.saturating_duration_since(now).as_secs_f64(),
+                        }),
+                );
+            }
+        }
         self.running = None;
     }
 

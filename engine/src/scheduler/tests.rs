@@ -78,6 +78,8 @@ fn config(overlap: bool) -> EngineConfig {
         max_queue_tokens: 12,
         max_queue_requests: 6,
         overlap,
+        // Batches fill their token budget: the tests of the online cap set it.
+        online_batch_share: 0.0,
         ..Default::default()
     }
 }
@@ -600,4 +602,70 @@ async fn regression_later_work_pushed_a_batch_past_its_heads_deadline() {
     for t in running.into_iter().chain(head).chain(second) {
         assert!(t.wait().await.is_ok());
     }
+}
+
+/// While queries arrive, a re-index's batches are cut to what computes in `online_batch_share` of the online
+/// deadline; once they stop, batch work fills the whole budget again.
+#[tokio::test(start_paused = true)]
+async fn batch_work_is_cut_short_while_online_work_is_active() {
+    let backend = Arc::new(Manual::default());
+    let config = EngineConfig {
+        max_batch_tokens: 16,
+        max_queue_tokens: 100,
+        online_batch_share: 0.25, // of 4 ms: 1 ms, 4 tokens at the measured 0.25 ms per token
+        ..overload_config(4)
+    };
+    let scheduler = Scheduler::start(backend.clone(), &config, |_| {});
+    measured(&backend, &scheduler).await;
+    let bulk = scheduler
+        .submit((50..56).map(|i| vec![i; 4]).collect(), Priority::Batch)
+        .unwrap();
+    settle().await;
+    backend.resolve_one();
+    settle().await;
+    assert_eq!(
+        backend.submitted(),
+        vec![1, 1, 1],
+        "one 4-token passage a batch"
+    );
+    tokio::time::advance(Duration::from_millis(1100)).await;
+    backend.resolve_one();
+    settle().await;
+    assert_eq!(
+        backend.submitted(),
+        vec![1, 1, 1, 4],
+        "no query for a second: the whole budget"
+    );
+    backend.resolve_one();
+    assert_eq!(bulk.wait().await.unwrap().len(), 6);
+}
+
+/// Admission keeps a margin of the recent lateness: answers computed 4 ms after admission predicted leave 6 ms of
+/// a 10 ms deadline, and work estimated at 7 ms is refused where an on-time engine admits it.
+#[tokio::test(start_paused = true)]
+async fn admission_keeps_the_measured_lateness_before_the_deadline() {
+    let admits_after = |late: Duration| async move {
+        let backend = Arc::new(Manual::default());
+        let config = EngineConfig {
+            max_queue_tokens: 100,
+            max_queue_requests: 100,
+            ..overload_config(10)
+        };
+        let scheduler = Scheduler::start(backend.clone(), &config, |_| {});
+        measured(&backend, &scheduler).await; // 1 ms per 4-token batch
+        let t = online(&scheduler, [(1, 4)]); // predicted done in 1 ms
+        settle().await;
+        tokio::time::advance(Duration::from_millis(1) + late).await;
+        backend.resolve_one();
+        for t in t {
+            t.wait().await.unwrap();
+        }
+        settle().await;
+        // Seven 4-token batches: 7 ms.
+        scheduler
+            .submit((0..7).map(|i| vec![i; 4]).collect(), Priority::Online)
+            .is_ok()
+    };
+    assert!(admits_after(Duration::ZERO).await);
+    assert!(!admits_after(Duration::from_millis(4)).await);
 }

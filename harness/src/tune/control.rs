@@ -22,7 +22,7 @@ use crate::target::{InProcess, Target};
 use crate::workload::{Drive, Workload};
 
 /// Settings the scheduler applies live ([`Gateway::reconfigure`]); every other engine setting needs a new engine.
-pub const LIVE: [&str; 9] = [
+pub const LIVE: [&str; 10] = [
     "max_batch_tokens",
     "max_batch_seqs",
     "max_wait_ms",
@@ -32,6 +32,7 @@ pub const LIVE: [&str; 9] = [
     "online_deadline_ms",
     "batch_deadline_ms",
     "batch_min_share",
+    "online_batch_share",
 ];
 
 /// One knob change as it took effect.
@@ -539,7 +540,7 @@ fn knob_panel(
         return Ok(knobs);
     }
     let choice = |v: &[&str]| Step::Choice(v.iter().map(|s| s.to_string()).collect());
-    let steps: [(&str, KnobKind, Step); 13] = [
+    let steps: [(&str, KnobKind, Step); 14] = [
         ("max_batch_tokens", KnobKind::Live, scale(2.0, true)),
         ("max_batch_seqs", KnobKind::Live, scale(2.0, true)),
         ("max_wait_ms", KnobKind::Live, Step::Add(1.0)),
@@ -549,6 +550,7 @@ fn knob_panel(
         ("online_deadline_ms", KnobKind::Live, scale(2.0, true)),
         ("batch_deadline_ms", KnobKind::Live, scale(2.0, true)),
         ("batch_min_share", KnobKind::Live, Step::Add(0.05)),
+        ("online_batch_share", KnobKind::Live, Step::Add(0.05)),
         ("dtype", KnobKind::Engine, choice(&["f32", "bf16"])),
         ("threads", KnobKind::Engine, Step::Add(1.0)),
         (
