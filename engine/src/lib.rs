@@ -74,6 +74,9 @@ pub struct ModelInfo {
     pub pooling: model::Pooling,
     pub normalize: bool,
     pub prompts: Vec<(String, String)>,
+    /// The architecture and its settings, as read from config.json.
+    #[serde(skip)]
+    pub config: model::ModelConfig,
 }
 
 /// A loaded model behind a backend, with its tokenizer and batching settings.
@@ -116,6 +119,7 @@ impl Engine {
             pooling: dir.pooling,
             normalize: dir.normalize,
             prompts: dir.prompts.clone(),
+            config: dir.config.clone(),
         };
         let backend = backend::start(&dir, &config)?;
         let mut config = config;

@@ -13,7 +13,9 @@ use serde_json::Value;
 
 #[derive(Args, Debug)]
 struct Flags {
-    /// Model directory (sentence-transformers layout); default: all-MiniLM-L6-v2, fetched on first use.
+    /// Model directory (sentence-transformers layout), or `synthetic:NAME` for a seeded random-weight model of a
+    /// real shape written into the cache on first use (`qwen3-0.6b`, `qwen3-0.6b-bidirectional`, `qwen3-tiny`);
+    /// default: all-MiniLM-L6-v2, fetched on first use.
     #[arg(long)]
     model: Option<PathBuf>,
     /// Engine settings from a TOML file (keys: the flags' names with `_`, as `bench --help` lists them); flags
@@ -68,7 +70,10 @@ impl Args for EngineArgs {
 impl EngineArgs {
     pub fn model_dir(&self) -> Result<PathBuf> {
         match &self.flags.model {
-            Some(dir) => Ok(dir.clone()),
+            Some(dir) => match engine::model::synthetic::resolve(&dir.to_string_lossy()) {
+                Some(synthetic) => Ok(synthetic?),
+                None => Ok(dir.clone()),
+            },
             None => Ok(engine::model::fetch::default_model_dir()?),
         }
     }

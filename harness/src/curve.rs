@@ -42,6 +42,8 @@ pub struct Curve {
     pub dtype: String,
     pub threads: usize,
     pub len: usize,
+    /// The model's FLOPs per token at `len` ([`engine::model::ModelConfig::flops_per_token`]).
+    pub flops_per_token: f64,
     pub fraction: f64,
     pub points: Vec<Point>,
     /// The smallest size reaching `fraction` of the peak.
@@ -91,19 +93,21 @@ pub fn run(args: CurveArgs) -> Result<()> {
         dtype: info.dtype.to_string(),
         threads: info.threads,
         len,
+        flops_per_token: engine.info().config.flops_per_token(len),
         fraction: args.fraction,
         points,
         budget,
     };
-    println!("| batch tokens | sequences | p50 ms | tokens/s | of peak |");
-    println!("|---:|---:|---:|---:|---:|");
+    println!("| batch tokens | sequences | p50 ms | tokens/s | GFLOP/s | of peak |");
+    println!("|---:|---:|---:|---:|---:|---:|");
     for p in &curve.points {
         println!(
-            "| {} | {} | {:.2} | {:.0} | {:.0}% |",
+            "| {} | {} | {:.2} | {:.0} | {:.1} | {:.0}% |",
             p.tokens,
             p.seqs,
             p.p50_ms,
             p.tokens_per_s,
+            p.tokens_per_s * curve.flops_per_token / 1e9,
             100.0 * p.of_peak
         );
     }

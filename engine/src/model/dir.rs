@@ -133,6 +133,33 @@ impl ModelConfig {
         }
     }
 
+    /// Multiply-adds ×2 of one token's forward pass in sequences of `seq_len`: the linear layers, and attention's
+    /// scores and weighted sum over the positions it sees (half of them on average when causal). The figure to
+    /// set measured tokens/s against the machine's GEMM peak.
+    pub fn flops_per_token(&self, seq_len: usize) -> f64 {
+        let (per_layer, attn_width, causal) = match self {
+            ModelConfig::Bert(c) => {
+                let (h, f) = (c.hidden_size, c.intermediate_size);
+                (4 * h * h + 2 * h * f, h, false)
+            }
+            ModelConfig::Qwen3(c) => {
+                let (h, f) = (c.hidden_size, c.intermediate_size);
+                let (q, kv) = (
+                    c.num_attention_heads * c.head_dim(),
+                    c.num_key_value_heads * c.head_dim(),
+                );
+                (2 * h * q + 2 * h * kv + 3 * h * f, q, c.is_causal)
+            }
+        };
+        let seen = if causal {
+            (seq_len as f64 + 1.0) / 2.0
+        } else {
+            seq_len as f64
+        };
+        let layer = 2.0 * per_layer as f64 + 4.0 * seen * attn_width as f64;
+        layer * self.layers() as f64
+    }
+
     pub fn layers(&self) -> usize {
         match self {
             ModelConfig::Bert(c) => c.num_hidden_layers,

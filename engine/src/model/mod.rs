@@ -5,6 +5,7 @@ pub mod bert;
 mod dir;
 pub mod fetch;
 pub mod qwen3;
+pub mod synthetic;
 pub mod tiny;
 mod weights;
 

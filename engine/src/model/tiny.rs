@@ -55,9 +55,10 @@ fn vocab() -> Vec<String> {
 }
 
 /// SplitMix64: a few lines of deterministic randomness, so the weights do not depend on a crate's RNG stream.
-struct SplitMix(u64);
+pub(super) struct SplitMix(pub u64);
 impl SplitMix {
-    fn next_f32(&mut self) -> f32 {
+    /// Uniform in [-1, 1).
+    pub fn next_f32(&mut self) -> f32 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -118,27 +119,18 @@ pub fn write_tiny_bert(dir: &Path, spec: TinySpec) -> Result<()> {
             add(format!("{p}.{name}.bias"), vec![h], 0.1, 0.0);
         }
     }
-    let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = tensors
+    let tensors = tensors
         .into_iter()
         .map(|(name, (shape, data))| {
-            (
-                name,
-                shape,
-                data.iter().flat_map(|v| v.to_le_bytes()).collect(),
-            )
+            let bytes = data.iter().flat_map(|v| v.to_le_bytes()).collect();
+            (name, shape, bytes)
         })
         .collect();
-    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = bytes
-        .iter()
-        .map(|(name, shape, data)| {
-            let view =
-                safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape.clone(), data)
-                    .map_err(|e| Error::model(dir, format!("tiny model tensor {name}: {e}")))?;
-            Ok((name.clone(), view))
-        })
-        .collect::<Result<_>>()?;
-    let st = safetensors::serialize(views, None).map_err(|e| Error::model(dir, e.to_string()))?;
-    write(&dir.join("model.safetensors"), &st)?;
+    write_safetensors(
+        &dir.join("model.safetensors"),
+        safetensors::Dtype::F32,
+        tensors,
+    )?;
 
     let config = json!({
         "architectures": ["BertModel"], "model_type": "bert", "vocab_size": vocab.len(), "hidden_size": h,
@@ -209,11 +201,28 @@ fn tokenizer_json(vocab: &[String]) -> serde_json::Value {
     })
 }
 
-fn write(path: &Path, bytes: &[u8]) -> Result<()> {
+/// Writes named tensors of one dtype (little-endian bytes) as a safetensors file.
+pub(super) fn write_safetensors(
+    path: &Path,
+    dtype: safetensors::Dtype,
+    tensors: Vec<(String, Vec<usize>, Vec<u8>)>,
+) -> Result<()> {
+    let views = tensors
+        .iter()
+        .map(|(name, shape, data)| {
+            let view = safetensors::tensor::TensorView::new(dtype, shape.clone(), data)
+                .map_err(|e| Error::model(path, format!("tensor {name}: {e}")))?;
+            Ok((name.clone(), view))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    safetensors::serialize_to_file(views, None, path).map_err(|e| Error::model(path, e.to_string()))
+}
+
+pub(super) fn write(path: &Path, bytes: &[u8]) -> Result<()> {
     std::fs::write(path, bytes).map_err(Error::io(path))
 }
 
-fn write_json(path: &Path, value: &serde_json::Value) -> Result<()> {
+pub(super) fn write_json(path: &Path, value: &serde_json::Value) -> Result<()> {
     let text = serde_json::to_string_pretty(value).map_err(|source| Error::Json {
         path: path.to_owned(),
         source,
