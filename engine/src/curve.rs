@@ -44,7 +44,8 @@ pub fn knee(points: &mut [Point], fraction: f64) -> Option<usize> {
     }
     let mut rates: Vec<f64> = points.iter().map(|p| p.tokens_per_s).collect();
     rates.sort_by(|a, b| b.total_cmp(a));
-    let peak = rates[rates.len().min(3) / 2];
+    // The median of the best three: the second best, or the best when fewer were measured.
+    let peak = rates[(rates.len().min(3) - 1) / 2];
     let reaches = |p: &Point| p.tokens_per_s >= fraction * peak;
     (0..points.len())
         .find(|&i| reaches(&points[i]) && points.get(i + 1).is_none_or(reaches))
@@ -141,6 +142,8 @@ mod tests {
         assert!((pts[0].of_peak - 0.1).abs() < 1e-12);
         assert_eq!(knee(&mut pts, 0.5), Some(32));
         assert_eq!(knee(&mut [], 0.95), None);
+        let mut two = vec![point(16, 39.0), point(256, 83.0)];
+        assert_eq!(knee(&mut two, 0.95), Some(256), "two points: the best is the peak");
     }
 
     /// Regression: on this CPU's flat bf16 curve one lucky run at 64 tokens made `auto` pick 64, and on the f32
