@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The figures of the scheduler/overload work (issue 14), old binary against new on one machine, one run each:
-#   1. `bench sweep --workload online`: saturation at p99 <= 100 ms (old, new), and new with overlap=true,false;
+#   1. `bench sweep --workload online`: saturation at p99 <= 100 ms (old, new), and new with overlap=true,false
+#      (plans made at start-up, two runs);
 #   2. overload: replays at 1x, 2x and 3x the new saturation rate, in-process and over HTTP (old, new);
 #   3. mixed: online alone vs online beside a re-index at concurrency 2, at half the saturation rate (old, new);
 #   4. the saturation curve, f32 and bf16 (new);
@@ -28,7 +29,10 @@ for bin in new old; do
   run "$b" "$out-mixed-$bin-alone" replay --workload online --rate "$half" --duration-s 30 --warmup-s 5 || true
   run "$b" "$out-mixed-$bin-reindex" replay --workload mixed --batch-concurrency 2 --rate "$half" --duration-s 30 --warmup-s 5 || true
 done
-run "$new" "$out-sweep-online-overlap" sweep --workload online --axis overlap=true,false
+# Plans made at start-up, so no step pays for a capture; two runs, so run-to-run noise shows.
+for i in 1 2; do
+  run "$new" "$out-sweep-online-overlap-$i" sweep --workload online --axis overlap=true,false --set capture=startup
+done
 for dtype in f32 bf16; do
   "$new" curve --dtype "$dtype" --json "$res/$out-curve-$dtype.json" 2>&1 | tail -n 20
 done
