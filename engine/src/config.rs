@@ -58,9 +58,9 @@ pub struct EngineConfig {
     /// starve it (0 to 1).
     #[arg(long, default_value_t = EngineConfig::default().batch_min_share)]
     pub batch_min_share: f64,
-    /// While online work is active, a batch is cut to what the measured throughput computes in this share of the
-    /// online deadline, so a re-index holds a query up by at most one such batch (0 to 1; 0: batches fill
-    /// `max_batch_tokens` whatever runs).
+    /// While online work is active, batch work fills a batch only up to what the measured throughput computes in
+    /// this share of the online deadline, so a re-index holds a query up by at most one such batch (0 to 1; 0:
+    /// batch work fills `max_batch_tokens` whatever runs).
     #[arg(long, default_value_t = EngineConfig::default().online_batch_share)]
     pub online_batch_share: f64,
     /// Precision of the linear layers: `f32`, or `bf16` (weights in bf16, f32 accumulation) where the CPU has

@@ -143,7 +143,11 @@ mod tests {
         assert_eq!(knee(&mut pts, 0.5), Some(32));
         assert_eq!(knee(&mut [], 0.95), None);
         let mut two = vec![point(16, 39.0), point(256, 83.0)];
-        assert_eq!(knee(&mut two, 0.95), Some(256), "two points: the best is the peak");
+        assert_eq!(
+            knee(&mut two, 0.95),
+            Some(256),
+            "two points: the best is the peak"
+        );
     }
 
     /// Regression: on this CPU's flat bf16 curve one lucky run at 64 tokens made `auto` pick 64, and on the f32

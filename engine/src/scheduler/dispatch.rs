@@ -83,7 +83,7 @@ async fn answer(
     });
     shared
         .lock()
-        .computed(tokens, compute, capture.is_some(), Instant::now());
+        .computed(tokens, compute, capture, Instant::now());
     // Counted before any caller is answered, so a caller that reads the load after its answer sees its batch.
     shared.in_flight_tokens.fetch_sub(tokens, Ordering::Relaxed);
     shared.batches.fetch_add(1, Ordering::Relaxed);

@@ -1,9 +1,10 @@
 //! The batch builder: a pure function of the two queues' heads, the budget and the clock, so every rule is tested
 //! on its own, without threads or a model (the shape of TEI's `router/src/queue.rs`).
 //!
-//! Online work goes first, first come first served; batch work fills the rest of the budget. While batch work is
-//! queued, `batch_reserve` tokens of every batch are held for it, so a stream of queries cannot starve a re-index,
-//! and a re-index delays a query by at most the compute of the batch already running.
+//! Online work goes first, first come first served; batch work fills the rest of the budget, up to `batch_fill`
+//! tokens in all (the scheduler lowers it while queries arrive, so a batch holding batch work stays short). While
+//! batch work is queued, `batch_reserve` tokens of every batch are held for it, so a stream of queries cannot
+//! starve a re-index, and a re-index delays a query by at most the compute of the batch already running.
 
 use std::time::Duration;
 
@@ -17,6 +18,9 @@ pub struct Budget {
     pub max_seqs: usize,
     /// Tokens of each batch kept for batch work while any is queued (online work may not take them).
     pub batch_reserve: usize,
+    /// Batch work joins a batch while it stays within this many tokens in all, or within the online work in it
+    /// plus the reserve, whichever is more (and within `max_tokens`).
+    pub batch_fill: usize,
 }
 
 impl Budget {
@@ -80,8 +84,12 @@ pub fn cut(
         c.online += 1;
         c.tokens += len;
     }
+    let batch_cap = budget
+        .batch_fill
+        .max(c.tokens + budget.batch_reserve)
+        .min(budget.max_tokens);
     for len in batch {
-        if !budget.admits(budget.max_tokens, c.seqs(), c.tokens, len) {
+        if !budget.admits(batch_cap, c.seqs(), c.tokens, len) {
             full = true;
             break;
         }
@@ -138,6 +146,7 @@ mod tests {
         max_tokens: 6,
         max_seqs: 10,
         batch_reserve: 0,
+        batch_fill: 6,
     };
 
     fn budget(max_tokens: usize, max_seqs: usize, batch_reserve: usize) -> Budget {
@@ -145,6 +154,7 @@ mod tests {
             max_tokens,
             max_seqs,
             batch_reserve,
+            batch_fill: max_tokens,
         }
     }
 
@@ -228,6 +238,26 @@ mod tests {
                 full: true
             }
         );
+    }
+
+    #[test]
+    fn batch_fill_bounds_batch_work_but_not_online_work() {
+        let b = Budget {
+            batch_fill: 4,
+            batch_reserve: 2,
+            ..budget(10, 10, 0)
+        };
+        // Batch work alone: up to 4 tokens.
+        assert_eq!(cut([], [2, 2, 2], b).batch, 2);
+        assert!(
+            cut([], [2, 2, 2], b).full,
+            "cut at the fill: it goes at once"
+        );
+        // Online work takes the budget less the reserve; batch work still gets the reserve.
+        let c = cut([3, 3], [2, 2, 2], b);
+        assert_eq!((c.online, c.batch, c.tokens), (2, 1, 8));
+        // Online work alone is not bound by the fill.
+        assert_eq!(cut([3, 3, 3], [], b).online, 3);
     }
 
     #[test]

@@ -29,12 +29,13 @@ pub(super) struct Settings {
 /// Online work is active while any is queued, or arrived this recently.
 const ONLINE_ACTIVE_FOR: Duration = Duration::from_secs(1);
 
-/// A budget of `max_tokens` of which `share` is held for batch work.
-fn budget(max_tokens: usize, max_seqs: usize, share: f64) -> Budget {
+/// A budget of `max_tokens`, batch work filling up to `batch_fill` of which `share` is held for it.
+fn budget(max_tokens: usize, max_seqs: usize, share: f64, batch_fill: usize) -> Budget {
     Budget {
         max_tokens,
         max_seqs,
-        batch_reserve: (share * max_tokens as f64).ceil() as usize,
+        batch_reserve: (share * batch_fill as f64).ceil() as usize,
+        batch_fill,
     }
 }
 
@@ -46,6 +47,7 @@ impl Settings {
                 config.max_batch_tokens.max(1),
                 config.max_batch_seqs,
                 config.batch_min_share,
+                config.max_batch_tokens.max(1),
             ),
             max_wait: Duration::from_millis(config.max_wait_ms),
             max_queue_tokens: config.max_queue_tokens,
@@ -173,7 +175,7 @@ impl State {
         // Only work that could meet its deadline on an idle engine is held to it: work admitted without an
         // estimate, or too large for its deadline (admitted because it could start), runs to its end.
         let deadline = s.deadlines[priority.index()];
-        let max_tokens = self.budget(now).max_tokens;
+        let max_tokens = s.budget.max_tokens;
         let holds = self
             .throughput
             .drain_time(tokens, max_tokens)
@@ -221,14 +223,20 @@ impl State {
             Priority::Online => self.lanes[0].tokens,
             Priority::Batch => self.lanes[0].tokens + self.lanes[1].tokens,
         };
-        let queued = self
-            .throughput
-            .drain_time(ahead + tokens, self.budget(now).max_tokens)?;
+        // Batch work drains in batches of the fill while queries arrive.
+        let budget = self.budget(now);
+        let size = match priority {
+            Priority::Online => budget.max_tokens,
+            Priority::Batch => budget.batch_fill,
+        };
+        let queued = self.throughput.drain_time(ahead + tokens, size)?;
         Some(running + queued)
     }
 
-    /// The budget of the next batch: the configured one, but while online work is active no larger than what
-    /// computes in `online_batch_share` of the online deadline, so batch work cannot hold a query up for longer.
+    /// The budget of the next batch: the configured one, but while online work is active batch work fills a batch
+    /// only up to what computes in `online_batch_share` of the online deadline, so it cannot hold a query up for
+    /// longer. Online work alone is not bound by it: it has its deadline, and small batches would only cost it
+    /// throughput.
     fn budget(&self, now: Instant) -> Budget {
         let s = self.settings;
         let active = s.online_batch_share > 0.0
@@ -241,9 +249,12 @@ impl State {
             .then(|| self.throughput.tokens_within(limit, s.budget.max_tokens))
             .flatten()
         {
-            Some(max_tokens) if max_tokens < s.budget.max_tokens => {
-                budget(max_tokens, s.budget.max_seqs, s.batch_min_share)
-            }
+            Some(fill) if fill < s.budget.max_tokens => budget(
+                s.budget.max_tokens,
+                s.budget.max_seqs,
+                s.batch_min_share,
+                fill,
+            ),
             _ => s.budget,
         }
     }
@@ -255,7 +266,7 @@ impl State {
     /// The estimate must leave the recent lateness's margin before the deadline.
     fn late(&self, priority: Priority, tokens: usize, now: Instant) -> Option<Refusal> {
         let deadline = self.settings.deadlines[priority.index()];
-        let max_tokens = self.budget(now).max_tokens;
+        let max_tokens = self.settings.budget.max_tokens;
         let own = self.throughput.drain_time(tokens, max_tokens)?;
         if own > deadline {
             let estimated = self.wait_ahead(priority, now)?;
@@ -390,11 +401,24 @@ impl State {
         (next, pruned)
     }
 
-    /// The running batch of `tokens` computed in `took` (plan making left out), done at `now`: measured, its
-    /// answers' lateness recorded unless it made a plan (a one-off), and the backend is free.
-    pub fn computed(&mut self, tokens: usize, took: Duration, made_plan: bool, now: Instant) {
+    /// The running batch of `tokens` computed in `took`, done at `now`, after `capture` making its plan:
+    /// measured, its answers' lateness recorded, and the backend is free. Making a plan is a one-off the estimate
+    /// leaves out, so it delays everything behind it: their predictions move by its time, and the batch that made
+    /// it records no lateness.
+    pub fn computed(
+        &mut self,
+        tokens: usize,
+        took: Duration,
+        capture: Option<Duration>,
+        now: Instant,
+    ) {
         self.throughput.record(tokens, took);
-        if let Some(running) = self.running.take().filter(|_| !made_plan) {
+        if let Some(capture) = capture {
+            for e in self.lanes.iter_mut().flat_map(|l| l.queue.iter_mut()) {
+                e.predicted = e.predicted.map(|p| p + capture);
+            }
+        }
+        if let Some(running) = self.running.take().filter(|_| capture.is_none()) {
             for p in Priority::ALL {
                 self.lateness[p.index()].record(
                     running

@@ -227,6 +227,7 @@ fn batch_builder() -> Work {
         max_tokens: 8192,
         max_seqs: 256,
         batch_reserve: 2048,
+        batch_fill: 8192,
     };
     // The queue of 4096 sequences cut into batches, front to back, as the dispatch loop does.
     Box::new(move || {
