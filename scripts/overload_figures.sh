@@ -12,6 +12,7 @@ set -euo pipefail
 old=$1 new=$2 out=$3
 soak_s=${SOAK_S:-600}
 parts=${PARTS:-sweep overload mixed overlap curve soak}
+bins=${BINS:-new old}   # which binaries the overload and mixed parts run
 part() { [[ " $parts " == *" $1 "* ]]; }
 res=results; rep=reports
 run() { local bin=$1 id=$2; shift 2; echo "== $id: $*" >&2; "$bin" "$@" --run-id "$id" --results-dir "$res" --reports-dir "$rep" 2>&1 | tail -n 30; }
@@ -22,7 +23,7 @@ if part sweep; then
 fi
 sat=$(python3 -c "import json,sys; d=json.load(open('$res/$out-sweep-online-new/result.json')); print(d['configs'][0]['saturation']['value'] or 250)")
 echo "saturation (new): $sat req/s" >&2
-for bin in new old; do
+for bin in $bins; do
   b=${!bin}
   part overload && for target in in-process serve; do
     for x in 1 2 3; do

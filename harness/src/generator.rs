@@ -87,6 +87,9 @@ pub struct StepRun {
     /// This process's resident memory while the step ran, `(seconds from the start, MiB)`; empty where the
     /// system does not tell (and it is the engine's only for an in-process or `serve` target).
     pub rss_mib: Vec<(f64, f64)>,
+    /// At the same instants, the memory of the step's own request records (kept in this process until the step
+    /// ends): the part of `rss_mib` that is the harness's, not the engine's.
+    pub log_mib: Vec<(f64, f64)>,
 }
 
 /// How often a step samples the process's resident memory.
@@ -111,7 +114,8 @@ pub fn rss_mib() -> Option<f64> {
 pub struct Recorder {
     samples: Mutex<Vec<Sample>>,
     errors: Mutex<Vec<String>>,
-    rss: Mutex<Vec<(f64, f64)>>,
+    /// `(seconds, RSS MiB, request records MiB)`.
+    rss: Mutex<Vec<(f64, f64, f64)>>,
     sent: AtomicU64,
     done: AtomicU64,
     failed: AtomicU64,
@@ -205,8 +209,14 @@ pub async fn run(
             loop {
                 tick.tick().await;
                 let Some(mib) = rss_mib() else { return };
+                let records = rec
+                    .samples
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .len();
+                let log = (records * std::mem::size_of::<Sample>()) as f64 / (1 << 20) as f64;
                 let mut rss = rec.rss.lock().unwrap_or_else(PoisonError::into_inner);
-                rss.push((start.elapsed().as_secs_f64(), mib));
+                rss.push((start.elapsed().as_secs_f64(), mib, log));
             }
         })
     };
@@ -249,7 +259,10 @@ pub async fn run(
     };
     let telemetry = before.await.ok().flatten().zip(after);
     memory.abort();
-    let rss_mib = take(&rec.rss);
+    let (rss_mib, log_mib) = take(&rec.rss)
+        .into_iter()
+        .map(|(t, rss, log)| ((t, rss), (t, log)))
+        .unzip();
     let mut samples = take(&rec.samples);
     samples.sort_by(|a, b| a.scheduled.total_cmp(&b.scheduled));
     StepRun {
@@ -258,6 +271,7 @@ pub async fn run(
         telemetry,
         wall_s,
         rss_mib,
+        log_mib,
     }
 }
 

@@ -475,6 +475,7 @@ pub(crate) mod tests {
             behind,
             errors: Vec::new(),
             rss_mib: Vec::new(),
+            log_mib: Vec::new(),
         }
     }
 

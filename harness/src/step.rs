@@ -198,6 +198,10 @@ pub struct StepResult {
     /// Resident memory of the process running the engine, `(seconds, MiB)`, when known: a soak's leak check.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rss_mib: Vec<(f64, f64)>,
+    /// At the same instants, the part of it that is the harness's own request records (held until the step ends,
+    /// in the same process): what grows with the requests sent, not with the engine.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub log_mib: Vec<(f64, f64)>,
 }
 
 impl StepResult {

@@ -9,6 +9,8 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 /// Buckets of batch sizes: bucket `b` holds batches of `2^(b-1) + 1 ..= 2^b` tokens.
 const BUCKETS: usize = 32;
 /// Weight of the newest batch in its bucket's average: about the last eight batches count.
@@ -83,48 +85,60 @@ impl Throughput {
     }
 }
 
-/// Answers kept to compute the margin: a few seconds of batches at saturation.
-const LATENESS_WINDOW: usize = 256;
+/// Answers of this recent past count for the margin: long enough for a few hundred answers at saturation, short
+/// enough that a margin learned in a burst does not outlive it.
+const LATENESS_WINDOW: Duration = Duration::from_secs(1);
+/// At most this many answers are kept (the newest).
+const LATENESS_KEEP: usize = 512;
 /// The margin covers this share of the recent answers' lateness.
-const LATENESS_QUANTILE: f64 = 0.95;
+const LATENESS_QUANTILE: f64 = 0.9;
 
 /// How much later than predicted at admission the recent answers were computed: the part of a request's wait
 /// that the forward passes' timing does not show. Admission keeps [`Lateness::margin`] before the deadline.
 #[derive(Clone, Debug, Default)]
 pub struct Lateness {
-    /// Seconds late (negative: early) of the most recent answers.
-    recent: VecDeque<f64>,
+    /// When each recent answer was computed, and how many seconds late (negative: early).
+    recent: VecDeque<(Instant, f64)>,
     margin: Duration,
 }
 
 impl Lateness {
-    /// Records the answers of one batch: each one's seconds past its predicted instant (negative if early).
-    pub fn record(&mut self, late_s: impl IntoIterator<Item = f64>) {
-        let mut any = false;
+    /// Records the answers of one batch computed at `now`: each one's seconds past its predicted instant.
+    pub fn record(&mut self, now: Instant, late_s: impl IntoIterator<Item = f64>) {
+        let before = self.recent.len();
         for late in late_s {
-            if self.recent.len() == LATENESS_WINDOW {
+            if self.recent.len() == LATENESS_KEEP {
                 self.recent.pop_front();
             }
-            self.recent.push_back(late);
-            any = true;
+            self.recent.push_back((now, late));
         }
-        if !any {
+        if self.recent.len() == before {
             return;
         }
-        let mut sorted: Vec<f64> = self.recent.iter().copied().collect();
-        let k = (sorted.len() as f64 * LATENESS_QUANTILE) as usize;
-        self.margin = match sorted.len() {
-            0 => Duration::ZERO,
-            n => {
-                let (_, q, _) = sorted.select_nth_unstable_by(k.min(n - 1), f64::total_cmp);
-                Duration::from_secs_f64(q.max(0.0))
-            }
-        };
+        while self
+            .recent
+            .front()
+            .is_some_and(|(t, _)| now.saturating_duration_since(*t) > LATENESS_WINDOW)
+        {
+            self.recent.pop_front();
+        }
+        let mut sorted: Vec<f64> = self.recent.iter().map(|(_, late)| *late).collect();
+        let n = sorted.len();
+        let k = ((n as f64 * LATENESS_QUANTILE) as usize).min(n - 1);
+        let (_, q, _) = sorted.select_nth_unstable_by(k, f64::total_cmp);
+        self.margin = Duration::from_secs_f64(q.max(0.0));
     }
 
-    /// The margin admission keeps before a deadline: the recent lateness's 95th percentile, or zero.
-    pub fn margin(&self) -> Duration {
-        self.margin
+    /// The margin admission keeps before a deadline at `now`: the 90th percentile of the lateness of the answers
+    /// of the last second, at most `cap`; zero when none came in the last second (so a margin cannot shut
+    /// admission for good: with nothing admitted, nothing would update it).
+    pub fn margin(&self, now: Instant, cap: Duration) -> Duration {
+        match self.recent.back() {
+            Some((t, _)) if now.saturating_duration_since(*t) <= LATENESS_WINDOW => {
+                self.margin.min(cap)
+            }
+            _ => Duration::ZERO,
+        }
     }
 }
 
@@ -210,17 +224,28 @@ mod tests {
     }
 
     #[test]
-    fn the_margin_covers_the_recent_lateness_but_never_goes_below_zero() {
+    fn the_margin_covers_the_recent_lateness_and_lapses() {
+        let t0 = Instant::now();
+        let cap = ms(50);
         let mut l = Lateness::default();
-        assert_eq!(l.margin(), Duration::ZERO);
-        l.record([-0.010; 100]);
-        assert_eq!(l.margin(), Duration::ZERO, "early answers need no margin");
-        // 300 answers, 1..=300 ms late: only the newest 256 (45..=300) count; their 95th percentile is 288 ms.
-        l.record((1..=300).map(|i| i as f64 / 1000.0));
-        assert!(
-            (l.margin().as_secs_f64() - 0.288).abs() < 1e-9,
-            "{:?}",
-            l.margin()
+        assert_eq!(l.margin(t0, cap), Duration::ZERO);
+        l.record(t0, [-0.010; 100]);
+        assert_eq!(
+            l.margin(t0, cap),
+            Duration::ZERO,
+            "early answers need no margin"
         );
+        // And 200 answers 1..=200 ms late: the 90th percentile of the 300 is the 171 ms one.
+        l.record(t0, (1..=200).map(|i| i as f64 / 1000.0));
+        assert_eq!(l.margin(t0, Duration::MAX), Duration::from_secs_f64(0.171));
+        assert_eq!(l.margin(t0, cap), cap, "never more than the cap");
+        // A second later with no answer since, it lapses: a margin alone cannot keep admission shut.
+        assert_eq!(
+            l.margin(t0 + Duration::from_millis(1001), cap),
+            Duration::ZERO
+        );
+        // Answers older than a second no longer count.
+        l.record(t0 + Duration::from_millis(1500), [0.002]);
+        assert_eq!(l.margin(t0 + Duration::from_millis(1500), cap), ms(2));
     }
 }

@@ -284,7 +284,9 @@ impl State {
             .and_then(|head| head.deadline)
             .map(|d| d.saturating_duration_since(now));
         let limit = head_due.map_or(deadline, |d| d.min(deadline));
-        let limit = limit.saturating_sub(self.lateness[priority.index()].margin());
+        // At most half the deadline, so admission stays open to work that is quick enough.
+        let margin = self.lateness[priority.index()].margin(now, deadline / 2);
+        let limit = limit.saturating_sub(margin);
         (estimated > limit).then_some(Refusal::Late {
             estimated,
             deadline,
@@ -421,6 +423,7 @@ impl State {
         if let Some(running) = self.running.take().filter(|_| capture.is_none()) {
             for p in Priority::ALL {
                 self.lateness[p.index()].record(
+                    now,
                     running
                         .predicted
                         .iter()

@@ -669,3 +669,41 @@ async fn admission_keeps_the_measured_lateness_before_the_deadline() {
     assert!(admits_after(Duration::ZERO).await);
     assert!(!admits_after(Duration::from_millis(4)).await);
 }
+
+/// Regression: at 3x overload over HTTP a margin learned from late answers refused everything, and with nothing
+/// admitted no answer came to lower it: admission stayed shut (0 answered of 10,178). The margin is capped at
+/// half the deadline and lapses a second after the last answer.
+#[tokio::test(start_paused = true)]
+async fn regression_a_learned_margin_shut_admission_for_good() {
+    let backend = Arc::new(Manual::default());
+    let config = EngineConfig {
+        max_queue_tokens: 100,
+        max_queue_requests: 100,
+        ..overload_config(10)
+    };
+    let scheduler = Scheduler::start(backend.clone(), &config, |_| {});
+    measured(&backend, &scheduler).await; // 1 ms per 4-token batch
+    let t = online(&scheduler, [(1, 4)]);
+    settle().await;
+    tokio::time::advance(ms(21)).await; // 20 ms late: the margin is capped at 5 ms
+    backend.resolve_one();
+    for t in t {
+        t.wait().await.unwrap();
+    }
+    settle().await;
+    let six = || (0..6).map(|i| vec![i; 4]).collect::<Vec<_>>(); // 6 ms: over 10 - 5
+    assert!(scheduler.submit(six(), Priority::Online).is_err());
+    let four = (0..4).map(|i| vec![i; 4]).collect(); // 4 ms: within 10 - 5 (not shut by a 20 ms margin)
+    let admitted = scheduler.submit(four, Priority::Online).unwrap();
+    for _ in 0..4 {
+        settle().await;
+        backend.resolve_one();
+    }
+    admitted.wait().await.unwrap();
+    settle().await;
+    tokio::time::advance(Duration::from_millis(1100)).await;
+    assert!(
+        scheduler.submit(six(), Priority::Online).is_ok(),
+        "a second without answers: the margin lapsed"
+    );
+}

@@ -136,21 +136,25 @@ fn soak_table(step: &StepResult) -> Option<String> {
     if minutes.is_empty() {
         return None;
     }
-    let mut out = String::from("  minute  answered/s  p50 ms  p99 ms  RSS MiB\n");
-    for (i, m) in minutes.iter().enumerate() {
-        let rss = step
-            .rss_mib
+    // The minute's last sample: RSS, and the harness's request records within it.
+    let last = |series: &[(f64, f64)], from: f64| {
+        series
             .iter()
-            .filter(|(t, _)| *t >= m.t && *t < m.t + 60.0)
-            .map(|&(_, mib)| mib)
-            .fold(None, |a: Option<f64>, b| Some(a.map_or(b, |a| a.max(b))));
+            .rfind(|(t, _)| *t >= from && *t < from + 60.0)
+            .map_or("-".into(), |&(_, mib)| format!("{mib:.0}"))
+    };
+    let mut out = String::from(
+        "  minute  answered/s  p50 ms  p99 ms  RSS MiB  of which request records MiB\n",
+    );
+    for (i, m) in minutes.iter().enumerate() {
         out.push_str(&format!(
-            "  {:>6}  {:>10.1}  {:>6.1}  {:>6.1}  {:>7}\n",
+            "  {:>6}  {:>10.1}  {:>6.1}  {:>6.1}  {:>7}  {:>28}\n",
             i + 1,
             f64::from(m.answered) / 60.0,
             m.p50_ms,
             m.p99_ms,
-            rss.map_or("-".into(), |r| format!("{r:.0}"))
+            last(&step.rss_mib, m.t),
+            last(&step.log_mib, m.t),
         ));
     }
     Some(out.trim_end().to_owned())

@@ -164,6 +164,7 @@ impl Runner<'_> {
             pass,
             errors: run.errors,
             rss_mib: run.rss_mib,
+            log_mib: run.log_mib,
         })
     }
 }
