@@ -1,6 +1,6 @@
-//! `bench curve`: the engine's saturation curve ([`engine::curve`]) — forward tokens/s against batch size in
-//! tokens — as a table and JSON, and the smallest batch budget that reaches a given fraction of the peak (what
-//! `--max-batch-tokens auto` runs with, measured there over 16 … 8192).
+//! `bench curve`: the engine's saturation curve ([`engine::curve`]) — forward tokens/s and GFLOP/s against batch
+//! size in tokens — as a table and JSON, and its knee: the smallest budget that, with the next size, reaches a
+//! fraction of the peak (what `--max-batch-tokens auto` runs with, measured there over 16 … 8192).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -27,7 +27,8 @@ pub struct CurveArgs {
     runs: usize,
     #[arg(long, default_value_t = 1.0)]
     min_s: f64,
-    /// The budget named is the smallest size whose tokens/s reaches this fraction of the peak.
+    /// The budget named is the smallest size whose tokens/s, and the next size's, reach this fraction of the
+    /// peak (the median of the three best sizes).
     #[arg(long, default_value_t = 0.95)]
     fraction: f64,
     /// Also write the curve as JSON here.
@@ -46,7 +47,7 @@ pub struct Curve {
     pub flops_per_token: f64,
     pub fraction: f64,
     pub points: Vec<Point>,
-    /// The smallest size reaching `fraction` of the peak.
+    /// The knee ([`engine::curve::knee`]): what `auto` would run with.
     pub budget: usize,
 }
 
@@ -112,13 +113,14 @@ pub fn run(args: CurveArgs) -> Result<()> {
         );
     }
     println!(
-        "\n{} {} on {} threads ({}): the smallest batch reaching {:.0}% of the peak is {} tokens",
+        "\n{} {} on {} threads ({}): the knee is {} tokens (with the next size, within {:.0}% of the median of \
+         the three best)",
         curve.backend,
         curve.dtype,
         curve.threads,
         curve.device,
-        100.0 * curve.fraction,
-        curve.budget
+        curve.budget,
+        100.0 * curve.fraction
     );
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_vec_pretty(&curve)?)
