@@ -304,7 +304,11 @@ fn token_readout_shares_the_batch_and_its_mean_is_the_pooled_row() {
     let runs: Vec<Vec<Vec<f32>>> = [Run::Eager, Run::Capture, Run::Replay]
         .into_iter()
         .map(|how| {
-            let out = engine.backend().submit(batch.clone()).wait().expect("forward");
+            let out = engine
+                .backend()
+                .submit(batch.clone())
+                .wait()
+                .expect("forward");
             assert_eq!(out.forward.expect("a forward ran").run, how);
             (0..4).map(|i| out.embeddings.row(i).to_vec()).collect()
         })
@@ -322,7 +326,9 @@ fn token_readout_shares_the_batch_and_its_mean_is_the_pooled_row() {
     };
     let mut mean = vec![0.0f32; dim];
     for token in rows[1].chunks_exact(dim) {
-        mean.iter_mut().zip(token).for_each(|(m, x)| *m += x / a.len() as f32);
+        mean.iter_mut()
+            .zip(token)
+            .for_each(|(m, x)| *m += x / a.len() as f32);
     }
     for (pooled, tokens) in [(&rows[0], &mean), (&rows[3], &rows[2])] {
         let norm = tokens.iter().map(|x| x * x).sum::<f32>().sqrt();

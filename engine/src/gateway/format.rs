@@ -66,7 +66,13 @@ impl EncodingFormat {
         Precision::ALL
             .into_iter()
             .flat_map(|p| {
-                [false, true].map(|base64| EncodingFormat { precision: p, base64 }.to_string())
+                [false, true].map(|base64| {
+                    EncodingFormat {
+                        precision: p,
+                        base64,
+                    }
+                    .to_string()
+                })
             })
             .collect()
     }
@@ -167,7 +173,8 @@ impl Encoded<'_> {
 impl Serialize for Encoded<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         if self.base64 {
-            return s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(self.bytes()));
+            return s
+                .serialize_str(&base64::engine::general_purpose::STANDARD.encode(self.bytes()));
         }
         match &self.values {
             Values::Float(v) => v.serialize(s),
@@ -213,7 +220,10 @@ pub fn pack_signs(v: &[f32]) -> Vec<u8> {
 /// sentence-transformers' `binary`: the packed sign bytes minus 128, as int8 (flipping the top bit is exactly
 /// that subtraction in two's complement).
 pub fn binary(v: &[f32]) -> Vec<i8> {
-    pack_signs(v).into_iter().map(|b| (b ^ 0x80) as i8).collect()
+    pack_signs(v)
+        .into_iter()
+        .map(|b| (b ^ 0x80) as i8)
+        .collect()
 }
 
 #[cfg(test)]
@@ -257,7 +267,10 @@ mod tests {
         assert!((s - 0.01).abs() < 1e-7);
         assert_eq!(q[1], -127);
         for (x, q) in v.iter().zip(&q) {
-            assert!((x - *q as f32 * s).abs() <= s / 2.0 + 1e-6, "{x} vs {q}·{s}");
+            assert!(
+                (x - *q as f32 * s).abs() <= s / 2.0 + 1e-6,
+                "{x} vs {q}·{s}"
+            );
         }
         assert_eq!(int8_scaled(&[0.0, 0.0]), (vec![0, 0], 0.0));
     }

@@ -28,7 +28,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 pub use error::{Api, ApiError};
-pub use format::{EncodingFormat, Encoded, Precision};
+pub use format::{Encoded, EncodingFormat, Precision};
 pub use input::{Direction, Inputs, Options, Tokenization};
 pub use metrics::{Metrics, MetricsSnapshot, Times};
 pub use routes::{parse_embed_body, PRIORITY_HEADER};

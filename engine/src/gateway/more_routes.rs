@@ -11,10 +11,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
 
-use super::requests::{
-    from_value, parse, DecodeRequest, EmbedAllRequest, SimilarityRequest,
-};
-use super::routes::{check_model, embed_tei, priority, respond};
+use super::requests::{from_value, parse, DecodeRequest, EmbedAllRequest, SimilarityRequest};
+use super::routes::{check_model, embed_tei, priority, respond, tokenizer_answer};
 use super::{Api, ApiError, Embedded, Gateway, Inputs, Options, Times};
 use crate::Readout;
 
@@ -30,7 +28,10 @@ pub(super) async fn root(
     let result = async {
         let value: serde_json::Value = parse(&headers, body)?;
         if value["inputs"].is_object() {
-            Ok(("similarity", similarity_of(&gw, &headers, from_value(value)?).await))
+            Ok((
+                "similarity",
+                similarity_of(&gw, &headers, from_value(value)?).await,
+            ))
         } else {
             Ok(("embed", embed_tei(&gw, &headers, from_value(value)?).await))
         }
@@ -130,24 +131,17 @@ pub(super) async fn decode(
     let result = async {
         let req: DecodeRequest = parse(&headers, body)?;
         let skip = req.skip_special_tokens;
-        let (texts, tokenization) = gw
-            .tokenize_with(req.ids.0, move |t, _, inputs| match inputs {
-                Inputs::Ids(seqs) => t.decode(seqs, skip),
-                Inputs::Texts(t) if t.is_empty() => {
-                    Err(ApiError::bad_request("empty_input", "`ids` is empty"))
-                }
-                Inputs::Texts(_) => Err(ApiError::bad_request(
-                    "invalid_type",
-                    "`ids` must be a list of token ids or a list of such lists, not text",
-                )),
-            })
-            .await?;
-        let times = Times {
-            tokenization,
-            total: start.elapsed(),
-            ..Default::default()
-        };
-        Ok((times, Json(texts).into_response()))
+        tokenizer_answer(&gw, start, req.ids.0, move |t, _, inputs| match inputs {
+            Inputs::Ids(seqs) => t.decode(seqs, skip),
+            Inputs::Texts(texts) if texts.is_empty() => {
+                Err(ApiError::bad_request("empty_input", "`ids` is empty"))
+            }
+            Inputs::Texts(_) => Err(ApiError::bad_request(
+                "invalid_type",
+                "`ids` must be a list of token ids or a list of such lists, not text",
+            )),
+        })
+        .await
     }
     .await;
     respond(&gw, "decode", Api::Tei, result)

@@ -14,11 +14,14 @@ use axum::{Json, Router};
 use serde::Serialize;
 use subtle::ConstantTimeEq;
 
-use super::requests::{parse, OpenAiRequest, TeiRequest, TokenizeRequest};
 use super::more_routes;
-use super::{Api, ApiError, Embedded, Encoded, EncodingFormat, Gateway, Inputs, Options, Precision, Times};
+use super::requests::{parse, OpenAiRequest, TeiRequest, TokenizeRequest};
+use super::{
+    Api, ApiError, Embedded, Encoded, EncodingFormat, Gateway, Inputs, Options, Precision, Times,
+    Tokenization,
+};
 use crate::scheduler::Priority;
-use crate::Row;
+use crate::{Engine, Row};
 
 pub(super) fn router(gateway: Gateway) -> Router {
     let limit = gateway.config().max_payload_bytes;
@@ -370,20 +373,30 @@ async fn tokenize(
             ..Options::default()
         };
         let special = req.add_special_tokens;
-        let (tokens, tokenization) = gw
-            .tokenize_with(req.inputs.0, move |t, _, inputs| {
-                t.tokens(inputs, &options, special)
-            })
-            .await?;
-        let times = Times {
-            tokenization,
-            total: start.elapsed(),
-            ..Default::default()
-        };
-        Ok((times, Json(tokens).into_response()))
+        tokenizer_answer(&gw, start, req.inputs.0, move |t, _, inputs| {
+            t.tokens(inputs, &options, special)
+        })
+        .await
     }
     .await;
     respond(&gw, "tokenize", Api::Tei, result)
+}
+
+/// The answer of a route that only runs the tokenizers (`/tokenize`, `/decode`): `work`'s result as JSON, its time
+/// counted as tokenization.
+pub(super) async fn tokenizer_answer<R: Serialize + Send + 'static>(
+    gw: &Gateway,
+    start: Instant,
+    inputs: Inputs,
+    work: impl FnOnce(&Tokenization, &Engine, Inputs) -> Result<R, ApiError> + Send + 'static,
+) -> Result<(Times, Response), ApiError> {
+    let (answer, tokenization) = gw.tokenize_with(inputs, work).await?;
+    let times = Times {
+        tokenization,
+        total: start.elapsed(),
+        ..Default::default()
+    };
+    Ok((times, Json(answer).into_response()))
 }
 
 async fn health(State(gw): State<Gateway>) -> Response {

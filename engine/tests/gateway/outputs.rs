@@ -29,7 +29,8 @@ async fn every_format_encodes_the_float_vector_after_dimensions() {
     let dir = model_dir();
     let router = gateway(&dir, 1, GatewayConfig::default()).router();
     let dims = 20;
-    let openai = |format: &str| json!({ "input": TEXTS, "encoding_format": format, "dimensions": dims });
+    let openai =
+        |format: &str| json!({ "input": TEXTS, "encoding_format": format, "dimensions": dims });
     let float = vectors(&post(&router, "/v1/embeddings", openai("float")).await.body);
     let pooled = post(
         &router,
@@ -129,7 +130,11 @@ async fn every_format_encodes_the_float_vector_after_dimensions() {
         json!({ "inputs": TEXTS, "encoding_format": "base64" }),
     )
     .await;
-    let full = vectors(&post(&router, "/v1/embeddings", json!({ "input": TEXTS })).await.body);
+    let full = vectors(
+        &post(&router, "/v1/embeddings", json!({ "input": TEXTS }))
+            .await
+            .body,
+    );
     let got: Vec<f32> = b64(&tei.body[0])
         .chunks_exact(4)
         .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
@@ -186,8 +191,16 @@ async fn embed_all_answers_every_tokens_state() {
     assert_eq!(by_ids.body[0], all.body[0]);
     let long = "a ".repeat(100);
     let r = post(&router, "/embed_all", json!({ "inputs": long })).await;
-    assert_eq!(error_code(&r, StatusCode::UNPROCESSABLE_ENTITY), "validation");
-    let cut = post(&router, "/embed_all", json!({ "inputs": long, "truncate": true })).await;
+    assert_eq!(
+        error_code(&r, StatusCode::UNPROCESSABLE_ENTITY),
+        "validation"
+    );
+    let cut = post(
+        &router,
+        "/embed_all",
+        json!({ "inputs": long, "truncate": true }),
+    )
+    .await;
     assert_eq!(cut.body[0].as_array().unwrap().len(), 48);
     let r = post(&router, "/embed_all", json!({ "inputs": [] })).await;
     assert_eq!(error_code(&r, StatusCode::BAD_REQUEST), "empty");
@@ -200,7 +213,13 @@ async fn similarity_and_the_root_route() {
     let dir = model_dir();
     let router = gateway(&dir, 1, GatewayConfig::default()).router();
     let embedded = post(&router, "/embed", json!({ "inputs": TEXTS })).await;
-    let v: Vec<Vec<f32>> = embedded.body.as_array().unwrap().iter().map(floats).collect();
+    let v: Vec<Vec<f32>> = embedded
+        .body
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(floats)
+        .collect();
     let body = json!({
         "inputs": { "source_sentence": TEXTS[0], "sentences": [TEXTS[1], TEXTS[2]] },
         "parameters": {}
@@ -274,7 +293,10 @@ async fn decode_gives_the_text_of_ids() {
     )
     .await;
     let first = both.body[0].as_str().unwrap();
-    assert!(first.starts_with("[CLS]") && first.contains(TEXTS[0]), "{first}");
+    assert!(
+        first.starts_with("[CLS]") && first.contains(TEXTS[0]),
+        "{first}"
+    );
     assert_eq!(both.body.as_array().unwrap().len(), 2);
     for (body, code) in [
         (json!({ "ids": [2, 999999] }), "validation"),
