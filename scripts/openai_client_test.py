@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""A real client against `bench serve`: the official `openai` package and a TEI-style /embed request must both get
-the engine's own embeddings.
+"""Real clients against `bench serve`: the official `openai` package (embeddings in every encoding_format,
+`models.list()`), Hugging Face's `InferenceClient` given the server's URL (`feature_extraction`,
+`sentence_similarity`) and a TEI-style /embed request must all get the engine's own embeddings.
 
-Usage: python3 scripts/openai_client_test.py --base-url http://127.0.0.1:PORT --reference ref.json
+Usage: python3 scripts/openai_client_test.py --base-url http://127.0.0.1:PORT --reference ref.json [--no-hf]
 where ref.json is {"model": NAME, "texts": [...], "embeddings": [[...], ...]} computed in-process by the engine.
-Exits 0 when every vector matches (compared as float32), 1 otherwise.
-Needs: pip install openai
+Exits 0 when every vector matches (compared as float32), 1 otherwise. `--no-hf` leaves out InferenceClient.
+Needs: pip install openai huggingface_hub
 """
-import argparse, base64, json, struct, sys, urllib.request
+import argparse, base64, json, math, struct, sys, urllib.request
 
 import openai
 
@@ -32,6 +33,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--base-url", required=True)
     p.add_argument("--reference", required=True)
+    p.add_argument("--no-hf", action="store_true", help="skip huggingface_hub's InferenceClient")
     args = p.parse_args()
     ref = json.load(open(args.reference))
     texts, want = ref["texts"], ref["embeddings"]
@@ -60,6 +62,14 @@ def main():
     except openai.BadRequestError as e:
         print(f"ok   empty string refused: {e.status_code}")
 
+    ok &= check_formats(client, ref["model"], texts, want)
+    ids = [m.id for m in client.models.list()]
+    ok &= ids[:1] == [ref["model"]]
+    ok &= client.models.retrieve(ref["model"]).id == ref["model"]
+    print(f"{'ok  ' if ids[:1] == [ref['model']] else 'FAIL'} openai models.list(): {ids}")
+    if not args.no_hf:
+        ok &= check_inference_client(args.base_url, texts, want)
+
     req = urllib.request.Request(
         args.base_url + "/embed",
         data=json.dumps({"inputs": texts}).encode(),
@@ -69,6 +79,43 @@ def main():
         ok &= check("TEI /embed", json.load(r), want)
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
+
+
+def check_formats(client, model, texts, want):
+    """int8_scaled gives the vector back within half a step; ubinary and binary are its sign bits, packed."""
+    ok = True
+    scaled = client.embeddings.create(model=model, input=texts, encoding_format="int8_scaled")
+    for d, w in zip(sorted(scaled.data, key=lambda d: d.index), want):
+        scale = d.model_extra["scale"]
+        ok &= all(abs(q * scale - x) <= scale / 2 + 1e-6 for q, x in zip(d.embedding, w))
+    bits = [[sum(1 << (7 - i) for i, x in enumerate(w[j:j + 8]) if x > 0) for j in range(0, len(w), 8)] for w in want]
+    for fmt, offset in (("ubinary", 0), ("binary", -128)):
+        resp = client.embeddings.create(model=model, input=texts, encoding_format=fmt)
+        got = [d.embedding for d in sorted(resp.data, key=lambda d: d.index)]
+        ok &= got == [[b + offset for b in row] for row in bits]
+        raw = client.embeddings.create(model=model, input=texts, encoding_format=fmt + "_base64")
+        ok &= [list(base64.b64decode(d.embedding)) for d in raw.data] == [[b % 256 for b in g] for g in got]
+    print(f"{'ok  ' if ok else 'FAIL'} openai encoding_format int8_scaled, binary, ubinary (and _base64)")
+    return ok
+
+
+def check_inference_client(base_url, texts, want):
+    """huggingface_hub's InferenceClient given the server's URL posts to `/`: feature_extraction gets the
+    embedding, sentence_similarity the cosines."""
+    from huggingface_hub import InferenceClient
+
+    hf = InferenceClient(model=base_url)
+    got = hf.feature_extraction(texts[0])
+    ok = check("huggingface_hub InferenceClient.feature_extraction", [list(got[0])], want[:1], tol=1e-5)
+    sims = hf.sentence_similarity(texts[0], other_sentences=texts[1:])
+
+    def cos(a, b):
+        return sum(x * y for x, y in zip(a, b)) / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
+
+    expected = [cos(want[0], w) for w in want[1:]]
+    close = len(sims) == len(expected) and all(abs(a - b) < 1e-5 for a, b in zip(sims, expected))
+    print(f"{'ok  ' if close else 'FAIL'} huggingface_hub InferenceClient.sentence_similarity: {sims} vs {expected}")
+    return ok and close
 
 
 if __name__ == "__main__":

@@ -2,14 +2,32 @@
 
 use crate::error::{Error, Result};
 
+/// What a sequence's answer is: one pooled embedding (the model's Pooling module), or the last hidden state of
+/// every token (TEI's `/embed_all`), unpooled and unnormalized.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Readout {
+    #[default]
+    Pooled,
+    Tokens,
+}
+
 /// Token ids of several sequences, concatenated, with `offsets[i]..offsets[i + 1]` the tokens of sequence `i`.
 ///
-/// No padding: a batch of a 3-token and a 5-token sequence holds 8 ids.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// No padding: a batch of a 3-token and a 5-token sequence holds 8 ids. Each sequence has its [`Readout`]: its
+/// output rows are `out_offsets[i]..out_offsets[i + 1]` (one when pooled, one per token otherwise).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Batch {
     ids: Vec<u32>,
     offsets: Vec<usize>,
+    readouts: Vec<Readout>,
+    out_offsets: Vec<usize>,
     max_len: usize,
+}
+
+impl Default for Batch {
+    fn default() -> Self {
+        Batch::new()
+    }
 }
 
 impl Batch {
@@ -17,6 +35,8 @@ impl Batch {
         Batch {
             ids: Vec::new(),
             offsets: vec![0],
+            readouts: Vec::new(),
+            out_offsets: vec![0],
             max_len: 0,
         }
     }
@@ -29,11 +49,22 @@ impl Batch {
         b
     }
 
-    /// Appends one sequence.
+    /// Appends one sequence, to be pooled.
     pub fn push(&mut self, seq: &[u32]) {
+        self.push_as(seq, Readout::Pooled);
+    }
+
+    /// Appends one sequence with the answer it wants.
+    pub fn push_as(&mut self, seq: &[u32], readout: Readout) {
         self.ids.extend_from_slice(seq);
         self.offsets.push(self.ids.len());
         self.max_len = self.max_len.max(seq.len());
+        let rows = match readout {
+            Readout::Pooled => 1,
+            Readout::Tokens => seq.len(),
+        };
+        self.readouts.push(readout);
+        self.out_offsets.push(self.out_rows() + rows);
     }
 
     /// Number of sequences.
@@ -61,6 +92,20 @@ impl Batch {
     /// Cumulative offsets, `len() + 1` of them, starting at 0.
     pub fn offsets(&self) -> &[usize] {
         &self.offsets
+    }
+
+    /// Rows of output the batch writes: one per pooled sequence, one per token of the others.
+    pub fn out_rows(&self) -> usize {
+        self.out_offsets.last().copied().unwrap_or(0)
+    }
+
+    /// Cumulative output rows, `len() + 1` of them, starting at 0.
+    pub fn out_offsets(&self) -> &[usize] {
+        &self.out_offsets
+    }
+
+    pub fn readout(&self, i: usize) -> Readout {
+        self.readouts[i]
     }
 
     pub fn seq(&self, i: usize) -> &[u32] {

@@ -55,7 +55,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use backend::{Backend, BackendInfo, Embeddings, Handle, Output, Row};
-pub use batch::Batch;
+pub use batch::{Batch, Readout};
 pub use config::EngineConfig;
 pub use dtype::Dtype;
 pub use error::{Error, Result};

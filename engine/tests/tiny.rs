@@ -284,6 +284,69 @@ async fn handle_is_a_future_and_can_be_polled() {
     }
 }
 
+/// `/embed_all`'s path: sequences that ask for their token states share a batch with pooled ones; each gets every
+/// token's row, unnormalized, whose mean is the pooled row before Normalize (the tiny model mean-pools), and the
+/// pooled sequences' answers are those of a batch without them. Eager, capture and replay agree bit for bit.
+#[test]
+fn token_readout_shares_the_batch_and_its_mean_is_the_pooled_row() {
+    use engine::plan::Run;
+    use engine::Readout;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let engine = tiny(dir.path());
+    let a = engine.tokenize("the query of tokens").expect("tokenize");
+    let b = vec![a[0]];
+    let mut batch = Batch::new();
+    batch.push_as(&a, Readout::Pooled);
+    batch.push_as(&a, Readout::Tokens);
+    batch.push_as(&b, Readout::Tokens);
+    batch.push_as(&b, Readout::Pooled);
+    assert_eq!(batch.out_rows(), 2 + a.len() + 1);
+    let runs: Vec<Vec<Vec<f32>>> = [Run::Eager, Run::Capture, Run::Replay]
+        .into_iter()
+        .map(|how| {
+            let out = engine
+                .backend()
+                .submit(batch.clone())
+                .wait()
+                .expect("forward");
+            assert_eq!(out.forward.expect("a forward ran").run, how);
+            (0..4).map(|i| out.embeddings.row(i).to_vec()).collect()
+        })
+        .collect();
+    assert_eq!(runs[0], runs[1], "capture gives the eager output");
+    assert_eq!(runs[0], runs[2], "replay gives the eager output");
+    let rows = &runs[0];
+    let dim = engine.dim();
+    assert_eq!(rows[0].len(), dim);
+    assert_eq!(rows[1].len(), a.len() * dim);
+    assert_eq!(rows[2].len(), dim);
+    let unit = |v: &[f32]| {
+        let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        v.iter().map(|x| x / n).collect::<Vec<f32>>()
+    };
+    let mut mean = vec![0.0f32; dim];
+    for token in rows[1].chunks_exact(dim) {
+        mean.iter_mut()
+            .zip(token)
+            .for_each(|(m, x)| *m += x / a.len() as f32);
+    }
+    for (pooled, tokens) in [(&rows[0], &mean), (&rows[3], &rows[2])] {
+        let norm = tokens.iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() > 1e-3, "token states are not normalized");
+        for (p, t) in pooled.iter().zip(unit(tokens)) {
+            assert!((p - t).abs() < 1e-5, "{p} vs {t}");
+        }
+    }
+    let alone = engine
+        .backend()
+        .submit(Batch::from_sequences([a.as_slice()]))
+        .wait()
+        .expect("forward");
+    for (x, y) in alone.embeddings.row(0).iter().zip(&rows[0]) {
+        assert!((x - y).abs() < 1e-6);
+    }
+}
+
 #[test]
 fn invalid_batches_resolve_to_errors_not_panics() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use engine::gateway::EncodingFormat;
 use engine::scheduler::Scheduler;
-use engine::Engine;
+use engine::{Engine, Row};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::input::{self, Input};
@@ -39,6 +40,11 @@ pub struct EmbedArgs {
     /// percentiles of one input instead of bulk throughput.
     #[arg(long)]
     per_input: bool,
+    /// How each embedding is written, named as `encoding_format` is over HTTP: float, base64, int8 (round(127
+    /// tanh(x)) of the pooled vector before Normalize), int8_scaled (with a `scale` field), binary, ubinary (sign
+    /// bits packed), each also `_base64`.
+    #[arg(long, default_value = "float")]
+    output_format: EncodingFormat,
     /// Input file; standard input when absent or `-`.
     input: Option<PathBuf>,
 }
@@ -63,6 +69,7 @@ struct Reading<'a> {
     plain: bool,
     keep: Vec<String>,
     no_truncate: bool,
+    format: EncodingFormat,
 }
 
 impl Reading<'_> {
@@ -104,6 +111,7 @@ pub fn run(args: EmbedArgs) -> Result<()> {
         plain: args.lines,
         keep: args.keep.into_iter().filter(|k| !k.is_empty()).collect(),
         no_truncate: args.no_truncate,
+        format: args.output_format,
     };
     let mut stats = Stats::default();
     let interrupted = runtime.block_on(async {
@@ -176,12 +184,27 @@ pub fn run(args: EmbedArgs) -> Result<()> {
     Ok(())
 }
 
-/// One output line: the kept fields, then the embedding.
-fn write_line(out: &mut impl Write, fields: &str, embedding: &[f32]) -> Result<()> {
+/// One output line: the kept fields, then the embedding in `format` (and its scale, if it has one).
+fn write_line(
+    out: &mut impl Write,
+    fields: &str,
+    embedding: &Row,
+    format: EncodingFormat,
+) -> Result<()> {
+    let vector = if format.reads_pooled() {
+        embedding.unnormalized()
+    } else {
+        std::borrow::Cow::Borrowed(embedding.as_slice())
+    };
+    let encoded = format.encode(vector);
     out.write_all(b"{")?;
     out.write_all(fields.as_bytes())?;
     out.write_all(b"\"embedding\":")?;
-    serde_json::to_writer(&mut *out, embedding)?;
+    serde_json::to_writer(&mut *out, &encoded)?;
+    if let Some(scale) = encoded.scale() {
+        out.write_all(b",\"scale\":")?;
+        serde_json::to_writer(&mut *out, &scale)?;
+    }
     out.write_all(b"}\n")?;
     Ok(())
 }
@@ -211,7 +234,7 @@ async fn bulk(
     scheduler
         .embed_all(seqs, |e| {
             let (n, fields) = pending.borrow_mut().pop_front().unwrap_or_default();
-            write_line(out, &fields, &e.embedding)?;
+            write_line(out, &fields, &e.embedding, reading.format)?;
             *inputs += 1;
             *tokens += n;
             *time = start.elapsed();
@@ -247,7 +270,7 @@ async fn per_input(
         latencies.saturating_record(elapsed.as_micros() as u64);
         stats.time += elapsed;
         for e in embedded {
-            write_line(out, &fields, &e.embedding)?;
+            write_line(out, &fields, &e.embedding, reading.format)?;
         }
         stats.inputs += 1;
         stats.tokens += tokens;

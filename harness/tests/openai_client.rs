@@ -1,8 +1,10 @@
-//! The official `openai` Python client against the `bench serve` binary (scripts/openai_client_test.py): its
-//! embeddings, and a TEI-style request's, must equal the engine's in-process ones. Uses the real model when it is
-//! cached, the tiny one otherwise. Without python3 and the `openai` package it is skipped, saying so where the
-//! test harness does not swallow it (straight to standard error) and counted in the run's skip ledger
-//! (`target/tmp/skipped-tests.txt`, which `.ci/run` reports), never passed silently.
+//! The official `openai` Python client and Hugging Face's `InferenceClient` against the `bench serve` binary
+//! (scripts/openai_client_test.py): their embeddings (every encoding format, `models.list()`, `feature_extraction`,
+//! `sentence_similarity` through `POST /`), and a TEI-style request's, must equal the engine's in-process ones.
+//! Uses the real model when it is cached, the tiny one otherwise. Without python3 and the `openai` package it is
+//! skipped, and without `huggingface_hub` its InferenceClient part is, saying so where the test harness does not
+//! swallow it (straight to standard error) and counted in the run's skip ledger (`target/tmp/skipped-tests.txt`,
+//! which `.ci/run` reports), never passed silently.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -10,9 +12,9 @@ use std::process::{Command, Stdio};
 
 use engine::{Engine, EngineConfig};
 
-fn openai_available() -> bool {
+fn python_has(module: &str) -> bool {
     Command::new("python3")
-        .args(["-c", "import openai"])
+        .args(["-c", &format!("import {module}")])
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
@@ -57,7 +59,7 @@ fn skipped(test: &str, reason: &str) {
 
 #[test]
 fn openai_python_client_gets_the_engines_embeddings() {
-    if !openai_available() {
+    if !python_has("openai") {
         skipped(
             "openai_python_client_gets_the_engines_embeddings",
             "python3 with the `openai` package is not available (pip install openai)",
@@ -110,12 +112,19 @@ fn openai_python_client_gets_the_engines_embeddings() {
         .unwrap_or_else(|| panic!("unexpected first line from the server: {line:?}"))
         .to_owned();
 
-    let client = Command::new("python3")
+    let mut client = Command::new("python3");
+    client
         .arg(repo_root().join("scripts/openai_client_test.py"))
         .args(["--base-url", &base, "--reference"])
-        .arg(&reference)
-        .status()
-        .unwrap();
+        .arg(&reference);
+    if !python_has("huggingface_hub") {
+        skipped(
+            "openai_python_client_gets_the_engines_embeddings (its huggingface_hub InferenceClient part)",
+            "python3 with the `huggingface_hub` package is not available (pip install huggingface_hub)",
+        );
+        client.arg("--no-hf");
+    }
+    let client = client.status().unwrap();
 
     // SIGTERM: the server drains and exits cleanly.
     let term = Command::new("kill")

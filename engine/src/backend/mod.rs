@@ -117,13 +117,16 @@ impl Future for Handle {
     }
 }
 
-/// Pooled embeddings of one batch, row `i` for sequence `i`, in a buffer that goes back to its backend's pool
+/// The answers of one batch, [`Embeddings::row`] `i` for sequence `i` (its pooled embedding, or its tokens' hidden
+/// states one after another, as its [`crate::Readout`] asked), in a buffer that goes back to its backend's pool
 /// when dropped, so steady-state serving does not allocate result memory.
 pub struct Embeddings {
     data: Vec<f32>,
     dim: usize,
-    /// Each row's L2 norm before [`Embeddings::normalize`], when the model normalizes; otherwise empty.
-    norms: Vec<f32>,
+    /// Sequence `i`'s vectors are `offsets[i]..offsets[i + 1]` (the batch's [`Batch::out_offsets`]).
+    offsets: Vec<usize>,
+    /// Each pooled row's L2 norm before [`Embeddings::normalize`], when the model normalizes; otherwise empty.
+    norms: Vec<Option<f32>>,
     pool: Option<Arc<BufferPool>>,
     /// Told when the buffer is released (its last row dropped): the scheduler without overlap waits for it.
     released: Option<oneshot::Sender<()>>,
@@ -143,34 +146,39 @@ impl Embeddings {
         self.dim
     }
 
+    /// Sequences answered.
     pub fn len(&self) -> usize {
-        self.data.len().checked_div(self.dim).unwrap_or(0)
+        self.offsets.len().saturating_sub(1)
     }
 
     pub fn is_empty(&self) -> bool {
-        self.data.is_empty()
+        self.len() == 0
     }
 
+    /// Sequence `i`'s answer: `dim` floats when pooled, `dim` per token otherwise.
     pub fn row(&self, i: usize) -> &[f32] {
-        &self.data[i * self.dim..(i + 1) * self.dim]
-    }
-
-    pub fn rows(&self) -> impl Iterator<Item = &[f32]> + '_ {
-        self.data.chunks_exact(self.dim.max(1))
+        &self.data[self.offsets[i] * self.dim..self.offsets[i + 1] * self.dim]
     }
 
     pub fn as_slice(&self) -> &[f32] {
         &self.data
     }
 
-    /// Scales every row to unit length (sentence-transformers' Normalize), keeping the norms they had, so the
-    /// pooled vectors can be had back ([`Row::unnormalized`]). Bitwise what normalizing in the forward gave.
-    pub(crate) fn normalize(&mut self) {
-        let dim = self.dim.max(1);
+    /// Scales every pooled row to unit length (sentence-transformers' Normalize), keeping the norms they had, so
+    /// the pooled vectors can be had back ([`Row::unnormalized`]). Bitwise what normalizing in the forward gave.
+    /// Token states are the model's output before its Pooling module, so Normalize never applies to them.
+    pub(crate) fn normalize(&mut self, batch: &Batch) {
         self.norms.clear();
-        self.norms.resize(self.data.len() / dim, 0.0);
-        for (row, norm) in self.data.chunks_exact_mut(dim).zip(&mut self.norms) {
-            cpu::kernels::l2_normalize(row, norm);
+        for i in 0..self.len() {
+            let (start, end) = (self.offsets[i] * self.dim, self.offsets[i + 1] * self.dim);
+            self.norms.push(match batch.readout(i) {
+                crate::Readout::Pooled => {
+                    let mut norm = 0.0;
+                    cpu::kernels::l2_normalize(&mut self.data[start..end], &mut norm);
+                    Some(norm)
+                }
+                crate::Readout::Tokens => None,
+            });
         }
     }
 }
@@ -204,9 +212,14 @@ impl Row {
     /// the pooled one to float rounding); the row itself when the model does not normalize.
     pub fn unnormalized(&self) -> std::borrow::Cow<'_, [f32]> {
         match self.batch.norms.get(self.index) {
-            Some(&norm) => self.as_slice().iter().map(|v| v * norm).collect(),
-            None => std::borrow::Cow::Borrowed(self.as_slice()),
+            Some(&Some(norm)) => self.as_slice().iter().map(|v| v * norm).collect(),
+            _ => std::borrow::Cow::Borrowed(self.as_slice()),
         }
+    }
+
+    /// The row's vectors of `dim` floats: one for a pooled sequence, one per token otherwise.
+    pub fn vectors(&self) -> std::slice::ChunksExact<'_, f32> {
+        self.as_slice().chunks_exact(self.batch.dim.max(1))
     }
 }
 
@@ -253,7 +266,8 @@ impl BufferPool {
     /// More than a few batches in flight at once is unusual; beyond that, buffers are simply freed.
     const KEEP: usize = 8;
 
-    pub(crate) fn take(self: &Arc<Self>, len: usize, dim: usize) -> Embeddings {
+    /// A buffer for `batch`'s answers, `dim` floats per output row.
+    pub(crate) fn take(self: &Arc<Self>, batch: &Batch, dim: usize) -> Embeddings {
         let mut data = self
             .free
             .lock()
@@ -262,10 +276,11 @@ impl BufferPool {
             .flatten()
             .unwrap_or_default();
         data.clear();
-        data.resize(len * dim, 0.0);
+        data.resize(batch.out_rows() * dim, 0.0);
         Embeddings {
             data,
             dim,
+            offsets: batch.out_offsets().to_vec(),
             norms: Vec::new(),
             pool: Some(self.clone()),
             released: None,

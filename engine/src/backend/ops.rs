@@ -179,7 +179,8 @@ pub trait Ops {
     /// `ctx = softmax(Q Kᵀ / √d) V` per sequence and head, from the fused `[Q | K | V]` projection; query head
     /// `h` reads key/value head `h / (heads / kv_heads)`.
     fn attention(&self, batch: &Batch, qkv: Self::Mat, shape: AttentionShape, ctx: Self::Mat);
-    /// One row of `out` per sequence: its tokens' mean, its first token or its last token.
+    /// Each sequence's rows of `out` ([`Batch::out_offsets`]): one, its tokens' mean, its first token or its last
+    /// token; or, for a sequence whose [`crate::Readout`] is `Tokens`, a copy of every token's row of `x`.
     fn pool(&self, batch: &Batch, x: Self::Mat, pooling: Pooling, out: Self::Mat);
 }
 
@@ -194,7 +195,8 @@ pub trait Architecture<D: Device>: Send + Sync {
     /// the backend normalizes them as it hands them over, keeping each row's norm, so a client can have the
     /// pooled vector back (TEI's `normalize: false`).
     fn normalizes(&self) -> bool;
-    /// Runs `batch` and writes one pooled embedding per sequence into the rows of `out`. `acts` holds one view per
+    /// Runs `batch` and writes each sequence's answer (its pooled embedding, or its token states when its readout
+    /// asks) into its rows of `out` ([`Batch::out_offsets`]). `acts` holds one view per
     /// slot of [`Architecture::layout`], each with at least `batch.tokens()` rows. The batch has passed
     /// [`Batch::validate`].
     fn forward<O: Ops<Device = D>>(&self, ops: &O, batch: &Batch, acts: &[O::Mat], out: O::Mat);

@@ -60,6 +60,8 @@ pub struct Options {
     pub direction: Direction,
     /// Which of the scheduler's queues the inputs join.
     pub priority: Priority,
+    /// Each input's answer: its pooled embedding, or its tokens' states (`/embed_all`).
+    pub readout: crate::Readout,
     /// Whose conventions a refusal follows: OpenAI's (400, and only the server can turn truncation on) or TEI's
     /// (422, and the request's `truncate` can).
     pub api: Api,
@@ -168,20 +170,7 @@ impl Tokenization {
                 ))
             }
         };
-        let [right, left] = self
-            .detailed
-            .get_or_init(|| {
-                let load = |side| {
-                    let cut = Truncation {
-                        max_length: self.max_len,
-                        side,
-                    };
-                    HfTokenizer::from_file(&self.path, Some(cut)).map_err(|e| e.to_string())
-                };
-                Ok([load(TruncationSide::Right)?, load(TruncationSide::Left)?])
-            })
-            .as_ref()
-            .map_err(|e| ApiError::internal(format!("loading the tokenizer: {e}")))?;
+        let [right, left] = self.detailed()?;
         let tokenizer = match options.direction {
             Direction::Right => right,
             Direction::Left => left,
@@ -203,6 +192,44 @@ impl Tokenization {
                 Ok(tokens)
             })
             .collect()
+    }
+
+    /// TEI's `/decode`: the text of each list of ids.
+    pub fn decode(
+        &self,
+        seqs: Vec<Vec<u32>>,
+        skip_special_tokens: bool,
+    ) -> Result<Vec<String>, ApiError> {
+        if seqs.is_empty() {
+            return Err(ApiError::bad_request("empty_input", "`ids` is empty"));
+        }
+        let [right, _] = self.detailed()?;
+        seqs.iter()
+            .enumerate()
+            .map(|(i, ids)| {
+                self.check_vocab(i, ids)?;
+                right.decode(ids, skip_special_tokens).map_err(|e| {
+                    ApiError::unprocessable("tokenization_failed", format!("input {i}: {e}"))
+                })
+            })
+            .collect()
+    }
+
+    /// The `tokenizers` crate's pipelines cutting from the right and from the left, loaded on first use.
+    fn detailed(&self) -> Result<&[HfTokenizer; 2], ApiError> {
+        self.detailed
+            .get_or_init(|| {
+                let load = |side| {
+                    let cut = Truncation {
+                        max_length: self.max_len,
+                        side,
+                    };
+                    HfTokenizer::from_file(&self.path, Some(cut)).map_err(|e| e.to_string())
+                };
+                Ok([load(TruncationSide::Right)?, load(TruncationSide::Left)?])
+            })
+            .as_ref()
+            .map_err(|e| ApiError::internal(format!("loading the tokenizer: {e}")))
     }
 
     fn prefix(&self, name: Option<&str>) -> Result<&str, ApiError> {
@@ -258,19 +285,24 @@ impl Tokenization {
                 format!("input {i} is an empty token list"),
             ));
         }
-        if let Some(&id) = ids.iter().find(|&&id| id as usize >= self.vocab_size) {
-            return Err(ApiError::bad_request(
+        self.check_vocab(i, &ids)?;
+        if ids.len() <= self.max_len {
+            return Ok(ids);
+        }
+        self.over_limit(i, ids, options)
+    }
+
+    fn check_vocab(&self, i: usize, ids: &[u32]) -> Result<(), ApiError> {
+        match ids.iter().find(|&&id| id as usize >= self.vocab_size) {
+            Some(&id) => Err(ApiError::bad_request(
                 "invalid_token_id",
                 format!(
                     "input {i}: token id {id} is outside the vocabulary of {}",
                     self.vocab_size
                 ),
-            ));
+            )),
+            None => Ok(()),
         }
-        if ids.len() <= self.max_len {
-            return Ok(ids);
-        }
-        self.over_limit(i, ids, options)
     }
 
     /// Token ids over the limit sent by the client: refused, or cut to the limit keeping their first and last

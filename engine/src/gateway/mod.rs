@@ -1,5 +1,6 @@
-//! The HTTP gateway: OpenAI-compatible `POST /v1/embeddings`, TEI-style `POST /embed`, `POST /tokenize`,
-//! `GET /health`, `GET /info` and `GET /metrics` in front of one [`Scheduler`] per engine replica.
+//! The HTTP gateway: OpenAI-compatible `POST /v1/embeddings` and `GET /v1/models`, TEI-style `POST /` and
+//! `/embed`, `/embed_all`, `/similarity`, `/tokenize`, `/decode`, `GET /health`, `GET /info` and `GET /metrics`
+//! in front of one [`Scheduler`] per engine replica. Embeddings are written in any [`EncodingFormat`].
 //!
 //! A request is parsed and validated, templated with its prompt, tokenized (inline when small, otherwise off the
 //! async threads), split into sub-batches of at most `split_size` inputs spread over the replicas by least
@@ -12,8 +13,10 @@
 //! [`GatewayConfig::auto_truncate`]).
 
 mod error;
+mod format;
 mod input;
 mod metrics;
+mod more_routes;
 mod requests;
 mod routes;
 
@@ -25,6 +28,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 pub use error::{Api, ApiError};
+pub use format::{Encoded, EncodingFormat, Precision};
 pub use input::{Direction, Inputs, Options, Tokenization};
 pub use metrics::{Metrics, MetricsSnapshot, Times};
 pub use routes::{parse_embed_body, PRIORITY_HEADER};
@@ -248,7 +252,10 @@ impl Gateway {
     /// queues as they drain, so a request larger than a queue's bounds is served, not refused for its own size.
     pub async fn embed(&self, inputs: Inputs, options: Options) -> Result<Embedded, ApiError> {
         let start = Instant::now();
-        let priority = options.priority;
+        let work = crate::scheduler::Work {
+            priority: options.priority,
+            readout: options.readout,
+        };
         let (seqs, tokenization) = self.tokenize(inputs, options).await?;
         let (n, tokens) = (seqs.len(), seqs.iter().map(Vec::len).sum());
         let mut tickets = Vec::new();
@@ -259,9 +266,9 @@ impl Gateway {
             // future is dropped (the client went away), dropping the tickets abandons their work.
             let scheduler = &self.least_loaded().scheduler;
             tickets.push(if tickets.is_empty() {
-                scheduler.submit(part, priority)?
+                scheduler.submit(part, work)?
             } else {
-                scheduler.submit_waiting(part, priority).await?
+                scheduler.submit_waiting(part, work).await?
             });
         }
         let mut vectors = Vec::with_capacity(n);

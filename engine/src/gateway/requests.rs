@@ -9,7 +9,7 @@ use axum::http::{header, HeaderMap, StatusCode};
 use serde::de::{self, DeserializeOwned, Deserializer, SeqAccess, Visitor};
 use serde::Deserialize;
 
-use super::{ApiError, Direction, Inputs};
+use super::{ApiError, Direction, EncodingFormat, Inputs};
 use crate::scheduler::Priority;
 
 /// What a request may embed: a string, an array of strings, an array of token ids (one input), or an array of
@@ -130,20 +130,13 @@ impl<'de> Deserialize<'de> for Element {
     }
 }
 
-#[derive(Deserialize, Default, Clone, Copy, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub(super) enum EncodingFormat {
-    #[default]
-    Float,
-    Base64,
-}
-
 /// OpenAI's embeddings request; fields it defines that change nothing here (`user`) are accepted and ignored.
 #[derive(Deserialize)]
 pub(super) struct OpenAiRequest {
     pub input: InputField,
     /// One of the served names (`--served-model-name`), or absent.
     pub model: Option<String>,
+    /// OpenAI's `float` and `base64`, and ours: int8, int8_scaled, binary, ubinary (each also `_base64`).
     #[serde(default)]
     pub encoding_format: EncodingFormat,
     pub dimensions: Option<usize>,
@@ -168,8 +161,53 @@ pub(super) struct TeiRequest {
     pub truncation_direction: Direction,
     pub prompt_name: Option<String>,
     pub dimensions: Option<usize>,
+    /// Not TEI's: the output format, named as on OpenAI's route.
+    #[serde(default)]
+    pub encoding_format: EncodingFormat,
     /// Not TEI's: `online` or `batch` (as the `x-priority` header).
     pub priority: Option<Priority>,
+}
+
+/// TEI's `/embed_all` request: every token's last hidden state.
+#[derive(Deserialize)]
+pub(super) struct EmbedAllRequest {
+    pub inputs: InputField,
+    pub truncate: Option<bool>,
+    #[serde(default)]
+    pub truncation_direction: Direction,
+    pub prompt_name: Option<String>,
+    /// Not TEI's: `online` or `batch` (as the `x-priority` header).
+    pub priority: Option<Priority>,
+}
+
+/// TEI's `/similarity` request (and the Inference API's `sentence-similarity` task, which `POST /` takes).
+#[derive(Deserialize)]
+pub(super) struct SimilarityRequest {
+    pub inputs: SimilarityInputs,
+    pub parameters: Option<SimilarityParameters>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct SimilarityInputs {
+    pub source_sentence: String,
+    pub sentences: Vec<String>,
+}
+
+#[derive(Deserialize, Default)]
+pub(super) struct SimilarityParameters {
+    pub truncate: Option<bool>,
+    #[serde(default)]
+    pub truncation_direction: Direction,
+    pub prompt_name: Option<String>,
+}
+
+/// TEI's `/decode` request: one list of ids or a list of them.
+#[derive(Deserialize)]
+pub(super) struct DecodeRequest {
+    pub ids: InputField,
+    #[serde(default = "yes")]
+    pub skip_special_tokens: bool,
 }
 
 /// TEI's `/tokenize` request (and our truncation fields, as `/embed` has them).
@@ -213,11 +251,19 @@ pub(super) fn parse<T: DeserializeOwned>(
             format!("the body is not valid UTF-8: {e}"),
         ));
     }
-    serde_json::from_slice(&body).map_err(|e| {
-        let code = match e.classify() {
-            serde_json::error::Category::Data => "invalid_type",
-            _ => "invalid_json",
-        };
-        ApiError::bad_request(code, format!("invalid request body: {e}"))
-    })
+    serde_json::from_slice(&body).map_err(json_error)
+}
+
+/// A request already read as JSON (`POST /` looks at it before it knows which request it is), as [`parse`] would
+/// read it.
+pub(super) fn from_value<T: DeserializeOwned>(value: serde_json::Value) -> Result<T, ApiError> {
+    serde_json::from_value(value).map_err(json_error)
+}
+
+fn json_error(e: serde_json::Error) -> ApiError {
+    let code = match e.classify() {
+        serde_json::error::Category::Data => "invalid_type",
+        _ => "invalid_json",
+    };
+    ApiError::bad_request(code, format!("invalid request body: {e}"))
 }

@@ -11,26 +11,37 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use base64::Engine as _;
 use serde::Serialize;
 use subtle::ConstantTimeEq;
 
-use super::requests::{parse, EncodingFormat, OpenAiRequest, TeiRequest, TokenizeRequest};
-use super::{Api, ApiError, Embedded, Gateway, Inputs, Options, Times};
+use super::more_routes;
+use super::requests::{parse, OpenAiRequest, TeiRequest, TokenizeRequest};
+use super::{
+    Api, ApiError, Embedded, Encoded, EncodingFormat, Gateway, Inputs, Options, Precision, Times,
+    Tokenization,
+};
 use crate::scheduler::Priority;
-use crate::Row;
+use crate::{Engine, Row};
 
 pub(super) fn router(gateway: Gateway) -> Router {
     let limit = gateway.config().max_payload_bytes;
     let protected = Router::new()
         .route("/v1/embeddings", post(openai_embeddings))
+        .route("/v1/models", get(more_routes::models))
+        .route("/v1/models/{*model}", get(more_routes::retrieve_model))
+        .route("/", post(more_routes::root))
         .route("/embed", post(tei_embed))
+        .route("/embed_all", post(more_routes::embed_all))
+        .route("/similarity", post(more_routes::similarity))
         .route("/tokenize", post(tokenize))
+        .route("/decode", post(more_routes::decode))
         .route("/info", get(info))
         .route("/metrics", get(metrics))
         .route_layer(middleware::from_fn_with_state(gateway.clone(), authorize));
+    // TEI answers `GET /` as `/health`.
     Router::new()
         .route("/health", get(health))
+        .route("/", get(health))
         .merge(protected)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -43,7 +54,7 @@ async fn not_found(uri: Uri) -> Response {
         StatusCode::NOT_FOUND,
         "not_found",
         format!(
-            "no route {}; the routes are POST /v1/embeddings, /embed, /tokenize and GET /health, /info, /metrics",
+            "no route {}; the routes are POST /v1/embeddings, /, /embed, /embed_all, /similarity, /tokenize, /decode and GET /v1/models, /health, /info, /metrics",
             uri.path()
         ),
     )
@@ -81,7 +92,7 @@ async fn authorize(State(gw): State<Gateway>, request: Request, next: Next) -> R
 }
 
 /// Counts the outcome and, on success, records the stage times and sends them as headers (milliseconds).
-fn respond(
+pub(super) fn respond(
     gw: &Gateway,
     route: &'static str,
     api: Api,
@@ -149,11 +160,37 @@ fn shape(
         .collect()
 }
 
+/// The rows in `format`: the vectors [`shape`] makes of them (int8 reads the pooled ones, before Normalize).
+fn encode(
+    rows: &[Row],
+    dims: Option<usize>,
+    normalize: bool,
+    normalize_whole: bool,
+    format: EncodingFormat,
+) -> Vec<Encoded<'_>> {
+    let vectors = if format.reads_pooled() {
+        shape(rows, dims, false, false)
+    } else {
+        shape(rows, dims, normalize, normalize_whole)
+    };
+    vectors.into_iter().map(|v| format.encode(v)).collect()
+}
+
+/// An embedding with its `int8_scaled` scale beside it, when it has one.
 #[derive(Serialize)]
-#[serde(untagged)]
-enum Vector<'a> {
-    Float(Cow<'a, [f32]>),
-    Base64(String),
+struct Scaled<'a> {
+    embedding: Encoded<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    scale: Option<f32>,
+}
+
+impl<'a> From<Encoded<'a>> for Scaled<'a> {
+    fn from(embedding: Encoded<'a>) -> Self {
+        Scaled {
+            scale: embedding.scale(),
+            embedding,
+        }
+    }
 }
 
 /// OpenAI's response, serialized straight from the rows.
@@ -169,7 +206,8 @@ struct OpenAiResponse<'a> {
 struct OpenAiEmbedding<'a> {
     object: &'static str,
     index: usize,
-    embedding: Vector<'a>,
+    #[serde(flatten)]
+    embedding: Scaled<'a>,
 }
 
 #[derive(Serialize)]
@@ -179,7 +217,7 @@ struct Usage {
 }
 
 /// Refuses a `model` the server does not serve under that name (OpenAI answers 404 `model_not_found`).
-fn check_model(gw: &Gateway, model: Option<&str>) -> Result<(), ApiError> {
+pub(super) fn check_model(gw: &Gateway, model: Option<&str>) -> Result<(), ApiError> {
     let config = gw.config();
     match model {
         Some(m) if m != config.model_name && !config.model_aliases.iter().any(|a| a == m) => {
@@ -203,7 +241,7 @@ pub const PRIORITY_HEADER: &str = "x-priority";
 
 /// A request's priority: its body's `priority` field (our extension of both APIs), else the `x-priority` header,
 /// else online.
-fn priority(headers: &HeaderMap, field: Option<Priority>) -> Result<Priority, ApiError> {
+pub(super) fn priority(headers: &HeaderMap, field: Option<Priority>) -> Result<Priority, ApiError> {
     if let Some(p) = field {
         return Ok(p);
     }
@@ -232,25 +270,20 @@ async fn openai_embeddings(
             direction: Default::default(),
             api: Api::OpenAi,
             priority: priority(&headers, req.priority)?,
+            ..Options::default()
         };
         let Embedded {
             vectors,
             tokens,
             times,
         } = gw.embed(req.input.0, options).await?;
-        let data = shape(&vectors, dims, true, false)
+        let data = encode(&vectors, dims, true, false, req.encoding_format)
             .into_iter()
             .enumerate()
-            .map(|(index, v)| OpenAiEmbedding {
+            .map(|(index, e)| OpenAiEmbedding {
                 object: "embedding",
                 index,
-                embedding: match req.encoding_format {
-                    EncodingFormat::Float => Vector::Float(v),
-                    EncodingFormat::Base64 => {
-                        let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-                        Vector::Base64(base64::engine::general_purpose::STANDARD.encode(bytes))
-                    }
-                },
+                embedding: e.into(),
             })
             .collect();
         let body = OpenAiResponse {
@@ -278,6 +311,7 @@ pub fn parse_embed_body(body: &[u8], auto_truncate: bool) -> Result<(Inputs, Opt
         direction: req.truncation_direction,
         api: Api::Tei,
         priority: req.priority.unwrap_or_default(),
+        ..Options::default()
     };
     Ok((req.inputs.0, options))
 }
@@ -287,24 +321,38 @@ async fn tei_embed(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let result = async {
-        let req: TeiRequest = parse(&headers, body)?;
-        let dims = check_dims(req.dimensions, gw.engine().dim())?;
-        let options = Options {
-            prompt_name: req.prompt_name,
-            truncate: req.truncate.unwrap_or(gw.config().auto_truncate),
-            direction: req.truncation_direction,
-            api: Api::Tei,
-            priority: priority(&headers, req.priority)?,
-        };
-        let Embedded { vectors, times, .. } = gw.embed(req.inputs.0, options).await?;
-        // The engine's rows are unit length already when the model has a Normalize module.
-        let whole = req.normalize && !gw.engine().info().normalize;
-        let vectors = shape(&vectors, dims, req.normalize, whole);
-        Ok((times, Json(vectors).into_response()))
-    }
-    .await;
+    let result = async { embed_tei(&gw, &headers, parse(&headers, body)?).await }.await;
     respond(&gw, "embed", Api::Tei, result)
+}
+
+/// TEI's `/embed` once its body is read (also `POST /`'s answer to an embedding request).
+pub(super) async fn embed_tei(
+    gw: &Gateway,
+    headers: &HeaderMap,
+    req: TeiRequest,
+) -> Result<(Times, Response), ApiError> {
+    let dims = check_dims(req.dimensions, gw.engine().dim())?;
+    let options = Options {
+        prompt_name: req.prompt_name,
+        truncate: req.truncate.unwrap_or(gw.config().auto_truncate),
+        direction: req.truncation_direction,
+        api: Api::Tei,
+        priority: priority(headers, req.priority)?,
+        ..Options::default()
+    };
+    let Embedded { vectors, times, .. } = gw.embed(req.inputs.0, options).await?;
+    // The engine's rows are unit length already when the model has a Normalize module.
+    let whole = req.normalize && !gw.engine().info().normalize;
+    let format = req.encoding_format;
+    let encoded = encode(&vectors, dims, req.normalize, whole, format);
+    // TEI answers bare vectors; a scale has to ride beside its vector.
+    let response = if format.precision == Precision::Int8Scaled {
+        let scaled: Vec<Scaled> = encoded.into_iter().map(Scaled::from).collect();
+        Json(scaled).into_response()
+    } else {
+        Json(encoded).into_response()
+    };
+    Ok((times, response))
 }
 
 /// TEI's `/tokenize`: each input's tokens (`id`, `text`, `special`, `start`, `stop`) after templating and
@@ -325,20 +373,30 @@ async fn tokenize(
             ..Options::default()
         };
         let special = req.add_special_tokens;
-        let (tokens, tokenization) = gw
-            .tokenize_with(req.inputs.0, move |t, _, inputs| {
-                t.tokens(inputs, &options, special)
-            })
-            .await?;
-        let times = Times {
-            tokenization,
-            total: start.elapsed(),
-            ..Default::default()
-        };
-        Ok((times, Json(tokens).into_response()))
+        tokenizer_answer(&gw, start, req.inputs.0, move |t, _, inputs| {
+            t.tokens(inputs, &options, special)
+        })
+        .await
     }
     .await;
     respond(&gw, "tokenize", Api::Tei, result)
+}
+
+/// The answer of a route that only runs the tokenizers (`/tokenize`, `/decode`): `work`'s result as JSON, its time
+/// counted as tokenization.
+pub(super) async fn tokenizer_answer<R: Serialize + Send + 'static>(
+    gw: &Gateway,
+    start: Instant,
+    inputs: Inputs,
+    work: impl FnOnce(&Tokenization, &Engine, Inputs) -> Result<R, ApiError> + Send + 'static,
+) -> Result<(Times, Response), ApiError> {
+    let (answer, tokenization) = gw.tokenize_with(inputs, work).await?;
+    let times = Times {
+        tokenization,
+        total: start.elapsed(),
+        ..Default::default()
+    };
+    Ok((times, Json(answer).into_response()))
 }
 
 async fn health(State(gw): State<Gateway>) -> Response {

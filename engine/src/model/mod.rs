@@ -32,10 +32,11 @@ impl Head {
         }
     }
 
-    /// Pools `x` (one row per token) into the first `batch.len()` rows of `out`.
+    /// Pools `x` (one row per token) into the first `batch.out_rows()` rows of `out` (a sequence that asked for
+    /// its token states gets them copied instead).
     pub fn forward<O: Ops>(&self, ops: &O, batch: &Batch, x: O::Mat, out: O::Mat) {
         use crate::backend::ops::Matrix;
-        ops.pool(batch, x, self.pooling, out.top(batch.len()));
+        ops.pool(batch, x, self.pooling, out.top(batch.out_rows()));
     }
 }
 

@@ -22,7 +22,10 @@ pub(super) async fn run(shared: Arc<Shared>) {
         let Some((entries, settings)) = next_batch(&shared).await else {
             return;
         };
-        let batch = Batch::from_sequences(entries.iter().map(|e| e.ids.as_slice()));
+        let mut batch = Batch::new();
+        for e in &entries {
+            batch.push_as(&e.ids, e.readout);
+        }
         shared
             .in_flight_tokens
             .fetch_add(batch.tokens(), Ordering::Relaxed);

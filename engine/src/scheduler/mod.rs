@@ -68,6 +68,23 @@ impl std::fmt::Display for Priority {
     }
 }
 
+/// What one submission asks of the scheduler: its priority, and the answer each of its sequences wants (pooled,
+/// or every token's state). Sequences of every readout share batches; a [`Priority`] alone means pooled.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Work {
+    pub priority: Priority,
+    pub readout: crate::Readout,
+}
+
+impl From<Priority> for Work {
+    fn from(priority: Priority) -> Work {
+        Work {
+            priority,
+            readout: crate::Readout::Pooled,
+        }
+    }
+}
+
 impl std::str::FromStr for Priority {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
@@ -299,8 +316,8 @@ impl Scheduler {
     /// Admits the sequences whole at `priority`, or refuses them at once: when the queue is full, or when at the
     /// measured throughput they would be answered after the priority's deadline. An empty queue admits any
     /// submission, so one larger than the queue's bounds is not refused forever.
-    pub fn submit(&self, seqs: Vec<Vec<u32>>, priority: Priority) -> Result<Ticket, Error> {
-        self.admit(seqs, priority, false).map_err(|(e, _)| e)
+    pub fn submit(&self, seqs: Vec<Vec<u32>>, work: impl Into<Work>) -> Result<Ticket, Error> {
+        self.admit(seqs, work.into(), false).map_err(|(e, _)| e)
     }
 
     /// [`Scheduler::submit`] that waits for room in the queue instead of being refused, and whose work has no
@@ -308,14 +325,15 @@ impl Scheduler {
     pub async fn submit_waiting(
         &self,
         mut seqs: Vec<Vec<u32>>,
-        priority: Priority,
+        work: impl Into<Work>,
     ) -> Result<Ticket, Error> {
+        let work = work.into();
         loop {
             let room = self.shared.room.notified();
             tokio::pin!(room);
             // Registered before the attempt, so room made between a refusal and the wait is not missed.
             room.as_mut().enable();
-            match self.admit(seqs, priority, true) {
+            match self.admit(seqs, work, true) {
                 Err((Error::Overloaded { .. }, back)) => {
                     seqs = back;
                     room.await;
@@ -383,13 +401,13 @@ impl Scheduler {
     fn admit(
         &self,
         seqs: Vec<Vec<u32>>,
-        priority: Priority,
+        work: Work,
         waiting: bool,
     ) -> Result<Ticket, (Error, Vec<Vec<u32>>)> {
         let replies = self
             .shared
             .lock()
-            .admit(seqs, priority, waiting, Instant::now())?;
+            .admit(seqs, work, waiting, Instant::now())?;
         self.shared.wake.notify_one();
         Ok(Ticket { replies })
     }

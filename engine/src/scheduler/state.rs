@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::estimate::{Lateness, Throughput};
 use super::queue::{self, Budget, Decision};
-use super::{ClassLoad, Embedded, Error, Load, Priority, Refusal};
+use super::{ClassLoad, Embedded, Error, Load, Priority, Refusal, Work};
 use crate::config::EngineConfig;
 
 /// The scheduling settings, read from [`EngineConfig`] at start and on every reconfiguration.
@@ -69,6 +69,7 @@ pub(super) type Answer = oneshot::Receiver<Result<Embedded, Error>>;
 
 pub(super) struct Entry {
     pub ids: Vec<u32>,
+    pub readout: crate::Readout,
     pub admitted: Instant,
     /// When its answer is due; `None` for work whose caller waited for room and will wait for its answer.
     pub deadline: Option<Instant>,
@@ -133,10 +134,11 @@ impl State {
     pub fn admit(
         &mut self,
         seqs: Vec<Vec<u32>>,
-        priority: Priority,
+        work: Work,
         waiting: bool,
         now: Instant,
     ) -> Result<Vec<Answer>, (Error, Vec<Vec<u32>>)> {
+        let Work { priority, readout } = work;
         if self.closed {
             return Err((Error::ShuttingDown, seqs));
         }
@@ -194,6 +196,7 @@ impl State {
                 let (reply, rx) = oneshot::channel();
                 lane.queue.push_back(Entry {
                     ids,
+                    readout,
                     admitted: now,
                     deadline,
                     predicted,

@@ -93,6 +93,15 @@ impl HfTokenizer {
     }
 }
 
+impl HfTokenizer {
+    /// The text of `ids` (TEI's `/decode`), without the special tokens if `skip_special_tokens`.
+    pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String> {
+        self.inner
+            .decode(ids, skip_special_tokens)
+            .map_err(|e| Error::Tokenizer(e.to_string()))
+    }
+}
+
 impl Tokenizer for HfTokenizer {
     fn encode_cut(&self, text: &str, _: &mut Scratch, ids: &mut Vec<u32>) -> Result<bool> {
         let enc = self

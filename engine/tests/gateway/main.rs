@@ -1,8 +1,10 @@
 //! The HTTP gateway end to end on the tiny model: every route, every refusal (status and error body), overload,
 //! batch splitting across replicas, and graceful shutdown; `fidelity`: how closely each surface follows the API it
-//! copies (OpenAI, TEI), and start-up and shutdown as a client sees them.
+//! copies (OpenAI, TEI), and start-up and shutdown as a client sees them; `outputs`: the output formats and the
+//! routes beyond embedding (`/`, `/embed_all`, `/similarity`, `/decode`, `/v1/models`).
 
 mod fidelity;
+mod outputs;
 
 use std::time::{Duration, Instant};
 
@@ -394,7 +396,7 @@ async fn bad_input_gets_the_right_status_and_one_error_shape() {
         ),
         (
             "/v1/embeddings",
-            json!({ "input": "a", "encoding_format": "int8" })
+            json!({ "input": "a", "encoding_format": "int4" })
                 .to_string()
                 .into(),
             StatusCode::BAD_REQUEST,

@@ -116,10 +116,10 @@ impl CpuBackend {
                 // Runs until every sender (the backend) is dropped.
                 for job in rx {
                     let start = Instant::now();
-                    let mut emb = results.take(job.batch.len(), compute.model.dim());
+                    let mut emb = results.take(&job.batch, compute.model.dim());
                     let forward = compute.run(&job.batch, &mut emb);
                     if compute.model.normalizes() {
-                        emb.normalize();
+                        emb.normalize(&job.batch);
                     }
                     job.resolver.resolve(Ok(Output {
                         embeddings: emb,
@@ -200,7 +200,7 @@ impl<M: Architecture<Cpu>> Compute<M> {
     fn eager(&self, batch: &Batch, out: &mut Embeddings) {
         let mut arena = Arena::new(&self.device, &self.layout, batch.tokens(), self.threads);
         let views = arena.views(batch.tokens());
-        let out = Mat::new(out.data_mut(), batch.len(), self.model.dim());
+        let out = Mat::new(out.data_mut(), batch.out_rows(), self.model.dim());
         let par = Eager {
             pool: &self.workers,
         };
@@ -225,7 +225,7 @@ impl<M: Architecture<Cpu>> Compute<M> {
             return false;
         }
         let views = plan.arena.views(batch.tokens());
-        let out = Mat::new(out.data_mut(), batch.len(), self.model.dim());
+        let out = Mat::new(out.data_mut(), batch.out_rows(), self.model.dim());
         let model = &self.model;
         self.team.broadcast(&self.workers, |member| {
             let pass = CpuPass {
@@ -246,7 +246,7 @@ impl Backend for CpuBackend {
         }
         if batch.is_empty() {
             return Handle::ready(Ok(Output {
-                embeddings: self.pool.take(0, self.info.dim),
+                embeddings: self.pool.take(&batch, self.info.dim),
                 queued: Duration::ZERO,
                 compute: Duration::ZERO,
                 forward: None,

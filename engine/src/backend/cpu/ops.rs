@@ -8,7 +8,7 @@ use super::gemm::{self, Epilogue, Isa, PackedB};
 use super::kernels;
 use super::par::{Mat, Par, Scratch};
 use crate::backend::ops::{Activation, AttentionShape, Device, Embedding, Matrix, Ops};
-use crate::batch::Batch;
+use crate::batch::{Batch, Readout};
 use crate::dtype::Dtype;
 use crate::error::{Error, Result};
 use crate::model::{Pooling, Tensor};
@@ -269,17 +269,24 @@ impl<'a> Ops for CpuPass<'a> {
     }
 
     fn pool(&self, batch: &Batch, x: Mat<'a>, pooling: Pooling, out: Mat<'a>) {
-        let offsets = batch.offsets();
+        let (offsets, rows) = (batch.offsets(), batch.out_offsets());
         assert!(
-            x.rows >= batch.tokens() && out.rows >= batch.len() && out.cols == x.cols,
+            x.rows >= batch.tokens() && out.rows >= batch.out_rows() && out.cols == x.cols,
             "pool: shapes"
         );
         for_rows(self.par, batch.len(), &|s| {
             let (start, end) = (offsets[s], offsets[s + 1]);
-            // SAFETY: each task owns its output rows.
-            let row = unsafe { out.row_mut(s) };
             // SAFETY: the hidden states are read only during this operation.
             let token = |t: usize| unsafe { x.row(t) };
+            if batch.readout(s) == Readout::Tokens {
+                for (r, t) in (rows[s]..rows[s + 1]).zip(start..end) {
+                    // SAFETY: each task owns its sequence's output rows.
+                    unsafe { out.row_mut(r) }.copy_from_slice(token(t));
+                }
+                return;
+            }
+            // SAFETY: each task owns its output rows.
+            let row = unsafe { out.row_mut(rows[s]) };
             match pooling {
                 Pooling::Cls => row.copy_from_slice(token(start)),
                 Pooling::LastToken => row.copy_from_slice(token(end - 1)),

@@ -1,0 +1,198 @@
+//! The routes beyond embedding and tokenizing: TEI's `POST /` (what Hugging Face's `InferenceClient` calls given
+//! the server's URL), `/embed_all`, `/similarity` and `/decode`, and OpenAI's `GET /v1/models`.
+
+use std::time::{Instant, UNIX_EPOCH};
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Serialize;
+
+use super::requests::{from_value, parse, DecodeRequest, EmbedAllRequest, SimilarityRequest};
+use super::routes::{check_model, embed_tei, priority, respond, tokenizer_answer};
+use super::{Api, ApiError, Embedded, Gateway, Inputs, Options, Times};
+use crate::Readout;
+
+/// `POST /`: TEI routes it to `/embed` for an embedding model (or to `/similarity` when started for the
+/// `sentence-similarity` task). Here the body decides: `inputs` holding `source_sentence` and `sentences` is a
+/// similarity request, anything else an embedding one, so `InferenceClient`'s `feature_extraction` and
+/// `sentence_similarity` both work against the one URL.
+pub(super) async fn root(
+    State(gw): State<Gateway>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let result = async {
+        let value: serde_json::Value = parse(&headers, body)?;
+        if value["inputs"].is_object() {
+            Ok((
+                "similarity",
+                similarity_of(&gw, &headers, from_value(value)?).await,
+            ))
+        } else {
+            Ok(("embed", embed_tei(&gw, &headers, from_value(value)?).await))
+        }
+    }
+    .await;
+    match result {
+        Ok((route, result)) => respond(&gw, route, Api::Tei, result),
+        Err(e) => respond(&gw, "embed", Api::Tei, Err(e)),
+    }
+}
+
+/// TEI's `/embed_all`: every token's last hidden state (the model's output before pooling and normalization),
+/// one list of vectors per input, special tokens included.
+pub(super) async fn embed_all(
+    State(gw): State<Gateway>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let result = async {
+        let req: EmbedAllRequest = parse(&headers, body)?;
+        let options = Options {
+            prompt_name: req.prompt_name,
+            truncate: req.truncate.unwrap_or(gw.config().auto_truncate),
+            direction: req.truncation_direction,
+            api: Api::Tei,
+            priority: priority(&headers, req.priority)?,
+            readout: Readout::Tokens,
+        };
+        let Embedded { vectors, times, .. } = gw.embed(req.inputs.0, options).await?;
+        let tokens: Vec<Vec<&[f32]>> = vectors.iter().map(|r| r.vectors().collect()).collect();
+        Ok((times, Json(tokens).into_response()))
+    }
+    .await;
+    respond(&gw, "embed_all", Api::Tei, result)
+}
+
+pub(super) async fn similarity(
+    State(gw): State<Gateway>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let result = async { similarity_of(&gw, &headers, parse(&headers, body)?).await }.await;
+    respond(&gw, "similarity", Api::Tei, result)
+}
+
+/// TEI's `/similarity`: the cosine of `source_sentence`'s embedding with each of `sentences`', in order.
+async fn similarity_of(
+    gw: &Gateway,
+    headers: &HeaderMap,
+    req: SimilarityRequest,
+) -> Result<(Times, Response), ApiError> {
+    let SimilarityRequest { inputs, parameters } = req;
+    if inputs.sentences.is_empty() {
+        return Err(ApiError::bad_request(
+            "empty_input",
+            "`inputs.sentences` is empty",
+        ));
+    }
+    let parameters = parameters.unwrap_or_default();
+    let options = Options {
+        prompt_name: parameters.prompt_name,
+        truncate: parameters.truncate.unwrap_or(gw.config().auto_truncate),
+        direction: parameters.truncation_direction,
+        api: Api::Tei,
+        priority: priority(headers, None)?,
+        ..Options::default()
+    };
+    let mut texts = vec![inputs.source_sentence];
+    texts.extend(inputs.sentences);
+    let Embedded { vectors, times, .. } = gw.embed(Inputs::Texts(texts), options).await?;
+    let (source, others) = vectors.split_first().ok_or_else(|| {
+        ApiError::internal("the engine answered no embedding for the source sentence")
+    })?;
+    let scores: Vec<f32> = others.iter().map(|v| cosine(source, v)).collect();
+    Ok((times, Json(scores).into_response()))
+}
+
+/// Cosine similarity, 0 when either vector is zero.
+fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    let denominator = norm(a) * norm(b);
+    if denominator > 0.0 {
+        dot / denominator
+    } else {
+        0.0
+    }
+}
+
+/// TEI's `/decode`: the text of each list of ids.
+pub(super) async fn decode(
+    State(gw): State<Gateway>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let start = Instant::now();
+    let result = async {
+        let req: DecodeRequest = parse(&headers, body)?;
+        let skip = req.skip_special_tokens;
+        tokenizer_answer(&gw, start, req.ids.0, move |t, _, inputs| match inputs {
+            Inputs::Ids(seqs) => t.decode(seqs, skip),
+            Inputs::Texts(texts) if texts.is_empty() => {
+                Err(ApiError::bad_request("empty_input", "`ids` is empty"))
+            }
+            Inputs::Texts(_) => Err(ApiError::bad_request(
+                "invalid_type",
+                "`ids` must be a list of token ids or a list of such lists, not text",
+            )),
+        })
+        .await
+    }
+    .await;
+    respond(&gw, "decode", Api::Tei, result)
+}
+
+/// One model as OpenAI's `/v1/models` lists it.
+#[derive(Serialize)]
+struct Model<'a> {
+    id: &'a str,
+    object: &'static str,
+    /// When the model directory was written (its `config.json`), in Unix seconds.
+    created: u64,
+    owned_by: &'static str,
+}
+
+fn model<'a>(gw: &Gateway, id: &'a str) -> Model<'a> {
+    let created = std::fs::metadata(gw.engine().info().path.join("config.json"))
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_secs());
+    Model {
+        id,
+        object: "model",
+        created,
+        owned_by: "embedding-workbench",
+    }
+}
+
+/// OpenAI's `GET /v1/models`: the names the model is served as (`--served-model-name`), the first the one
+/// responses carry.
+pub(super) async fn models(State(gw): State<Gateway>) -> Response {
+    let config = gw.config();
+    let names = std::iter::once(&config.model_name).chain(&config.model_aliases);
+    let data: Vec<Model> = names.map(|name| model(&gw, name)).collect();
+    gw.metrics().count("models", "ok");
+    Json(serde_json::json!({ "object": "list", "data": data })).into_response()
+}
+
+/// OpenAI's `GET /v1/models/{model}`: one served name, or 404 `model_not_found`. The name may hold slashes
+/// (`org/model`), as Hugging Face names do.
+pub(super) async fn retrieve_model(State(gw): State<Gateway>, Path(id): Path<String>) -> Response {
+    // Counted, but not timed: nothing here is a stage of embedding.
+    match check_model(&gw, Some(&id)) {
+        Ok(()) => {
+            gw.metrics().count("models", "ok");
+            Json(model(&gw, &id)).into_response()
+        }
+        Err(e) => {
+            gw.metrics().count("models", e.outcome());
+            e.response(Api::OpenAi)
+        }
+    }
+}
