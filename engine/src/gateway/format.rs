@@ -281,7 +281,10 @@ mod tests {
         let v = [0.5, -0.1, 2.0, 1e-9, 0.0, -3.0, -0.0, 7.0, 0.1];
         assert_eq!(pack_signs(&v), vec![0b1011_0001, 0b1000_0000]);
         // sentence-transformers' binary: the same bytes minus 128.
-        assert_eq!(binary(&v), vec![0b1011_0001 - 128, 0]);
+        assert_eq!(
+            binary(&v),
+            vec![(0b1011_0001 - 128) as i8, (0b1000_0000 - 128) as i8]
+        );
     }
 
     #[test]

@@ -59,7 +59,7 @@ impl Manual {
     /// Resolves the oldest pending batch.
     fn resolve_one(&self) {
         let (batch, resolver) = self.pending.lock().unwrap().remove(0);
-        let mut emb = self.pool.take(batch.len(), DIM);
+        let mut emb = self.pool.take(&batch, DIM);
         for (row, seq) in emb.data_mut().chunks_exact_mut(DIM).zip(batch.seqs()) {
             row.fill(seq[0] as f32);
         }
