@@ -234,6 +234,8 @@ impl<D: Device> Architecture<D> for Bert<D> {
         self.head.normalize
     }
 
+    // Never inlined: `bench gate counts` collects instructions inside this function (one call per pass).
+    #[inline(never)]
     fn forward<O: Ops<Device = D>>(&self, ops: &O, batch: &Batch, acts: &[O::Mat], out: O::Mat) {
         let t = batch.tokens();
         let [hidden, tmp, qkv, ctx, inter] = acts else {

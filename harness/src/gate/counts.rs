@@ -88,6 +88,10 @@ pub struct Baselines {
     pub rustc: String,
     pub valgrind: String,
     pub target: String,
+    /// The cargo profile the counted binary was built with (its folder under target/): inlining, and so the
+    /// counts, differ between profiles. The baselines are made with `--profile gate` (one codegen unit).
+    #[serde(default = "release_profile")]
+    pub profile: String,
     pub cache: String,
     /// The kernels the forward ran under valgrind (AVX-512 is hidden there).
     pub kernels_under_valgrind: String,
@@ -95,6 +99,18 @@ pub struct Baselines {
     pub workloads: std::collections::BTreeMap<String, Counts>,
     /// Every rewrite, oldest first.
     pub history: Vec<Update>,
+}
+
+fn release_profile() -> String {
+    "release".into()
+}
+
+/// The profile this binary was built with, from cargo's layout (`target/<profile>/bench`).
+fn own_profile() -> String {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.file_name()?.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "unknown".into())
 }
 
 pub fn workload(args: WorkloadArgs) -> Result<()> {
@@ -244,6 +260,7 @@ pub fn run(args: CountsArgs) -> Result<i32> {
     let _ = std::fs::remove_dir_all(&tmp);
     let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
     let target = format!("{}-{}", std::env::consts::ARCH, std::env::consts::OS);
+    let profile = own_profile();
     let cache = CACHE.join(" ");
     if args.update {
         let reason = args.reason.clone().unwrap_or_default();
@@ -270,6 +287,7 @@ pub fn run(args: CountsArgs) -> Result<i32> {
             rustc,
             valgrind,
             target,
+            profile,
             cache,
             kernels_under_valgrind: kernels,
             tolerance: old.as_ref().map_or(args.tolerance, |b| b.tolerance),
@@ -298,6 +316,7 @@ pub fn run(args: CountsArgs) -> Result<i32> {
         ("rustc", &base.rustc, &rustc),
         ("valgrind", &base.valgrind, &valgrind),
         ("target", &base.target, &target),
+        ("build profile", &base.profile, &profile),
     ] {
         if b != c {
             mismatch.push(format!("{what} is `{c}`, the baselines' `{b}`"));
@@ -416,6 +435,7 @@ mod tests {
             rustc: "r".into(),
             valgrind: "v".into(),
             target: "t".into(),
+            profile: "gate".into(),
             cache: String::new(),
             kernels_under_valgrind: String::new(),
             tolerance: 0.02,
