@@ -223,6 +223,37 @@ impl Row {
     }
 }
 
+impl Row {
+    /// This row, made safe to keep while its holder awaits later batches. Without overlap the scheduler frees the
+    /// backend only once every row of a batch is released, so a caller keeping a row of batch N while it waits for
+    /// its rows of batch N+1 would wait forever (a request larger than one batch did). Such a row is copied into
+    /// a buffer of its own, which no one waits on; with overlap nothing waits and the row is kept as it is.
+    pub fn settled(&self) -> Row {
+        if self.batch.released.is_none() {
+            return self.clone();
+        }
+        let data = self.as_slice().to_vec();
+        let vectors = data.len() / self.batch.dim.max(1);
+        Row {
+            batch: Arc::new(Embeddings {
+                data,
+                dim: self.batch.dim,
+                offsets: vec![0, vectors],
+                norms: self
+                    .batch
+                    .norms
+                    .get(self.index)
+                    .copied()
+                    .into_iter()
+                    .collect(),
+                pool: None,
+                released: None,
+            }),
+            index: 0,
+        }
+    }
+}
+
 impl std::ops::Deref for Row {
     type Target = [f32];
     fn deref(&self) -> &[f32] {

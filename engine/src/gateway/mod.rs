@@ -274,6 +274,8 @@ impl Gateway {
         let mut vectors = Vec::with_capacity(n);
         let mut stages = StageTimes::default();
         for ticket in tickets {
+            // The rows held while a later sub-batch is awaited must not hold their batch back (no overlap).
+            crate::scheduler::settle_rows(&mut vectors);
             for e in ticket.wait().await? {
                 stages = stages.max(e.times);
                 vectors.push(e.embedding);

@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::Notify;
+use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
 use crate::backend::{Backend, Row};
@@ -260,12 +260,30 @@ pub struct Ticket {
 impl Ticket {
     /// One answer per submitted sequence, in order; the first error if any sequence failed.
     pub async fn wait(self) -> Result<Vec<Embedded>, Error> {
-        let mut out = Vec::with_capacity(self.replies.len());
-        for rx in self.replies {
-            // A dropped sender means the loop is gone: nothing will answer any more.
-            out.push(rx.await.unwrap_or(Err(Error::ShuttingDown))?);
+        let mut out: Vec<Embedded> = Vec::with_capacity(self.replies.len());
+        for mut rx in self.replies {
+            let reply = match rx.try_recv() {
+                Ok(reply) => reply,
+                Err(oneshot::error::TryRecvError::Empty) => {
+                    // This answer is in a later batch: the rows held meanwhile must not hold their batch back.
+                    for e in &mut out {
+                        e.embedding = e.embedding.settled();
+                    }
+                    // A dropped sender means the loop is gone: nothing will answer any more.
+                    rx.await.unwrap_or(Err(Error::ShuttingDown))
+                }
+                Err(oneshot::error::TryRecvError::Closed) => Err(Error::ShuttingDown),
+            };
+            out.push(reply?);
         }
         Ok(out)
+    }
+}
+
+/// Makes the rows held by a caller about to await more answers safe to hold ([`Row::settled`]).
+pub(crate) fn settle_rows(rows: &mut [Row]) {
+    for row in rows {
+        *row = row.settled();
     }
 }
 

@@ -154,6 +154,31 @@ async fn without_overlap_the_next_batch_waits_until_the_last_is_answered() {
     );
 }
 
+/// Regression: without overlap, a submission larger than one batch hung. Its caller held the rows of the first
+/// batch while it waited for the second, and the second was never cut because the first was not released
+/// (`bench embed --overlap false` on 300 passages stopped after its first batch). Rows kept across a wait are
+/// settled into buffers of their own now.
+#[tokio::test]
+async fn regression_without_overlap_a_submission_larger_than_one_batch_hung() {
+    let (backend, scheduler) = start(false);
+    let ticket = scheduler
+        .submit(vec![vec![1; 4], vec![2; 4], vec![3; 4]], Priority::Batch)
+        .unwrap();
+    let answers = tokio::spawn(ticket.wait());
+    for _ in 0..3 {
+        settle().await;
+        backend.resolve_one();
+    }
+    let rows = tokio::time::timeout(Duration::from_secs(5), answers)
+        .await
+        .expect("every batch of the submission was cut")
+        .unwrap()
+        .unwrap();
+    let firsts: Vec<f32> = rows.iter().map(|e| e.embedding[0]).collect();
+    assert_eq!(firsts, [1.0, 2.0, 3.0]);
+    assert_eq!(backend.submitted(), vec![1, 1, 1]);
+}
+
 /// Regression: with overlap on, the dispatch loop took its permit before cutting, so batch N+1 was cut at the
 /// first arrival after N was submitted and parked behind it; the queries arriving during N's forward waited for
 /// N+2. The batch is now cut when the backend is free, with everything that arrived meanwhile.
