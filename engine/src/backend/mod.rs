@@ -3,6 +3,8 @@
 //! once to the batch's pooled embeddings, written into a reusable host buffer.
 
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod ops;
 
 use std::future::Future;
