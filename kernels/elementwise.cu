@@ -1,5 +1,6 @@
 // Element-wise operations: the GEMM epilogue where cuBLASLt's does not cover it, SwiGLU's gate, rotary
-// embedding, and the bf16 rounding of GEMM operands. A 2-D grid: blockIdx.y is the row, x-blocks cover columns.
+// embedding, and the bf16 rounding of GEMM operands. A 2-D grid: blockIdx.x is the row (a bucket's rows may pass
+// the 65,535 a grid's y allows), y-blocks cover the columns.
 
 // Exact (erf) GELU, BERT's `hidden_act = "gelu"`.
 __device__ __forceinline__ float gelu(float u) {
@@ -10,7 +11,7 @@ __device__ __forceinline__ float gelu(float u) {
 // is 0 (none) or 1 (GELU).
 extern "C" __global__ void bias_act(float* y, int ld, int cols, const int* meta, const float* bias, int act,
                                     const float* residual, int ldr) {
-    const int r = blockIdx.y, c = blockIdx.x * blockDim.x + threadIdx.x;
+    const int r = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
     if (r >= META_TOKENS(meta) || c >= cols) {
         return;
     }
@@ -29,7 +30,7 @@ extern "C" __global__ void bias_act(float* y, int ld, int cols, const int* meta,
 
 // SwiGLU: out = silu(x[:, ..f]) * x[:, f..], silu(g) = g / (1 + e^-g).
 extern "C" __global__ void silu_gate(const float* x, int ldx, float* out, int ldo, int f, const int* meta) {
-    const int r = blockIdx.y, c = blockIdx.x * blockDim.x + threadIdx.x;
+    const int r = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
     if (r >= META_TOKENS(meta) || c >= f) {
         return;
     }
@@ -41,7 +42,7 @@ extern "C" __global__ void silu_gate(const float* x, int ldx, float* out, int ld
 // (x1, x2) <- (x1 cos - x2 sin, x2 cos + x1 sin) with the table row of the token's position (cos half, sin half).
 extern "C" __global__ void rotary(float* x, int ld, int cols, int head_dim, const int* tok_pos, const int* meta,
                                   const float* table) {
-    const int r = blockIdx.y, j = blockIdx.x * blockDim.x + threadIdx.x;
+    const int r = blockIdx.x, j = blockIdx.y * blockDim.x + threadIdx.x;
     const int half = head_dim / 2;
     if (r >= META_TOKENS(meta) || j >= cols / 2) {
         return;
@@ -58,7 +59,7 @@ extern "C" __global__ void rotary(float* x, int ld, int cols, int head_dim, cons
 // The bf16 operand of a GEMM: `x` rounded to bf16 into a dense `rows x cols` matrix (row stride `cols`).
 // Every row of the grid is written (rows past the batch become zeros), so the GEMM never reads stale memory.
 extern "C" __global__ void to_bf16(const float* x, int ld, int cols, const int* meta, unsigned short* out) {
-    const int r = blockIdx.y, c = blockIdx.x * blockDim.x + threadIdx.x;
+    const int r = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
     if (c >= cols) {
         return;
     }

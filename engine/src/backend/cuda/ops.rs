@@ -317,7 +317,7 @@ impl<'a> CudaPass<'a> {
         self.launch(
             "to_bf16",
             cfg(
-                (blocks(x.cols, COLS_PER_BLOCK), rows as u32, 1),
+                (rows as u32, blocks(x.cols, COLS_PER_BLOCK), 1),
                 COLS_PER_BLOCK as u32,
                 0,
             ),
@@ -409,7 +409,7 @@ impl<'a> Ops for CudaPass<'a> {
             self.launch(
                 "bias_act",
                 cfg(
-                    (blocks(w.out, COLS_PER_BLOCK), m as u32, 1),
+                    (m as u32, blocks(w.out, COLS_PER_BLOCK), 1),
                     COLS_PER_BLOCK as u32,
                     0,
                 ),
@@ -499,7 +499,7 @@ impl<'a> Ops for CudaPass<'a> {
         self.launch(
             "rotary",
             cfg(
-                (blocks(x.cols / 2, COLS_PER_BLOCK), rows, 1),
+                (rows, blocks(x.cols / 2, COLS_PER_BLOCK), 1),
                 COLS_PER_BLOCK as u32,
                 0,
             ),
@@ -522,7 +522,7 @@ impl<'a> Ops for CudaPass<'a> {
         self.launch(
             "silu_gate",
             cfg(
-                (blocks(f, COLS_PER_BLOCK), rows, 1),
+                (rows, blocks(f, COLS_PER_BLOCK), 1),
                 COLS_PER_BLOCK as u32,
                 0,
             ),
