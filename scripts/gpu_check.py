@@ -184,6 +184,7 @@ def cmd_torch_bench(a):
     result = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "dtype": str(dtype),
               "torch": torch.__version__, "modes": {}}
     sizes = [int(s) for s in a.sizes.split(",")]
+    compile_sizes = [int(s) for s in a.compile_sizes.split(",") if s]
     for mode in ["eager", "compile"]:
         m = model
         if mode == "compile":
@@ -194,7 +195,8 @@ def cmd_torch_bench(a):
                 continue
         rows = []
         try:
-            for tokens in sizes:
+            # torch.compile recompiles per shape (tens of seconds each on a large model): a few sizes only.
+            for tokens in sizes if mode == "eager" else compile_sizes:
                 # Sequences of `a.len` tokens (fewer for the small sizes), as `bench curve` forms its batches.
                 ln = min(a.len, tokens)
                 seqs = max(1, tokens // ln)
@@ -309,6 +311,7 @@ def main():
     s.add_argument("model")
     s.add_argument("out")
     s.add_argument("--sizes", default="16,64,256,1024")
+    s.add_argument("--compile-sizes", default="1024")
     s.add_argument("--len", type=int, default=128)
     s.add_argument("--min-s", type=float, default=0.5)
     s.add_argument("--runs", type=int, default=50)

@@ -39,10 +39,11 @@ print(":".join(paths))')
 fi
 
 if [ "$dry" = 1 ]; then
-  sizes=16,64,256,1024; texts_n=16; bulk_n=64; runs=5; qwen=qwen3-tiny; min_s=0.3; models_flag=--dry
+  sizes=16,64,256,1024; compile_sizes=256; texts_n=16; bulk_n=64; runs=5; qwen=qwen3-tiny; min_s=0.3
+  models_flag=--dry
 else
-  sizes=16,32,64,128,256,512,1024,2048,4096,8192,16384,32768; texts_n=256; bulk_n=4096; runs=200; qwen=qwen3-0.6b
-  min_s=1; models_flag=
+  sizes=16,32,64,128,256,512,1024,2048,4096,8192,16384,32768; compile_sizes=1024; texts_n=64; bulk_n=4096; runs=200
+  qwen=qwen3-0.6b; min_s=1; models_flag=
 fi
 # Wall milliseconds of a command (its output discarded).
 elapsed_ms() {
@@ -57,7 +58,7 @@ head -n "$texts_n" workloads/text/passages_en.jsonl > "$texts"
 head -n "$bulk_n" workloads/text/passages_en.jsonl > "$out/bulk.jsonl"
 "$py" "$helper" models "$out/models" $models_flag
 # The Qwen3 shape: bench's synthetic model, written into the cache on first use.
-"$bench" embed --model "synthetic:$qwen" --backend cpu "$texts" > /dev/null
+head -n 1 "$texts" | "$bench" embed --model "synthetic:$qwen" --backend cpu > /dev/null
 ln -sfn "$EMBED_WORKBENCH_CACHE/synthetic/$qwen" "$out/models/$qwen"
 
 device=$("$bench" plans --model "$out/models/minilm-l6" --backend "$backend" --shapes 1x12 --runs 3 2>&1 \
@@ -82,6 +83,7 @@ for name in minilm-l6 bge-large "$qwen"; do
   off_ms=$(elapsed_ms "$bench" embed --model "$model" --backend "$backend" --dtype bf16 --overlap false "$out/bulk.jsonl")
   printf '{"texts": %s, "on_s": %s.%03d, "off_s": %s.%03d}\n' "$bulk_n" $((on_ms / 1000)) $((on_ms % 1000)) \
     $((off_ms / 1000)) $((off_ms % 1000)) > "$d/overlap.json"
-  "$py" "$helper" torch-bench "$model" "$d/torch.json" --sizes "$sizes" --min-s "$min_s" --runs "$runs"
+  "$py" "$helper" torch-bench "$model" "$d/torch.json" --sizes "$sizes" --compile-sizes "$compile_sizes" \
+    --min-s "$min_s" --runs "$runs"
 done
 "$py" "$helper" table "$out"

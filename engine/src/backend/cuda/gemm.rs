@@ -165,6 +165,32 @@ impl Lt {
                 size_of::<usize>(),
             )
             .map_err(err("workspace preference"))?;
+            // cuBLASLt assumes 256-byte aligned operands unless told otherwise, and a view of columns (or a row
+            // stride) may give less: tell it what each operand's address and stride really allow.
+            use sys::cublasLtMatmulPreferenceAttributes_t as P;
+            for (attr, addr, stride) in [
+                (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, g.w, g.k * 2),
+                (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, g.x, g.k * 2),
+                (
+                    P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                    c_ptr,
+                    c_ld * 4,
+                ),
+                (
+                    P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                    g.out.0,
+                    g.out.1 * 4,
+                ),
+            ] {
+                let bytes = alignment(addr, stride);
+                lt::set_matmul_pref_attribute(
+                    pref,
+                    attr,
+                    (&bytes as *const u32).cast(),
+                    size_of::<u32>(),
+                )
+                .map_err(err("alignment preference"))?;
+            }
             let heuristic = lt::get_matmul_algo_heuristic(self.handle, d.desc, a, b, c, out, pref)
                 .map_err(err("no algorithm for this shape"))?;
             lt::matmul(
@@ -190,9 +216,31 @@ impl Lt {
     }
 }
 
+/// The alignment, in bytes, that both an operand's address and its row stride (in bytes) have: the largest power of
+/// two dividing both, at most 256 (what cuBLASLt asks at most).
+fn alignment(addr: u64, stride_bytes: usize) -> u32 {
+    let tz = (addr | stride_bytes as u64 | 256).trailing_zeros();
+    1 << tz
+}
+
 impl Drop for Lt {
     fn drop(&mut self) {
         // SAFETY: created in `new`, destroyed once here.
         let _ = unsafe { lt::destroy_handle(self.handle) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::alignment;
+
+    #[test]
+    fn alignment_is_what_both_address_and_stride_allow_up_to_256() {
+        assert_eq!(alignment(0x7f00_0000_0000, 1536 * 2), 256);
+        // A view 32 floats into a 384-wide row: 128-byte offset.
+        assert_eq!(alignment(0x7f00_0000_0000 + 128, 384 * 4), 128);
+        // An odd stride of floats: 4 bytes.
+        assert_eq!(alignment(0x7f00_0000_0000, 37 * 4), 4);
+        assert_eq!(alignment(0x7f00_0000_0002, 1024), 2);
     }
 }
