@@ -10,8 +10,8 @@
 # Qwen3-0.6B shape with `bench`'s synthetic model) and their fp32 reference embeddings with torch; (b) checks our
 # embeddings against them (cosine ≥ 0.999 in bf16) and against our CPU backend; (c) measures tokens/s against batch
 # tokens (`bench curve`), single-query 1x12 p50/p99 with graphs off vs lazy and start-up lazy vs startup
-# (`bench plans`), a bulk embed with overlap on vs off (`bench embed`), and PyTorch eager / torch.compile on the
-# same machine; and writes $OUT/gpu_check.json and $OUT/gpu_check.md (one table per model).
+# (`bench plans`), overlap on vs off under a bulk re-index (`bench replay --workload batch`), and PyTorch
+# eager / torch.compile on the same machine; and writes $OUT/gpu_check.json and $OUT/gpu_check.md (one table per model).
 #
 # DRY=1 BACKEND=cpu runs the same steps end to end on a CPU with small models and sizes (no GPU figure):
 #   DRY=1 BACKEND=cpu PYTHON=~/.cache/embedding-workbench/peers-venv/bin/python scripts/gpu_check.sh BENCH OUT
@@ -45,14 +45,6 @@ else
   sizes=16,32,64,128,256,512,1024,2048,4096,8192,16384,32768; compile_sizes=1024; texts_n=64; bulk_n=4096; runs=200
   qwen=qwen3-0.6b; min_s=1; models_flag=
 fi
-# Wall milliseconds of a command (its output discarded).
-elapsed_ms() {
-  local t0
-  t0=$(date +%s%N)
-  "$@" > /dev/null
-  echo $(( ($(date +%s%N) - t0) / 1000000 ))
-}
-
 texts="$out/texts.jsonl"
 head -n "$texts_n" workloads/text/passages_en.jsonl > "$texts"
 head -n "$bulk_n" workloads/text/passages_en.jsonl > "$out/bulk.jsonl"
@@ -79,10 +71,13 @@ for name in minilm-l6 bge-large "$qwen"; do
     --json "$d/curve.json" > /dev/null
   "$bench" plans --model "$model" --backend "$backend" --dtype bf16 --shapes 1x12 --runs "$runs" \
     --json "$d/plans.json" > /dev/null
-  on_ms=$(elapsed_ms "$bench" embed --model "$model" --backend "$backend" --dtype bf16 --overlap true "$out/bulk.jsonl")
-  off_ms=$(elapsed_ms "$bench" embed --model "$model" --backend "$backend" --dtype bf16 --overlap false "$out/bulk.jsonl")
-  printf '{"texts": %s, "on_s": %s.%03d, "off_s": %s.%03d}\n' "$bulk_n" $((on_ms / 1000)) $((on_ms % 1000)) \
-    $((off_ms / 1000)) $((off_ms % 1000)) > "$d/overlap.json"
+  # Overlap on vs off under a bulk load: a batch re-index of the first texts of the corpus (`bench replay`).
+  for ov in true false; do
+    "$bench" replay --model "$model" --workload batch --corpus-limit "$bulk_n" --set backend="$backend" \
+      --set dtype=bf16 --set overlap=$ov --run-id "overlap-$ov" --results-dir "$d/replay" \
+      --reports-dir "$d/replay-report" > /dev/null 2>&1
+  done
+  "$py" "$helper" overlap "$d/replay" "$bulk_n" > "$d/overlap.json"
   "$py" "$helper" torch-bench "$model" "$d/torch.json" --sizes "$sizes" --compile-sizes "$compile_sizes" \
     --min-s "$min_s" --runs "$runs"
 done
