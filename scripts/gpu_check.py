@@ -184,6 +184,7 @@ def cmd_torch_bench(a):
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     result = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "dtype": str(dtype),
               "torch": torch.__version__, "modes": {}}
+    vocab = model.config.vocab_size
     sizes = [int(s) for s in a.sizes.split(",")]
     compile_sizes = [int(s) for s in a.compile_sizes.split(",") if s]
     for mode in ["eager", "compile"]:
@@ -201,7 +202,7 @@ def cmd_torch_bench(a):
                 # Sequences of `a.len` tokens (fewer for the small sizes), as `bench curve` forms its batches.
                 ln = min(a.len, tokens)
                 seqs = max(1, tokens // ln)
-                ids = torch.randint(1000, 20000, (seqs, ln), device=device)
+                ids = torch.randint(0, vocab, (seqs, ln), device=device)
                 mask = torch.ones_like(ids)
                 with torch.no_grad():
                     for _ in range(2):
@@ -214,7 +215,7 @@ def cmd_torch_bench(a):
                         runs += 1
                     dt = (time.perf_counter() - t0) / runs
                 rows.append({"tokens": seqs * ln, "tokens_per_s": seqs * ln / dt})
-            ids = torch.randint(1000, 20000, (1, 12), device=device)
+            ids = torch.randint(0, vocab, (1, 12), device=device)
             mask = torch.ones_like(ids)
             lat = []
             with torch.no_grad():

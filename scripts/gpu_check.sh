@@ -53,10 +53,12 @@ head -n "$bulk_n" workloads/text/passages_en.jsonl > "$out/bulk.jsonl"
 head -n 1 "$texts" | "$bench" embed --model "synthetic:$qwen" --backend cpu > /dev/null
 ln -sfn "$EMBED_WORKBENCH_CACHE/synthetic/$qwen" "$out/models/$qwen"
 
-device=$("$bench" plans --model "$out/models/minilm-l6" --backend "$backend" --shapes 1x12 --runs 3 2>&1 \
-  | grep -m1 '^engine:' || echo "engine: unknown")
-printf '{"backend": "%s", "dry": %s, "device": "%s", "models": ["minilm-l6", "bge-large", "%s"]}\n' \
-  "$backend" "$([ "$dry" = 1 ] && echo true || echo false)" "${device//\"/\'}" "$qwen" > "$out/run.json"
+"$bench" plans --model "$out/models/minilm-l6" --backend "$backend" --shapes 1x12 --runs 3 > "$out/device.txt" 2>&1 \
+  || true
+device=$(grep -m1 '^engine:' "$out/device.txt" || echo "engine: unknown")
+"$py" -c 'import json, sys
+print(json.dumps({"backend": sys.argv[1], "dry": sys.argv[2] == "1", "device": sys.argv[3],
+                  "models": ["minilm-l6", "bge-large", sys.argv[4]]}))' "$backend" "$dry" "$device" "$qwen" > "$out/run.json"
 
 for name in minilm-l6 bge-large "$qwen"; do
   model="$out/models/$name" d="$out/$name"
