@@ -83,6 +83,13 @@ impl Cuda {
                 functions.insert(f, module.load_function(f).map_err(driver("function"))?);
             }
         }
+        // SAFETY: only dlopens the library under its candidate names; nothing is called.
+        if !unsafe { cudarc::cublaslt::sys::is_culib_present() } {
+            return Err(Error::Device(
+                "cuBLASLt (libcublasLt.so) was not found on the library path (LD_LIBRARY_PATH)"
+                    .into(),
+            ));
+        }
         let lt = Lt::new(stream.clone(), major)?;
         Ok(Cuda {
             ctx,
