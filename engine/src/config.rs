@@ -6,6 +6,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::backend::BackendKind;
 use crate::dtype::Dtype;
 use crate::error::{Error, Result};
 use crate::plan::{CaptureMode, Ladder};
@@ -86,6 +87,12 @@ pub struct EngineConfig {
     /// among them).
     #[arg(long, default_value_t = EngineConfig::default().replicas)]
     pub replicas: usize,
+    /// Which backend runs the model: `cpu`, or `cuda` (a build with `--features cuda` and an NVIDIA GPU).
+    #[arg(long, value_enum, default_value_t = EngineConfig::default().backend)]
+    pub backend: BackendKind,
+    /// The GPU the `cuda` backend runs on (its CUDA ordinal).
+    #[arg(long, default_value_t = EngineConfig::default().device)]
+    pub device: usize,
 }
 
 impl Default for EngineConfig {
@@ -115,6 +122,8 @@ impl Default for EngineConfig {
             // The default ladder's CPU plans for a MiniLM-sized model take a fraction of it, in f32 or bf16.
             plan_cache_mib: 1024,
             replicas: 1,
+            backend: BackendKind::Cpu,
+            device: 0,
         }
     }
 }

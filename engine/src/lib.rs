@@ -88,7 +88,7 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// Loads the model directory onto the CPU backend.
+    /// Loads the model directory onto the backend `config.backend` names.
     pub fn load(dir: impl AsRef<Path>, config: EngineConfig) -> Result<Self> {
         config.validate()?;
         let dir = ModelDir::open(dir)?;

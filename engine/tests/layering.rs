@@ -55,3 +55,39 @@ fn nothing_outside_the_cpu_backend_imports_it() {
         "outside backend/cpu, these name the CPU backend: {offenders:?}"
     );
 }
+
+/// The same for the CUDA backend (feature `cuda`): outside `engine/src/backend/cuda/`, only the backend's entry point
+/// and the NVRTC kernel check name it.
+#[test]
+fn nothing_outside_the_cuda_backend_imports_it() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let cuda = root.join("engine/src/backend/cuda");
+    let allowed = [
+        root.join("engine/src/backend/mod.rs"),
+        root.join("engine/tests/nvrtc_kernels.rs"),
+    ];
+    let mut files = Vec::new();
+    for dir in [
+        "engine/src",
+        "engine/tests",
+        "engine/benches",
+        "harness",
+        "tui",
+    ] {
+        rust_files(&root.join(dir), &mut files);
+    }
+    let offenders: Vec<String> = files
+        .iter()
+        .filter(|f| !f.starts_with(&cuda) && !allowed.contains(f) && !f.ends_with("layering.rs"))
+        .filter(|f| !f.components().any(|c| c.as_os_str() == "target"))
+        .filter_map(|f| {
+            let text = std::fs::read_to_string(f).ok()?;
+            let line = text.lines().position(|l| l.contains("backend::cuda"))?;
+            Some(format!("{}:{}", f.display(), line + 1))
+        })
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "outside backend/cuda, these name the CUDA backend: {offenders:?}"
+    );
+}

@@ -73,6 +73,9 @@ struct Row {
     tokens: usize,
     eager_p50_ms: f64,
     replay_p50_ms: f64,
+    /// The 99th percentiles (the slowest run, with fewer than 100).
+    eager_p99_ms: f64,
+    replay_p99_ms: f64,
     speedup: f64,
     lazy_first_call_ms: f64,
     lazy_second_call_ms: f64,
@@ -165,11 +168,14 @@ pub fn run(args: PlansArgs) -> Result<()> {
             replay.push(t);
         }
         let (eager_p50, replay_p50) = (median(&mut eager), median(&mut replay));
+        let (eager_p99, replay_p99) = (p99(&eager), p99(&replay));
         rows.push(Row {
             shape,
             tokens: shape.seqs * shape.len,
             eager_p50_ms: ms(eager_p50),
             replay_p50_ms: ms(replay_p50),
+            eager_p99_ms: ms(eager_p99),
+            replay_p99_ms: ms(replay_p99),
             speedup: eager_p50.as_secs_f64() / replay_p50.as_secs_f64(),
             lazy_first_call_ms: ms(first),
             lazy_second_call_ms: ms(second),
@@ -289,6 +295,11 @@ fn timed(engine: &Engine, batch: &Batch) -> Result<(Duration, ForwardStats)> {
 fn median(v: &mut [Duration]) -> Duration {
     v.sort();
     v[v.len() / 2]
+}
+
+/// The 99th percentile of durations `median` has sorted.
+fn p99(sorted: &[Duration]) -> Duration {
+    sorted[(sorted.len() * 99 / 100).min(sorted.len() - 1)]
 }
 
 fn ms(d: Duration) -> f64 {

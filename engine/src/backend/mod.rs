@@ -3,6 +3,8 @@
 //! once to the batch's pooled embeddings, written into a reusable host buffer.
 
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod ops;
 
 use std::future::Future;
@@ -20,9 +22,41 @@ use crate::error::{Error, Result};
 /// Loads the model in `dir` onto the backend `config` names and starts it. bf16 runs where the device can (the
 /// CPU needs AVX512-BF16); elsewhere f32 runs, and the backend's info says which.
 pub fn start(dir: &crate::model::ModelDir, config: &EngineConfig) -> Result<Arc<dyn Backend>> {
+    match config.backend {
+        BackendKind::Cpu => {}
+        #[cfg(feature = "cuda")]
+        BackendKind::Cuda => return cuda::start(dir, config),
+        #[cfg(not(feature = "cuda"))]
+        BackendKind::Cuda => {
+            return Err(Error::Config {
+                name: "backend",
+                message: "this build has no CUDA backend: build with `--features cuda`".into(),
+            })
+        }
+    }
     let device = cpu::Cpu::new(config.dtype);
     let model = crate::model::Model::load(dir, &device)?;
     Ok(Arc::new(cpu::CpuBackend::new(device, model, config)?))
+}
+
+/// Which backend an engine runs on ([`EngineConfig::backend`]).
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    #[default]
+    Cpu,
+    /// NVIDIA GPUs through CUDA (feature `cuda`).
+    Cuda,
 }
 
 /// A model backend. Implementations own their compute resources; callers only submit and await.
@@ -34,7 +68,7 @@ pub trait Backend: Send + Sync {
 
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct BackendInfo {
-    /// The backend (`cpu`; `cuda` later).
+    /// The backend (`cpu` or `cuda`).
     pub name: &'static str,
     /// What it runs on, in words: the CPU's kernels, or the GPU's name, driver and memory.
     pub device: String,
@@ -330,6 +364,13 @@ impl BufferPool {
 impl Embeddings {
     pub(crate) fn data_mut(&mut self) -> &mut [f32] {
         &mut self.data
+    }
+
+    /// The norms the pooled rows had before a device normalized them (`None` for a Tokens sequence), as
+    /// [`Embeddings::normalize`] keeps them.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn set_norms(&mut self, norms: Vec<Option<f32>>) {
+        self.norms = norms;
     }
 
     /// Resolves once this buffer is released: dropped, or, after [`Embeddings::into_rows`], its last row dropped

@@ -1,0 +1,599 @@
+//! The CUDA backend (feature `cuda`). **It has not run on a GPU yet**: CI builds it (cudarc loads the driver,
+//! NVRTC and cuBLASLt at run time, so no CUDA is needed to build) and compiles every kernel through NVRTC for
+//! sm_80 and sm_90, and its host-side logic is unit-tested; no forward pass of it has been executed. Treat it as
+//! unverified until `scripts/gpu_check.sh` has run on a GPU.
+//!
+//! - `nvrtc`: the kernels of `kernels/*.cu`, compiled for the device's architecture, cached on disk.
+//! - `ops`: the op set on the GPU (weights in bf16 for cuBLASLt, activations in f32), `gemm`: cuBLASLt.
+//! - `pinned`: the pool of page-locked host buffers results are copied into.
+//! - this file: the backend. One compute thread owns the context, the model and the plan cache; it uploads a
+//!   batch's inputs, runs the forward on the compute stream (eager, or a CUDA graph captured for the batch's
+//!   bucket and replayed), records an event, and has the copy stream copy the pooled rows into a pinned buffer
+//!   after it. It does not wait: a completion thread blocks on each copy's event (a blocking-sync event, so it
+//!   sleeps instead of spinning a core), then fills the result and resolves the handle. The compute thread is
+//!   free for the next batch at once; its forward waits (on the GPU, not the host) only for the previous copy
+//!   out of the same memory.
+
+pub mod gemm;
+pub mod nvrtc;
+pub mod ops;
+pub mod pinned;
+
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cudarc::driver::{
+    sys, CudaEvent, CudaGraph, CudaSlice, CudaStream, DevicePtr, PinnedHostSlice,
+};
+
+use super::ops::{Architecture, Layout};
+use super::{Backend, BackendInfo, BufferPool, Handle, Output, Resolver};
+use crate::batch::{Batch, Readout};
+use crate::config::EngineConfig;
+use crate::error::{Error, Result};
+use crate::model::{Model, ModelDir};
+use crate::plan::{Action, Bucket, CaptureMode, ForwardStats, Ladder, PlanCache, Run};
+use ops::{driver, Cuda, CudaMat, CudaPass, PassInputs};
+use pinned::{Capacity, Pool};
+
+/// Loads the model in `dir` onto GPU `config.device` and starts the backend. Everything CUDA lives on the compute
+/// thread (a CUDA graph may not move between threads); start-up errors come back from it.
+pub fn start(dir: &ModelDir, config: &EngineConfig) -> Result<Arc<dyn Backend>> {
+    let (ready_tx, ready_rx) = mpsc::sync_channel(1);
+    let (tx, rx) = mpsc::channel::<Job>();
+    let results = Arc::new(BufferPool::default());
+    let (dir, config, pool) = (dir.clone(), config.clone(), results.clone());
+    std::thread::Builder::new()
+        .name("engine-cuda".into())
+        .spawn(move || match Compute::new(&dir, &config) {
+            Ok((mut compute, info)) => {
+                let _ = ready_tx.send(Ok(info));
+                compute.serve(rx, pool);
+            }
+            Err(e) => {
+                let _ = ready_tx.send(Err(e));
+            }
+        })
+        .map_err(|e| Error::Spawn {
+            what: "the CUDA compute thread".into(),
+            message: e.to_string(),
+        })?;
+    let info = ready_rx.recv().map_err(|_| Error::Stopped)??;
+    Ok(Arc::new(CudaBackend {
+        tx,
+        info,
+        pool: results,
+    }))
+}
+
+struct Job {
+    batch: Batch,
+    submitted: Instant,
+    resolver: Resolver,
+}
+
+pub struct CudaBackend {
+    tx: mpsc::Sender<Job>,
+    info: BackendInfo,
+    pool: Arc<BufferPool>,
+}
+
+impl Backend for CudaBackend {
+    fn submit(&self, batch: Batch) -> Handle {
+        if let Err(e) = batch.validate(self.info.vocab_size, self.info.max_positions) {
+            return Handle::ready(Err(e));
+        }
+        if batch.is_empty() {
+            return Handle::ready(Ok(Output {
+                embeddings: self.pool.take(&batch, self.info.dim),
+                queued: Duration::ZERO,
+                compute: Duration::ZERO,
+                forward: None,
+            }));
+        }
+        let (resolver, handle) = Handle::new();
+        let job = Job {
+            batch,
+            submitted: Instant::now(),
+            resolver,
+        };
+        if let Err(mpsc::SendError(job)) = self.tx.send(job) {
+            job.resolver.resolve(Err(Error::Stopped));
+        }
+        handle
+    }
+
+    fn info(&self) -> BackendInfo {
+        self.info.clone()
+    }
+}
+
+/// The sizes one set of device buffers serves: a bucket's, or one batch's past the ladder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Extent {
+    tokens: usize,
+    seqs: usize,
+    /// The longest sequence it can hold: the attention grid's query tiles.
+    max_len: usize,
+}
+
+/// Device bytes of the buffers of `e`: the layout's regions, the bf16 GEMM input, the pooled output (a row per
+/// token at most) and the inputs. What the plan cache charges a graph.
+fn plan_bytes(region_floats: usize, dim: usize, gemm_scratch: usize, e: Extent) -> usize {
+    let f = size_of::<f32>();
+    e.tokens * (region_floats + dim) * f
+        + e.tokens * gemm_scratch * size_of::<u16>()
+        + e.tokens * 2 * f
+        + (3 * (e.seqs + 1) + e.seqs + 2) * f
+}
+
+/// The device memory of one forward: activations, GEMM scratch, output, and the batch's inputs.
+struct Buffers {
+    extent: Extent,
+    regions: Vec<CudaSlice<f32>>,
+    widths: Vec<usize>,
+    bf16: CudaSlice<u16>,
+    out: CudaSlice<f32>,
+    norms: CudaSlice<f32>,
+    ids: CudaSlice<u32>,
+    tok_pos: CudaSlice<i32>,
+    offsets: CudaSlice<i32>,
+    out_offsets: CudaSlice<i32>,
+    readouts: CudaSlice<i32>,
+    meta: CudaSlice<i32>,
+}
+
+impl Buffers {
+    fn new(device: &Cuda, layout: &Layout, dim: usize, e: Extent) -> Result<Self> {
+        let s = &device.stream;
+        let widths = layout.region_widths();
+        let zeros = |n: usize| s.alloc_zeros::<f32>(n.max(1)).map_err(driver("alloc"));
+        let ints = |n: usize| s.alloc_zeros::<i32>(n.max(1)).map_err(driver("alloc"));
+        Ok(Buffers {
+            extent: e,
+            regions: widths
+                .iter()
+                .map(|w| zeros(e.tokens * w))
+                .collect::<Result<_>>()?,
+            widths,
+            bf16: s
+                .alloc_zeros::<u16>((e.tokens * device.gemm_scratch()).max(1))
+                .map_err(driver("alloc"))?,
+            out: zeros(e.tokens * dim)?,
+            norms: zeros(e.seqs)?,
+            ids: s.alloc_zeros::<u32>(e.tokens).map_err(driver("alloc"))?,
+            tok_pos: ints(e.tokens)?,
+            offsets: ints(e.seqs + 1)?,
+            out_offsets: ints(e.seqs + 1)?,
+            readouts: ints(e.seqs)?,
+            meta: ints(2)?,
+        })
+    }
+
+    /// Copies `batch` into the input buffers (stream-ordered, before the forward that reads them).
+    fn upload(&mut self, s: &Arc<CudaStream>, batch: &Batch) -> Result<()> {
+        let mut tok_pos = Vec::with_capacity(batch.tokens());
+        for w in batch.offsets().windows(2) {
+            tok_pos.extend(0..(w[1] - w[0]) as i32);
+        }
+        let ints = |v: &[usize]| v.iter().map(|&x| x as i32).collect::<Vec<i32>>();
+        let readouts: Vec<i32> = (0..batch.len())
+            .map(|i| (batch.readout(i) == Readout::Tokens) as i32)
+            .collect();
+        let up = driver("input upload");
+        s.memcpy_htod(batch.ids(), &mut self.ids.slice_mut(..batch.tokens()))
+            .map_err(&up)?;
+        s.memcpy_htod(&tok_pos, &mut self.tok_pos.slice_mut(..batch.tokens()))
+            .map_err(&up)?;
+        let offsets = ints(batch.offsets());
+        s.memcpy_htod(&offsets, &mut self.offsets.slice_mut(..offsets.len()))
+            .map_err(&up)?;
+        let out_offsets = ints(batch.out_offsets());
+        s.memcpy_htod(
+            &out_offsets,
+            &mut self.out_offsets.slice_mut(..out_offsets.len()),
+        )
+        .map_err(&up)?;
+        s.memcpy_htod(&readouts, &mut self.readouts.slice_mut(..readouts.len()))
+            .map_err(&up)?;
+        s.memcpy_htod(&[batch.tokens() as i32, batch.len() as i32], &mut self.meta)
+            .map_err(&up)
+    }
+
+    fn inputs(&self, s: &CudaStream) -> PassInputs {
+        let p = |x: &CudaSlice<i32>| x.device_ptr(s).0;
+        PassInputs {
+            ids: self.ids.device_ptr(s).0,
+            tok_pos: p(&self.tok_pos),
+            offsets: p(&self.offsets),
+            out_offsets: p(&self.out_offsets),
+            readouts: p(&self.readouts),
+            meta: p(&self.meta),
+            tokens: self.extent.tokens,
+            seqs: self.extent.seqs,
+            max_len: self.extent.max_len,
+            bf16: self.bf16.device_ptr(s).0,
+        }
+    }
+
+    /// One view per slot of the layout, `tokens` rows each, and the output matrix.
+    fn views(&self, s: &CudaStream, layout: &Layout, dim: usize) -> (Vec<CudaMat>, CudaMat) {
+        let acts = layout
+            .slots
+            .iter()
+            .map(|slot| {
+                let ld = self.widths[slot.region];
+                CudaMat {
+                    ptr: self.regions[slot.region].device_ptr(s).0
+                        + (slot.offset * size_of::<f32>()) as u64,
+                    rows: self.extent.tokens,
+                    cols: slot.width,
+                    ld,
+                }
+            })
+            .collect();
+        let out = CudaMat {
+            ptr: self.out.device_ptr(s).0,
+            rows: self.extent.tokens,
+            cols: dim,
+            ld: dim,
+        };
+        (acts, out)
+    }
+}
+
+/// A plan: a bucket's buffers and the forward captured on them as a CUDA graph.
+struct Plan {
+    buffers: Buffers,
+    graph: CudaGraph,
+}
+
+/// A page-locked host buffer for results.
+struct Pinned(PinnedHostSlice<f32>);
+
+impl Capacity for Pinned {
+    fn capacity(&self) -> usize {
+        self.0.len()
+    }
+}
+
+struct Compute {
+    device: Cuda,
+    model: Model<Cuda>,
+    layout: Layout,
+    dim: usize,
+    ladder: Ladder,
+    cache: PlanCache<Plan>,
+    copy_stream: Arc<CudaStream>,
+    pinned: Arc<Mutex<Pool<Pinned>>>,
+    max_positions: usize,
+}
+
+impl Compute {
+    fn new(dir: &ModelDir, config: &EngineConfig) -> Result<(Compute, BackendInfo)> {
+        let device = Cuda::new(config.device)?;
+        let model = Model::load(dir, &device)?;
+        let layout = model.layout();
+        let d = layout.attention.head_dim;
+        if !ops::head_dim_supported(d) {
+            return Err(Error::Device(format!(
+                "the CUDA attention kernel takes heads of a multiple of 32 up to {}; this model's are {d}",
+                ops::HEAD_DIM_MAX
+            )));
+        }
+        let copy_stream = device.ctx.new_stream().map_err(driver("copy stream"))?;
+        let mut compute = Compute {
+            dim: model.dim(),
+            max_positions: layout.max_positions,
+            ladder: config.ladder(),
+            cache: PlanCache::new(config.capture, config.plan_cache_mib << 20),
+            copy_stream,
+            pinned: Default::default(),
+            layout,
+            model,
+            device,
+        };
+        let startup = (config.capture == CaptureMode::Startup).then(|| {
+            let start = Instant::now();
+            // Smallest first and without evicting, as the CPU backend (see DESIGN.md).
+            let mut buckets: Vec<Bucket> = compute
+                .ladder
+                .tokens
+                .iter()
+                .flat_map(|&tokens| {
+                    let seqs = compute
+                        .ladder
+                        .seqs
+                        .iter()
+                        .copied()
+                        .filter(move |&s| s <= tokens);
+                    seqs.map(move |seqs| Bucket { seqs, tokens })
+                })
+                .collect();
+            buckets.sort_by_key(|b| (b.tokens, b.seqs));
+            for b in buckets {
+                if compute.capture(b, false).is_err() {
+                    break;
+                }
+            }
+            start.elapsed()
+        });
+        let info = BackendInfo {
+            name: "cuda",
+            device: compute.device.describe(),
+            threads: 1,
+            dim: compute.dim,
+            vocab_size: compute.model.vocab_size(),
+            max_positions: compute.max_positions,
+            dtype: crate::dtype::Dtype::Bf16,
+            capture: config.capture,
+            startup_capture: startup,
+            startup_plans: compute.cache.stats().plans,
+        };
+        Ok((compute, info))
+    }
+
+    fn extent(&self, bucket: Option<Bucket>, batch: &Batch) -> Extent {
+        let (tokens, seqs) = bucket.map_or((batch.tokens(), batch.len()), |b| (b.tokens, b.seqs));
+        Extent {
+            tokens,
+            seqs,
+            max_len: tokens.min(self.max_positions),
+        }
+    }
+
+    /// A batch of `seqs` one-token sequences: the stand-in a capture at start-up records the forward with (a
+    /// graph records launches, not data; the real inputs are uploaded before each replay).
+    fn placeholder(seqs: usize) -> Batch {
+        let mut b = Batch::new();
+        for _ in 0..seqs {
+            b.push(&[0]);
+        }
+        b
+    }
+
+    /// Enqueues the whole forward (and Normalize) on the compute stream, on `buffers`.
+    fn forward(&self, buffers: &Buffers, batch: &Batch) -> Result<()> {
+        let s = &self.device.stream;
+        let pass = CudaPass::new(&self.device, buffers.inputs(s));
+        let (acts, out) = buffers.views(s, &self.layout, self.dim);
+        self.model.forward(&pass, batch, &acts, out);
+        if self.model.normalizes() {
+            pass.l2_normalize(out, buffers.norms.device_ptr(s).0);
+        }
+        pass.finish()
+    }
+
+    /// Captures the graph of `bucket` and caches it (evicting, unless `evict` is false and it does not fit).
+    fn capture(&mut self, bucket: Bucket, evict: bool) -> Result<()> {
+        let extent = self.extent(Some(bucket), &Batch::new());
+        let bytes = plan_bytes(
+            self.layout.region_widths().iter().sum(),
+            self.dim,
+            self.device.gemm_scratch(),
+            extent,
+        );
+        if !evict && !self.cache.has_room(bytes) {
+            return Err(Error::Device("the plan cache is full".into()));
+        }
+        let mut buffers = Buffers::new(&self.device, &self.layout, self.dim, extent)?;
+        let placeholder = Self::placeholder(bucket.seqs);
+        let s = self.device.stream.clone();
+        buffers.upload(&s, &placeholder)?;
+        s.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .map_err(driver("begin capture"))?;
+        let recorded = self.forward(&buffers, &placeholder);
+        let graph = s
+            .end_capture(sys::CUgraphInstantiate_flags(0))
+            .map_err(driver("end capture"))?;
+        recorded?;
+        let graph = graph.ok_or_else(|| Error::Device("the capture recorded nothing".into()))?;
+        self.cache
+            .insert(bucket, Plan { buffers, graph }, bytes)
+            .map_err(|_| Error::Device("the plan is larger than the plan cache".into()))
+    }
+
+    /// Runs one batch (eager, capture or replay) up to the copy out, which it leaves in flight.
+    fn run(&mut self, batch: &Batch) -> Result<InFlight> {
+        let started = Instant::now();
+        let s = self.device.stream.clone();
+        let bucket = self.ladder.bucket(batch.len(), batch.tokens());
+        let mut capture_time = None;
+        let mut action = self.cache.action(bucket);
+        if let (Action::Capture, Some(b)) = (&action, bucket) {
+            let t = Instant::now();
+            if self.capture(b, true).is_err() {
+                action = Action::Eager;
+            }
+            capture_time = Some(t.elapsed());
+        }
+        // Where the forward leaves the pooled rows and their norms.
+        let (run, keep, out, norms) = match (action, bucket.and_then(|b| self.cache.replay(b))) {
+            (Action::Replay | Action::Capture, Some(plan)) => {
+                plan.buffers.upload(&s, batch)?;
+                plan.graph.launch().map_err(driver("graph launch"))?;
+                let run = if capture_time.is_some() {
+                    Run::Capture
+                } else {
+                    Run::Replay
+                };
+                let (out, norms) = (
+                    plan.buffers.out.device_ptr(&s).0,
+                    plan.buffers.norms.device_ptr(&s).0,
+                );
+                (run, None, out, norms)
+            }
+            _ => {
+                // Eager on buffers of the batch's bucket (or its own size past the ladder): the same launches a
+                // graph of that bucket records, so a replay gives bitwise what eager gives.
+                let mut buffers = Buffers::new(
+                    &self.device,
+                    &self.layout,
+                    self.dim,
+                    self.extent(bucket, batch),
+                )?;
+                buffers.upload(&s, batch)?;
+                self.forward(&buffers, batch)?;
+                let (out, norms) = (buffers.out.device_ptr(&s).0, buffers.norms.device_ptr(&s).0);
+                (Run::Eager, Some(buffers), out, norms)
+            }
+        };
+        let computed = s.record_event(None).map_err(driver("event"))?;
+        let rows = batch.out_rows() * self.dim;
+        let mut host =
+            self.pinned
+                .lock()
+                .map_err(|_| Error::Stopped)?
+                .take(rows + batch.len(), |n| {
+                    // SAFETY: page-locked host memory of `n` floats, written by the copy below before anything reads it.
+                    unsafe { self.device.ctx.alloc_pinned_with_flags::<f32>(n, 0) }
+                        .map(Pinned)
+                        .map_err(driver("pinned alloc"))
+                })?;
+        let c = &self.copy_stream;
+        c.wait(&computed).map_err(driver("copy wait"))?;
+        let dst = host.0.as_mut_slice().map_err(driver("pinned"))?;
+        let (emb, rest) = dst.split_at_mut(rows);
+        // SAFETY: `out` holds at least `rows` floats and `norms` one per sequence (the buffers are sized by the
+        // bucket the batch fits, or by the batch); the copy stream waits for the forward that writes them, and
+        // the buffers live until the copy's event completes (a plan's are reused only by a forward ordered after
+        // that event, below; eager ones travel with the batch to the completion thread). The pinned destination
+        // is not read before the event either.
+        unsafe {
+            cudarc::driver::result::memcpy_dtoh_async(emb, out, c.cu_stream())
+                .and_then(|()| {
+                    cudarc::driver::result::memcpy_dtoh_async(
+                        &mut rest[..batch.len()],
+                        norms,
+                        c.cu_stream(),
+                    )
+                })
+                .map_err(driver("copy out"))?;
+        }
+        let copied = c
+            .record_event(Some(sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC))
+            .map_err(driver("event"))?;
+        // The next forward writes the same output memory: the compute stream waits (on the GPU) for this copy.
+        s.wait(&copied).map_err(driver("wait for the copy"))?;
+        Ok(InFlight {
+            started,
+            copied,
+            host,
+            _keep: keep,
+            forward: ForwardStats {
+                run,
+                bucket,
+                padding_tokens: bucket.map_or(0, |b| b.tokens - batch.tokens()),
+                capture_time,
+                cache: self.cache.stats(),
+            },
+        })
+    }
+
+    /// The compute loop, and the completion thread it feeds. Runs until the backend is dropped.
+    fn serve(&mut self, rx: mpsc::Receiver<Job>, results: Arc<BufferPool>) {
+        let (done_tx, done_rx) = mpsc::channel::<(Job, InFlight)>();
+        let pinned = self.pinned.clone();
+        let (dim, normalizes) = (self.dim, self.model.normalizes());
+        let completion = std::thread::Builder::new()
+            .name("engine-cuda-done".into())
+            .spawn(move || {
+                for (job, f) in done_rx {
+                    complete(job, f, dim, normalizes, &results, &pinned);
+                }
+            });
+        if let Err(e) = completion {
+            for job in rx {
+                job.resolver.resolve(Err(Error::Spawn {
+                    what: "the CUDA completion thread".into(),
+                    message: e.to_string(),
+                }));
+            }
+            return;
+        }
+        for job in rx {
+            match self.run(&job.batch) {
+                Ok(f) => {
+                    if let Err(mpsc::SendError((job, _))) = done_tx.send((job, f)) {
+                        job.resolver.resolve(Err(Error::Stopped));
+                    }
+                }
+                Err(e) => job.resolver.resolve(Err(e)),
+            }
+        }
+    }
+}
+
+/// A batch whose results are being copied out.
+struct InFlight {
+    started: Instant,
+    copied: CudaEvent,
+    host: Pinned,
+    /// Eager buffers, kept alive until the copy out of them has completed.
+    _keep: Option<Buffers>,
+    forward: ForwardStats,
+}
+
+/// Waits (sleeping) for a batch's copy out, fills its result from the pinned buffer and resolves its handle.
+fn complete(
+    job: Job,
+    f: InFlight,
+    dim: usize,
+    normalizes: bool,
+    results: &Arc<BufferPool>,
+    pinned: &Mutex<Pool<Pinned>>,
+) {
+    let InFlight {
+        started,
+        copied,
+        host,
+        _keep,
+        forward,
+    } = f;
+    let result = copied
+        .synchronize()
+        .map_err(driver("copy out"))
+        .and_then(|()| {
+            let h = host.0.as_slice().map_err(driver("pinned"))?;
+            let mut emb = results.take(&job.batch, dim);
+            let rows = job.batch.out_rows() * dim;
+            emb.data_mut().copy_from_slice(&h[..rows]);
+            if normalizes {
+                // -1 marks a Tokens sequence, which Normalize leaves alone.
+                let norms = &h[rows..rows + job.batch.len()];
+                emb.set_norms(norms.iter().map(|&n| (n >= 0.0).then_some(n)).collect());
+            }
+            Ok(emb)
+        });
+    drop(_keep);
+    if let Ok(mut p) = pinned.lock() {
+        p.put(host);
+    }
+    job.resolver.resolve(result.map(|embeddings| Output {
+        embeddings,
+        queued: started - job.submitted,
+        compute: started.elapsed(),
+        forward: Some(forward),
+    }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plan_is_charged_for_every_buffer_it_holds_and_grows_with_its_bucket() {
+        let e = |tokens, seqs| Extent {
+            tokens,
+            seqs,
+            max_len: tokens,
+        };
+        // MiniLM-like: 384 + 1152 + 1536 floats per token of regions, 384-dim output, GEMM inputs up to 1536.
+        let small = plan_bytes(3072, 384, 1536, e(16, 1));
+        let f = 4;
+        let want = 16 * (3072 + 384) * f + 16 * 1536 * 2 + 16 * 2 * f + (3 * 2 + 1 + 2) * f;
+        assert_eq!(small, want);
+        assert!(plan_bytes(3072, 384, 1536, e(32, 1)) > small);
+        assert!(plan_bytes(3072, 384, 1536, e(16, 4)) > small);
+    }
+}

@@ -1,0 +1,673 @@
+//! The op set ([`crate::backend::ops`]) on the GPU: [`Cuda`] uploads weights at load (linear layers in bf16, the
+//! rest in f32), [`CudaPass`] enqueues one forward pass's kernels and GEMMs on the compute stream.
+//!
+//! Activations stay f32 in device memory, as on the CPU; a GEMM's input is first rounded into a dense bf16 scratch
+//! (`to_bf16`), which is the operand cuBLASLt reads, as the CPU's bf16 GEMM rounds its input. Every kernel reads
+//! the batch's real size from device memory (`meta`), so the same launches, captured in a CUDA graph for a
+//! bucket, serve any batch that fits it.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
+};
+
+use super::gemm::{Gemm, Lt};
+use super::nvrtc;
+use crate::backend::ops::{Activation, AttentionShape, Device, Embedding, Matrix, Ops};
+use crate::batch::Batch;
+use crate::error::{Error, Result};
+use crate::model::{Pooling, Tensor};
+
+/// The widest head the attention kernel takes (`HEAD_DIM_MAX` in kernels/attention.cu), in steps of a warp.
+pub const HEAD_DIM_MAX: usize = 128;
+/// Query rows per attention block (`QUERIES` in kernels/attention.cu).
+const ATTENTION_QUERIES: usize = 16;
+const ATTENTION_KEYS: usize = 32;
+
+pub(super) fn driver(what: &str) -> impl Fn(cudarc::driver::DriverError) -> Error + '_ {
+    move |e| Error::Device(format!("CUDA {what}: {e:?}"))
+}
+
+/// The GPU: its context, the compute stream every pass runs on, the kernels and cuBLASLt.
+pub struct Cuda {
+    pub(super) ctx: Arc<CudaContext>,
+    pub(super) stream: Arc<CudaStream>,
+    functions: HashMap<&'static str, CudaFunction>,
+    lt: Lt,
+    /// The widest GEMM input of the layers uploaded so far: the bf16 scratch a pass needs per token.
+    max_inner: std::sync::atomic::AtomicUsize,
+}
+
+impl Cuda {
+    /// Opens GPU `ordinal`, compiles (or loads from the disk cache) every kernel for its architecture, and makes
+    /// the compute stream and cuBLASLt handle.
+    pub fn new(ordinal: usize) -> Result<Self> {
+        // SAFETY: only dlopens the driver library under its candidate names; nothing is called.
+        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            return Err(Error::Device(
+                "the CUDA driver (libcuda.so) was not found: no NVIDIA driver on this machine"
+                    .into(),
+            ));
+        }
+        let count = CudaContext::device_count().map_err(driver("device count"))?;
+        if ordinal >= count.max(0) as usize {
+            return Err(Error::Device(format!(
+                "GPU {ordinal} asked for, {count} visible"
+            )));
+        }
+        let ctx = CudaContext::new(ordinal).map_err(driver("context"))?;
+        // The backend orders its streams itself, with events (one compute stream, one copy stream).
+        // SAFETY: no slice exists yet; every later one is used on the compute stream, or read by the copy stream
+        // only after an event recorded on the compute stream, and freed only after the copy's event completes.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.new_stream().map_err(driver("stream"))?;
+        let (major, minor) = ctx
+            .compute_capability()
+            .map_err(driver("compute capability"))?;
+        let arch = nvrtc::Arch {
+            major: major as u32,
+            minor: minor as u32,
+        };
+        let version = nvrtc::version()?;
+        let cache = nvrtc::DiskCache::default_location();
+        let mut functions = HashMap::new();
+        for source in nvrtc::SOURCES {
+            let (cubin, _) = cache.load_or_compile(source, arch, version)?;
+            let module = ctx
+                .load_module(cudarc::nvrtc::Ptx::from_binary(cubin))
+                .map_err(driver("module load"))?;
+            for &f in source.functions {
+                functions.insert(f, module.load_function(f).map_err(driver("function"))?);
+            }
+        }
+        // SAFETY: only dlopens the library under its candidate names; nothing is called.
+        if !unsafe { cudarc::cublaslt::sys::is_culib_present() } {
+            return Err(Error::Device(
+                "cuBLASLt (libcublasLt.so) was not found on the library path (LD_LIBRARY_PATH)"
+                    .into(),
+            ));
+        }
+        let lt = Lt::new(stream.clone(), major)?;
+        Ok(Cuda {
+            ctx,
+            stream,
+            functions,
+            lt,
+            max_inner: Default::default(),
+        })
+    }
+
+    /// bf16 floats per token of the GEMM input scratch a pass needs.
+    pub fn gemm_scratch(&self) -> usize {
+        self.max_inner.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn function(&self, name: &str) -> &CudaFunction {
+        // Every name asked for is in `nvrtc::SOURCES`, loaded in `new`.
+        &self.functions[name]
+    }
+
+    /// The GPU in words: name, compute capability, memory, driver, for `/info` and results.
+    pub fn describe(&self) -> String {
+        let name = self.ctx.name().unwrap_or_else(|_| "unknown GPU".into());
+        let (major, minor) = self.ctx.compute_capability().unwrap_or((0, 0));
+        let mem = self.ctx.total_mem().unwrap_or(0) as f64 / (1u64 << 30) as f64;
+        let mut version = 0;
+        // SAFETY: the driver is loaded (checked in `new`); `version` is valid for one write.
+        let driver = unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut version) }
+            .result()
+            .map(|_| format!("{}.{}", version / 1000, version % 1000 / 10))
+            .unwrap_or_else(|_| "?".into());
+        format!("{name} (sm_{major}{minor}, {mem:.0} GiB, CUDA driver {driver})")
+    }
+}
+
+/// A linear layer on the GPU: bf16 weight `[out×inp]`, f32 bias.
+pub struct CudaLinear {
+    weight: CudaSlice<u16>,
+    bias: Option<CudaSlice<f32>>,
+    out: usize,
+    inp: usize,
+}
+
+/// A parameter (norm weights, embedding and rotary tables) in f32.
+pub struct CudaParam {
+    data: CudaSlice<f32>,
+}
+
+impl Device for Cuda {
+    type Linear = CudaLinear;
+    type Param = CudaParam;
+
+    fn linear(
+        &self,
+        weight: &[f32],
+        bias: Option<&[f32]>,
+        out: usize,
+        inp: usize,
+    ) -> Result<CudaLinear> {
+        if out.checked_mul(inp) != Some(weight.len()) || bias.is_some_and(|b| b.len() != out) {
+            return Err(Error::Device(format!(
+                "a {out}×{inp} linear layer got {} weights and {:?} biases",
+                weight.len(),
+                bias.map(<[f32]>::len)
+            )));
+        }
+        let bits: Vec<u16> = weight
+            .iter()
+            .map(|&w| half::bf16::from_f32(w).to_bits())
+            .collect();
+        let weight = self
+            .stream
+            .clone_htod(&bits)
+            .map_err(driver("weight upload"))?;
+        let bias = bias
+            .map(|b| self.stream.clone_htod(b))
+            .transpose()
+            .map_err(driver("bias upload"))?;
+        self.max_inner
+            .fetch_max(inp, std::sync::atomic::Ordering::Relaxed);
+        Ok(CudaLinear {
+            weight,
+            bias,
+            out,
+            inp,
+        })
+    }
+
+    fn param(&self, t: Tensor) -> Result<CudaParam> {
+        let data = self
+            .stream
+            .clone_htod(t.data())
+            .map_err(driver("parameter upload"))?;
+        Ok(CudaParam { data })
+    }
+}
+
+/// A view of an f32 activation matrix in device memory: its first element's address, its shape and row stride.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CudaMat {
+    pub ptr: u64,
+    pub rows: usize,
+    pub cols: usize,
+    pub ld: usize,
+}
+
+impl Matrix for CudaMat {
+    fn rows(&self) -> usize {
+        self.rows
+    }
+
+    fn cols(&self) -> usize {
+        self.cols
+    }
+
+    fn columns(self, range: std::ops::Range<usize>) -> Self {
+        assert!(
+            range.start <= range.end && range.end <= self.cols,
+            "columns out of range"
+        );
+        CudaMat {
+            ptr: self.ptr + (range.start * size_of::<f32>()) as u64,
+            cols: range.len(),
+            ..self
+        }
+    }
+
+    fn top(self, rows: usize) -> Self {
+        assert!(rows <= self.rows, "top: {rows} of {} rows", self.rows);
+        CudaMat { rows, ..self }
+    }
+}
+
+/// The device addresses of one batch's inputs (uploaded before the pass), and the bucket the launches are
+/// sized for: the kernels read the real sizes from `meta`.
+#[derive(Clone, Copy, Debug)]
+pub struct PassInputs {
+    pub ids: u64,
+    pub tok_pos: u64,
+    pub offsets: u64,
+    pub out_offsets: u64,
+    pub readouts: u64,
+    pub meta: u64,
+    /// Rows, sequences and sequence length the launches cover (the bucket's, or the batch's when eager past the
+    /// ladder).
+    pub tokens: usize,
+    pub seqs: usize,
+    pub max_len: usize,
+    /// Dense bf16 GEMM input, `tokens × gemm_scratch` values.
+    pub bf16: u64,
+}
+
+/// One forward pass's view of the GPU. Ops cannot return errors (the architecture is a plain sequence of
+/// operations); the first launch error is kept and the backend reports it after the pass.
+pub struct CudaPass<'a> {
+    pub device: &'a Cuda,
+    pub inputs: PassInputs,
+    error: RefCell<Option<Error>>,
+}
+
+fn blocks(n: usize, per: usize) -> u32 {
+    n.div_ceil(per).max(1) as u32
+}
+
+fn cfg(grid: (u32, u32, u32), block: u32, smem: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: grid,
+        block_dim: (block, 1, 1),
+        shared_mem_bytes: smem as u32,
+    }
+}
+
+/// Columns each thread block of the element-wise kernels covers.
+const COLS_PER_BLOCK: usize = 256;
+/// Threads of the row-wise kernels (one block per row).
+const ROW_THREADS: u32 = 256;
+
+/// Kernel arguments, pushed in order: device addresses and 32-bit scalars.
+enum Arg {
+    Ptr(u64),
+    I32(i32),
+    F32(f32),
+}
+
+impl<'a> CudaPass<'a> {
+    pub fn new(device: &'a Cuda, inputs: PassInputs) -> Self {
+        CudaPass {
+            device,
+            inputs,
+            error: RefCell::new(None),
+        }
+    }
+
+    /// The first error of the pass, if any.
+    pub fn finish(self) -> Result<()> {
+        self.error.into_inner().map_or(Ok(()), Err)
+    }
+
+    fn fail(&self, e: Error) {
+        self.error.borrow_mut().get_or_insert(e);
+    }
+
+    fn launch(&self, name: &str, config: LaunchConfig, args: &[Arg]) {
+        if self.error.borrow().is_some() {
+            return;
+        }
+        let stream = &self.device.stream;
+        let f = self.device.function(name);
+        let mut b = stream.launch_builder(f);
+        for a in args {
+            match a {
+                Arg::Ptr(p) => b.arg(p),
+                Arg::I32(v) => b.arg(v),
+                Arg::F32(v) => b.arg(v),
+            };
+        }
+        // SAFETY: each kernel's parameters are, in order, the ones `args` gives (the call sites below follow the
+        // signatures in kernels/*.cu); the addresses are live device memory of the shapes passed beside them (the
+        // ops check their views' shapes), and every kernel bounds its threads by those shapes and by `meta`.
+        if let Err(e) = unsafe { b.launch(config) } {
+            self.fail(Error::Device(format!("launch {name}: {e:?}")));
+        }
+    }
+
+    fn i(v: usize) -> Arg {
+        Arg::I32(v as i32)
+    }
+
+    /// Rounds `x` into the dense bf16 scratch (bucket rows; the rows past the batch become zeros).
+    fn to_bf16(&self, x: CudaMat) -> u64 {
+        let rows = self.inputs.tokens.min(x.rows);
+        self.launch(
+            "to_bf16",
+            cfg(
+                (rows as u32, blocks(x.cols, COLS_PER_BLOCK), 1),
+                COLS_PER_BLOCK as u32,
+                0,
+            ),
+            &[
+                Arg::Ptr(x.ptr),
+                Self::i(x.ld),
+                Self::i(x.cols),
+                Arg::Ptr(self.inputs.meta),
+                Arg::Ptr(self.inputs.bf16),
+            ],
+        );
+        self.inputs.bf16
+    }
+}
+
+fn ptr<T>(s: &CudaSlice<T>, stream: &CudaStream) -> u64 {
+    // Event tracking is off (see `Cuda::new`): the guard records nothing.
+    s.device_ptr(stream).0
+}
+
+impl<'a> Ops for CudaPass<'a> {
+    type Device = Cuda;
+    type Mat = CudaMat;
+
+    fn embed(&self, _batch: &Batch, e: &Embedding<Cuda>, out: CudaMat) {
+        assert!(
+            out.rows >= self.inputs.tokens && out.cols == e.dim,
+            "embed: output shape"
+        );
+        let s = &self.device.stream;
+        let opt = |p: &Option<CudaParam>| p.as_ref().map_or(0, |p| ptr(&p.data, s));
+        self.launch(
+            "embed",
+            cfg((self.inputs.tokens as u32, 1, 1), ROW_THREADS, 0),
+            &[
+                Arg::Ptr(self.inputs.ids),
+                Arg::Ptr(self.inputs.tok_pos),
+                Arg::Ptr(self.inputs.meta),
+                Arg::Ptr(ptr(&e.word.data, s)),
+                Arg::Ptr(opt(&e.position)),
+                Arg::Ptr(opt(&e.row)),
+                Self::i(e.dim),
+                Arg::Ptr(out.ptr),
+                Self::i(out.ld),
+            ],
+        );
+    }
+
+    fn linear(
+        &self,
+        x: CudaMat,
+        w: &CudaLinear,
+        act: Activation,
+        residual: Option<CudaMat>,
+        out: CudaMat,
+    ) {
+        assert!(
+            x.cols == w.inp && out.cols == w.out && residual.is_none_or(|r| r.cols == w.out),
+            "linear: {}×{} layer, x has {} columns, out {}",
+            w.out,
+            w.inp,
+            x.cols,
+            out.cols
+        );
+        let m = self.inputs.tokens.min(x.rows).min(out.rows);
+        let s = &self.device.stream;
+        let xb = self.to_bf16(x);
+        let bias = w.bias.as_ref().map(|b| ptr(b, s));
+        // GELU is our kernel's (exact erf; see gemm.rs): the GEMM then adds only the bias, and the residual goes
+        // after the activation, in the same kernel.
+        let gelu = act == Activation::Gelu;
+        let gemm = Gemm {
+            m,
+            n: w.out,
+            k: w.inp,
+            x: xb,
+            w: ptr(&w.weight, s),
+            bias,
+            residual: residual.filter(|_| !gelu).map(|r| (r.ptr, r.ld)),
+            out: (out.ptr, out.ld),
+        };
+        if self.error.borrow().is_none() {
+            if let Err(e) = self.device.lt.linear(&gemm) {
+                self.fail(e);
+            }
+        }
+        if gelu {
+            let res = residual.map_or((0, 0), |r| (r.ptr, r.ld));
+            self.launch(
+                "bias_act",
+                cfg(
+                    (m as u32, blocks(w.out, COLS_PER_BLOCK), 1),
+                    COLS_PER_BLOCK as u32,
+                    0,
+                ),
+                &[
+                    Arg::Ptr(out.ptr),
+                    Self::i(out.ld),
+                    Self::i(w.out),
+                    Arg::Ptr(self.inputs.meta),
+                    Arg::Ptr(0),
+                    Arg::I32(1),
+                    Arg::Ptr(res.0),
+                    Self::i(res.1),
+                ],
+            );
+        }
+    }
+
+    fn layer_norm(&self, x: CudaMat, weight: &CudaParam, bias: &CudaParam, eps: f32) {
+        assert!(
+            weight.data.len() == x.cols && bias.data.len() == x.cols,
+            "layer_norm: weight shape"
+        );
+        let s = &self.device.stream;
+        self.launch(
+            "layer_norm",
+            cfg(
+                (self.inputs.tokens.min(x.rows) as u32, 1, 1),
+                ROW_THREADS,
+                0,
+            ),
+            &[
+                Arg::Ptr(x.ptr),
+                Self::i(x.ld),
+                Self::i(x.cols),
+                Arg::Ptr(self.inputs.meta),
+                Arg::Ptr(ptr(&weight.data, s)),
+                Arg::Ptr(ptr(&bias.data, s)),
+                Arg::F32(eps),
+            ],
+        );
+    }
+
+    fn rms_norm(&self, x: CudaMat, out: CudaMat, weight: &CudaParam, eps: f32, group: usize) {
+        assert!(
+            group > 0 && weight.data.len() == group && x.cols.is_multiple_of(group),
+            "rms_norm: groups of {group} over {} columns",
+            x.cols
+        );
+        assert!(
+            out.rows >= x.rows && out.cols == x.cols,
+            "rms_norm: output shape"
+        );
+        let s = &self.device.stream;
+        self.launch(
+            "rms_norm",
+            cfg(
+                (self.inputs.tokens.min(x.rows) as u32, 1, 1),
+                ROW_THREADS,
+                0,
+            ),
+            &[
+                Arg::Ptr(x.ptr),
+                Self::i(x.ld),
+                Arg::Ptr(out.ptr),
+                Self::i(out.ld),
+                Self::i(x.cols),
+                Self::i(group),
+                Arg::Ptr(self.inputs.meta),
+                Arg::Ptr(ptr(&weight.data, s)),
+                Arg::F32(eps),
+            ],
+        );
+    }
+
+    fn rotary(&self, batch: &Batch, x: CudaMat, table: &CudaParam, head_dim: usize) {
+        assert!(
+            head_dim > 0 && head_dim.is_multiple_of(2) && x.cols.is_multiple_of(head_dim),
+            "rotary: heads of {head_dim} over {} columns",
+            x.cols
+        );
+        assert!(
+            batch.max_len() * head_dim <= table.data.len(),
+            "rotary: table too short for the batch"
+        );
+        let s = &self.device.stream;
+        let rows = self.inputs.tokens.min(x.rows) as u32;
+        self.launch(
+            "rotary",
+            cfg(
+                (rows, blocks(x.cols / 2, COLS_PER_BLOCK), 1),
+                COLS_PER_BLOCK as u32,
+                0,
+            ),
+            &[
+                Arg::Ptr(x.ptr),
+                Self::i(x.ld),
+                Self::i(x.cols),
+                Self::i(head_dim),
+                Arg::Ptr(self.inputs.tok_pos),
+                Arg::Ptr(self.inputs.meta),
+                Arg::Ptr(ptr(&table.data, s)),
+            ],
+        );
+    }
+
+    fn silu_gate(&self, x: CudaMat, out: CudaMat) {
+        let f = out.cols;
+        assert!(x.cols == 2 * f && out.rows >= x.rows, "silu_gate: shapes");
+        let rows = self.inputs.tokens.min(x.rows) as u32;
+        self.launch(
+            "silu_gate",
+            cfg(
+                (rows, blocks(f, COLS_PER_BLOCK), 1),
+                COLS_PER_BLOCK as u32,
+                0,
+            ),
+            &[
+                Arg::Ptr(x.ptr),
+                Self::i(x.ld),
+                Arg::Ptr(out.ptr),
+                Self::i(out.ld),
+                Self::i(f),
+                Arg::Ptr(self.inputs.meta),
+            ],
+        );
+    }
+
+    fn attention(&self, _batch: &Batch, qkv: CudaMat, shape: AttentionShape, ctx: CudaMat) {
+        let AttentionShape {
+            heads,
+            kv_heads,
+            head_dim: d,
+            causal,
+        } = shape;
+        assert!(
+            heads > 0 && kv_heads > 0 && heads.is_multiple_of(kv_heads),
+            "attention: {heads} heads over {kv_heads} key/value heads"
+        );
+        assert!(
+            qkv.cols == shape.qkv_width() && ctx.cols == heads * d,
+            "attention: qkv {} columns, ctx {} for {shape:?}",
+            qkv.cols,
+            ctx.cols
+        );
+        let smem = attention_smem_bytes(d);
+        self.launch(
+            "attention",
+            LaunchConfig {
+                grid_dim: (
+                    self.inputs.seqs as u32,
+                    heads as u32,
+                    blocks(self.inputs.max_len, ATTENTION_QUERIES),
+                ),
+                block_dim: (128, 1, 1),
+                shared_mem_bytes: smem as u32,
+            },
+            &[
+                Arg::Ptr(qkv.ptr),
+                Self::i(qkv.ld),
+                Arg::Ptr(ctx.ptr),
+                Self::i(ctx.ld),
+                Arg::Ptr(self.inputs.offsets),
+                Arg::Ptr(self.inputs.meta),
+                Self::i(heads),
+                Self::i(kv_heads),
+                Self::i(d),
+                Arg::I32(causal as i32),
+                Arg::F32(1.0 / (d as f32).sqrt()),
+            ],
+        );
+    }
+
+    fn pool(&self, _batch: &Batch, x: CudaMat, pooling: Pooling, out: CudaMat) {
+        assert!(out.cols == x.cols, "pool: shapes");
+        let mode = match pooling {
+            Pooling::Mean => 0,
+            Pooling::Cls => 1,
+            Pooling::LastToken => 2,
+        };
+        self.launch(
+            "pool",
+            cfg((self.inputs.seqs as u32, 1, 1), ROW_THREADS, 0),
+            &[
+                Arg::Ptr(x.ptr),
+                Self::i(x.ld),
+                Arg::Ptr(out.ptr),
+                Self::i(out.ld),
+                Self::i(x.cols),
+                Arg::Ptr(self.inputs.offsets),
+                Arg::Ptr(self.inputs.out_offsets),
+                Arg::Ptr(self.inputs.readouts),
+                Arg::Ptr(self.inputs.meta),
+                Arg::I32(mode),
+            ],
+        );
+    }
+}
+
+impl CudaPass<'_> {
+    /// sentence-transformers' Normalize over the pooled rows of `out`, each row's norm into `norms`
+    /// (`seqs` floats; -1 for a Tokens sequence).
+    pub fn l2_normalize(&self, out: CudaMat, norms: u64) {
+        self.launch(
+            "l2_normalize",
+            cfg((self.inputs.seqs as u32, 1, 1), ROW_THREADS, 0),
+            &[
+                Arg::Ptr(out.ptr),
+                Self::i(out.ld),
+                Self::i(out.cols),
+                Arg::Ptr(self.inputs.out_offsets),
+                Arg::Ptr(self.inputs.readouts),
+                Arg::Ptr(self.inputs.meta),
+                Arg::Ptr(norms),
+            ],
+        );
+    }
+}
+
+/// Dynamic shared memory of one attention block for heads of `d`: a key tile padded by a column, a value tile and
+/// the block's query rows (kernels/attention.cu).
+pub fn attention_smem_bytes(d: usize) -> usize {
+    (ATTENTION_KEYS * (d + 1) + ATTENTION_KEYS * d + ATTENTION_QUERIES * d) * size_of::<f32>()
+}
+
+/// Whether the attention kernel takes heads of `d`: whole warps, at most [`HEAD_DIM_MAX`].
+pub fn head_dim_supported(d: usize) -> bool {
+    d > 0 && d.is_multiple_of(32) && d <= HEAD_DIM_MAX
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_column_view_moves_the_address_and_keeps_the_stride() {
+        let m = CudaMat {
+            ptr: 4096,
+            rows: 10,
+            cols: 96,
+            ld: 96,
+        };
+        let k = m.columns(32..64);
+        assert_eq!((k.ptr, k.cols, k.ld, k.rows), (4096 + 32 * 4, 32, 96, 10));
+        assert_eq!(k.top(3).rows, 3);
+    }
+
+    #[test]
+    fn attention_fits_the_default_shared_memory_up_to_its_widest_head() {
+        // 48 KiB is what a block gets without opting in; the kernel's widest head must fit it.
+        assert!(attention_smem_bytes(HEAD_DIM_MAX) <= 48 << 10);
+        assert!(head_dim_supported(32) && head_dim_supported(64) && head_dim_supported(128));
+        assert!(!head_dim_supported(80) && !head_dim_supported(256) && !head_dim_supported(0));
+    }
+}

@@ -1,0 +1,101 @@
+//! Every kernel of `kernels/*.cu` compiles through NVRTC for sm_80 (A100) and sm_90 (H100/H200) with no error and
+//! no warning. Needs the feature `cuda` and NVRTC on the library path (`.ci/run` installs PyPI's
+//! nvidia-cuda-nvrtc and points `LD_LIBRARY_PATH` at it); without NVRTC the test says it skipped, on standard error
+//! and in the run's skip ledger (`target/tmp/skipped-tests.txt`), and never passes silently (under `EW_REQUIRE_NVRTC` it fails instead).
+#![cfg(feature = "cuda")]
+
+use std::io::Write;
+use std::path::Path;
+
+use engine::backend::cuda::nvrtc::{self, Arch};
+
+/// Skips (or, under `EW_REQUIRE_NVRTC`, as `.ci/run` sets, fails) a test that needs NVRTC.
+fn skipped(test: &str, reason: &str) {
+    assert!(
+        std::env::var_os("EW_REQUIRE_NVRTC").is_none(),
+        "{test}: {reason}, and EW_REQUIRE_NVRTC says it must run"
+    );
+    let line = format!("SKIPPED: {test}: {reason}");
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+    let ledger = Path::new(env!("CARGO_TARGET_TMPDIR")).join("skipped-tests.txt");
+    let appended = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&ledger)
+        .and_then(|mut f| writeln!(f, "{line}"));
+    if let Err(e) = appended {
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "(could not count it in {}: {e})",
+            ledger.display()
+        );
+    }
+}
+
+#[test]
+fn nvrtc_compiles_every_kernel_for_sm80_and_sm90_without_warnings() {
+    if !nvrtc::available() {
+        skipped(
+            "nvrtc_kernels",
+            "NVRTC not found on the library path (pip install nvidia-cuda-nvrtc; LD_LIBRARY_PATH=.../nvidia/cu13/lib)",
+        );
+        return;
+    }
+    let version = nvrtc::version().unwrap();
+    let mut failures = Vec::new();
+    for arch in [Arch { major: 8, minor: 0 }, Arch { major: 9, minor: 0 }] {
+        for source in nvrtc::SOURCES {
+            match nvrtc::compile(source, arch) {
+                Ok(cubin) => {
+                    // An ELF image, and every function the backend loads is in it.
+                    assert!(
+                        cubin.starts_with(b"\x7fELF"),
+                        "{} for {arch}: not a CUBIN",
+                        source.file
+                    );
+                    for f in source.functions {
+                        assert!(
+                            cubin
+                                .windows(f.len() + 1)
+                                .any(|w| &w[..f.len()] == f.as_bytes() && w[f.len()] == 0),
+                            "{} for {arch}: no symbol {f}",
+                            source.file
+                        );
+                    }
+                }
+                Err(e) => failures.push(e.to_string()),
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "NVRTC {version:?}:\n{}",
+        failures.join("\n\n")
+    );
+    eprintln!(
+        "NVRTC {version:?}: {} kernel files compiled for sm_80 and sm_90",
+        nvrtc::SOURCES.len()
+    );
+}
+
+/// The disk cache end to end on the real compiler: a first load compiles, a second reads the same bytes back.
+#[test]
+fn the_disk_cache_returns_what_nvrtc_compiled() {
+    if !nvrtc::available() {
+        skipped("nvrtc_disk_cache", "NVRTC not found on the library path");
+        return;
+    }
+    let version = nvrtc::version().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cache = nvrtc::DiskCache::new(dir.path());
+    let arch = Arch { major: 9, minor: 0 };
+    let (first, compiled) = cache
+        .load_or_compile(&nvrtc::SOURCES[0], arch, version)
+        .unwrap();
+    assert!(compiled);
+    let (again, compiled) = cache
+        .load_or_compile(&nvrtc::SOURCES[0], arch, version)
+        .unwrap();
+    assert!(!compiled, "the second load is a cache hit");
+    assert_eq!(first, again);
+}

@@ -1,0 +1,68 @@
+// Element-wise operations: the GEMM epilogue where cuBLASLt's does not cover it, SwiGLU's gate, rotary
+// embedding, and the bf16 rounding of GEMM operands. A 2-D grid: blockIdx.x is the row (a bucket's rows may pass
+// the 65,535 a grid's y allows), y-blocks cover the columns.
+
+// Exact (erf) GELU, BERT's `hidden_act = "gelu"`.
+__device__ __forceinline__ float gelu(float u) {
+    return 0.5f * u * (1.0f + erff(u * 0.70710678118654752f));
+}
+
+// out = act(y + bias) + residual, in place on `y` (the GEMM's output); `bias` and `residual` may be null, `act`
+// is 0 (none) or 1 (GELU).
+extern "C" __global__ void bias_act(float* y, int ld, int cols, const int* meta, const float* bias, int act,
+                                    const float* residual, int ldr) {
+    const int r = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
+    if (r >= META_TOKENS(meta) || c >= cols) {
+        return;
+    }
+    float v = y[(size_t)r * ld + c];
+    if (bias) {
+        v += bias[c];
+    }
+    if (act == 1) {
+        v = gelu(v);
+    }
+    if (residual) {
+        v += residual[(size_t)r * ldr + c];
+    }
+    y[(size_t)r * ld + c] = v;
+}
+
+// SwiGLU: out = silu(x[:, ..f]) * x[:, f..], silu(g) = g / (1 + e^-g).
+extern "C" __global__ void silu_gate(const float* x, int ldx, float* out, int ldo, int f, const int* meta) {
+    const int r = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
+    if (r >= META_TOKENS(meta) || c >= f) {
+        return;
+    }
+    const float g = x[(size_t)r * ldx + c], u = x[(size_t)r * ldx + f + c];
+    out[(size_t)r * ldo + c] = g / (1.0f + expf(-g)) * u;
+}
+
+// Rotary embedding in place, rotate-half layout: for every head of `head_dim` columns and i < head_dim / 2,
+// (x1, x2) <- (x1 cos - x2 sin, x2 cos + x1 sin) with the table row of the token's position (cos half, sin half).
+extern "C" __global__ void rotary(float* x, int ld, int cols, int head_dim, const int* tok_pos, const int* meta,
+                                  const float* table) {
+    const int r = blockIdx.x, j = blockIdx.y * blockDim.x + threadIdx.x;
+    const int half = head_dim / 2;
+    if (r >= META_TOKENS(meta) || j >= cols / 2) {
+        return;
+    }
+    const int head = j / half, i = j % half;
+    const float* t = table + (size_t)tok_pos[r] * head_dim;
+    float* h = x + (size_t)r * ld + (size_t)head * head_dim;
+    const float c = t[i], s = t[half + i];
+    const float u = h[i], v = h[half + i];
+    h[i] = u * c - v * s;
+    h[half + i] = v * c + u * s;
+}
+
+// The bf16 operand of a GEMM: `x` rounded to bf16 into a dense `rows x cols` matrix (row stride `cols`).
+// Every row of the grid is written (rows past the batch become zeros), so the GEMM never reads stale memory.
+extern "C" __global__ void to_bf16(const float* x, int ld, int cols, const int* meta, unsigned short* out) {
+    const int r = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
+    if (c >= cols) {
+        return;
+    }
+    const float v = r < META_TOKENS(meta) ? x[(size_t)r * ld + c] : 0.0f;
+    out[(size_t)r * cols + c] = f32_to_bf16(v);
+}

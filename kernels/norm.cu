@@ -1,0 +1,50 @@
+// LayerNorm and RMSNorm, one block per token row (Ops::layer_norm, Ops::rms_norm), in f32 as the CPU kernels:
+// LayerNorm's mean, then the mean of squared deviations; RMSNorm over each `group` columns.
+
+extern "C" __global__ void layer_norm(float* x, int ld, int cols, const int* meta, const float* gamma,
+                                      const float* beta, float eps) {
+    __shared__ float scratch[32];
+    const int r = blockIdx.x;
+    if (r >= META_TOKENS(meta)) {
+        return;
+    }
+    float* row = x + (size_t)r * ld;
+    float s = 0.0f;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        s += row[c];
+    }
+    const float mean = block_sum(s, scratch) / cols;
+    float q = 0.0f;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        const float d = row[c] - mean;
+        q += d * d;
+    }
+    const float inv = 1.0f / sqrtf(block_sum(q, scratch) / cols + eps);
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        row[c] = (row[c] - mean) * inv * gamma[c] + beta[c];
+    }
+}
+
+// `out` may be `x` itself (in place); each group of `group` columns is scaled by its own root mean square and by
+// `weight` (`group` values): a whole row, or every head for per-head q/k norms.
+extern "C" __global__ void rms_norm(const float* x, int ldx, float* out, int ldo, int cols, int group,
+                                    const int* meta, const float* weight, float eps) {
+    __shared__ float scratch[32];
+    const int r = blockIdx.x;
+    if (r >= META_TOKENS(meta)) {
+        return;
+    }
+    const float* in = x + (size_t)r * ldx;
+    float* o = out + (size_t)r * ldo;
+    for (int g0 = 0; g0 < cols; g0 += group) {
+        float s = 0.0f;
+        for (int c = threadIdx.x; c < group; c += blockDim.x) {
+            const float v = in[g0 + c];
+            s += v * v;
+        }
+        const float inv = 1.0f / sqrtf(block_sum(s, scratch) / group + eps);
+        for (int c = threadIdx.x; c < group; c += blockDim.x) {
+            o[g0 + c] = in[g0 + c] * inv * weight[c];
+        }
+    }
+}

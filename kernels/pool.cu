@@ -1,0 +1,70 @@
+// Pooling and the model's Normalize module (Ops::pool; backend/mod.rs's Embeddings::normalize).
+
+// One block per sequence: its output row is its tokens' mean (mode 0), first token (1) or last token (2); a
+// sequence whose readout is Tokens (readouts[s] = 1) gets a copy of every token's row instead, in its output rows
+// out_offsets[s]..out_offsets[s + 1].
+extern "C" __global__ void pool(const float* x, int ldx, float* out, int ldo, int cols, const int* offsets,
+                                const int* out_offsets, const int* readouts, const int* meta, int mode) {
+    const int s = blockIdx.x;
+    if (s >= META_SEQS(meta)) {
+        return;
+    }
+    const int start = offsets[s], end = offsets[s + 1];
+    if (readouts[s] == 1) {
+        for (int t = start; t < end; t++) {
+            const float* in = x + (size_t)t * ldx;
+            float* o = out + (size_t)(out_offsets[s] + t - start) * ldo;
+            for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+                o[c] = in[c];
+            }
+        }
+        return;
+    }
+    float* o = out + (size_t)out_offsets[s] * ldo;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        float v;
+        if (mode == 1) {
+            v = x[(size_t)start * ldx + c];
+        } else if (mode == 2) {
+            v = x[(size_t)(end - 1) * ldx + c];
+        } else {
+            v = 0.0f;
+            for (int t = start; t < end; t++) {
+                v += x[(size_t)t * ldx + c];
+            }
+            v *= 1.0f / (float)(end - start);
+        }
+        o[c] = v;
+    }
+}
+
+// sentence-transformers' Normalize on the pooled rows: each pooled sequence's row scaled to unit L2 norm (the norm
+// clamped at 1e-12, as torch.nn.functional.normalize), its norm written to norms[s]; Tokens rows are left as they
+// are (norms[s] = -1), since Normalize never applies to token states.
+extern "C" __global__ void l2_normalize(float* out, int ldo, int cols, const int* out_offsets,
+                                        const int* readouts, const int* meta, float* norms) {
+    __shared__ float scratch[32];
+    const int s = blockIdx.x;
+    if (s >= META_SEQS(meta)) {
+        return;
+    }
+    if (readouts[s] == 1) {
+        if (threadIdx.x == 0) {
+            norms[s] = -1.0f;
+        }
+        return;
+    }
+    float* o = out + (size_t)out_offsets[s] * ldo;
+    float q = 0.0f;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        q += o[c] * o[c];
+    }
+    const float norm = sqrtf(block_sum(q, scratch));
+    const float inv = 1.0f / fmaxf(norm, 1e-12f);
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        o[c] *= inv;
+    }
+    if (threadIdx.x == 0) {
+        norms[s] = norm;
+    }
+}

@@ -1,0 +1,355 @@
+#!/usr/bin/env python3
+"""The Python half of scripts/gpu_check.sh: random-weight models of real shapes, their reference embeddings with
+transformers, cosine checks of our embeddings against them, the PyTorch eager / torch.compile baselines, and the
+one results table. Needs torch and transformers (and `tokenizers`); no network.
+
+Subcommands:
+  models OUT [--dry]                 write BERT models (all-MiniLM-L6 shape, BGE-large shape) in the
+                                     sentence-transformers layout, seeded random weights, the shipped WordPiece
+  reference MODEL TEXTS OUT          reference embeddings (fp32 torch, the model's pooling and Normalize)
+  cosine REF OURS                    min / mean cosine of two embedding files (JSON lines with "embedding")
+  torch-bench MODEL OUT --sizes ...  PyTorch eager and torch.compile: tokens/s per batch size, 1x12 p50/p99
+  overlap REPLAY N                   tokens/s of the overlap on / off re-index replays
+  table OUT                          one JSON and one Markdown table from the pieces in OUT
+"""
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOKENIZER = os.path.join(REPO, "workloads", "vocab", "all-MiniLM-L6-v2", "tokenizer.json")
+
+# Real shapes (their config.json's); --dry keeps the widths and cuts the layers, so a 2-core CPU runs it.
+SHAPES = {
+    "minilm-l6": dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536,
+                      pooling="mean", dry_layers=6),
+    "bge-large": dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096,
+                      pooling="cls", dry_layers=2),
+}
+
+
+def write_json(path, value):
+    with open(path, "w") as f:
+        json.dump(value, f, indent=2)
+
+
+def cmd_models(a):
+    import torch
+    from transformers import BertConfig, BertModel
+
+    for name, s in SHAPES.items():
+        out = os.path.join(a.out, name)
+        os.makedirs(os.path.join(out, "1_Pooling"), exist_ok=True)
+        torch.manual_seed(1234)
+        config = BertConfig(vocab_size=30522, hidden_size=s["hidden_size"],
+                            num_hidden_layers=s["dry_layers"] if a.dry else s["num_hidden_layers"],
+                            num_attention_heads=s["num_attention_heads"], intermediate_size=s["intermediate_size"],
+                            max_position_embeddings=512, hidden_act="gelu", layer_norm_eps=1e-12)
+        model = BertModel(config, add_pooling_layer=False).eval()
+        model.save_pretrained(out, safe_serialization=True)
+        shutil.copy(TOKENIZER, os.path.join(out, "tokenizer.json"))
+        write_json(os.path.join(out, "modules.json"), [
+            {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+            {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+            {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+        ])
+        mode = s["pooling"]
+        write_json(os.path.join(out, "1_Pooling", "config.json"), {
+            "word_embedding_dimension": s["hidden_size"],
+            "pooling_mode_cls_token": mode == "cls", "pooling_mode_mean_tokens": mode == "mean",
+            "pooling_mode_max_tokens": False, "pooling_mode_mean_sqrt_len_tokens": False,
+        })
+        write_json(os.path.join(out, "sentence_bert_config.json"), {"max_seq_length": 512, "do_lower_case": False})
+        print(f"models: {name} ({config.num_hidden_layers} layers) in {out}", file=sys.stderr)
+
+
+def model_meta(model_dir):
+    """The pooling mode and whether the model ends in Normalize, from its sentence-transformers files."""
+    modules = json.load(open(os.path.join(model_dir, "modules.json")))
+    pooling, normalize = "mean", False
+    for m in modules:
+        kind = m["type"].rsplit(".", 1)[-1]
+        if kind == "Pooling":
+            p = json.load(open(os.path.join(model_dir, m["path"], "config.json")))
+            if p.get("pooling_mode_cls_token"):
+                pooling = "cls"
+            elif p.get("pooling_mode_lasttoken"):
+                pooling = "last"
+        if kind == "Normalize":
+            normalize = True
+    return pooling, normalize
+
+
+def read_texts(path, limit):
+    texts = []
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line:
+                texts.append(json.loads(line)["text"] if line.startswith("{") else line)
+            if len(texts) >= limit:
+                break
+    return texts
+
+
+def load(model_dir, device):
+    import torch
+    from tokenizers import Tokenizer
+    from transformers import AutoModel
+
+    tok = Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))
+    tok.no_padding()
+    cfg = json.load(open(os.path.join(model_dir, "config.json")))
+    st = os.path.join(model_dir, "sentence_bert_config.json")
+    max_len = json.load(open(st)).get("max_seq_length", 512) if os.path.exists(st) else 512
+    tok.enable_truncation(max_length=min(max_len, cfg.get("max_position_embeddings", max_len)))
+    model = AutoModel.from_pretrained(model_dir, torch_dtype=torch.float32).to(device).eval()
+    return tok, model
+
+
+def embed(model, ids_list, pooling, normalize, device):
+    """Padded fp32 forward of a list of id lists, pooled as the model's Pooling module, normalized if it says."""
+    import torch
+
+    n = max(len(i) for i in ids_list)
+    ids = torch.zeros((len(ids_list), n), dtype=torch.long)
+    mask = torch.zeros((len(ids_list), n), dtype=torch.long)
+    for r, i in enumerate(ids_list):
+        ids[r, : len(i)] = torch.tensor(i)
+        mask[r, : len(i)] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    with torch.no_grad():
+        h = model(input_ids=ids, attention_mask=mask).last_hidden_state.float()
+    lens = mask.sum(1)
+    if pooling == "cls":
+        e = h[:, 0]
+    elif pooling == "last":
+        e = h[torch.arange(h.shape[0], device=h.device), lens - 1]
+    else:
+        e = (h * mask.unsqueeze(-1)).sum(1) / lens.unsqueeze(-1)
+    if normalize:
+        e = torch.nn.functional.normalize(e, dim=-1)
+    return e.cpu()
+
+
+def cmd_reference(a):
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    tok, model = load(a.model, device)
+    pooling, normalize = model_meta(a.model)
+    texts = read_texts(a.texts, a.limit)
+    with open(a.out, "w") as f:
+        for i in range(0, len(texts), 32):
+            chunk = [e.ids for e in tok.encode_batch(texts[i : i + 32])]
+            for row in embed(model, chunk, pooling, normalize, device).tolist():
+                f.write(json.dumps({"embedding": row}) + "\n")
+    print(f"reference: {len(texts)} texts, {pooling} pooling, normalize {normalize}, on {device}", file=sys.stderr)
+
+
+def read_embeddings(path):
+    with open(path) as f:
+        return [json.loads(l)["embedding"] for l in f if l.strip()]
+
+
+def cmd_cosine(a):
+    import math
+
+    ref, ours = read_embeddings(a.ref), read_embeddings(a.ours)
+    if len(ref) != len(ours) or not ref:
+        sys.exit(f"cosine: {len(ref)} reference rows, {len(ours)} of ours")
+    cos = []
+    for x, y in zip(ref, ours):
+        dot = sum(p * q for p, q in zip(x, y))
+        cos.append(dot / (math.sqrt(sum(p * p for p in x)) * math.sqrt(sum(q * q for q in y)) or 1.0))
+    out = {"rows": len(cos), "min": min(cos), "mean": sum(cos) / len(cos)}
+    print(json.dumps(out))
+
+
+def percentile(v, q):
+    v = sorted(v)
+    return v[min(len(v) - 1, int(len(v) * q))]
+
+
+def cmd_torch_bench(a):
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    _, model = load(a.model, device)
+    model = model.to(dtype)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    result = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "dtype": str(dtype),
+              "torch": torch.__version__, "modes": {}}
+    vocab = model.config.vocab_size
+    sizes = [int(s) for s in a.sizes.split(",")]
+    compile_sizes = [int(s) for s in a.compile_sizes.split(",") if s]
+    for mode in ["eager", "compile"]:
+        m = model
+        if mode == "compile":
+            try:
+                m = torch.compile(model, dynamic=False)
+            except Exception as e:  # reported in the table, not fatal
+                result["modes"][mode] = {"error": repr(e)[:200]}
+                continue
+        rows = []
+        try:
+            # torch.compile recompiles per shape (tens of seconds each on a large model): a few sizes only.
+            for tokens in sizes if mode == "eager" else compile_sizes:
+                # Sequences of `a.len` tokens (fewer for the small sizes), as `bench curve` forms its batches.
+                ln = min(a.len, tokens)
+                seqs = max(1, tokens // ln)
+                ids = torch.randint(0, vocab, (seqs, ln), device=device)
+                mask = torch.ones_like(ids)
+                with torch.no_grad():
+                    for _ in range(2):
+                        m(input_ids=ids, attention_mask=mask)
+                    sync()
+                    runs, t0 = 0, time.perf_counter()
+                    while runs < 3 or time.perf_counter() - t0 < a.min_s:
+                        m(input_ids=ids, attention_mask=mask)
+                        sync()
+                        runs += 1
+                    dt = (time.perf_counter() - t0) / runs
+                rows.append({"tokens": seqs * ln, "tokens_per_s": seqs * ln / dt})
+            ids = torch.randint(0, vocab, (1, 12), device=device)
+            mask = torch.ones_like(ids)
+            lat = []
+            with torch.no_grad():
+                for _ in range(3):
+                    m(input_ids=ids, attention_mask=mask)
+                sync()
+                for _ in range(a.runs):
+                    t0 = time.perf_counter()
+                    m(input_ids=ids, attention_mask=mask)
+                    sync()
+                    lat.append((time.perf_counter() - t0) * 1e3)
+            result["modes"][mode] = {"curve": rows, "single_1x12_p50_ms": percentile(lat, 0.5),
+                                     "single_1x12_p99_ms": percentile(lat, 0.99)}
+        except Exception as e:
+            result["modes"][mode] = {"error": repr(e)[:200]}
+    write_json(a.out, result)
+    print(f"torch-bench: {a.model} on {device}", file=sys.stderr)
+
+
+def fmt(v, digits=1):
+    return "n/a" if v is None else f"{v:,.{digits}f}"
+
+
+def first(value, key):
+    """The first `key` found walking a JSON value depth-first."""
+    if isinstance(value, dict):
+        if key in value:
+            return value[key]
+        value = list(value.values())
+    if isinstance(value, list):
+        for v in value:
+            found = first(v, key)
+            if found is not None:
+                return found
+    return None
+
+
+def cmd_overlap(a):
+    out = {"texts": a.texts}
+    for ov in ["true", "false"]:
+        r = json.load(open(os.path.join(a.replay, f"overlap-{ov}", "result.json")))
+        out[f"{'on' if ov == 'true' else 'off'}_tokens_per_s"] = first(r["configs"][0]["steps"], "tokens_per_s")
+    print(json.dumps(out))
+
+
+def cmd_table(a):
+    out = a.out
+    run = json.load(open(os.path.join(out, "run.json")))
+    models = run["models"]
+    table = {"run": run, "models": {}}
+    md = [f"# GPU check: backend `{run['backend']}`{' (CPU dry run: small models, no GPU figure)' if run['dry'] else ''}",
+          "", f"Machine: {run['device']}", ""]
+    for name in models:
+        d = os.path.join(out, name)
+        m = {}
+        for key in ["cosine_vs_reference", "cosine_vs_cpu"]:
+            p = os.path.join(d, key + ".json")
+            m[key] = json.load(open(p)) if os.path.exists(p) else None
+        for key in ["curve", "plans", "torch", "overlap"]:
+            p = os.path.join(d, key + ".json")
+            m[key] = json.load(open(p)) if os.path.exists(p) else None
+        table["models"][name] = m
+        md += [f"## {name}", ""]
+        c1, c2 = m["cosine_vs_reference"], m["cosine_vs_cpu"]
+        md.append(f"- cosine vs transformers fp32: min {fmt(c1 and c1['min'], 5)}, mean {fmt(c1 and c1['mean'], 5)} "
+                  f"(goal ≥ 0.999 in bf16: {'PASS' if c1 and c1['min'] >= 0.999 else 'FAIL'})")
+        md.append(f"- cosine vs our CPU backend: min {fmt(c2 and c2['min'], 5)}, mean {fmt(c2 and c2['mean'], 5)}")
+        tb = (m["torch"] or {}).get("modes", {})
+        eager = {r["tokens"]: r["tokens_per_s"] for r in tb.get("eager", {}).get("curve", [])}
+        comp = {r["tokens"]: r["tokens_per_s"] for r in tb.get("compile", {}).get("curve", [])}
+        md += ["", "| batch tokens | ours tokens/s | PyTorch eager tokens/s | torch.compile tokens/s |", "|---|---|---|---|"]
+        for p in (m["curve"] or {}).get("points", []):
+            t = p["tokens"]
+            md.append(f"| {t} | {fmt(p['tokens_per_s'])} | {fmt(eager.get(t))} | {fmt(comp.get(t))} |")
+        pl = m["plans"]
+        if pl:
+            r = pl["rows"][0]
+            su = pl["startup"]
+            md += ["", "| single query 1x12 | p50 ms | p99 ms |", "|---|---|---|",
+                   f"| ours, graphs off (eager) | {fmt(r['eager_p50_ms'], 3)} | {fmt(r.get('eager_p99_ms'), 3)} |",
+                   f"| ours, graphs lazy (replay) | {fmt(r['replay_p50_ms'], 3)} | {fmt(r.get('replay_p99_ms'), 3)} |"]
+            for mode in ["eager", "compile"]:
+                x = tb.get(mode, {})
+                md.append(f"| PyTorch {mode} | {fmt(x.get('single_1x12_p50_ms'), 3)} | {fmt(x.get('single_1x12_p99_ms'), 3)} |")
+            md += ["", f"- replay vs eager at 1x12: {fmt(r['speedup'], 2)}x (goal ≥ 3x on a GPU)",
+                   f"- start-up: capture lazy {fmt(su['lazy_load_ms'])} ms, capture startup {fmt(su['startup_load_ms'])} ms "
+                   f"({su['startup_plans']} plans in {fmt(su['startup_capture_ms'])} ms)"]
+        ov = m["overlap"]
+        if ov:
+            on, off = ov["on_tokens_per_s"], ov["off_tokens_per_s"]
+            md.append(f"- bulk re-index of {ov['texts']} texts: overlap on {fmt(on)} tokens/s, off {fmt(off)} tokens/s "
+                      f"(on / off {fmt(on / off if on and off else None, 2)}x); overlap under an online load is not "
+                      "measured by this script")
+        for mode in ["eager", "compile"]:
+            if "error" in tb.get(mode, {}):
+                md.append(f"- PyTorch {mode}: {tb[mode]['error']}")
+        md.append("")
+    write_json(os.path.join(out, "gpu_check.json"), table)
+    with open(os.path.join(out, "gpu_check.md"), "w") as f:
+        f.write("\n".join(md) + "\n")
+    print("\n".join(md))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("models")
+    s.add_argument("out")
+    s.add_argument("--dry", action="store_true")
+    s = sub.add_parser("reference")
+    s.add_argument("model")
+    s.add_argument("texts")
+    s.add_argument("out")
+    s.add_argument("--limit", type=int, default=64)
+    s = sub.add_parser("cosine")
+    s.add_argument("ref")
+    s.add_argument("ours")
+    s = sub.add_parser("torch-bench")
+    s.add_argument("model")
+    s.add_argument("out")
+    s.add_argument("--sizes", default="16,64,256,1024")
+    s.add_argument("--compile-sizes", default="1024")
+    s.add_argument("--len", type=int, default=128)
+    s.add_argument("--min-s", type=float, default=0.5)
+    s.add_argument("--runs", type=int, default=50)
+    s = sub.add_parser("overlap")
+    s.add_argument("replay")
+    s.add_argument("texts", type=int)
+    s = sub.add_parser("table")
+    s.add_argument("out")
+    a = p.parse_args()
+    {"models": cmd_models, "reference": cmd_reference, "cosine": cmd_cosine, "torch-bench": cmd_torch_bench, "overlap": cmd_overlap,
+     "table": cmd_table}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    main()
