@@ -14,8 +14,8 @@ use axum::{Json, Router};
 use serde::Serialize;
 use subtle::ConstantTimeEq;
 
-use super::more_routes;
 use super::requests::{parse, OpenAiRequest, TeiRequest, TokenizeRequest};
+use super::{more_routes, serve};
 use super::{
     Api, ApiError, Embedded, Encoded, EncodingFormat, Gateway, Inputs, Options, Precision, Times,
     Tokenization,
@@ -46,6 +46,14 @@ pub(super) fn router(gateway: Gateway) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))
+        .layer(middleware::from_fn_with_state(
+            gateway.clone(),
+            serve::read_body,
+        ))
+        .layer(middleware::from_fn_with_state(
+            gateway.clone(),
+            serve::track,
+        ))
         .with_state(gateway)
 }
 
