@@ -153,20 +153,29 @@ pub(super) async fn read_body(State(gw): State<Gateway>, request: Request, next:
     let api = Api::of_path(request.uri().path());
     let config = gw.config();
     let (parts, body) = request.into_parts();
+    let too_large = || {
+        ApiError::too_large(
+            "payload_too_large",
+            format!(
+                "the body is over the limit of {} bytes",
+                config.max_payload_bytes
+            ),
+        )
+        .response(api)
+    };
+    // Refused on its `content-length` before a byte is read (nor a `100 Continue` sent for it).
+    let declared = parts
+        .headers
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > config.max_payload_bytes as u64) {
+        return too_large();
+    }
     let limited = Limited::new(body, config.max_payload_bytes);
     let timeout = Duration::from_millis(config.body_timeout_ms);
     let bytes = match tokio::time::timeout(timeout, limited.collect()).await {
         Ok(Ok(collected)) => collected.to_bytes(),
-        Ok(Err(e)) if e.is::<LengthLimitError>() => {
-            return ApiError::too_large(
-                "payload_too_large",
-                format!(
-                    "the body is over the limit of {} bytes",
-                    config.max_payload_bytes
-                ),
-            )
-            .response(api)
-        }
+        Ok(Err(e)) if e.is::<LengthLimitError>() => return too_large(),
         Ok(Err(e)) => {
             return ApiError::bad_request("invalid_body", format!("reading the body failed: {e}"))
                 .response(api)
