@@ -31,6 +31,7 @@ pub use error::{Api, ApiError};
 pub use format::{Encoded, EncodingFormat, Precision};
 pub use input::{Direction, Inputs, Options, Tokenization};
 pub use metrics::{Metrics, MetricsSnapshot, Times};
+pub use requests::parse_body;
 pub use routes::{parse_embed_body, PRIORITY_HEADER};
 
 use crate::scheduler::{Scheduler, StageTimes};
