@@ -49,18 +49,25 @@ fn serve(tmp: &Path) -> Server {
         ])
         .env("EMBED_WORKBENCH_API_KEY", KEY)
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("listening on http://")
-        .unwrap()
-        .to_owned();
+    let Some(addr) = line.trim().strip_prefix("listening on http://") else {
+        let out = child.wait_with_output().unwrap();
+        panic!(
+            "bench serve did not start ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let addr = addr.to_owned();
+    // Its log is not needed once it listens; a thread keeps the pipe from filling.
+    let mut stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
     Server { child, addr }
 }
 
