@@ -11,6 +11,9 @@ out="${OUT:-target/fuzz-ci}"
 targets=(tokenizers http_body trace model_dir)
 # Instrumented builds apart from the plain ones.
 export CARGO_TARGET_DIR="${AFL_TARGET_DIR:-$PWD/target/afl}"
+# cargo-afl builds AFL++ for the toolchain on install; after a toolchain update it must be built again (and says
+# so, failing, when it already is: the build below fails loudly if it is still missing).
+cargo afl config --build >/dev/null 2>&1 || true
 (cd fuzz && cargo afl build --release --features afl)
 # AFL++ checks the machine's core dump and CPU frequency settings; a CI box cannot change them, and neither
 # matters for finding crashes.
