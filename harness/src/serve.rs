@@ -58,6 +58,22 @@ pub struct GatewayArgs {
     /// Prompt of the model's config_sentence_transformers.json applied when a request names none.
     #[arg(long)]
     pub default_prompt_name: Option<String>,
+    /// On SIGTERM or Ctrl-C, how long to answer what was accepted before giving up (exit 1); a second signal
+    /// exits at once.
+    #[arg(long, default_value_t = GatewayConfig::default().shutdown_deadline_ms)]
+    pub shutdown_deadline_ms: u64,
+    /// Longest wait for a request's headers, idle keep-alive time included; the connection is closed past it.
+    #[arg(long, default_value_t = GatewayConfig::default().header_timeout_ms)]
+    pub header_timeout_ms: u64,
+    /// Longest wait for a request's body once its headers are in (408 past it).
+    #[arg(long, default_value_t = GatewayConfig::default().body_timeout_ms)]
+    pub body_timeout_ms: u64,
+    /// Most connections open at once; more wait in the listen backlog.
+    #[arg(long, default_value_t = GatewayConfig::default().max_connections)]
+    pub max_connections: usize,
+    /// Largest request head in bytes (431 beyond; at least 8192).
+    #[arg(long, default_value_t = GatewayConfig::default().max_header_bytes)]
+    pub max_header_bytes: usize,
 }
 
 impl GatewayArgs {
@@ -82,6 +98,11 @@ impl GatewayArgs {
             max_payload_bytes: self.max_payload_bytes,
             auto_truncate: self.auto_truncate,
             default_prompt_name: self.default_prompt_name.clone(),
+            shutdown_deadline_ms: self.shutdown_deadline_ms,
+            header_timeout_ms: self.header_timeout_ms,
+            body_timeout_ms: self.body_timeout_ms,
+            max_connections: self.max_connections,
+            max_header_bytes: self.max_header_bytes,
         };
         Gateway::new(engines, gateway).context("starting the gateway")
     }
@@ -121,11 +142,66 @@ pub fn run(args: ServeArgs) -> Result<()> {
         // Scripts and tests read this line to find the port.
         println!("listening on http://{addr}");
         std::io::stdout().flush()?;
-        gateway
-            .serve(listener, engine::gateway::shutdown_signal())
-            .await
-            .context("serving")?;
-        eprintln!("shut down cleanly");
+        let deadline = gateway.config().shutdown_deadline_ms;
+        let first = signals();
+        let shutdown = async move {
+            let _ = first.await;
+            eprintln!("draining: refusing new requests, answering the accepted ones (deadline {deadline} ms; a second signal exits at once)");
+        };
+        let counts = gateway.clone();
+        gateway.serve(listener, shutdown).await.context("serving")?;
+        let c = counts.requests();
+        // The shutdown test reads this line.
+        eprintln!(
+            "shut down cleanly: {} requests received, {} answered",
+            c.received, c.answered
+        );
         Ok(())
     })
+}
+
+/// The number of the next SIGTERM (15) or SIGINT (2).
+#[cfg(unix)]
+async fn next_signal(
+    term: &mut tokio::signal::unix::Signal,
+    int: &mut tokio::signal::unix::Signal,
+) -> i32 {
+    tokio::select! {
+        _ = term.recv() => 15,
+        _ = int.recv() => 2,
+    }
+}
+
+/// Resolves on the first SIGTERM or SIGINT; a second one exits the process at once, with 128 + its number as
+/// the shell does for a process killed by it.
+fn signals() -> tokio::sync::oneshot::Receiver<()> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            // Both handlers are installed once, before the first signal, so a second one is never missed.
+            let (Ok(mut term), Ok(mut int)) = (
+                signal(SignalKind::terminate()),
+                signal(SignalKind::interrupt()),
+            ) else {
+                engine::gateway::shutdown_signal().await;
+                let _ = tx.send(());
+                return;
+            };
+            next_signal(&mut term, &mut int).await;
+            let _ = tx.send(());
+            let signo = next_signal(&mut term, &mut int).await;
+            eprintln!("second signal: exiting without draining");
+            std::process::exit(128 + signo);
+        }
+        #[cfg(not(unix))]
+        {
+            engine::gateway::shutdown_signal().await;
+            let _ = tx.send(());
+            let _ = tokio::signal::ctrl_c().await;
+            std::process::exit(130);
+        }
+    });
+    rx
 }

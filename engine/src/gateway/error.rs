@@ -40,12 +40,16 @@ impl ApiError {
         )
     }
 
+    /// A refusal while the server drains; `Retry-After` points a client at the server's successor.
     pub fn shutting_down() -> Self {
-        Self::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "shutting_down",
-            "the server is shutting down",
-        )
+        ApiError {
+            retry_after: Some(Duration::from_secs(1)),
+            ..Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "shutting_down",
+                "the server is shutting down",
+            )
+        }
     }
 
     pub fn internal(message: impl Into<String>) -> Self {

@@ -19,9 +19,9 @@ mod metrics;
 mod more_routes;
 mod requests;
 mod routes;
+mod serve;
 
-use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -31,6 +31,7 @@ pub use error::{Api, ApiError};
 pub use format::{Encoded, EncodingFormat, Precision};
 pub use input::{Direction, Inputs, Options, Tokenization};
 pub use metrics::{Metrics, MetricsSnapshot, Times};
+pub use requests::parse_body;
 pub use routes::{parse_embed_body, PRIORITY_HEADER};
 
 use crate::scheduler::{Scheduler, StageTimes};
@@ -57,6 +58,18 @@ pub struct GatewayConfig {
     pub auto_truncate: bool,
     /// Prompt from the model's `config_sentence_transformers.json` applied when a request names none.
     pub default_prompt_name: Option<String>,
+    /// After a shutdown signal, how long the server may take to answer what it accepted before it gives up
+    /// (and [`Gateway::serve`] fails naming what was left unanswered).
+    pub shutdown_deadline_ms: u64,
+    /// Longest wait for a request's headers (from the connection's start or its last answer); the connection is
+    /// closed past it. Keeps slow or idle clients from holding connections.
+    pub header_timeout_ms: u64,
+    /// Longest wait for a whole request body once its headers are read (408 beyond).
+    pub body_timeout_ms: u64,
+    /// Most connections open at once; further ones wait in the listen backlog until one closes.
+    pub max_connections: usize,
+    /// Largest request head (request line and headers), in bytes; hyper answers 431 beyond. At least 8192.
+    pub max_header_bytes: usize,
 }
 
 impl Default for GatewayConfig {
@@ -71,6 +84,11 @@ impl Default for GatewayConfig {
             max_payload_bytes: 4 << 20,
             auto_truncate: false,
             default_prompt_name: None,
+            shutdown_deadline_ms: 30_000,
+            header_timeout_ms: 10_000,
+            body_timeout_ms: 30_000,
+            max_connections: 1024,
+            max_header_bytes: 16 << 10,
         }
     }
 }
@@ -96,6 +114,10 @@ struct Inner {
     tokenization: Tokenization,
     metrics: Arc<Metrics>,
     draining: AtomicBool,
+    /// Requests that reached the router, and those of them answered (a response produced); the difference is
+    /// what is in flight.
+    received: AtomicU64,
+    answered: AtomicU64,
 }
 
 /// A request's embeddings, in input order, with what they cost: rows of the engine's pooled results, shared, so
@@ -117,6 +139,9 @@ impl Gateway {
             ("max_client_batch", config.max_client_batch),
             ("split_size", config.split_size),
             ("max_payload_bytes", config.max_payload_bytes),
+            ("max_connections", config.max_connections),
+            ("header_timeout_ms", config.header_timeout_ms as usize),
+            ("body_timeout_ms", config.body_timeout_ms as usize),
         ] {
             if value == 0 {
                 return Err(crate::Error::Config {
@@ -124,6 +149,12 @@ impl Gateway {
                     message: "must be at least 1".into(),
                 });
             }
+        }
+        if config.max_header_bytes < serve::MIN_HEADER_BYTES {
+            return Err(crate::Error::Config {
+                name: "max_header_bytes",
+                message: format!("must be at least {}", serve::MIN_HEADER_BYTES),
+            });
         }
         let tokenization = Tokenization::new(first, config.default_prompt_name.as_deref())?;
         let metrics = Arc::new(Metrics::default());
@@ -148,6 +179,8 @@ impl Gateway {
                 tokenization,
                 metrics,
                 draining: AtomicBool::new(false),
+                received: AtomicU64::new(0),
+                answered: AtomicU64::new(0),
             }),
         })
     }
@@ -161,30 +194,6 @@ impl Gateway {
         routes::router(self.clone())
     }
 
-    /// Serves on `listener` until `shutdown` resolves; then drains: new requests and `/health` are answered 503
-    /// (so a load balancer sees the server go, rather than its port vanish) until the queued work is done, then it
-    /// stops accepting, finishes the requests in flight and returns.
-    pub async fn serve(
-        self,
-        listener: tokio::net::TcpListener,
-        shutdown: impl Future<Output = ()> + Send + 'static,
-    ) -> std::io::Result<()> {
-        let gateway = self.clone();
-        axum::serve(listener, self.router())
-            .with_graceful_shutdown(async move {
-                shutdown.await;
-                gateway.begin_shutdown();
-                while gateway.loads().iter().any(|l| l.outstanding_tokens() > 0) {
-                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-                }
-            })
-            .await?;
-        for r in &self.inner.replicas {
-            r.scheduler.close();
-        }
-        Ok(())
-    }
-
     /// From now on new requests are answered 503; those in flight go on.
     pub fn begin_shutdown(&self) {
         self.inner.draining.store(true, Ordering::SeqCst);
@@ -192,6 +201,14 @@ impl Gateway {
 
     fn is_draining(&self) -> bool {
         self.inner.draining.load(Ordering::SeqCst)
+    }
+
+    /// Requests that have reached the router so far, and how many of them have been answered.
+    pub fn requests(&self) -> RequestCounts {
+        RequestCounts {
+            received: self.inner.received.load(Ordering::SeqCst),
+            answered: self.inner.answered.load(Ordering::SeqCst),
+        }
     }
 
     fn engine(&self) -> &Engine {
@@ -325,6 +342,13 @@ impl Gateway {
     pub fn metrics(&self) -> &Metrics {
         &self.inner.metrics
     }
+}
+
+/// Requests seen by a gateway: `received - answered` are in flight (or were dropped by a client that left).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RequestCounts {
+    pub received: u64,
+    pub answered: u64,
 }
 
 /// Resolves on SIGINT (Ctrl-C) or SIGTERM.

@@ -267,3 +267,31 @@ fn json_error(e: serde_json::Error) -> ApiError {
     };
     ApiError::bad_request(code, format!("invalid request body: {e}"))
 }
+
+/// Reads `body` as the POST route at `path` does, through the content checks and the request's shape (no
+/// tokenization): what the fuzzer drives, since every byte of it comes from a client. An unknown path is a 404.
+pub fn parse_body(path: &str, body: &[u8]) -> Result<(), ApiError> {
+    let body = Ok(Bytes::copy_from_slice(body));
+    let headers = HeaderMap::new();
+    match path {
+        "/v1/embeddings" => parse::<OpenAiRequest>(&headers, body).map(drop),
+        "/embed" => parse::<TeiRequest>(&headers, body).map(drop),
+        "/embed_all" => parse::<EmbedAllRequest>(&headers, body).map(drop),
+        "/similarity" => parse::<SimilarityRequest>(&headers, body).map(drop),
+        "/tokenize" => parse::<TokenizeRequest>(&headers, body).map(drop),
+        "/decode" => parse::<DecodeRequest>(&headers, body).map(drop),
+        "/" => {
+            let value: serde_json::Value = parse(&headers, body)?;
+            if value["inputs"].is_object() {
+                from_value::<SimilarityRequest>(value).map(drop)
+            } else {
+                from_value::<TeiRequest>(value).map(drop)
+            }
+        }
+        _ => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("no POST route {path}"),
+        )),
+    }
+}

@@ -12,10 +12,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Serialize;
+use sha2::Digest;
 use subtle::ConstantTimeEq;
 
-use super::more_routes;
 use super::requests::{parse, OpenAiRequest, TeiRequest, TokenizeRequest};
+use super::{more_routes, serve};
 use super::{
     Api, ApiError, Embedded, Encoded, EncodingFormat, Gateway, Inputs, Options, Precision, Times,
     Tokenization,
@@ -46,6 +47,14 @@ pub(super) fn router(gateway: Gateway) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))
+        .layer(middleware::from_fn_with_state(
+            gateway.clone(),
+            serve::read_body,
+        ))
+        .layer(middleware::from_fn_with_state(
+            gateway.clone(),
+            serve::track,
+        ))
         .with_state(gateway)
 }
 
@@ -70,7 +79,7 @@ async fn method_not_allowed(uri: Uri, method: axum::http::Method) -> Response {
     .response(Api::of_path(uri.path()))
 }
 
-/// Checks the API key, if one is set, in constant time. The scheme is matched without regard to case, as HTTP
+/// Checks the API key, if one is set, in constant time (nor does the time depend on the key's length). The scheme is matched without regard to case, as HTTP
 /// says (RFC 9110, 11.1).
 async fn authorize(State(gw): State<Gateway>, request: Request, next: Next) -> Response {
     let Some(key) = gw.config().api_key.as_deref() else {
@@ -83,7 +92,10 @@ async fn authorize(State(gw): State<Gateway>, request: Request, next: Next) -> R
         .and_then(|v| v.trim_start().split_once(' '))
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map_or("", |(_, token)| token.trim());
-    if bool::from(given.as_bytes().ct_eq(key.as_bytes())) {
+    // `ct_eq` on slices returns at once when the lengths differ, which would tell a prober the key's length:
+    // digests have one length.
+    let digest = |s: &str| sha2::Sha256::digest(s.as_bytes());
+    if bool::from(digest(given).ct_eq(&digest(key))) {
         next.run(request).await
     } else {
         gw.metrics().count("any", "unauthorized");
