@@ -39,7 +39,7 @@ pub struct ServeArgs {
     /// A replica for `--role gateway`, as HOST:PORT; repeat it. A name that resolves to several addresses (a
     /// Kubernetes headless Service) gives a replica each, and is resolved again as replicas come and go.
     #[arg(long = "replica", value_name = "HOST:PORT")]
-    pub replicas: Vec<String>,
+    pub replica: Vec<String>,
     #[command(flatten)]
     pub remote: RemoteArgs,
 }
@@ -77,7 +77,9 @@ pub struct RemoteArgs {
 impl RemoteArgs {
     fn config(&self) -> Result<RemoteConfig> {
         if self.down_after == 0 || self.health_interval_ms == 0 || self.resolve_interval_ms == 0 {
-            bail!("--down-after, --health-interval-ms and --resolve-interval-ms must be at least 1");
+            bail!(
+                "--down-after, --health-interval-ms and --resolve-interval-ms must be at least 1"
+            );
         }
         if !(self.retry_ratio >= 0.0 && self.retry_burst >= 0.0) {
             bail!("--retry-ratio and --retry-burst must be at least 0");
@@ -199,7 +201,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
             .with_context(|| format!("binding {}:{}", args.host, args.port))?;
         let addr = listener.local_addr()?;
         let (dir, config) = (args.engine.model_dir()?, args.engine.config()?);
-        if args.role != Role::Gateway && !args.replicas.is_empty() {
+        if args.role != Role::Gateway && !args.replica.is_empty() {
             bail!("--replica is for --role gateway");
         }
         let gateway = match args.role {
@@ -207,7 +209,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
             Role::Gateway => {
                 let remote = args.remote.config()?;
                 args.gateway
-                    .start_remote(&dir, config, args.replicas.clone(), remote)
+                    .start_remote(&dir, config, args.replica.clone(), remote)
                     .await?
             }
         };

@@ -333,7 +333,10 @@ impl Metrics {
             ),
         ] {
             let n = counter.load(Ordering::Relaxed);
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {n}");
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {n}"
+            );
         }
         let _ = writeln!(
             out,

@@ -152,7 +152,13 @@ impl Gateway {
             vocab_size: front.vocab_size(),
         };
         let replicas = Replicas::remote(targets, remote.clone(), expect).await?;
-        Self::over(Arc::new(front), replicas, config, Default::default(), remote)
+        Self::over(
+            Arc::new(front),
+            replicas,
+            config,
+            Default::default(),
+            remote,
+        )
     }
 
     fn over(
@@ -253,10 +259,14 @@ impl Gateway {
 
     /// The backend of the first in-process replica; `None` when the replicas are remote.
     fn local_backend(&self) -> Option<crate::BackendInfo> {
-        self.inner.replicas.snapshot().iter().find_map(|r| match r.as_ref() {
-            Replica::Local(local) => Some(local.engine.backend().info().clone()),
-            Replica::Remote(_) => None,
-        })
+        self.inner
+            .replicas
+            .snapshot()
+            .iter()
+            .find_map(|r| match r.as_ref() {
+                Replica::Local(local) => Some(local.engine.backend().info().clone()),
+                Replica::Remote(_) => None,
+            })
     }
 
     /// Validates, templates and tokenizes `inputs`; returns the ids and the time taken.

@@ -39,16 +39,14 @@ pub enum Failure {
     /// The replica's answer: refused (overloaded, expired), shut down, or the batch failed. Not re-sent.
     Refused(scheduler::Error),
     /// The replica failed (connection lost, taken out by health checks): the piece may go to another one.
-    Lost {
-        reason: String,
-        seqs: Vec<Vec<u32>>,
-    },
+    Lost { reason: String, seqs: Vec<Vec<u32>> },
 }
 
 /// A piece a replica has admitted; await [`Pending::wait`]. Dropping it abandons the piece.
 pub enum Pending {
     Local(Ticket),
-    Remote(remote::Pending),
+    /// Boxed: its open call is large beside a ticket.
+    Remote(Box<remote::Pending>),
 }
 
 impl Pending {
@@ -83,7 +81,7 @@ impl Replica {
             Replica::Remote(remote) => remote
                 .submit(id, seqs, work, admitted)
                 .await
-                .map(Pending::Remote),
+                .map(|p| Pending::Remote(Box::new(p))),
         }
     }
 

@@ -117,7 +117,11 @@ impl Remote {
     }
 
     pub fn load(&self) -> Load {
-        *self.shared.load.lock().unwrap_or_else(PoisonError::into_inner)
+        *self
+            .shared
+            .load
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Sends the piece; resolves once the replica has admitted it (or refused it, or failed).
@@ -190,7 +194,9 @@ pub struct Pending {
 
 impl Drop for Pending {
     fn drop(&mut self) {
-        self.shared.outstanding.fetch_sub(self.tokens, Ordering::Relaxed);
+        self.shared
+            .outstanding
+            .fetch_sub(self.tokens, Ordering::Relaxed);
     }
 }
 
@@ -235,7 +241,7 @@ impl Pending {
             .chunks_exact(4)
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect();
-        let embeddings = (counts.len() == n && answer.data.len() % 4 == 0)
+        let embeddings = (counts.len() == n && answer.data.len().is_multiple_of(4))
             .then(|| Embeddings::from_parts(data, answer.dim as usize, &counts, norms))
             .flatten()
             .ok_or_else(|| self.lost("its answer does not match the piece"))?;
@@ -317,7 +323,8 @@ async fn check_health(shared: Arc<Shared>, config: RemoteConfig, expect: Expect)
             {
                 Ok(Ok(info)) => {
                     let info = info.into_inner();
-                    if info.dim as usize != expect.dim || info.vocab_size as usize != expect.vocab_size
+                    if info.dim as usize != expect.dim
+                        || info.vocab_size as usize != expect.vocab_size
                     {
                         eprintln!(
                             "replica {}: serves a model of dimension {} and {} tokens, not the gateway's {} \
@@ -338,12 +345,16 @@ async fn check_health(shared: Arc<Shared>, config: RemoteConfig, expect: Expect)
                 failures = 0;
                 *shared.load.lock().unwrap_or_else(PoisonError::into_inner) =
                     load_of(reply.get_ref());
-                shared.up.send_if_modified(|up| !std::mem::replace(up, true));
+                shared
+                    .up
+                    .send_if_modified(|up| !std::mem::replace(up, true));
             }
             _ => {
                 failures += 1;
                 if failures >= config.down_after {
-                    shared.up.send_if_modified(|up| std::mem::replace(up, false));
+                    shared
+                        .up
+                        .send_if_modified(|up| std::mem::replace(up, false));
                 }
             }
         }

@@ -190,16 +190,17 @@ fn answer_of(rows: &[Embedded]) -> proto::Answer {
 
 /// A local replica's failure as the protocol says it: refusals as replies, the rest as a status.
 fn reply_of(failure: Failure) -> Result<proto::SubmitReply, Status> {
-    let refused = |kind: proto::refused::Kind, message: String, retry: Duration, deadline: Duration| {
-        Ok(proto::SubmitReply {
-            reply: Some(Reply::Refused(proto::Refused {
-                kind: kind as i32,
-                message,
-                retry_after_ms: retry.as_millis().min(u32::MAX as u128) as u32,
-                deadline_ms: deadline.as_millis().min(u32::MAX as u128) as u32,
-            })),
-        })
-    };
+    let refused =
+        |kind: proto::refused::Kind, message: String, retry: Duration, deadline: Duration| {
+            Ok(proto::SubmitReply {
+                reply: Some(Reply::Refused(proto::Refused {
+                    kind: kind as i32,
+                    message,
+                    retry_after_ms: retry.as_millis().min(u32::MAX as u128) as u32,
+                    deadline_ms: deadline.as_millis().min(u32::MAX as u128) as u32,
+                })),
+            })
+        };
     match failure {
         Failure::Refused(scheduler::Error::Overloaded {
             reason,

@@ -133,8 +133,14 @@ async fn resolve(
             })
         })
         .collect();
-    for gone in current.iter().filter(|r| !next.iter().any(|n| Arc::ptr_eq(n, r))) {
-        eprintln!("replica {}: removed (its name no longer lists it)", gone.name());
+    for gone in current
+        .iter()
+        .filter(|r| !next.iter().any(|n| Arc::ptr_eq(n, r)))
+    {
+        eprintln!(
+            "replica {}: removed (its name no longer lists it)",
+            gone.name()
+        );
     }
     *list.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(next);
 }
