@@ -60,6 +60,8 @@ fn gateway(model: &Path, replicas: &[&Server]) -> Server {
         "2",
         "--health-interval-ms",
         "100",
+        "--health-timeout-ms",
+        "300",
     ];
     for r in replicas {
         args.extend(["--replica", &r.addr]);
@@ -302,6 +304,44 @@ fn a_replica_killed_in_a_burst_loses_no_request_and_one_restarted_is_used_again(
     assert_eq!(status, 200, "{body}");
     assert_eq!(embeddings(&body), reference.embed(&texts).unwrap());
     assert!(batches(&a) > 0, "the restarted replica ran nothing");
+}
+
+/// Sends `signal` (`STOP`, `CONT`) to the server's process.
+fn signal(server: &Server, signal: &str) {
+    let status = Command::new("kill")
+        .args([&format!("-{signal}"), &server.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[test]
+fn a_stalled_replica_is_taken_out_its_pieces_answered_elsewhere_and_taken_back_when_it_wakes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tiny(tmp.path());
+    let (a, b) = (replica(&model, 0), replica(&model, 0));
+    let gw = gateway(&model, &[&a, &b]);
+    wait_up(&gw.addr, 2);
+    signal(&a, "STOP");
+    // Pieces sent to the stalled replica before its health checks fail are sent to the other one after.
+    let texts: Vec<String> = (0..8).map(|i| format!("while it is stalled {i}")).collect();
+    let start = Instant::now();
+    let (status, body) = http(&gw.addr, "POST", "/v1/embeddings", &request(&texts));
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(embeddings(&body).len(), 8);
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(counter(&gw.addr, "embed_replica_lost_pieces_total") > 0);
+    signal(&a, "CONT");
+    wait_up(&gw.addr, 2);
+    let before = batches(&a);
+    let (status, body) = http(&gw.addr, "POST", "/v1/embeddings", &request(&texts));
+    assert_eq!(status, 200, "{body}");
+    assert!(batches(&a) > before, "the woken replica ran nothing");
+    drop(b);
 }
 
 #[test]

@@ -180,3 +180,29 @@ impl RetryBudget {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::RetryBudget;
+
+    #[test]
+    fn the_retry_budget_allows_its_burst_then_only_its_ratio_of_answered_requests() {
+        let budget = RetryBudget::new(0.25, 3.0);
+        assert!((0..3).all(|_| budget.withdraw()));
+        assert!(!budget.withdraw(), "the burst is spent");
+        for _ in 0..3 {
+            budget.deposit();
+        }
+        assert!(!budget.withdraw(), "three answers earn 0.75 of a re-send");
+        budget.deposit();
+        assert!(budget.withdraw());
+        for _ in 0..100 {
+            budget.deposit();
+        }
+        assert_eq!(
+            (0..10).filter(|_| budget.withdraw()).count(),
+            3,
+            "capped at the burst"
+        );
+    }
+}
