@@ -223,7 +223,13 @@ impl Gateway {
         routes: axum::Router,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
+        use axum::serve::ListenerExt;
         let gateway = self.clone();
+        // Without TCP_NODELAY a response written in several pieces (a gRPC stream's frames) waits for the peer's
+        // delayed ACK: about 40 ms a call on Linux.
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         axum::serve(listener, routes)
             .with_graceful_shutdown(async move {
                 shutdown.await;
