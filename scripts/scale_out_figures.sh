@@ -7,7 +7,7 @@
 # The machine's cores are shared by everything here (gateway, replicas, load generator): read the numbers as the
 # shape of the cost, not as what separate hosts would give.
 #
-#   bash scripts/scale_out_figures.sh [BENCH] [N_QUERIES] [PASSAGES]  > results/scale-out/figures.txt
+#   bash scripts/scale_out_figures.sh [BENCH] [N_QUERIES] [PASSAGES]  > results/<date>-scale-out/figures.txt
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bench="${1:-target/release/bench}"
