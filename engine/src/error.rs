@@ -32,6 +32,9 @@ pub enum Error {
     Device(String),
     #[error("cannot start {what}: {message}")]
     Spawn { what: String, message: String },
+    /// A remote replica answered with an error of its own, or with something that is not an answer.
+    #[error("replica {addr}: {message}")]
+    Replica { addr: String, message: String },
     #[error("the engine has stopped")]
     Stopped,
     #[error(transparent)]

@@ -48,6 +48,7 @@ mod error;
 pub mod gateway;
 pub mod model;
 pub mod plan;
+pub mod replica;
 pub mod scheduler;
 pub mod tokenizer;
 
@@ -79,19 +80,22 @@ pub struct ModelInfo {
     pub config: model::ModelConfig,
 }
 
-/// A loaded model behind a backend, with its tokenizer and batching settings.
-pub struct Engine {
+/// What serving a model needs besides its weights: its settings, tokenizer and description. An [`Engine`] holds
+/// one beside its backend; a gateway in front of remote replicas loads only this (no weights, no device).
+pub struct ModelFront {
     config: EngineConfig,
     tokenizer: Box<dyn Tokenizer>,
-    backend: Arc<dyn Backend>,
     info: ModelInfo,
 }
 
-impl Engine {
-    /// Loads the model directory onto the backend `config.backend` names.
+impl ModelFront {
+    /// Reads the model directory's settings and tokenizer; loads no weights.
     pub fn load(dir: impl AsRef<Path>, config: EngineConfig) -> Result<Self> {
         config.validate()?;
-        let dir = ModelDir::open(dir)?;
+        Self::open(&ModelDir::open(dir)?, config)
+    }
+
+    fn open(dir: &ModelDir, config: EngineConfig) -> Result<Self> {
         let max_seq_length = config
             .max_seq_length
             .unwrap_or(dir.max_seq_length)
@@ -121,16 +125,9 @@ impl Engine {
             prompts: dir.prompts.clone(),
             config: dir.config.clone(),
         };
-        let backend = backend::start(&dir, &config)?;
-        let mut config = config;
-        if config.auto_budget() {
-            // The engine's config holds the budget measured, so everything downstream sees a number.
-            config.max_batch_tokens = curve::auto_budget(backend.as_ref())?.0;
-        }
-        Ok(Engine {
+        Ok(ModelFront {
             config,
             tokenizer,
-            backend,
             info,
         })
     }
@@ -147,8 +144,9 @@ impl Engine {
         self.info.dim
     }
 
-    pub fn backend(&self) -> &Arc<dyn Backend> {
-        &self.backend
+    /// Token ids above this are not the model's.
+    pub fn vocab_size(&self) -> usize {
+        self.info.config.vocab_size()
     }
 
     pub fn tokenizer(&self) -> &dyn Tokenizer {
@@ -160,6 +158,60 @@ impl Engine {
         let mut ids = Vec::new();
         self.tokenizer.encode(text, &mut ids)?;
         Ok(ids)
+    }
+}
+
+/// A loaded model behind a backend, with its tokenizer and batching settings.
+pub struct Engine {
+    front: Arc<ModelFront>,
+    backend: Arc<dyn Backend>,
+}
+
+impl Engine {
+    /// Loads the model directory onto the backend `config.backend` names.
+    pub fn load(dir: impl AsRef<Path>, config: EngineConfig) -> Result<Self> {
+        config.validate()?;
+        let dir = ModelDir::open(dir)?;
+        let mut front = ModelFront::open(&dir, config)?;
+        let backend = backend::start(&dir, &front.config)?;
+        if front.config.auto_budget() {
+            // The engine's config holds the budget measured, so everything downstream sees a number.
+            front.config.max_batch_tokens = curve::auto_budget(backend.as_ref())?.0;
+        }
+        Ok(Engine {
+            front: Arc::new(front),
+            backend,
+        })
+    }
+
+    /// Its settings, tokenizer and description, shared.
+    pub fn front(&self) -> &Arc<ModelFront> {
+        &self.front
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.front.config
+    }
+
+    pub fn info(&self) -> &ModelInfo {
+        &self.front.info
+    }
+
+    pub fn dim(&self) -> usize {
+        self.front.dim()
+    }
+
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
+    pub fn tokenizer(&self) -> &dyn Tokenizer {
+        self.front.tokenizer()
+    }
+
+    /// Token ids of `text`, special tokens included, truncated to the model's max sequence length.
+    pub fn tokenize(&self, text: &str) -> Result<Vec<u32>> {
+        self.front.tokenize(text)
     }
 
     /// Embeds `texts` and returns one vector per text, in order: the blocking convenience over the serving path,
@@ -193,7 +245,7 @@ impl Engine {
     pub fn bulk_config(&self) -> EngineConfig {
         EngineConfig {
             max_wait_ms: 0,
-            ..self.config.clone()
+            ..self.front.config.clone()
         }
     }
 }

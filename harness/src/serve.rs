@@ -1,12 +1,16 @@
-//! `bench serve`: the HTTP gateway over one or more engine replicas.
+//! `bench serve`: the HTTP gateway over one or more engine replicas, in this process (the default role), or split
+//! into processes: replicas serving the replica protocol (gRPC) and a gateway in front of them.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use std::time::Duration;
+
 use anyhow::{bail, Context, Result};
-use clap::Args;
+use clap::{Args, ValueEnum};
 use engine::gateway::{Gateway, GatewayConfig};
-use engine::EngineConfig;
+use engine::replica::RemoteConfig;
+use engine::{EngineConfig, ModelFront};
 
 use crate::EngineArgs;
 
@@ -27,6 +31,69 @@ pub struct ServeArgs {
     /// work needs only wake up on the compute's cores and slow a lone query down.
     #[arg(long, default_value_t = 0)]
     pub async_threads: usize,
+    /// What this process serves: `all`, the HTTP API over replicas in this process (`--replicas`); `replica`,
+    /// one engine's scheduler over gRPC (the replica protocol, proto/embedding/v1) with /health, /metrics and the
+    /// HTTP API on the same port; `gateway`, the HTTP API in front of `--replica` processes, loading no weights.
+    #[arg(long, value_enum, default_value_t = Role::All)]
+    pub role: Role,
+    /// A replica for `--role gateway`, as HOST:PORT; repeat it. A name that resolves to several addresses (a
+    /// Kubernetes headless Service) gives a replica each, and is resolved again as replicas come and go.
+    #[arg(long = "replica", value_name = "HOST:PORT")]
+    pub replica: Vec<String>,
+    #[command(flatten)]
+    pub remote: RemoteArgs,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Role {
+    All,
+    Replica,
+    Gateway,
+}
+
+/// How a gateway watches and retries its replicas (`--role gateway`).
+#[derive(Args)]
+pub struct RemoteArgs {
+    /// Time between health checks of each replica, in ms.
+    #[arg(long, default_value_t = RemoteConfig::default().health_interval.as_millis() as u64)]
+    pub health_interval_ms: u64,
+    /// A health check unanswered for this long failed, in ms.
+    #[arg(long, default_value_t = RemoteConfig::default().health_timeout.as_millis() as u64)]
+    pub health_timeout_ms: u64,
+    /// Failed health checks in a row that take a replica out (a failed call takes it out at once).
+    #[arg(long, default_value_t = RemoteConfig::default().down_after)]
+    pub down_after: u32,
+    /// Time between resolutions of the `--replica` names, in ms.
+    #[arg(long, default_value_t = RemoteConfig::default().resolve_interval.as_millis() as u64)]
+    pub resolve_interval_ms: u64,
+    /// Pieces that may be sent again per request answered, over time.
+    #[arg(long, default_value_t = RemoteConfig::default().retry_ratio)]
+    pub retry_ratio: f64,
+    /// Re-sends allowed at once before the ratio limits them.
+    #[arg(long, default_value_t = RemoteConfig::default().retry_burst)]
+    pub retry_burst: f64,
+}
+
+impl RemoteArgs {
+    fn config(&self) -> Result<RemoteConfig> {
+        if self.down_after == 0 || self.health_interval_ms == 0 || self.resolve_interval_ms == 0 {
+            bail!(
+                "--down-after, --health-interval-ms and --resolve-interval-ms must be at least 1"
+            );
+        }
+        if !(self.retry_ratio >= 0.0 && self.retry_burst >= 0.0) {
+            bail!("--retry-ratio and --retry-burst must be at least 0");
+        }
+        Ok(RemoteConfig {
+            health_interval: Duration::from_millis(self.health_interval_ms),
+            health_timeout: Duration::from_millis(self.health_timeout_ms),
+            down_after: self.down_after,
+            resolve_interval: Duration::from_millis(self.resolve_interval_ms),
+            retry_ratio: self.retry_ratio,
+            retry_burst: self.retry_burst,
+            ..RemoteConfig::default()
+        })
+    }
 }
 
 /// Gateway settings of `serve`.
@@ -79,17 +146,36 @@ pub struct GatewayArgs {
 impl GatewayArgs {
     /// Loads the replicas and starts the gateway (on the current tokio runtime).
     pub fn start(&self, dir: &Path, config: EngineConfig) -> Result<Gateway> {
+        let engines = crate::engines::load_replicas(dir, config, &|line| eprintln!("{line}"))?;
+        Gateway::new(engines, self.config(dir)?).context("starting the gateway")
+    }
+
+    /// Starts a gateway in front of the remote replicas at `targets`; it reads only the model's tokenizer and
+    /// settings from `dir`.
+    pub async fn start_remote(
+        &self,
+        dir: &Path,
+        config: EngineConfig,
+        targets: Vec<String>,
+        remote: RemoteConfig,
+    ) -> Result<Gateway> {
+        let front = ModelFront::load(dir, config).context("reading the model's tokenizer")?;
+        Gateway::remote(front, targets, remote, self.config(dir)?)
+            .await
+            .context("starting the gateway")
+    }
+
+    fn config(&self, dir: &Path) -> Result<GatewayConfig> {
         let api_key = match &self.api_key_file {
             Some(path) => Some(read_key(path)?),
             None => self.api_key.clone(),
         };
-        let engines = crate::engines::load_replicas(dir, config, &|line| eprintln!("{line}"))?;
         let mut names = self.served_model_names.iter().cloned();
         let model_name = names.next().unwrap_or_else(|| {
             dir.file_name()
                 .map_or("model".into(), |n| n.to_string_lossy().into_owned())
         });
-        let gateway = GatewayConfig {
+        Ok(GatewayConfig {
             model_name,
             model_aliases: names.collect(),
             api_key,
@@ -103,8 +189,7 @@ impl GatewayArgs {
             body_timeout_ms: self.body_timeout_ms,
             max_connections: self.max_connections,
             max_header_bytes: self.max_header_bytes,
-        };
-        Gateway::new(engines, gateway).context("starting the gateway")
+        })
     }
 }
 
@@ -136,9 +221,25 @@ pub fn run(args: ServeArgs) -> Result<()> {
             .await
             .with_context(|| format!("binding {}:{}", args.host, args.port))?;
         let addr = listener.local_addr()?;
-        let gateway = args
-            .gateway
-            .start(&args.engine.model_dir()?, args.engine.config()?)?;
+        let (dir, config) = (args.engine.model_dir()?, args.engine.config()?);
+        if args.role != Role::Gateway && !args.replica.is_empty() {
+            bail!("--replica is for --role gateway");
+        }
+        let gateway = match args.role {
+            Role::All | Role::Replica => args.gateway.start(&dir, config)?,
+            Role::Gateway => {
+                let remote = args.remote.config()?;
+                args.gateway
+                    .start_remote(&dir, config, args.replica.clone(), remote)
+                    .await?
+            }
+        };
+        let routes = match args.role {
+            Role::Replica => gateway
+                .router()
+                .merge(engine::replica::grpc_routes(gateway.clone())),
+            Role::All | Role::Gateway => gateway.router(),
+        };
         // Scripts and tests read this line to find the port.
         println!("listening on http://{addr}");
         std::io::stdout().flush()?;
@@ -149,7 +250,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
             eprintln!("draining: refusing new requests, answering the accepted ones (deadline {deadline} ms; a second signal exits at once)");
         };
         let counts = gateway.clone();
-        gateway.serve(listener, shutdown).await.context("serving")?;
+        gateway.serve_routes(listener, routes, shutdown).await.context("serving")?;
         let c = counts.requests();
         // The shutdown test reads this line.
         eprintln!(

@@ -198,6 +198,34 @@ impl Embeddings {
         &self.data
     }
 
+    /// Embeddings computed elsewhere (a remote replica): `counts[i]` vectors of `dim` floats for sequence `i`,
+    /// and each sequence's norm before the model's Normalize module (empty when it does not normalize). `None`
+    /// when the lengths disagree.
+    pub fn from_parts(
+        data: Vec<f32>,
+        dim: usize,
+        counts: &[usize],
+        norms: Vec<Option<f32>>,
+    ) -> Option<Embeddings> {
+        let mut offsets = Vec::with_capacity(counts.len() + 1);
+        let mut rows = 0usize;
+        offsets.push(rows);
+        for &n in counts {
+            rows = rows.checked_add(n)?;
+            offsets.push(rows);
+        }
+        let fits = rows.checked_mul(dim) == Some(data.len())
+            && (norms.is_empty() || norms.len() == counts.len());
+        fits.then_some(Embeddings {
+            data,
+            dim,
+            offsets,
+            norms,
+            pool: None,
+            released: None,
+        })
+    }
+
     /// Scales every pooled row to unit length (sentence-transformers' Normalize), keeping the norms they had, so
     /// the pooled vectors can be had back ([`Row::unnormalized`]). Bitwise what normalizing in the forward gave.
     /// Token states are the model's output before its Pooling module, so Normalize never applies to them.
@@ -249,6 +277,16 @@ impl Row {
             Some(&Some(norm)) => self.as_slice().iter().map(|v| v * norm).collect(),
             _ => std::borrow::Cow::Borrowed(self.as_slice()),
         }
+    }
+
+    /// Floats per vector.
+    pub fn dim(&self) -> usize {
+        self.batch.dim
+    }
+
+    /// The L2 norm the pooled row had before the model's Normalize module; `None` when it was not normalized.
+    pub fn norm(&self) -> Option<f32> {
+        self.batch.norms.get(self.index).copied().flatten()
     }
 
     /// The row's vectors of `dim` floats: one for a pooled sequence, one per token otherwise.

@@ -52,6 +52,30 @@ impl ApiError {
         }
     }
 
+    /// No replica is up to take the request (a gateway in front of remote replicas).
+    pub fn no_replica() -> Self {
+        ApiError {
+            retry_after: Some(Duration::from_secs(1)),
+            ..Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "no_replica",
+                "no replica is up to take the request",
+            )
+        }
+    }
+
+    /// A piece of the request was lost with its replica and the gateway's retry budget is spent.
+    pub fn retries_spent(reason: &str) -> Self {
+        ApiError {
+            retry_after: Some(Duration::from_secs(1)),
+            ..Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "replica_failed",
+                format!("{reason}, and the gateway's retry budget is spent"),
+            )
+        }
+    }
+
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
     }

@@ -11,7 +11,7 @@ use crate::scheduler::Priority;
 use crate::tokenizer::{
     with_thread_scratch, HfTokenizer, TokenDetail, Tokenizer, Truncation, TruncationSide,
 };
-use crate::Engine;
+use crate::ModelFront;
 
 /// What a client asked to embed: texts, or token ids taken as the model's full input (special tokens included).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,14 +84,14 @@ pub struct Tokenization {
 }
 
 impl Tokenization {
-    pub fn new(engine: &Engine, default_prompt_name: Option<&str>) -> crate::Result<Self> {
-        let info = engine.info();
+    pub fn new(front: &ModelFront, default_prompt_name: Option<&str>) -> crate::Result<Self> {
+        let info = front.info();
         let path = info.path.join("tokenizer.json");
         let left = Truncation {
             max_length: info.max_seq_length,
             side: TruncationSide::Left,
         };
-        let left = crate::tokenizer::load(&path, engine.config().tokenizer, Some(left))?;
+        let left = crate::tokenizer::load(&path, front.config().tokenizer, Some(left))?;
         let default_prompt = match default_prompt_name {
             None => None,
             Some(name) => {
@@ -113,7 +113,7 @@ impl Tokenization {
             prompts: info.prompts.clone(),
             default_prompt: default_prompt.map(str::to_owned),
             max_len: info.max_seq_length,
-            vocab_size: engine.backend().info().vocab_size,
+            vocab_size: front.vocab_size(),
         })
     }
 
@@ -121,7 +121,7 @@ impl Tokenization {
     /// the limit unless `options.truncate`.
     pub fn prepare(
         &self,
-        engine: &Engine,
+        front: &ModelFront,
         inputs: Inputs,
         options: &Options,
     ) -> Result<Vec<Vec<u32>>, ApiError> {
@@ -137,7 +137,7 @@ impl Tokenization {
                 texts
                     .iter()
                     .enumerate()
-                    .map(|(i, text)| self.encode_text(engine, i, prefix, text, options))
+                    .map(|(i, text)| self.encode_text(front, i, prefix, text, options))
                     .collect()
             }
             Inputs::Ids(seqs) => seqs
@@ -249,7 +249,7 @@ impl Tokenization {
 
     fn encode_text(
         &self,
-        engine: &Engine,
+        front: &ModelFront,
         i: usize,
         prefix: &str,
         text: &str,
@@ -264,7 +264,7 @@ impl Tokenization {
             &templated
         };
         let tokenizer = match options.direction {
-            Direction::Right => engine.tokenizer(),
+            Direction::Right => front.tokenizer(),
             Direction::Left => self.left.as_ref(),
         };
         let mut ids = Vec::new();

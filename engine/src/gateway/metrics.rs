@@ -125,6 +125,9 @@ pub struct Metrics {
     batch_forward: Hist,
     batch_seqs: AtomicU64,
     plans: Mutex<PlanCounters>,
+    /// Pieces of requests whose remote replica failed them, and those of them sent to another replica.
+    lost_pieces: AtomicU64,
+    resent_pieces: AtomicU64,
 }
 
 /// Sums over every forward pass that reported how it ran.
@@ -147,6 +150,8 @@ impl Default for Metrics {
             batch_forward: Hist::new(1e6),
             batch_seqs: AtomicU64::new(0),
             plans: Mutex::default(),
+            lost_pieces: AtomicU64::new(0),
+            resent_pieces: AtomicU64::new(0),
         }
     }
 }
@@ -175,6 +180,14 @@ impl Metrics {
             p.padding_tokens += plan.padding_tokens as u64;
             p.capture_seconds += plan.capture_time.map_or(0.0, |t| t.as_secs_f64());
         }
+    }
+
+    pub fn record_lost_piece(&self) {
+        self.lost_pieces.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn record_resent_piece(&self) {
+        self.resent_pieces.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The counters `render` reports as `embed_batch_*` and `embed_forwards_total`.
@@ -307,6 +320,24 @@ impl Metrics {
              # TYPE embed_padding_tokens_total counter\nembed_padding_tokens_total {}",
             p.padding_tokens
         );
+        for (name, help, counter) in [
+            (
+                "embed_replica_lost_pieces_total",
+                "Pieces of requests whose remote replica failed them (died, stalled, cut off).",
+                &self.lost_pieces,
+            ),
+            (
+                "embed_replica_resent_pieces_total",
+                "Lost pieces sent to another replica (within the retry budget).",
+                &self.resent_pieces,
+            ),
+        ] {
+            let n = counter.load(Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {n}"
+            );
+        }
         let _ = writeln!(
             out,
             "# HELP embed_capture_seconds_total Time spent capturing plans.\n\

@@ -1,6 +1,7 @@
 //! The HTTP gateway: OpenAI-compatible `POST /v1/embeddings` and `GET /v1/models`, TEI-style `POST /` and
 //! `/embed`, `/embed_all`, `/similarity`, `/tokenize`, `/decode`, `GET /health`, `GET /info` and `GET /metrics`
-//! in front of one [`Scheduler`] per engine replica. Embeddings are written in any [`EncodingFormat`].
+//! in front of replicas: one [`crate::scheduler::Scheduler`] per engine in this process, or remote replicas
+//! over gRPC ([`crate::replica`]). Embeddings are written in any [`EncodingFormat`].
 //!
 //! A request is parsed and validated, templated with its prompt, tokenized (inline when small, otherwise off the
 //! async threads), split into sub-batches of at most `split_size` inputs spread over the replicas by least
@@ -34,8 +35,9 @@ pub use metrics::{Metrics, MetricsSnapshot, Times};
 pub use requests::parse_body;
 pub use routes::{parse_embed_body, PRIORITY_HEADER};
 
-use crate::scheduler::{Scheduler, StageTimes};
-use crate::{Engine, Row};
+use crate::replica::{Failure, Local, Pending, Replica, Replicas, RetryBudget};
+use crate::scheduler::{Scheduler, StageTimes, Work};
+use crate::{Engine, ModelFront, Row};
 
 /// The gateway's own settings; the engine's are in each replica's [`crate::EngineConfig`].
 #[derive(Clone, Debug, Serialize)]
@@ -96,12 +98,6 @@ impl Default for GatewayConfig {
 /// Requests of at most this many bytes of input are tokenized on the async thread that received them.
 const INLINE_TOKENIZATION_BYTES: usize = 4096;
 
-/// One engine and the scheduler in front of it.
-struct Replica {
-    engine: Arc<Engine>,
-    scheduler: Scheduler,
-}
-
 /// The server's shared state; cheap to clone.
 #[derive(Clone)]
 pub struct Gateway {
@@ -110,7 +106,11 @@ pub struct Gateway {
 
 struct Inner {
     config: GatewayConfig,
-    replicas: Vec<Replica>,
+    front: Arc<ModelFront>,
+    replicas: Replicas,
+    retries: RetryBudget,
+    /// Numbers requests, so each piece has an id that a re-send repeats.
+    requests: AtomicU64,
     tokenization: Tokenization,
     metrics: Arc<Metrics>,
     draining: AtomicBool,
@@ -135,6 +135,61 @@ impl Gateway {
             name: "replicas",
             message: "at least one engine is needed".into(),
         })?;
+        let front = first.front().clone();
+        let metrics = Arc::new(Metrics::default());
+        let replicas = engines
+            .into_iter()
+            .map(|engine| {
+                let observer = metrics.clone();
+                let scheduler =
+                    Scheduler::start(engine.backend().clone(), engine.config(), move |stats| {
+                        observer.record_batch(stats)
+                    });
+                Local {
+                    engine: Arc::new(engine),
+                    scheduler,
+                }
+            })
+            .collect();
+        Self::over(
+            front,
+            Replicas::local(replicas),
+            config,
+            metrics,
+            Default::default(),
+        )
+    }
+
+    /// A gateway in front of remote replicas (`bench serve --role replica`) at `targets` (`HOST:PORT`; a name
+    /// that resolves to many addresses gives a replica each, resolved again as `remote.resolve_interval` says).
+    /// It tokenizes with `front` and loads no weights. Starts on the current tokio runtime.
+    pub async fn remote(
+        front: ModelFront,
+        targets: Vec<String>,
+        remote: crate::replica::RemoteConfig,
+        config: GatewayConfig,
+    ) -> crate::Result<Gateway> {
+        let expect = crate::replica::Expect {
+            dim: front.dim(),
+            vocab_size: front.vocab_size(),
+        };
+        let replicas = Replicas::remote(targets, remote.clone(), expect).await?;
+        Self::over(
+            Arc::new(front),
+            replicas,
+            config,
+            Default::default(),
+            remote,
+        )
+    }
+
+    fn over(
+        front: Arc<ModelFront>,
+        replicas: Replicas,
+        config: GatewayConfig,
+        metrics: Arc<Metrics>,
+        remote: crate::replica::RemoteConfig,
+    ) -> crate::Result<Gateway> {
         for (name, value) in [
             ("max_client_batch", config.max_client_batch),
             ("split_size", config.split_size),
@@ -156,26 +211,14 @@ impl Gateway {
                 message: format!("must be at least {}", serve::MIN_HEADER_BYTES),
             });
         }
-        let tokenization = Tokenization::new(first, config.default_prompt_name.as_deref())?;
-        let metrics = Arc::new(Metrics::default());
-        let replicas = engines
-            .into_iter()
-            .map(|engine| {
-                let observer = metrics.clone();
-                let scheduler =
-                    Scheduler::start(engine.backend().clone(), engine.config(), move |stats| {
-                        observer.record_batch(stats)
-                    });
-                Replica {
-                    engine: Arc::new(engine),
-                    scheduler,
-                }
-            })
-            .collect();
+        let tokenization = Tokenization::new(&front, config.default_prompt_name.as_deref())?;
         Ok(Gateway {
             inner: Arc::new(Inner {
                 config,
+                front,
                 replicas,
+                retries: RetryBudget::new(remote.retry_ratio, remote.retry_burst),
+                requests: AtomicU64::new(0),
                 tokenization,
                 metrics,
                 draining: AtomicBool::new(false),
@@ -199,7 +242,7 @@ impl Gateway {
         self.inner.draining.store(true, Ordering::SeqCst);
     }
 
-    fn is_draining(&self) -> bool {
+    pub(crate) fn is_draining(&self) -> bool {
         self.inner.draining.load(Ordering::SeqCst)
     }
 
@@ -211,8 +254,25 @@ impl Gateway {
         }
     }
 
-    fn engine(&self) -> &Engine {
-        &self.inner.replicas[0].engine
+    /// The model's settings, tokenizer and description.
+    pub fn front(&self) -> &Arc<ModelFront> {
+        &self.inner.front
+    }
+
+    pub(crate) fn replicas(&self) -> &Replicas {
+        &self.inner.replicas
+    }
+
+    /// The backend of the first in-process replica; `None` when the replicas are remote.
+    fn local_backend(&self) -> Option<crate::BackendInfo> {
+        self.inner
+            .replicas
+            .snapshot()
+            .iter()
+            .find_map(|r| match r.as_ref() {
+                Replica::Local(local) => Some(local.engine.backend().info().clone()),
+                Replica::Remote(_) => None,
+            })
     }
 
     /// Validates, templates and tokenizes `inputs`; returns the ids and the time taken.
@@ -221,8 +281,8 @@ impl Gateway {
         inputs: Inputs,
         options: Options,
     ) -> Result<(Vec<Vec<u32>>, std::time::Duration), ApiError> {
-        self.tokenize_with(inputs, move |t, engine, inputs| {
-            t.prepare(engine, inputs, &options)
+        self.tokenize_with(inputs, move |t, front, inputs| {
+            t.prepare(front, inputs, &options)
         })
         .await
     }
@@ -233,7 +293,7 @@ impl Gateway {
     async fn tokenize_with<R: Send + 'static>(
         &self,
         inputs: Inputs,
-        work: impl FnOnce(&Tokenization, &Engine, Inputs) -> Result<R, ApiError> + Send + 'static,
+        work: impl FnOnce(&Tokenization, &ModelFront, Inputs) -> Result<R, ApiError> + Send + 'static,
     ) -> Result<(R, std::time::Duration), ApiError> {
         if self.is_draining() {
             return Err(ApiError::shutting_down());
@@ -252,7 +312,7 @@ impl Gateway {
         let gateway = self.clone();
         let work = move || {
             let start = Instant::now();
-            let done = work(&gateway.inner.tokenization, gateway.engine(), inputs)?;
+            let done = work(&gateway.inner.tokenization, &gateway.inner.front, inputs)?;
             Ok((done, start.elapsed()))
         };
         if inputs_bytes <= INLINE_TOKENIZATION_BYTES {
@@ -267,37 +327,50 @@ impl Gateway {
     /// at the time; the answers are put back in input order. Admission decides on the first sub-batch (refused at
     /// once when its queue is full or it would miss its deadline); the rest of an admitted request then joins the
     /// queues as they drain, so a request larger than a queue's bounds is served, not refused for its own size.
+    /// A sub-batch whose replica fails (a remote one: died, stalled, cut off) is sent to another, within the retry
+    /// budget; when none is left the request is refused (503).
     pub async fn embed(&self, inputs: Inputs, options: Options) -> Result<Embedded, ApiError> {
         let start = Instant::now();
-        let work = crate::scheduler::Work {
+        let work = Work {
             priority: options.priority,
             readout: options.readout,
         };
         let (seqs, tokenization) = self.tokenize(inputs, options).await?;
         let (n, tokens) = (seqs.len(), seqs.iter().map(Vec::len).sum());
-        let mut tickets = Vec::new();
+        let request = self.inner.requests.fetch_add(1, Ordering::Relaxed);
+        let mut pieces = Vec::new();
         let mut seqs = seqs.into_iter().peekable();
         while seqs.peek().is_some() {
             let part: Vec<Vec<u32>> = seqs.by_ref().take(self.inner.config.split_size).collect();
+            let id = format!("{request}.{}", pieces.len());
             // Admission of a sub-batch updates its replica's load at once, so the next choice sees it. If this
-            // future is dropped (the client went away), dropping the tickets abandons their work.
-            let scheduler = &self.least_loaded().scheduler;
-            tickets.push(if tickets.is_empty() {
-                scheduler.submit(part, work)?
-            } else {
-                scheduler.submit_waiting(part, work).await?
-            });
+            // future is dropped (the client went away), dropping the pending pieces abandons their work.
+            let admitted = !pieces.is_empty();
+            let mut tried = Vec::new();
+            let pending = self.place(&id, part, work, admitted, &mut tried).await?;
+            pieces.push((id, pending, tried));
         }
         let mut vectors = Vec::with_capacity(n);
         let mut stages = StageTimes::default();
-        for ticket in tickets {
-            // The rows held while a later sub-batch is awaited must not hold their batch back (no overlap).
+        for (id, mut pending, mut tried) in pieces {
+            // The rows held while a later piece is awaited must not hold their batch back (no overlap).
             crate::scheduler::settle_rows(&mut vectors);
-            for e in ticket.wait().await? {
+            let rows = loop {
+                match pending.wait().await {
+                    Ok(rows) => break rows,
+                    Err(Failure::Refused(e)) => return Err(e.into()),
+                    Err(Failure::Lost { reason, seqs }) => {
+                        self.spend_retry(&reason)?;
+                        pending = self.place(&id, seqs, work, true, &mut tried).await?;
+                    }
+                }
+            };
+            for e in rows {
                 stages = stages.max(e.times);
                 vectors.push(e.embedding);
             }
         }
+        self.inner.retries.deposit();
         Ok(Embedded {
             vectors,
             tokens,
@@ -310,12 +383,42 @@ impl Gateway {
         })
     }
 
-    fn least_loaded(&self) -> &Replica {
-        let replicas = &self.inner.replicas;
-        replicas
-            .iter()
-            .min_by_key(|r| r.scheduler.load().outstanding_tokens())
-            .unwrap_or(&replicas[0])
+    /// Submits a piece to the least loaded replica that is up, moving on to another while replicas fail it.
+    /// `tried` gathers the replicas it went to.
+    async fn place(
+        &self,
+        id: &str,
+        mut seqs: Vec<Vec<u32>>,
+        work: Work,
+        admitted: bool,
+        tried: &mut Vec<Arc<Replica>>,
+    ) -> Result<Pending, ApiError> {
+        loop {
+            let replica = self
+                .inner
+                .replicas
+                .choose(tried)
+                .ok_or_else(ApiError::no_replica)?;
+            tried.push(replica.clone());
+            match replica.submit(id, seqs, work, admitted).await {
+                Ok(pending) => return Ok(pending),
+                Err(Failure::Refused(e)) => return Err(e.into()),
+                Err(Failure::Lost { reason, seqs: back }) => {
+                    self.spend_retry(&reason)?;
+                    seqs = back;
+                }
+            }
+        }
+    }
+
+    /// Counts a lost piece and takes its re-send from the budget, or refuses the request when it is spent.
+    fn spend_retry(&self, reason: &str) -> Result<(), ApiError> {
+        self.inner.metrics.record_lost_piece();
+        if !self.inner.retries.withdraw() {
+            return Err(ApiError::retries_spent(reason));
+        }
+        self.inner.metrics.record_resent_piece();
+        Ok(())
     }
 
     /// Applies the scheduling settings of `config` to every replica's scheduler at once, from each one's next
@@ -324,18 +427,29 @@ impl Gateway {
     /// tokenizer, replicas) need a new gateway.
     pub fn reconfigure(&self, config: &crate::EngineConfig) -> crate::Result<()> {
         config.validate()?;
-        for r in &self.inner.replicas {
-            r.scheduler.reconfigure(config)?;
+        for r in self.inner.replicas.snapshot().iter() {
+            r.reconfigure(config)?;
         }
         Ok(())
     }
 
-    /// Every replica's current load, in replica order.
+    /// Every replica's current load, in replica order (a remote one's as its last health check said).
     pub fn loads(&self) -> Vec<crate::scheduler::Load> {
         self.inner
             .replicas
+            .snapshot()
             .iter()
-            .map(|r| r.scheduler.load())
+            .map(|r| r.load())
+            .collect()
+    }
+
+    /// Each replica's name (`local`, or its address) and whether it takes work now.
+    pub fn replica_states(&self) -> Vec<(String, bool)> {
+        self.inner
+            .replicas
+            .snapshot()
+            .iter()
+            .map(|r| (r.name(), r.is_up()))
             .collect()
     }
 

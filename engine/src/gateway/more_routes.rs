@@ -158,7 +158,7 @@ struct Model<'a> {
 }
 
 fn model<'a>(gw: &Gateway, id: &'a str) -> Model<'a> {
-    let created = std::fs::metadata(gw.engine().info().path.join("config.json"))
+    let created = std::fs::metadata(gw.front().info().path.join("config.json"))
         .and_then(|m| m.modified())
         .ok()
         .and_then(|t| t.duration_since(UNIX_EPOCH).ok())

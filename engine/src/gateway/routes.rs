@@ -22,7 +22,7 @@ use super::{
     Tokenization,
 };
 use crate::scheduler::Priority;
-use crate::{Engine, Row};
+use crate::{ModelFront, Row};
 
 pub(super) fn router(gateway: Gateway) -> Router {
     let limit = gateway.config().max_payload_bytes;
@@ -275,7 +275,7 @@ async fn openai_embeddings(
     let result = async {
         let req: OpenAiRequest = parse(&headers, body)?;
         check_model(&gw, req.model.as_deref())?;
-        let dims = check_dims(req.dimensions, gw.engine().dim())?;
+        let dims = check_dims(req.dimensions, gw.front().dim())?;
         let options = Options {
             prompt_name: req.prompt_name,
             truncate: gw.config().auto_truncate,
@@ -343,7 +343,7 @@ pub(super) async fn embed_tei(
     headers: &HeaderMap,
     req: TeiRequest,
 ) -> Result<(Times, Response), ApiError> {
-    let dims = check_dims(req.dimensions, gw.engine().dim())?;
+    let dims = check_dims(req.dimensions, gw.front().dim())?;
     let options = Options {
         prompt_name: req.prompt_name,
         truncate: req.truncate.unwrap_or(gw.config().auto_truncate),
@@ -354,7 +354,7 @@ pub(super) async fn embed_tei(
     };
     let Embedded { vectors, times, .. } = gw.embed(req.inputs.0, options).await?;
     // The engine's rows are unit length already when the model has a Normalize module.
-    let whole = req.normalize && !gw.engine().info().normalize;
+    let whole = req.normalize && !gw.front().info().normalize;
     let format = req.encoding_format;
     let encoded = encode(&vectors, dims, req.normalize, whole, format);
     // TEI answers bare vectors; a scale has to ride beside its vector.
@@ -400,7 +400,7 @@ pub(super) async fn tokenizer_answer<R: Serialize + Send + 'static>(
     gw: &Gateway,
     start: Instant,
     inputs: Inputs,
-    work: impl FnOnce(&Tokenization, &Engine, Inputs) -> Result<R, ApiError> + Send + 'static,
+    work: impl FnOnce(&Tokenization, &ModelFront, Inputs) -> Result<R, ApiError> + Send + 'static,
 ) -> Result<(Times, Response), ApiError> {
     let (answer, tokenization) = gw.tokenize_with(inputs, work).await?;
     let times = Times {
@@ -415,18 +415,28 @@ async fn health(State(gw): State<Gateway>) -> Response {
     if gw.is_draining() {
         return ApiError::shutting_down().response(Api::Tei);
     }
+    // A gateway with no replica up cannot answer: a load balancer should send elsewhere.
+    if !gw.replica_states().iter().any(|(_, up)| *up) {
+        return ApiError::no_replica().response(Api::Tei);
+    }
     Json(serde_json::json!({ "status": "ok" })).into_response()
 }
 
 async fn info(State(gw): State<Gateway>) -> Response {
-    let engine = gw.engine();
+    let front = gw.front();
+    let replicas: Vec<_> = gw
+        .replica_states()
+        .into_iter()
+        .map(|(name, up)| serde_json::json!({ "name": name, "up": up }))
+        .collect();
     Json(serde_json::json!({
         "model_id": gw.config().model_name,
         "version": env!("CARGO_PKG_VERSION"),
-        "model": engine.info(),
-        "backend": engine.backend().info(),
-        "engine": engine.config(),
-        "replicas": gw.loads().len(),
+        "model": front.info(),
+        "backend": gw.local_backend(),
+        "engine": front.config(),
+        "replicas": replicas.len(),
+        "replica_states": replicas,
         "max_input_length": gw.inner.tokenization.max_len(),
         "gateway": gw.config(),
         "api_key": gw.config().api_key.is_some(),

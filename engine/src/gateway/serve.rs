@@ -18,7 +18,8 @@ use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::Response;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
@@ -41,17 +42,31 @@ impl Gateway {
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
+        let routes = self.router();
+        self.serve_routes(listener, routes, shutdown).await
+    }
+
+    /// [`Gateway::serve`] with `routes`: [`Gateway::router`] and others beside it (a replica's gRPC service,
+    /// which speaks HTTP/2 without TLS on the same port).
+    pub async fn serve_routes(
+        self,
+        listener: TcpListener,
+        routes: axum::Router,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
         let config = self.config().clone();
-        let mut http = hyper::server::conn::http1::Builder::new();
-        http.timer(TokioTimer::new())
+        let mut http = auto::Builder::new(TokioExecutor::new());
+        http.http1()
+            .timer(TokioTimer::new())
             .header_read_timeout(Duration::from_millis(config.header_timeout_ms))
             .max_buf_size(config.max_header_bytes.max(MIN_HEADER_BYTES));
+        http.http2().timer(TokioTimer::new());
         let acceptor = Acceptor {
             listener,
             connections: Arc::new(Semaphore::new(config.max_connections)),
             http,
             graceful: GracefulShutdown::new(),
-            router: self.router(),
+            router: routes,
         };
         let mut shutdown = pin!(shutdown);
         loop {
@@ -83,8 +98,8 @@ impl Gateway {
             _ = graceful.shutdown() => true,
             _ = sleep_until(deadline) => false,
         };
-        for r in &self.inner.replicas {
-            r.scheduler.close();
+        for r in self.inner.replicas.snapshot().iter() {
+            r.close();
         }
         let counts = self.requests();
         if finished {
@@ -107,7 +122,7 @@ impl Gateway {
 struct Acceptor {
     listener: TcpListener,
     connections: Arc<Semaphore>,
-    http: hyper::server::conn::http1::Builder,
+    http: auto::Builder<TokioExecutor>,
     graceful: GracefulShutdown,
     router: axum::Router,
 }
@@ -122,10 +137,15 @@ impl Acceptor {
         };
         match self.listener.accept().await {
             Ok((stream, _)) => {
+                // Without TCP_NODELAY a response written in several pieces (a gRPC stream's frames) waits for
+                // the peer's delayed ACK: about 40 ms a call on Linux.
+                let _ = stream.set_nodelay(true);
                 let service = TowerToHyperService::new(self.router.clone());
-                let conn = self
-                    .graceful
-                    .watch(self.http.serve_connection(TokioIo::new(stream), service));
+                let conn = self.graceful.watch(
+                    self.http
+                        .serve_connection(TokioIo::new(stream), service)
+                        .into_owned(),
+                );
                 tokio::spawn(async move {
                     // A connection's errors (a client gone, a head timed out) are its own.
                     let _ = conn.await;

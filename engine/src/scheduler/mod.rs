@@ -110,6 +110,8 @@ pub enum Refusal {
         estimated: Duration,
         deadline: Duration,
     },
+    /// A remote replica's scheduler refused it, for the reason given.
+    Remote(String),
 }
 
 impl std::fmt::Display for Refusal {
@@ -134,6 +136,7 @@ impl std::fmt::Display for Refusal {
                 estimated.as_millis(),
                 deadline.as_millis()
             ),
+            Refusal::Remote(reason) => f.write_str(reason),
         }
     }
 }

@@ -301,7 +301,7 @@ fn forward(seqs: usize, tokens: usize) -> Result<Work> {
 
 fn request_parse() -> Result<Work> {
     let (engine, dir) = tiny_engine()?;
-    let tokenization = engine::gateway::Tokenization::new(&engine, None)?;
+    let tokenization = engine::gateway::Tokenization::new(engine.front(), None)?;
     let inputs: Vec<String> = (0..16).map(|s| tiny_text(10 + s, s)).collect();
     let body = serde_json::to_vec(&serde_json::json!({
         "inputs": inputs, "truncate": true, "prompt_name": "query", "normalize": true,
@@ -309,7 +309,7 @@ fn request_parse() -> Result<Work> {
     Ok(Box::new(move || {
         let _keep = &dir;
         let ids = engine::gateway::parse_embed_body(black_box(&body), false)
-            .and_then(|(inputs, options)| tokenization.prepare(&engine, inputs, &options));
+            .and_then(|(inputs, options)| tokenization.prepare(engine.front(), inputs, &options));
         black_box(ids.map(|v| v.len()).ok());
     }))
 }
