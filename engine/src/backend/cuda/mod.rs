@@ -380,6 +380,9 @@ impl Compute {
         let placeholder = Self::placeholder(bucket.seqs);
         let s = self.device.stream.clone();
         buffers.upload(&s, &placeholder)?;
+        // One eager run first, on the same buffers: it picks (and caches) cuBLASLt's algorithm for every GEMM and
+        // loads any kernel lazily, neither of which may happen inside the capture.
+        self.forward(&buffers, &placeholder)?;
         s.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
             .map_err(driver("begin capture"))?;
         let recorded = self.forward(&buffers, &placeholder);
