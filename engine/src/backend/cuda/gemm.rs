@@ -29,6 +29,9 @@ pub struct Lt {
     algos: Mutex<HashMap<AlgoKey, sys::cublasLtMatmulAlgo_t>>,
 }
 
+/// Cached algorithms at most: a ladder's shapes many times over.
+const ALGOS_KEPT: usize = 4096;
+
 /// What the heuristic's choice depends on: the shape, the epilogue, β, the strides and the alignments.
 type AlgoKey = (usize, usize, usize, bool, bool, usize, usize, [u32; 4]);
 
@@ -224,6 +227,11 @@ impl Lt {
                 None => {
                     let h = lt::get_matmul_algo_heuristic(self.handle, d.desc, a, b, c, out, pref)
                         .map_err(err("no algorithm for this shape"))?;
+                    // Batches past the ladder bring a new `m` each: bound the cache (a capture's eager run
+                    // refills what it needs).
+                    if algos.len() >= ALGOS_KEPT {
+                        algos.clear();
+                    }
                     *algos.entry(key).or_insert(h.algo)
                 }
             };
