@@ -8,8 +8,9 @@
 //! `outᵀ = W · xᵀ`: W (`[n×k]` row-major, PyTorch's layout) is the column-major `k×n` matrix read transposed, and
 //! the dense bf16 copy of `x` (`[m×k]` row-major) is the column-major `k×m` one read as is.
 
+use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use cudarc::cublaslt::result as lt;
 use cudarc::cublaslt::sys;
@@ -22,7 +23,17 @@ pub struct Lt {
     handle: sys::cublasLtHandle_t,
     workspace: CudaSlice<u8>,
     stream: Arc<CudaStream>,
+    /// The algorithm the heuristic picked for each GEMM shape. Asked once, in an eager run (a capture is preceded
+    /// by one on the same buffers): asking while the stream captures fails on some cuBLASLt versions, and costs
+    /// more than a small GEMM.
+    algos: Mutex<HashMap<AlgoKey, sys::cublasLtMatmulAlgo_t>>,
 }
+
+/// Cached algorithms at most: a ladder's shapes many times over.
+const ALGOS_KEPT: usize = 4096;
+
+/// What the heuristic's choice depends on: the shape, the epilogue, β, the strides and the alignments.
+type AlgoKey = (usize, usize, usize, bool, bool, usize, usize, [u32; 4]);
 
 // SAFETY: a cuBLASLt handle may be used from any thread; the backend uses it from its compute thread only.
 unsafe impl Send for Lt {}
@@ -89,6 +100,7 @@ impl Lt {
             handle,
             workspace,
             stream,
+            algos: Mutex::default(),
         })
     }
 
@@ -168,7 +180,8 @@ impl Lt {
             // cuBLASLt assumes 256-byte aligned operands unless told otherwise, and a view of columns (or a row
             // stride) may give less: tell it what each operand's address and stride really allow.
             use sys::cublasLtMatmulPreferenceAttributes_t as P;
-            for (attr, addr, stride) in [
+            let mut aligns = [0u32; 4];
+            for (i, (attr, addr, stride)) in [
                 (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, g.w, g.k * 2),
                 (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, g.x, g.k * 2),
                 (
@@ -181,8 +194,12 @@ impl Lt {
                     g.out.0,
                     g.out.1 * 4,
                 ),
-            ] {
+            ]
+            .into_iter()
+            .enumerate()
+            {
                 let bytes = alignment(addr, stride);
+                aligns[i] = bytes;
                 lt::set_matmul_pref_attribute(
                     pref,
                     attr,
@@ -191,8 +208,34 @@ impl Lt {
                 )
                 .map_err(err("alignment preference"))?;
             }
-            let heuristic = lt::get_matmul_algo_heuristic(self.handle, d.desc, a, b, c, out, pref)
-                .map_err(err("no algorithm for this shape"))?;
+            let key = (
+                g.m,
+                g.n,
+                g.k,
+                g.bias.is_some(),
+                g.residual.is_some(),
+                c_ld,
+                g.out.1,
+                aligns,
+            );
+            let mut algos = self
+                .algos
+                .lock()
+                .map_err(|_| Error::Device("cuBLASLt algorithm cache poisoned".into()))?;
+            let algo = match algos.get(&key) {
+                Some(&algo) => algo,
+                None => {
+                    let h = lt::get_matmul_algo_heuristic(self.handle, d.desc, a, b, c, out, pref)
+                        .map_err(err("no algorithm for this shape"))?;
+                    // Batches past the ladder bring a new `m` each: bound the cache (a capture's eager run
+                    // refills what it needs).
+                    if algos.len() >= ALGOS_KEPT {
+                        algos.clear();
+                    }
+                    *algos.entry(key).or_insert(h.algo)
+                }
+            };
+            drop(algos);
             lt::matmul(
                 self.handle,
                 d.desc,
@@ -206,7 +249,7 @@ impl Lt {
                 c,
                 g.out.0 as *mut c_void,
                 out,
-                &heuristic.algo,
+                &algo,
                 ws_ptr as *mut c_void,
                 ws,
                 self.stream.cu_stream() as sys::cudaStream_t,

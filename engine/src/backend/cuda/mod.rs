@@ -380,6 +380,9 @@ impl Compute {
         let placeholder = Self::placeholder(bucket.seqs);
         let s = self.device.stream.clone();
         buffers.upload(&s, &placeholder)?;
+        // One eager run first, on the same buffers: it picks (and caches) cuBLASLt's algorithm for every GEMM and
+        // loads any kernel lazily, neither of which may happen inside the capture.
+        self.forward(&buffers, &placeholder)?;
         s.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
             .map_err(driver("begin capture"))?;
         let recorded = self.forward(&buffers, &placeholder);
@@ -456,9 +459,8 @@ impl Compute {
         let (emb, rest) = dst.split_at_mut(rows);
         // SAFETY: `out` holds at least `rows` floats and `norms` one per sequence (the buffers are sized by the
         // bucket the batch fits, or by the batch); the copy stream waits for the forward that writes them, and
-        // the buffers live until the copy's event completes (a plan's are reused only by a forward ordered after
-        // that event, below; eager ones travel with the batch to the completion thread). The pinned destination
-        // is not read before the event either.
+        // the buffers are written or freed only by compute-stream work ordered after the copy's event (below).
+        // The pinned destination is not read before the event either.
         unsafe {
             cudarc::driver::result::memcpy_dtoh_async(emb, out, c.cu_stream())
                 .and_then(|()| {
@@ -475,11 +477,14 @@ impl Compute {
             .map_err(driver("event"))?;
         // The next forward writes the same output memory: the compute stream waits (on the GPU) for this copy.
         s.wait(&copied).map_err(driver("wait for the copy"))?;
+        // Eager buffers are freed here, on the compute thread: a CudaSlice frees on its (compute) stream, ordered
+        // after the wait above, so after the copy out of them. Freed from the completion thread instead, the free
+        // could land on the compute stream while this thread captures a graph on it, inside the capture.
+        drop(keep);
         Ok(InFlight {
             started,
             copied,
             host,
-            _keep: keep,
             forward: ForwardStats {
                 run,
                 bucket,
@@ -529,8 +534,6 @@ struct InFlight {
     started: Instant,
     copied: CudaEvent,
     host: Pinned,
-    /// Eager buffers, kept alive until the copy out of them has completed.
-    _keep: Option<Buffers>,
     forward: ForwardStats,
 }
 
@@ -547,7 +550,6 @@ fn complete(
         started,
         copied,
         host,
-        _keep,
         forward,
     } = f;
     let result = copied
@@ -565,7 +567,6 @@ fn complete(
             }
             Ok(emb)
         });
-    drop(_keep);
     if let Ok(mut p) = pinned.lock() {
         p.put(host);
     }

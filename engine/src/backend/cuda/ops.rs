@@ -217,9 +217,12 @@ impl Matrix for CudaMat {
         }
     }
 
+    /// Checks only: a GPU view keeps its buffer's rows (the bucket's). The launches must cover the bucket and the
+    /// kernels stop at the batch's real size (`meta`), so that a graph captured with a placeholder batch serves
+    /// every batch of its bucket; shrinking here would size the captured launches by the placeholder.
     fn top(self, rows: usize) -> Self {
         assert!(rows <= self.rows, "top: {rows} of {} rows", self.rows);
-        CudaMat { rows, ..self }
+        self
     }
 }
 
@@ -660,7 +663,21 @@ mod tests {
         };
         let k = m.columns(32..64);
         assert_eq!((k.ptr, k.cols, k.ld, k.rows), (4096 + 32 * 4, 32, 96, 10));
-        assert_eq!(k.top(3).rows, 3);
+    }
+
+    /// The architectures take `top(batch.tokens())` of every slot; on the GPU that shrank the views to the
+    /// placeholder's tokens at capture (and to the batch's in eager runs on bucket buffers), so `embed`'s check
+    /// (`out.rows >= bucket tokens`) panicked and the other launches covered too few rows.
+    #[test]
+    fn top_keeps_the_bucket_rows_so_a_graph_serves_every_batch_of_its_bucket() {
+        let m = CudaMat {
+            ptr: 4096,
+            rows: 64,
+            cols: 96,
+            ld: 96,
+        };
+        assert_eq!(m.top(3), m);
+        assert_eq!(m.columns(32..64).top(1).rows, 64);
     }
 
     #[test]
