@@ -234,7 +234,15 @@ impl Gateway {
             .with_graceful_shutdown(async move {
                 shutdown.await;
                 gateway.begin_shutdown();
-                while gateway.loads().iter().any(|l| l.outstanding_tokens() > 0) {
+                // What this gateway sent and has not had answered: a remote replica that died keeps the load it
+                // last reported, which must not hold the shutdown forever.
+                while gateway
+                    .inner
+                    .replicas
+                    .snapshot()
+                    .iter()
+                    .any(|r| r.outstanding_tokens() > 0)
+                {
                     tokio::time::sleep(std::time::Duration::from_millis(10)).await;
                 }
             })
