@@ -79,7 +79,15 @@ impl Gateway {
         let deadline = Instant::now() + Duration::from_millis(config.shutdown_deadline_ms);
         let gateway = self.clone();
         let mut drained = pin!(async move {
-            while gateway.loads().iter().any(|l| l.outstanding_tokens() > 0) {
+            // What this gateway sent and has not had answered: a remote replica that died keeps the load it last
+            // reported, which must not hold the shutdown.
+            while gateway
+                .inner
+                .replicas
+                .snapshot()
+                .iter()
+                .any(|r| r.outstanding_tokens() > 0)
+            {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         });
