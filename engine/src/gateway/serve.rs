@@ -19,7 +19,6 @@ use axum::middleware::Next;
 use axum::response::Response;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
@@ -55,16 +54,19 @@ impl Gateway {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         let config = self.config().clone();
-        let mut http = auto::Builder::new(TokioExecutor::new());
-        http.http1()
+        let mut http1 = hyper::server::conn::http1::Builder::new();
+        http1
             .timer(TokioTimer::new())
             .header_read_timeout(Duration::from_millis(config.header_timeout_ms))
             .max_buf_size(config.max_header_bytes.max(MIN_HEADER_BYTES));
-        http.http2().timer(TokioTimer::new());
+        let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+        http2.timer(TokioTimer::new());
         let acceptor = Acceptor {
             listener,
             connections: Arc::new(Semaphore::new(config.max_connections)),
-            http,
+            http1,
+            http2,
+            head_timeout: Duration::from_millis(config.header_timeout_ms),
             graceful: GracefulShutdown::new(),
             router: routes,
         };
@@ -130,7 +132,11 @@ impl Gateway {
 struct Acceptor {
     listener: TcpListener,
     connections: Arc<Semaphore>,
-    http: auto::Builder<TokioExecutor>,
+    http1: hyper::server::conn::http1::Builder,
+    /// For HTTP/2 with prior knowledge (a replica's gRPC clients), told apart by the connection's first bytes.
+    http2: hyper::server::conn::http2::Builder<TokioExecutor>,
+    /// How long a connection may take to send the bytes that tell its protocol (then hyper's head timeout).
+    head_timeout: Duration,
     graceful: GracefulShutdown,
     router: axum::Router,
 }
@@ -149,14 +155,21 @@ impl Acceptor {
                 // the peer's delayed ACK: about 40 ms a call on Linux.
                 let _ = stream.set_nodelay(true);
                 let service = TowerToHyperService::new(self.router.clone());
-                let conn = self.graceful.watch(
-                    self.http
-                        .serve_connection(TokioIo::new(stream), service)
-                        .into_owned(),
-                );
+                let (http1, http2) = (self.http1.clone(), self.http2.clone());
+                let (watcher, head_timeout) = (self.graceful.watcher(), self.head_timeout);
                 tokio::spawn(async move {
-                    // A connection's errors (a client gone, a head timed out) are its own.
-                    let _ = conn.await;
+                    // A connection's errors (a client gone, a head timed out) are its own; one that never tells
+                    // its protocol within the head timeout is closed.
+                    let io = TokioIo::new(stream);
+                    match speaks_http2(io.inner(), head_timeout).await {
+                        Some(true) => {
+                            let _ = watcher.watch(http2.serve_connection(io, service)).await;
+                        }
+                        Some(false) => {
+                            let _ = watcher.watch(http1.serve_connection(io, service)).await;
+                        }
+                        None => {}
+                    }
                     drop(permit);
                 });
             }
@@ -164,6 +177,28 @@ impl Acceptor {
             Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
         }
     }
+}
+
+/// Whether the connection opens with HTTP/2's prior-knowledge preface (`PRI * HTTP/2.0`) rather than an HTTP/1
+/// request line, from its first three bytes (no method starts with `PRI`), peeked within `timeout`; `None` when
+/// they do not come in time or the peer closes first. Peeked here rather than by hyper's auto builder, whose
+/// detection waits for the bytes without any deadline: an idle connection would hold its permit for good.
+async fn speaks_http2(stream: &tokio::net::TcpStream, timeout: Duration) -> Option<bool> {
+    const PREFACE: &[u8] = b"PRI";
+    let peek = async {
+        let mut buf = [0u8; 3];
+        loop {
+            match stream.peek(&mut buf).await {
+                Ok(0) | Err(_) => return None,
+                Ok(n) if n >= PREFACE.len() || buf[..n] != PREFACE[..n] => {
+                    return Some(buf[..n] == PREFACE[..n] && n >= PREFACE.len());
+                }
+                // A partial `PRI`: wait for more bytes.
+                Ok(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+            }
+        }
+    };
+    tokio::time::timeout(timeout, peek).await.ok().flatten()
 }
 
 /// Counts every request that reaches the router, and its answer.
