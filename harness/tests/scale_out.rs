@@ -45,8 +45,20 @@ fn serve(model: &Path, args: &[&str]) -> Server {
     Server { child, addr }
 }
 
+/// A replica whose online deadline is far past any wait here: what these tests count is what a replica's failure
+/// does, so a busy test machine must not turn queueing into 429s (a burst's last requests were refused once).
 fn replica(model: &Path, port: u16) -> Server {
-    serve(model, &["--role", "replica", "--port", &port.to_string()])
+    serve(
+        model,
+        &[
+            "--role",
+            "replica",
+            "--port",
+            &port.to_string(),
+            "--online-deadline-ms",
+            "60000",
+        ],
+    )
 }
 
 /// A gateway in front of `replicas`, checking them every 100 ms, splitting requests into pieces of 2 inputs.
