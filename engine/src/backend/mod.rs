@@ -36,7 +36,52 @@ pub fn start(dir: &crate::model::ModelDir, config: &EngineConfig) -> Result<Arc<
     }
     let device = cpu::Cpu::new(config.dtype);
     let model = crate::model::Model::load(dir, &device)?;
-    Ok(Arc::new(cpu::CpuBackend::new(device, model, config)?))
+    Ok(Arc::new(cpu::start(device, model, config)?))
+}
+
+/// A batch on its way to a backend's compute thread.
+pub(crate) struct Job {
+    pub(crate) batch: Batch,
+    pub(crate) submitted: std::time::Instant,
+    pub(crate) resolver: Resolver,
+}
+
+/// A backend whose passes run on a compute thread of its own, fed through a channel (the CPU's and the GPU's):
+/// `submit` checks the batch, answers an empty one at once and queues the rest.
+pub(crate) struct Threaded {
+    pub(crate) tx: std::sync::mpsc::Sender<Job>,
+    pub(crate) info: BackendInfo,
+    pub(crate) pool: Arc<BufferPool>,
+}
+
+impl Backend for Threaded {
+    fn submit(&self, batch: Batch) -> Handle {
+        if let Err(e) = batch.validate(self.info.vocab_size, self.info.max_positions) {
+            return Handle::ready(Err(e));
+        }
+        if batch.is_empty() {
+            return Handle::ready(Ok(Output {
+                embeddings: self.pool.take(&batch, self.info.dim),
+                queued: std::time::Duration::ZERO,
+                compute: std::time::Duration::ZERO,
+                forward: None,
+            }));
+        }
+        let (resolver, handle) = Handle::new();
+        let job = Job {
+            batch,
+            submitted: std::time::Instant::now(),
+            resolver,
+        };
+        if let Err(std::sync::mpsc::SendError(job)) = self.tx.send(job) {
+            job.resolver.resolve(Err(Error::Stopped));
+        }
+        handle
+    }
+
+    fn info(&self) -> BackendInfo {
+        self.info.clone()
+    }
 }
 
 /// Which backend an engine runs on ([`EngineConfig::backend`]).

@@ -16,10 +16,10 @@ pub mod par;
 
 use std::sync::mpsc;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::ops::{Architecture, Layout};
-use super::{Backend, BackendInfo, BufferPool, Embeddings, Handle, Output, Resolver};
+use super::{BackendInfo, BufferPool, Embeddings, Job, Output, Threaded};
 use crate::batch::Batch;
 use crate::config::EngineConfig;
 use crate::error::{Error, Result};
@@ -27,18 +27,6 @@ use crate::plan::{Action, Bucket, CaptureMode, ForwardStats, Ladder, PlanCache, 
 use arena::Arena;
 pub use ops::{Cpu, CpuLinear, CpuPass};
 use par::{Eager, Mat, Team};
-
-struct Job {
-    batch: Batch,
-    submitted: Instant,
-    resolver: Resolver,
-}
-
-pub struct CpuBackend {
-    tx: mpsc::Sender<Job>,
-    info: BackendInfo,
-    pool: Arc<BufferPool>,
-}
 
 /// A captured plan: the arena of one bucket. The model's weights, packed at load, are shared by every plan.
 struct Plan {
@@ -58,83 +46,81 @@ struct Compute<M> {
     cache: PlanCache<Plan>,
 }
 
-impl CpuBackend {
-    /// Starts the compute thread for `model`, whose weights `device` packed.
-    pub fn new<M: Architecture<Cpu> + 'static>(
-        device: Cpu,
-        model: M,
-        config: &EngineConfig,
-    ) -> Result<Self> {
-        let threads = config.resolved_threads().max(1);
-        let workers = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .thread_name(|i| format!("engine-cpu-{i}"))
-            .build()
-            .map_err(|e| Error::Spawn {
-                what: format!("{threads} compute threads"),
-                message: e.to_string(),
-            })?;
-        let mut compute = Compute {
-            team: Team::new(threads),
-            threads,
-            ladder: config.ladder(),
-            cache: PlanCache::new(config.capture, config.plan_cache_mib << 20),
-            workers,
-            layout: model.layout(),
-            model,
-            device,
-        };
-        let startup = (config.capture == CaptureMode::Startup).then(|| {
-            let start = Instant::now();
-            // Smallest first and without evicting: when the whole ladder outgrows the cache, start-up keeps the
-            // small plans, where replay pays, and the big ones are made on first use.
-            for tokens in compute.ladder.tokens.clone() {
-                let key = compute.plan_key(Bucket { seqs: 1, tokens });
-                compute.capture(key, false);
-            }
-            start.elapsed()
-        });
-        let dtype = compute.device.dtype();
-        let info = BackendInfo {
-            name: "cpu",
-            device: format!("{:?} kernels", gemm::Isa::detect()).to_lowercase(),
-            threads,
-            dim: compute.model.dim(),
-            vocab_size: compute.model.vocab_size(),
-            max_positions: compute.layout.max_positions,
-            dtype,
-            capture: config.capture,
-            startup_capture: startup,
-            startup_plans: compute.cache.stats().plans,
-        };
-        let (tx, rx) = mpsc::channel::<Job>();
-        let pool = Arc::new(BufferPool::default());
-        let results = pool.clone();
-        std::thread::Builder::new()
-            .name("engine-cpu".into())
-            .spawn(move || {
-                // Runs until every sender (the backend) is dropped.
-                for job in rx {
-                    let start = Instant::now();
-                    let mut emb = results.take(&job.batch, compute.model.dim());
-                    let forward = compute.run(&job.batch, &mut emb);
-                    if compute.model.normalizes() {
-                        emb.normalize(&job.batch);
-                    }
-                    job.resolver.resolve(Ok(Output {
-                        embeddings: emb,
-                        queued: start - job.submitted,
-                        compute: start.elapsed(),
-                        forward: Some(forward),
-                    }));
+/// Starts the compute thread for `model`, whose weights `device` packed.
+pub(crate) fn start<M: Architecture<Cpu> + 'static>(
+    device: Cpu,
+    model: M,
+    config: &EngineConfig,
+) -> Result<Threaded> {
+    let threads = config.resolved_threads().max(1);
+    let workers = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(|i| format!("engine-cpu-{i}"))
+        .build()
+        .map_err(|e| Error::Spawn {
+            what: format!("{threads} compute threads"),
+            message: e.to_string(),
+        })?;
+    let mut compute = Compute {
+        team: Team::new(threads),
+        threads,
+        ladder: config.ladder(),
+        cache: PlanCache::new(config.capture, config.plan_cache_mib << 20),
+        workers,
+        layout: model.layout(),
+        model,
+        device,
+    };
+    let startup = (config.capture == CaptureMode::Startup).then(|| {
+        let start = Instant::now();
+        // Smallest first and without evicting: when the whole ladder outgrows the cache, start-up keeps the
+        // small plans, where replay pays, and the big ones are made on first use.
+        for tokens in compute.ladder.tokens.clone() {
+            let key = compute.plan_key(Bucket { seqs: 1, tokens });
+            compute.capture(key, false);
+        }
+        start.elapsed()
+    });
+    let dtype = compute.device.dtype();
+    let info = BackendInfo {
+        name: "cpu",
+        device: format!("{:?} kernels", gemm::Isa::detect()).to_lowercase(),
+        threads,
+        dim: compute.model.dim(),
+        vocab_size: compute.model.vocab_size(),
+        max_positions: compute.layout.max_positions,
+        dtype,
+        capture: config.capture,
+        startup_capture: startup,
+        startup_plans: compute.cache.stats().plans,
+    };
+    let (tx, rx) = mpsc::channel::<Job>();
+    let pool = Arc::new(BufferPool::default());
+    let results = pool.clone();
+    std::thread::Builder::new()
+        .name("engine-cpu".into())
+        .spawn(move || {
+            // Runs until every sender (the backend) is dropped.
+            for job in rx {
+                let start = Instant::now();
+                let mut emb = results.take(&job.batch, compute.model.dim());
+                let forward = compute.run(&job.batch, &mut emb);
+                if compute.model.normalizes() {
+                    emb.normalize(&job.batch);
                 }
-            })
-            .map_err(|e| Error::Spawn {
-                what: "the compute thread".into(),
-                message: e.to_string(),
-            })?;
-        Ok(CpuBackend { tx, info, pool })
-    }
+                job.resolver.resolve(Ok(Output {
+                    embeddings: emb,
+                    queued: start - job.submitted,
+                    compute: start.elapsed(),
+                    forward: Some(forward),
+                }));
+            }
+        })
+        .map_err(|e| Error::Spawn {
+            what: "the compute thread".into(),
+            message: e.to_string(),
+        })?;
+    Ok(Threaded { tx, info, pool })
 }
 
 impl<M: Architecture<Cpu>> Compute<M> {
@@ -236,35 +222,5 @@ impl<M: Architecture<Cpu>> Compute<M> {
             model.forward(&pass, batch, &views.acts, out)
         });
         true
-    }
-}
-
-impl Backend for CpuBackend {
-    fn submit(&self, batch: Batch) -> Handle {
-        if let Err(e) = batch.validate(self.info.vocab_size, self.info.max_positions) {
-            return Handle::ready(Err(e));
-        }
-        if batch.is_empty() {
-            return Handle::ready(Ok(Output {
-                embeddings: self.pool.take(&batch, self.info.dim),
-                queued: Duration::ZERO,
-                compute: Duration::ZERO,
-                forward: None,
-            }));
-        }
-        let (resolver, handle) = Handle::new();
-        let job = Job {
-            batch,
-            submitted: Instant::now(),
-            resolver,
-        };
-        if let Err(mpsc::SendError(job)) = self.tx.send(job) {
-            job.resolver.resolve(Err(Error::Stopped));
-        }
-        handle
-    }
-
-    fn info(&self) -> BackendInfo {
-        self.info.clone()
     }
 }

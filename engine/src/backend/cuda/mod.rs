@@ -20,14 +20,14 @@ pub mod ops;
 pub mod pinned;
 
 use std::sync::{mpsc, Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use cudarc::driver::{
     sys, CudaEvent, CudaGraph, CudaSlice, CudaStream, DevicePtr, PinnedHostSlice,
 };
 
 use super::ops::{Architecture, Layout};
-use super::{Backend, BackendInfo, BufferPool, Handle, Output, Resolver};
+use super::{Backend, BackendInfo, BufferPool, Job, Output, Threaded};
 use crate::batch::{Batch, Readout};
 use crate::config::EngineConfig;
 use crate::error::{Error, Result};
@@ -59,53 +59,11 @@ pub fn start(dir: &ModelDir, config: &EngineConfig) -> Result<Arc<dyn Backend>> 
             message: e.to_string(),
         })?;
     let info = ready_rx.recv().map_err(|_| Error::Stopped)??;
-    Ok(Arc::new(CudaBackend {
+    Ok(Arc::new(Threaded {
         tx,
         info,
         pool: results,
     }))
-}
-
-struct Job {
-    batch: Batch,
-    submitted: Instant,
-    resolver: Resolver,
-}
-
-pub struct CudaBackend {
-    tx: mpsc::Sender<Job>,
-    info: BackendInfo,
-    pool: Arc<BufferPool>,
-}
-
-impl Backend for CudaBackend {
-    fn submit(&self, batch: Batch) -> Handle {
-        if let Err(e) = batch.validate(self.info.vocab_size, self.info.max_positions) {
-            return Handle::ready(Err(e));
-        }
-        if batch.is_empty() {
-            return Handle::ready(Ok(Output {
-                embeddings: self.pool.take(&batch, self.info.dim),
-                queued: Duration::ZERO,
-                compute: Duration::ZERO,
-                forward: None,
-            }));
-        }
-        let (resolver, handle) = Handle::new();
-        let job = Job {
-            batch,
-            submitted: Instant::now(),
-            resolver,
-        };
-        if let Err(mpsc::SendError(job)) = self.tx.send(job) {
-            job.resolver.resolve(Err(Error::Stopped));
-        }
-        handle
-    }
-
-    fn info(&self) -> BackendInfo {
-        self.info.clone()
-    }
 }
 
 /// The sizes one set of device buffers serves: a bucket's, or one batch's past the ladder.
