@@ -187,7 +187,7 @@ def cmd_torch_bench(a):
     vocab = model.config.vocab_size
     sizes = [int(s) for s in a.sizes.split(",")]
     compile_sizes = [int(s) for s in a.compile_sizes.split(",") if s]
-    for mode in ["eager", "compile"]:
+    for mode in a.modes.split(","):
         m = model
         if mode == "compile":
             try:
@@ -235,6 +235,26 @@ def cmd_torch_bench(a):
     print(f"torch-bench: {a.model} on {device}", file=sys.stderr)
 
 
+def cmd_peak(a):
+    """The machine's dense GEMM rate through PyTorch (bf16 on a GPU, f32 on a CPU): the ceiling for the curve."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    n, dtype, device = (8192, torch.bfloat16, "cuda") if cuda else (1024, torch.float32, "cpu")
+    x = torch.randn(n, n, dtype=dtype, device=device)
+    y = torch.randn(n, n, dtype=dtype, device=device)
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    for _ in range(3):
+        x @ y
+    sync()
+    t0, runs = time.perf_counter(), 10
+    for _ in range(runs):
+        x @ y
+    sync()
+    dt = (time.perf_counter() - t0) / runs
+    write_json(a.out, {"n": n, "dtype": str(dtype), "device": device, "gflops": 2 * n**3 / dt / 1e9})
+
+
 def fmt(v, digits=1):
     return "n/a" if v is None else f"{v:,.{digits}f}"
 
@@ -254,10 +274,17 @@ def first(value, key):
 
 
 def cmd_overlap(a):
+    """Overlap on vs off: tokens/s of the bulk re-index replays, and latency of the online ones where they ran."""
     out = {"texts": a.texts}
     for ov in ["true", "false"]:
+        side = "on" if ov == "true" else "off"
         r = json.load(open(os.path.join(a.replay, f"overlap-{ov}", "result.json")))
-        out[f"{'on' if ov == 'true' else 'off'}_tokens_per_s"] = first(r["configs"][0]["steps"], "tokens_per_s")
+        out[f"{side}_tokens_per_s"] = first(r["configs"][0]["steps"], "tokens_per_s")
+        p = os.path.join(a.replay, f"online-{ov}", "result.json")
+        if os.path.exists(p):
+            c = json.load(open(p))["configs"][0]["steps"][-1]["classes"][0]
+            out[f"online_{side}"] = {k: c.get(k) for k in ["offered_rps", "achieved_rps", "goodput_rps"]} | {
+                "p50_ms": c["latency_ms"]["p50"], "p99_ms": c["latency_ms"]["p99"]}
     print(json.dumps(out))
 
 
@@ -266,17 +293,37 @@ def cmd_table(a):
     run = json.load(open(os.path.join(out, "run.json")))
     models = run["models"]
     table = {"run": run, "models": {}}
+    p = os.path.join(out, "peak.json")
+    peak = json.load(open(p)) if os.path.exists(p) else None
+    table["gemm_peak"] = peak
     md = [f"# GPU check: backend `{run['backend']}`{' (CPU dry run: small models, no GPU figure)' if run['dry'] else ''}",
-          "", f"Machine: {run['device']}", ""]
+          ""]
+    device = os.path.join(out, "device.txt")
+    engine = [l.strip() for l in open(device) if l.startswith("engine:")] if os.path.exists(device) else []
+    run["engine"] = engine[0] if engine else "unknown (the smoke step failed)"
+    md.append(f"Engine: {run['engine']}")
+    smi = os.path.join(out, "nvidia-smi.csv")
+    if os.path.exists(smi):
+        run["nvidia_smi"] = open(smi).read().strip()
+        md.append(f"nvidia-smi: `{' / '.join(run['nvidia_smi'].splitlines())}`")
+    steps = os.path.join(out, "steps.tsv")
+    run["steps"] = [dict(zip(["step", "outcome", "rc", "seconds"], l.rstrip("\n").split("\t"))) for l in open(steps)] \
+        if os.path.exists(steps) else []
+    bad = [f"{s['step']} ({s['outcome']})" for s in run["steps"] if s["outcome"] != "ok"]
+    md += [f"Steps: {len(run['steps']) - len(bad)} ok" + (f"; not: {', '.join(bad)}" if bad else ""), ""]
     for name in models:
         d = os.path.join(out, name)
         m = {}
         for key in ["cosine_vs_reference", "cosine_vs_cpu"]:
             p = os.path.join(d, key + ".json")
             m[key] = json.load(open(p)) if os.path.exists(p) else None
-        for key in ["curve", "plans", "torch", "overlap"]:
+        for key in ["curve", "plans", "torch", "torch_compile", "overlap"]:
             p = os.path.join(d, key + ".json")
             m[key] = json.load(open(p)) if os.path.exists(p) else None
+        if m["torch_compile"]:
+            m["torch"] = m["torch"] or {k: v for k, v in m["torch_compile"].items() if k != "modes"}
+            m["torch"].setdefault("modes", {}).update(m["torch_compile"]["modes"])
+        del m["torch_compile"]
         table["models"][name] = m
         md += [f"## {name}", ""]
         c1, c2 = m["cosine_vs_reference"], m["cosine_vs_cpu"]
@@ -287,9 +334,22 @@ def cmd_table(a):
         eager = {r["tokens"]: r["tokens_per_s"] for r in tb.get("eager", {}).get("curve", [])}
         comp = {r["tokens"]: r["tokens_per_s"] for r in tb.get("compile", {}).get("curve", [])}
         md += ["", "| batch tokens | ours tokens/s | PyTorch eager tokens/s | torch.compile tokens/s |", "|---|---|---|---|"]
-        for p in (m["curve"] or {}).get("points", []):
+        curve = m["curve"] or {}
+        for p in curve.get("points", []):
             t = p["tokens"]
             md.append(f"| {t} | {fmt(p['tokens_per_s'])} | {fmt(eager.get(t))} | {fmt(comp.get(t))} |")
+        if curve.get("points"):
+            best = max(curve["points"], key=lambda p: p["tokens_per_s"])
+            gflops = best["tokens_per_s"] * curve["flops_per_token"] / 1e9
+            line = f"- peak: {fmt(best['tokens_per_s'])} tokens/s at {best['tokens']} tokens, {fmt(gflops)} GFLOP/s"
+            if peak:
+                line += f" ({fmt(100 * gflops / peak['gflops'])}% of the {fmt(peak['gflops'])} GFLOP/s {peak['dtype']} GEMM the same machine measures)"
+            big = [p for p in curve["points"] if p["tokens"] in eager]
+            if big:
+                b = max(big, key=lambda p: p["tokens"])
+                line += f"; vs PyTorch eager at {b['tokens']} tokens {fmt(b['tokens_per_s'] / eager[b['tokens']], 2)}x"
+            md.append(line)
+            m["peak_of_gemm"] = gflops / peak["gflops"] if peak else None
         pl = m["plans"]
         if pl:
             r = pl["rows"][0]
@@ -307,8 +367,12 @@ def cmd_table(a):
         if ov:
             on, off = ov["on_tokens_per_s"], ov["off_tokens_per_s"]
             md.append(f"- bulk re-index of {ov['texts']} texts: overlap on {fmt(on)} tokens/s, off {fmt(off)} tokens/s "
-                      f"(on / off {fmt(on / off if on and off else None, 2)}x); overlap under an online load is not "
-                      "measured by this script")
+                      f"(on / off {fmt(on / off if on and off else None, 2)}x)")
+            on, off = ov.get("online_on"), ov.get("online_off")
+            if on and off:
+                md.append(f"- online load of {fmt(on['offered_rps'], 0)} req/s: overlap on p50 {fmt(on['p50_ms'], 2)} ms / "
+                          f"p99 {fmt(on['p99_ms'], 2)} ms, off p50 {fmt(off['p50_ms'], 2)} ms / p99 {fmt(off['p99_ms'], 2)} ms "
+                          f"(goodput {fmt(on['goodput_rps'])} vs {fmt(off['goodput_rps'])} req/s)")
         for mode in ["eager", "compile"]:
             if "error" in tb.get(mode, {}):
                 md.append(f"- PyTorch {mode}: {tb[mode]['error']}")
@@ -341,13 +405,16 @@ def main():
     s.add_argument("--len", type=int, default=128)
     s.add_argument("--min-s", type=float, default=0.5)
     s.add_argument("--runs", type=int, default=50)
+    s.add_argument("--modes", default="eager,compile", help="eager, compile, or both (comma-separated)")
+    s = sub.add_parser("peak")
+    s.add_argument("out")
     s = sub.add_parser("overlap")
     s.add_argument("replay")
     s.add_argument("texts", type=int)
     s = sub.add_parser("table")
     s.add_argument("out")
     a = p.parse_args()
-    {"models": cmd_models, "reference": cmd_reference, "cosine": cmd_cosine, "torch-bench": cmd_torch_bench, "overlap": cmd_overlap,
+    {"models": cmd_models, "reference": cmd_reference, "cosine": cmd_cosine, "torch-bench": cmd_torch_bench, "peak": cmd_peak, "overlap": cmd_overlap,
      "table": cmd_table}[a.cmd](a)
 
 

@@ -13,19 +13,53 @@
 # (`bench plans`), overlap on vs off under a bulk re-index (`bench replay --workload batch`), and PyTorch
 # eager / torch.compile on the same machine; and writes $OUT/gpu_check.json and $OUT/gpu_check.md (one table per model).
 #
+# A device lease is minutes long and the backend's first contact with a GPU may fail anywhere, so no step stops the
+# run: each runs under a timeout, its output goes to logs/<step>.log and its outcome to steps.tsv, and the table says
+# what is missing. A smoke step comes first: if the CUDA backend cannot embed four texts, the run ends there (the
+# log says why) instead of spending the lease on steps that would all fail the same way. Steps are ordered by what
+# they are worth (correctness, then the curve and latency, then the baselines, then overlap, then torch.compile) and
+# skipped once BUDGET_S seconds (default 420) have gone.
+#
 # DRY=1 BACKEND=cpu runs the same steps end to end on a CPU with small models and sizes (no GPU figure):
 #   DRY=1 BACKEND=cpu PYTHON=~/.cache/embedding-workbench/peers-venv/bin/python scripts/gpu_check.sh BENCH OUT
 # CUDA libraries: cudarc loads libcuda, libnvrtc and libcublasLt from the loader's path; PyTorch's pip wheels carry
 # NVRTC and cuBLASLt under site-packages/nvidia/*/lib, which this script adds to LD_LIBRARY_PATH when present.
-set -euo pipefail
+set -uo pipefail
 bench=$(realpath "$1") out=$2
 backend=${BACKEND:-cuda}
 py=${PYTHON:-python3}
 dry=${DRY:-0}
-mkdir -p "$out"
+budget=${BUDGET_S:-420}
+mkdir -p "$out/logs"
 out=$(realpath "$out")
 helper="$(dirname "$0")/gpu_check.py"
-export EMBED_WORKBENCH_CACHE="$out/cache"
+export EMBED_WORKBENCH_CACHE="$out/cache" RUST_BACKTRACE=1 PYTHONUNBUFFERED=1
+started=$SECONDS
+: > "$out/steps.tsv"
+
+# step NAME TIMEOUT_S COMMAND...: runs COMMAND (its stdout and stderr to logs/NAME.log), records the outcome.
+step() {
+  local name=$1 limit=$2 t0=$SECONDS rc
+  shift 2
+  if (( SECONDS - started > budget )); then
+    printf '%s\tskipped\t-\t0\n' "$name" >> "$out/steps.tsv"
+    echo "-- $name: skipped (budget of ${budget} s spent)" >&2
+    return 1
+  fi
+  timeout -k 5 "$limit" "$@" > "$out/logs/$name.log" 2>&1
+  rc=$?
+  printf '%s\t%s\t%s\t%s\n' "$name" "$([ $rc = 0 ] && echo ok || echo failed)" "$rc" "$((SECONDS - t0))" \
+    >> "$out/steps.tsv"
+  echo "-- $name: rc $rc in $((SECONDS - t0)) s" >&2
+  [ $rc = 0 ] || tail -n 15 "$out/logs/$name.log" >&2
+  return $rc
+}
+# shstep NAME TIMEOUT_S 'SHELL COMMAND': a step whose command needs redirections.
+shstep() { local n=$1 l=$2; shift 2; step "$n" "$l" bash -c "$1"; }
+finish() {
+  "$py" "$helper" table "$out" > /dev/null 2> "$out/logs/table.log" || tail -n 5 "$out/logs/table.log" >&2
+  echo "gpu_check: $(grep -c ok$'\t' "$out/steps.tsv") steps ok, $(grep -vc ok$'\t' "$out/steps.tsv") not, in $((SECONDS - started)) s" >&2
+}
 
 if [ "$backend" = cuda ]; then
   libs=$("$py" -c 'import glob, os
@@ -36,51 +70,86 @@ except ImportError:
     paths = []
 print(":".join(paths))')
   export LD_LIBRARY_PATH="${libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv > "$out/nvidia-smi.csv" 2>&1
 fi
 
 if [ "$dry" = 1 ]; then
   sizes=16,64,256,1024; compile_sizes=256; texts_n=16; bulk_n=64; runs=5; qwen=qwen3-tiny; min_s=0.3
+  online_rate=20; online_s=4
   models_flag=--dry
 else
-  sizes=16,32,64,128,256,512,1024,2048,4096,8192,16384,32768; compile_sizes=1024; texts_n=64; bulk_n=4096; runs=200
-  qwen=qwen3-0.6b; min_s=1; models_flag=
+  sizes=16,32,64,128,256,512,1024,2048,4096,8192,16384,32768; compile_sizes=1024; texts_n=32; bulk_n=2048
+  runs=200; qwen=qwen3-0.6b; min_s=0.5; models_flag=
+  online_rate=1000; online_s=8
 fi
+models=(minilm-l6 bge-large "$qwen")
 texts="$out/texts.jsonl"
 head -n "$texts_n" workloads/text/passages_en.jsonl > "$texts"
 head -n "$bulk_n" workloads/text/passages_en.jsonl > "$out/bulk.jsonl"
-"$py" "$helper" models "$out/models" $models_flag
+"$py" -c 'import json, sys
+print(json.dumps({"backend": sys.argv[1], "dry": sys.argv[2] == "1", "models": sys.argv[3:]}))' \
+  "$backend" "$dry" "${models[@]}" > "$out/run.json"
+
+step models 120 "$py" "$helper" models "$out/models" $models_flag
 # The Qwen3 shape: bench's synthetic model, written into the cache on first use.
-head -n 1 "$texts" | "$bench" embed --model "synthetic:$qwen" --backend cpu > /dev/null
+shstep qwen-model 120 "head -n 1 '$texts' | '$bench' embed --model 'synthetic:$qwen' --backend cpu > /dev/null"
 ln -sfn "$EMBED_WORKBENCH_CACHE/synthetic/$qwen" "$out/models/$qwen"
 
-"$bench" plans --model "$out/models/minilm-l6" --backend "$backend" --shapes 1x12 --runs 3 > "$out/device.txt" 2>&1 \
-  || true
-device=$(grep -m1 '^engine:' "$out/device.txt" || echo "engine: unknown")
-"$py" -c 'import json, sys
-print(json.dumps({"backend": sys.argv[1], "dry": sys.argv[2] == "1", "device": sys.argv[3],
-                  "models": ["minilm-l6", "bge-large", sys.argv[4]]}))' "$backend" "$dry" "$device" "$qwen" > "$out/run.json"
+# Smoke: four texts, eager, then the same through a captured graph. The engine line names the device.
+shstep smoke 120 "head -n 4 '$texts' | '$bench' embed --model '$out/models/minilm-l6' --backend $backend --capture off \
+  > '$out/smoke-eager.jsonl' && '$bench' plans --model '$out/models/minilm-l6' --backend $backend --shapes 1x12 \
+  --runs 3 > '$out/device.txt' 2>&1"
+if ! grep -q '^engine:' "$out/device.txt" 2>/dev/null; then
+  echo "gpu_check: the smoke step failed; the rest would fail the same way (logs/smoke.log)" >&2
+  # Where a kernel faulted, the memory checker names it (and the address) for the next try.
+  if [ "$backend" = cuda ] && command -v compute-sanitizer > /dev/null; then
+    shstep smoke-memcheck 120 "head -n 4 '$texts' | compute-sanitizer --tool memcheck --print-limit 20 '$bench' embed \
+      --model '$out/models/minilm-l6' --backend cuda --capture off > /dev/null"
+  fi
+  finish
+  exit 3
+fi
 
-for name in minilm-l6 bge-large "$qwen"; do
+step gemm-peak 60 "$py" "$helper" peak "$out/peak.json"
+# Correctness first, every model: ours vs transformers fp32, and vs our CPU backend.
+for name in "${models[@]}"; do
   model="$out/models/$name" d="$out/$name"
   mkdir -p "$d"
-  echo "== $name" >&2
-  "$py" "$helper" reference "$model" "$texts" "$d/reference.jsonl" --limit "$texts_n"
-  "$bench" embed --model "$model" --backend "$backend" "$texts" > "$d/ours.jsonl"
-  "$bench" embed --model "$model" --backend cpu "$texts" > "$d/cpu.jsonl"
-  "$py" "$helper" cosine "$d/reference.jsonl" "$d/ours.jsonl" > "$d/cosine_vs_reference.json"
-  "$py" "$helper" cosine "$d/cpu.jsonl" "$d/ours.jsonl" > "$d/cosine_vs_cpu.json"
-  "$bench" curve --model "$model" --backend "$backend" --dtype bf16 --sizes "$sizes" --min-s "$min_s" \
-    --json "$d/curve.json" > /dev/null
-  "$bench" plans --model "$model" --backend "$backend" --dtype bf16 --shapes 1x12 --runs "$runs" \
-    --json "$d/plans.json" > /dev/null
-  # Overlap on vs off under a bulk load: a batch re-index of the first texts of the corpus (`bench replay`).
-  for ov in true false; do
-    "$bench" replay --model "$model" --workload batch --corpus-limit "$bulk_n" --set backend="$backend" \
-      --set dtype=bf16 --set overlap=$ov --run-id "overlap-$ov" --results-dir "$d/replay" \
-      --reports-dir "$d/replay-report" > /dev/null 2>&1
-  done
-  "$py" "$helper" overlap "$d/replay" "$bulk_n" > "$d/overlap.json"
-  "$py" "$helper" torch-bench "$model" "$d/torch.json" --sizes "$sizes" --compile-sizes "$compile_sizes" \
+  step "$name-reference" 120 "$py" "$helper" reference "$model" "$texts" "$d/reference.jsonl" --limit "$texts_n"
+  shstep "$name-embed" 120 "'$bench' embed --model '$model' --backend $backend '$texts' > '$d/ours.jsonl'"
+  shstep "$name-embed-cpu" 180 "'$bench' embed --model '$model' --backend cpu '$texts' > '$d/cpu.jsonl'"
+  shstep "$name-cosine" 60 "'$py' '$helper' cosine '$d/reference.jsonl' '$d/ours.jsonl' > '$d/cosine_vs_reference.json' \
+    && '$py' '$helper' cosine '$d/cpu.jsonl' '$d/ours.jsonl' > '$d/cosine_vs_cpu.json'"
+done
+# The saturation curve and single-query latency (graphs off vs lazy, start-up lazy vs startup), with PyTorch eager.
+for name in "${models[@]}"; do
+  model="$out/models/$name" d="$out/$name"
+  step "$name-curve" 150 "$bench" curve --model "$model" --backend "$backend" --dtype bf16 --sizes "$sizes" \
+    --min-s "$min_s" --json "$d/curve.json"
+  step "$name-plans" 150 "$bench" plans --model "$model" --backend "$backend" --dtype bf16 --shapes 1x12 \
+    --runs "$runs" --json "$d/plans.json"
+  step "$name-torch-eager" 150 "$py" "$helper" torch-bench "$model" "$d/torch.json" --modes eager --sizes "$sizes" \
     --min-s "$min_s" --runs "$runs"
 done
-"$py" "$helper" table "$out"
+# Overlap on vs off under a bulk load: a batch re-index of the first texts of the corpus (`bench replay`).
+for name in "${models[@]}"; do
+  model="$out/models/$name" d="$out/$name"
+  ok=1
+  for ov in true false; do
+    step "$name-replay-overlap-$ov" 120 "$bench" replay --model "$model" --workload batch --corpus-limit "$bulk_n" \
+      --set backend="$backend" --set dtype=bf16 --set overlap=$ov --run-id "overlap-$ov" --results-dir "$d/replay" \
+      --reports-dir "$d/replay-report" || ok=0
+    # And under an online load (the online model only: a lease is short), latency with overlap on vs off.
+    [ "$name" = minilm-l6 ] && step "$name-online-overlap-$ov" 60 "$bench" replay --model "$model" --workload online \
+      --rate "$online_rate" --duration-s "$online_s" --warmup-s 1 --set backend="$backend" --set dtype=bf16 \
+      --set overlap=$ov --run-id "online-$ov" --results-dir "$d/replay" --reports-dir "$d/replay-report"
+  done
+  [ $ok = 1 ] && shstep "$name-overlap" 30 "'$py' '$helper' overlap '$d/replay' $bulk_n > '$d/overlap.json'"
+done
+# torch.compile compiles per shape (tens of seconds each): the compile sizes and 1x12 only, last.
+for name in "${models[@]}"; do
+  model="$out/models/$name" d="$out/$name"
+  step "$name-torch-compile" 200 "$py" "$helper" torch-bench "$model" "$d/torch_compile.json" --modes compile \
+    --compile-sizes "$compile_sizes" --min-s "$min_s" --runs "$runs"
+done
+finish
