@@ -284,6 +284,7 @@ impl Compute {
             vocab_size: compute.model.vocab_size(),
             max_positions: compute.max_positions,
             dtype: crate::dtype::Dtype::Bf16,
+            dtype_note: Some("the CUDA backend's GEMMs run in bf16"),
             capture: config.capture,
             startup_capture: startup,
             startup_plans: compute.cache.stats().plans,
