@@ -4,13 +4,17 @@
 //
 // Flash-style: a block is a tile of (sequence, query head, QUERIES query rows); it streams the sequence's keys and
 // values through shared memory KEYS at a time and keeps, per query row, the running max, the running sum and
-// the unnormalised output (online softmax), so the len x len scores never exist. A warp owns QPW query rows; for
-// each key tile lane j scores key j against the warp's query, then every lane accumulates its own columns of V
-// (head_dim / 32 of them) weighted by the probabilities shuffled from the lanes.
+// the unnormalised output (online softmax), so the len x len scores never exist. A warp owns QPW query rows and
+// works them together, so each step is QPW independent chains rather than one (at small batches the kernel is
+// bound by latency, not throughput): for each key tile lane j scores key j against the warp's QPW queries, the
+// reductions over the warp run side by side, then every lane accumulates its own columns of V (head_dim / 32 of
+// them) for the QPW rows, each value read once, weighted by the probabilities shuffled from the lanes.
 //
-// Grid: (sequences of the bucket, heads, query tiles of the longest sequence the bucket can hold); blocks past
-// the batch's sequences, or past their sequence's length, return at once. head_dim: a multiple of 32, at most
-// HEAD_DIM_MAX (the host checks). Dynamic shared memory: attention_smem_floats(head_dim) floats.
+// Grid: (query tiles of the bucket, heads). The batch's tiles are listed in `tiles` ({sequence, first query row}
+// each, as many as `meta` says), so the grid covers what the bucket can hold (tokens / QUERIES + sequences tiles)
+// and no block is spent on tiles past a short sequence's end; blocks past the batch's tiles return at once.
+// head_dim: a multiple of 32, at most HEAD_DIM_MAX (the host checks). Dynamic shared memory:
+// (KEYS * (d + 1) + KEYS * d + QUERIES * d) floats.
 
 #define WARPS 4
 #define QPW 4
@@ -20,20 +24,19 @@
 #define COLS_MAX (HEAD_DIM_MAX / 32)
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
-    attention(const float* qkv, int ld_qkv, float* ctx, int ld_ctx, const int* offsets, const int* meta,
-              int heads, int kv_heads, int head_dim, int causal, float scale) {
-    const int s = blockIdx.x, h = blockIdx.y, q0 = blockIdx.z * QUERIES;
-    if (s >= META_SEQS(meta)) {
+    attention(const float* qkv, int ld_qkv, float* ctx, int ld_ctx, const int* offsets, const int* tiles,
+              const int* meta, int heads, int kv_heads, int head_dim, int causal, float scale) {
+    const int t = blockIdx.x, h = blockIdx.y;
+    if (t >= META_TILES(meta)) {
         return;
     }
+    const int s = tiles[2 * t], q0 = tiles[2 * t + 1];
     const int start = offsets[s], len = offsets[s + 1] - start;
-    if (q0 >= len) {
-        return;
-    }
     const int d = head_dim, cols = d / 32;
     const int kv = h / (heads / kv_heads);
     const int qc = h * d, kc = heads * d + kv * d, vc = (heads + kv_heads) * d + kv * d;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int row0 = q0 + warp * QPW;  // the warp's first query row
 
     // K rows padded by one float so that lane j reading row j walks distinct banks.
     extern __shared__ float smem[];
@@ -41,15 +44,21 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     float* vs = ks + KEYS * (d + 1);    // KEYS x d
     float* qs = vs + KEYS * d;          // QUERIES x d
 
-    for (int i = threadIdx.x; i < QUERIES * d; i += blockDim.x) {
-        const int r = q0 + i / d;
-        qs[i] = r < len ? qkv[(size_t)(start + r) * ld_qkv + qc + i % d] : 0.0f;
+    // Rows by warp, columns by lane: coalesced, and no division by the runtime head_dim.
+    for (int r = warp; r < QUERIES; r += WARPS) {
+        const bool in = q0 + r < len;
+        const float* src = qkv + (size_t)(start + q0 + r) * ld_qkv + qc;
+        for (int e = lane; e < d; e += 32) {
+            qs[r * d + e] = in ? src[e] : 0.0f;
+        }
     }
 
     float m[QPW], l[QPW], acc[QPW][COLS_MAX];
+#pragma unroll
     for (int i = 0; i < QPW; i++) {
         m[i] = NEG_INF;
         l[i] = 0.0f;
+#pragma unroll
         for (int c = 0; c < COLS_MAX; c++) {
             acc[i][c] = 0.0f;
         }
@@ -58,67 +67,108 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     // Keys any query row of this tile sees.
     const int last_q = min(len, q0 + QUERIES) - 1;
     const int key_end = causal ? last_q + 1 : len;
+    const float* qw = qs + warp * QPW * d;
     for (int k0 = 0; k0 < key_end; k0 += KEYS) {
         __syncthreads();
-        for (int i = threadIdx.x; i < KEYS * d; i += blockDim.x) {
-            const int j = i / d, e = i % d;
+        for (int j = warp; j < KEYS; j += WARPS) {
             const bool in = k0 + j < len;
-            const size_t at = (size_t)(start + k0 + j) * ld_qkv;
-            ks[j * (d + 1) + e] = in ? qkv[at + kc + e] : 0.0f;
-            vs[j * d + e] = in ? qkv[at + vc + e] : 0.0f;
+            const float* row = qkv + (size_t)(start + k0 + j) * ld_qkv;
+            for (int e = lane; e < d; e += 32) {
+                ks[j * (d + 1) + e] = in ? row[kc + e] : 0.0f;
+                vs[j * d + e] = in ? row[vc + e] : 0.0f;
+            }
         }
         __syncthreads();
         const int key = k0 + lane;
+        // Lane j's key against the warp's QPW queries: one read of each key value, QPW independent sums.
+        float score[QPW];
+#pragma unroll
         for (int i = 0; i < QPW; i++) {
-            const int row = q0 + warp * QPW + i;
-            if (row >= len) {
-                break;  // the same for the whole warp
+            score[i] = 0.0f;
+        }
+        const float* k = ks + lane * (d + 1);
+#pragma unroll 4
+        for (int e = 0; e < d; e++) {
+            const float kv_e = k[e];
+#pragma unroll
+            for (int i = 0; i < QPW; i++) {
+                score[i] += qw[i * d + e] * kv_e;
             }
-            const bool visible = key < len && (!causal || key <= row);
-            float score = NEG_INF;
-            if (visible) {
-                const float* q = qs + (warp * QPW + i) * d;
-                const float* k = ks + lane * (d + 1);
-                float dot = 0.0f;
-                for (int e = 0; e < d; e++) {
-                    dot += q[e] * k[e];
-                }
-                score = dot * scale;
+        }
+        float p[QPW], tile_max[QPW];
+#pragma unroll
+        for (int i = 0; i < QPW; i++) {
+            const int row = row0 + i;
+            const bool visible = key < len && row < len && (!causal || key <= row);
+            score[i] = visible ? score[i] * scale : NEG_INF;
+            tile_max[i] = score[i];
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+#pragma unroll
+            for (int i = 0; i < QPW; i++) {
+                tile_max[i] = fmaxf(tile_max[i], __shfl_xor_sync(0xffffffffu, tile_max[i], o));
             }
-            const float tile_max = warp_max(score);
-            if (tile_max == NEG_INF) {
-                continue;  // nothing visible to this row in this tile (warp-uniform)
+        }
+        float correction[QPW], sum[QPW];
+#pragma unroll
+        for (int i = 0; i < QPW; i++) {
+            const float m_new = fmaxf(m[i], tile_max[i]);
+            // A row that has seen nothing yet (m_new = -inf: past the sequence, or no visible key so far) adds
+            // nothing and keeps its zero state; otherwise expf(-inf) = 0 masks the invisible keys.
+            const bool any = m_new != NEG_INF;
+            p[i] = any ? expf(score[i] - m_new) : 0.0f;
+            correction[i] = any ? expf(m[i] - m_new) : 1.0f;  // 0 on the first visible tile (m = -inf)
+            m[i] = m_new;
+            sum[i] = p[i];
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+#pragma unroll
+            for (int i = 0; i < QPW; i++) {
+                sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], o);
             }
-            const float m_new = fmaxf(m[i], tile_max);
-            const float p = visible ? expf(score - m_new) : 0.0f;
-            const float correction = expf(m[i] - m_new);  // 0 on the first tile (m = -inf)
-            l[i] = l[i] * correction + warp_sum(p);
+        }
+#pragma unroll
+        for (int i = 0; i < QPW; i++) {
+            l[i] = l[i] * correction[i] + sum[i];
+#pragma unroll
             for (int c = 0; c < COLS_MAX; c++) {
-                acc[i][c] *= correction;
+                acc[i][c] *= correction[i];
             }
-            for (int j = 0; j < KEYS; j++) {
-                const float pj = __shfl_sync(0xffffffffu, p, j);
-                for (int c = 0; c < COLS_MAX; c++) {
-                    if (c < cols) {
-                        acc[i][c] += pj * vs[j * d + c * 32 + lane];
+        }
+#pragma unroll 4
+        for (int j = 0; j < KEYS; j++) {
+            float pj[QPW];
+#pragma unroll
+            for (int i = 0; i < QPW; i++) {
+                pj[i] = __shfl_sync(0xffffffffu, p[i], j);
+            }
+#pragma unroll
+            for (int c = 0; c < COLS_MAX; c++) {
+                if (c < cols) {
+                    const float v = vs[j * d + c * 32 + lane];
+#pragma unroll
+                    for (int i = 0; i < QPW; i++) {
+                        acc[i][c] += pj[i] * v;
                     }
                 }
             }
-            m[i] = m_new;
         }
     }
 
+#pragma unroll
     for (int i = 0; i < QPW; i++) {
-        const int row = q0 + warp * QPW + i;
-        if (row >= len) {
-            break;
-        }
-        // Every row sees at least itself, so l > 0.
-        const float inv = 1.0f / l[i];
-        float* o = ctx + (size_t)(start + row) * ld_ctx + qc;
-        for (int c = 0; c < COLS_MAX; c++) {
-            if (c < cols) {
-                o[c * 32 + lane] = acc[i][c] * inv;
+        const int row = row0 + i;
+        if (row < len) {
+            // Every row sees at least itself, so l > 0.
+            const float inv = 1.0f / l[i];
+            float* o = ctx + (size_t)(start + row) * ld_ctx + qc;
+#pragma unroll
+            for (int c = 0; c < COLS_MAX; c++) {
+                if (c < cols) {
+                    o[c * 32 + lane] = acc[i][c] * inv;
+                }
             }
         }
     }

@@ -5,7 +5,7 @@
 // Conventions of every kernel (they mirror the CPU op set, engine/src/backend/ops.rs):
 // - activations are f32, row-major, one row per token, with a row stride `ld` (a view of columns of a wider
 //   matrix has the wider matrix's stride);
-// - `meta` is device memory holding {tokens, sequences} of the batch being run, so a kernel captured in a CUDA
+// - `meta` is device memory holding {tokens, sequences, attention tiles} of the batch being run, so a kernel captured in a CUDA
 //   graph for a bucket serves every smaller batch of that bucket: grids are sized by the bucket, threads past the
 //   batch's real size return at once;
 // - `offsets` / `out_offsets` are the ragged batch's cumulative token and output-row offsets (int32), `tok_pos`
@@ -13,6 +13,8 @@
 
 #define META_TOKENS(meta) ((meta)[0])
 #define META_SEQS(meta) ((meta)[1])
+// Query tiles of the batch's attention (attention.cu), listed in its `tiles` input.
+#define META_TILES(meta) ((meta)[2])
 
 // -inf without math.h (NVRTC has no host headers).
 #define NEG_INF __int_as_float(0xff800000)

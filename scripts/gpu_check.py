@@ -255,6 +255,75 @@ def cmd_peak(a):
     write_json(a.out, {"n": n, "dtype": str(dtype), "device": device, "gflops": 2 * n**3 / dt / 1e9})
 
 
+def cmd_profile(a):
+    """GPU time per kernel from an `ncu --csv --page raw --metrics gpu__time_duration.sum` report (its lines that
+    start with a quote: the profiled program's own output may be mixed in), cuBLASLt's GEMM kernels counted
+    together, largest first."""
+    import csv
+
+    rows = list(csv.reader(l for l in open(a.csv) if l.startswith('"')))
+    if len(rows) < 3:
+        sys.exit(f"profile: no kernels in {a.csv}")
+    head, units = rows[0], rows[1]
+    name, t = head.index("Kernel Name"), head.index("gpu__time_duration.sum")
+    scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3, "s": 1e6,
+             "second": 1e6}.get(units[t])
+    if scale is None:
+        sys.exit(f"profile: unknown time unit {units[t]!r}")
+    ours = {"embed", "layer_norm", "rms_norm", "bias_act", "silu_gate", "rotary", "to_bf16", "attention", "pool",
+            "l2_normalize", "quantize_int8"}
+    total, by = 0.0, {}
+    for r in rows[2:]:
+        k = r[name].split("(")[0].strip()
+        if k not in ours:
+            k = "GEMM (cuBLASLt)" if any(g in k.lower() for g in ["gemm", "cutlass", "xmma", "nvjet", "sm90", "sm80"]) else k
+        us = float(r[t].replace(",", "")) * scale
+        total += us
+        c = by.setdefault(k, {"kernel": k, "launches": 0, "us": 0.0})
+        c["launches"] += 1
+        c["us"] += us
+    kernels = sorted(by.values(), key=lambda c: -c["us"])
+    for c in kernels:
+        c["share"] = c["us"] / total if total else None
+    print(json.dumps({"launches": len(rows) - 2, "total_us": total, "kernels": kernels}))
+
+
+def cmd_compare(a):
+    """Two runs of this check side by side (a change's effect): per model, the curve's peak and its largest size,
+    single-query replay p50, and the bulk re-index's tokens/s; PyTorch eager from whichever run has it."""
+    def load(run, name, key):
+        p = os.path.join(run, name, key + ".json")
+        return json.load(open(p)) if os.path.exists(p) else None
+
+    def curve(c, at=None):
+        pts = (c or {}).get("points", [])
+        if not pts:
+            return None
+        if at is None:
+            return max(p["tokens_per_s"] for p in pts)
+        return next((p["tokens_per_s"] for p in pts if p["tokens"] == at), None)
+
+    names = json.load(open(os.path.join(a.before, "run.json")))["models"]
+    md = ["| model | measure | before | after | after / before | PyTorch eager |", "|---|---|---|---|---|---|"]
+    for name in names:
+        b, c = [load(r, name, "curve") for r in (a.before, a.after)]
+        tb = load(a.before, name, "torch") or load(a.after, name, "torch") or {}
+        eager = {r["tokens"]: r["tokens_per_s"] for r in tb.get("modes", {}).get("eager", {}).get("curve", [])}
+        largest = max((p["tokens"] for p in (c or {}).get("points", [])), default=None)
+        pb, pa = [load(r, name, "plans") for r in (a.before, a.after)]
+        ob, oa = [load(r, name, "overlap") for r in (a.before, a.after)]
+        rows = [("peak tokens/s", curve(b), curve(c), max(eager.values(), default=None)),
+                (f"tokens/s at {largest} tokens", curve(b, largest), curve(c, largest), eager.get(largest)),
+                ("1x12 replay p50 ms", pb and pb["rows"][0]["replay_p50_ms"], pa and pa["rows"][0]["replay_p50_ms"],
+                 tb.get("modes", {}).get("eager", {}).get("single_1x12_p50_ms")),
+                ("bulk re-index tokens/s (overlap on)", ob and ob["on_tokens_per_s"], oa and oa["on_tokens_per_s"], None)]
+        for what, x, y, t in rows:
+            ratio = y / x if x and y else None
+            digits = 3 if "ms" in what else 0
+            md.append(f"| {name} | {what} | {fmt(x, digits)} | {fmt(y, digits)} | {fmt(ratio, 2)} | {fmt(t, digits)} |")
+    print("\n".join(md))
+
+
 def fmt(v, digits=1):
     return "n/a" if v is None else f"{v:,.{digits}f}"
 
@@ -317,7 +386,7 @@ def cmd_table(a):
         for key in ["cosine_vs_reference", "cosine_vs_cpu"]:
             p = os.path.join(d, key + ".json")
             m[key] = json.load(open(p)) if os.path.exists(p) else None
-        for key in ["curve", "plans", "torch", "torch_compile", "overlap"]:
+        for key in ["curve", "plans", "torch", "torch_compile", "overlap", "profile"]:
             p = os.path.join(d, key + ".json")
             m[key] = json.load(open(p)) if os.path.exists(p) else None
         if m["torch_compile"]:
@@ -373,6 +442,11 @@ def cmd_table(a):
                 md.append(f"- online load of {fmt(on['offered_rps'], 0)} req/s: overlap on p50 {fmt(on['p50_ms'], 2)} ms / "
                           f"p99 {fmt(on['p99_ms'], 2)} ms, off p50 {fmt(off['p50_ms'], 2)} ms / p99 {fmt(off['p99_ms'], 2)} ms "
                           f"(goodput {fmt(on['goodput_rps'])} vs {fmt(off['goodput_rps'])} req/s)")
+        pr = m["profile"]
+        if pr:
+            top = ", ".join(f"{c['kernel']} {100 * c['share']:.0f}%" for c in pr["kernels"][:6])
+            md.append(f"- GPU time of an eager run over the check's texts (ncu): {fmt(pr['total_us'])} µs in "
+                      f"{pr['launches']} launches: {top}")
         for mode in ["eager", "compile"]:
             if "error" in tb.get(mode, {}):
                 md.append(f"- PyTorch {mode}: {tb[mode]['error']}")
@@ -406,6 +480,11 @@ def main():
     s.add_argument("--min-s", type=float, default=0.5)
     s.add_argument("--runs", type=int, default=50)
     s.add_argument("--modes", default="eager,compile", help="eager, compile, or both (comma-separated)")
+    s = sub.add_parser("compare")
+    s.add_argument("before")
+    s.add_argument("after")
+    s = sub.add_parser("profile")
+    s.add_argument("csv")
     s = sub.add_parser("peak")
     s.add_argument("out")
     s = sub.add_parser("overlap")
@@ -414,7 +493,7 @@ def main():
     s = sub.add_parser("table")
     s.add_argument("out")
     a = p.parse_args()
-    {"models": cmd_models, "reference": cmd_reference, "cosine": cmd_cosine, "torch-bench": cmd_torch_bench, "peak": cmd_peak, "overlap": cmd_overlap,
+    {"models": cmd_models, "reference": cmd_reference, "cosine": cmd_cosine, "torch-bench": cmd_torch_bench, "peak": cmd_peak, "profile": cmd_profile, "compare": cmd_compare, "overlap": cmd_overlap,
      "table": cmd_table}[a.cmd](a)
 
 

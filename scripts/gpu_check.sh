@@ -20,6 +20,11 @@
 # they are worth (correctness, then the curve and latency, then the baselines, then overlap, then torch.compile) and
 # skipped once BUDGET_S seconds (default 420) have gone.
 #
+# Knobs for a second lease after a change to the backend: REFERENCE_DIR=<an earlier run's output> takes its
+# reference embeddings (the models are seeded, so they are the same; it saves the transformers runs), TORCH=0 skips
+# the PyTorch baselines, PROFILE=1 adds each model's GPU time per kernel under Nsight Compute (`ncu`, one batch,
+# eager) to the table.
+#
 # DRY=1 BACKEND=cpu runs the same steps end to end on a CPU with small models and sizes (no GPU figure):
 #   DRY=1 BACKEND=cpu PYTHON=~/.cache/embedding-workbench/peers-venv/bin/python scripts/gpu_check.sh BENCH OUT
 # CUDA libraries: cudarc loads libcuda, libnvrtc and libcublasLt from the loader's path; PyTorch's pip wheels carry
@@ -30,6 +35,9 @@ backend=${BACKEND:-cuda}
 py=${PYTHON:-python3}
 dry=${DRY:-0}
 budget=${BUDGET_S:-420}
+reference_dir=${REFERENCE_DIR:-}
+torch=${TORCH:-1}
+profile=${PROFILE:-0}
 mkdir -p "$out/logs"
 out=$(realpath "$out")
 helper="$(dirname "$0")/gpu_check.py"
@@ -115,7 +123,11 @@ step gemm-peak 60 "$py" "$helper" peak "$out/peak.json"
 for name in "${models[@]}"; do
   model="$out/models/$name" d="$out/$name"
   mkdir -p "$d"
-  step "$name-reference" 120 "$py" "$helper" reference "$model" "$texts" "$d/reference.jsonl" --limit "$texts_n"
+  if [ -n "$reference_dir" ] && [ -f "$reference_dir/$name/reference.jsonl" ]; then
+    step "$name-reference" 10 cp "$reference_dir/$name/reference.jsonl" "$d/reference.jsonl"
+  else
+    step "$name-reference" 120 "$py" "$helper" reference "$model" "$texts" "$d/reference.jsonl" --limit "$texts_n"
+  fi
   shstep "$name-embed" 120 "'$bench' embed --model '$model' --backend $backend '$texts' > '$d/ours.jsonl'"
   shstep "$name-embed-cpu" 180 "'$bench' embed --model '$model' --backend cpu '$texts' > '$d/cpu.jsonl'"
   shstep "$name-cosine" 60 "'$py' '$helper' cosine '$d/reference.jsonl' '$d/ours.jsonl' > '$d/cosine_vs_reference.json' \
@@ -128,9 +140,19 @@ for name in "${models[@]}"; do
     --min-s "$min_s" --json "$d/curve.json"
   step "$name-plans" 150 "$bench" plans --model "$model" --backend "$backend" --dtype bf16 --shapes 1x12 \
     --runs "$runs" --json "$d/plans.json"
-  step "$name-torch-eager" 150 "$py" "$helper" torch-bench "$model" "$d/torch.json" --modes eager --sizes "$sizes" \
+  [ "$torch" = 1 ] && step "$name-torch-eager" 150 "$py" "$helper" torch-bench "$model" "$d/torch.json" --modes eager --sizes "$sizes" \
     --min-s "$min_s" --runs "$runs"
 done
+# Where the GPU time of one eager batch (the check's texts) goes, kernel by kernel, under Nsight Compute.
+ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2> /dev/null | head -n 1)
+if [ "$profile" = 1 ] && [ "$backend" = cuda ] && [ -n "$ncu" ]; then
+  for name in "${models[@]}"; do
+    model="$out/models/$name" d="$out/$name"
+    shstep "$name-profile" 120 "'$ncu' --clock-control none --cache-control none --metrics gpu__time_duration.sum \
+      --csv --page raw --launch-count 2000 '$bench' embed --model '$model' --backend cuda --capture off '$texts' \
+      > '$d/ncu.csv' 2> '$d/ncu.err' && '$py' '$helper' profile '$d/ncu.csv' > '$d/profile.json'"
+  done
+fi
 # Overlap on vs off under a bulk load: a batch re-index of the first texts of the corpus (`bench replay`).
 for name in "${models[@]}"; do
   model="$out/models/$name" d="$out/$name"
@@ -149,7 +171,7 @@ done
 # torch.compile compiles per shape (tens of seconds each): the compile sizes and 1x12 only, last.
 for name in "${models[@]}"; do
   model="$out/models/$name" d="$out/$name"
-  step "$name-torch-compile" 200 "$py" "$helper" torch-bench "$model" "$d/torch_compile.json" --modes compile \
+  [ "$torch" = 1 ] && step "$name-torch-compile" 200 "$py" "$helper" torch-bench "$model" "$d/torch_compile.json" --modes compile \
     --compile-sizes "$compile_sizes" --min-s "$min_s" --runs "$runs"
 done
 finish

@@ -24,7 +24,7 @@ use crate::model::{Pooling, Tensor};
 /// The widest head the attention kernel takes (`HEAD_DIM_MAX` in kernels/attention.cu), in steps of a warp.
 pub const HEAD_DIM_MAX: usize = 128;
 /// Query rows per attention block (`QUERIES` in kernels/attention.cu).
-const ATTENTION_QUERIES: usize = 16;
+const ATTENTION_QUERIES: usize = super::inputs::QUERY_TILE;
 const ATTENTION_KEYS: usize = 32;
 
 pub(super) fn driver(what: &str) -> impl Fn(cudarc::driver::DriverError) -> Error + '_ {
@@ -235,12 +235,14 @@ pub struct PassInputs {
     pub offsets: u64,
     pub out_offsets: u64,
     pub readouts: u64,
+    /// The attention's query tiles ({sequence, first row} pairs).
+    pub tiles: u64,
     pub meta: u64,
-    /// Rows, sequences and sequence length the launches cover (the bucket's, or the batch's when eager past the
+    /// Rows, sequences and attention tiles the launches cover (the bucket's, or the batch's when eager past the
     /// ladder).
     pub tokens: usize,
     pub seqs: usize,
-    pub max_len: usize,
+    pub max_tiles: usize,
     /// Dense bf16 GEMM input, `tokens × gemm_scratch` values.
     pub bf16: u64,
 }
@@ -568,11 +570,7 @@ impl<'a> Ops for CudaPass<'a> {
         self.launch(
             "attention",
             LaunchConfig {
-                grid_dim: (
-                    self.inputs.seqs as u32,
-                    heads as u32,
-                    blocks(self.inputs.max_len, ATTENTION_QUERIES),
-                ),
+                grid_dim: (self.inputs.max_tiles.max(1) as u32, heads as u32, 1),
                 block_dim: (128, 1, 1),
                 shared_mem_bytes: smem as u32,
             },
@@ -582,6 +580,7 @@ impl<'a> Ops for CudaPass<'a> {
                 Arg::Ptr(ctx.ptr),
                 Self::i(ctx.ld),
                 Arg::Ptr(self.inputs.offsets),
+                Arg::Ptr(self.inputs.tiles),
                 Arg::Ptr(self.inputs.meta),
                 Self::i(heads),
                 Self::i(kv_heads),
