@@ -90,6 +90,8 @@ pub struct StepRun {
     /// At the same instants, the memory of the step's own request records (kept in this process until the step
     /// ends): the part of `rss_mib` that is the harness's, not the engine's.
     pub log_mib: Vec<(f64, f64)>,
+    /// Answers with more embeddings than inputs.
+    pub duplicated: u64,
 }
 
 /// How often a step samples the process's resident memory.
@@ -119,6 +121,8 @@ pub struct Recorder {
     sent: AtomicU64,
     done: AtomicU64,
     failed: AtomicU64,
+    /// Answers with more embeddings than inputs: a piece answered twice.
+    duplicated: AtomicU64,
 }
 
 /// Error messages kept per step.
@@ -272,6 +276,7 @@ pub async fn run(
         wall_s,
         rss_mib,
         log_mib,
+        duplicated: rec.duplicated.load(Ordering::Relaxed),
     }
 }
 
@@ -340,6 +345,13 @@ pub async fn send(ctx: Ctx, request: Request, due: Instant) -> Option<Duration> 
         }
         Ok(Err(Failure::Error(m))) => {
             ctx.rec.error(m);
+            (Outcome::Error, 0, Reply::default())
+        }
+        Ok(Err(Failure::Rows { got, want })) => {
+            if got > want {
+                ctx.rec.duplicated.fetch_add(1, Ordering::Relaxed);
+            }
+            ctx.rec.error(format!("{got} embeddings for {want} inputs"));
             (Outcome::Error, 0, Reply::default())
         }
         Err(_) => (Outcome::Timeout, 0, Reply::default()),

@@ -476,6 +476,7 @@ pub(crate) mod tests {
             errors: Vec::new(),
             rss_mib: Vec::new(),
             log_mib: Vec::new(),
+            fault: None,
         }
     }
 

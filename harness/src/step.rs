@@ -202,6 +202,25 @@ pub struct StepResult {
     /// in the same process): what grows with the requests sent, not with the engine.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub log_mib: Vec<(f64, f64)>,
+    /// The fault this step had injected (`--kill-replica-at-s`) and what it cost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fault: Option<Fault>,
+}
+
+/// A replica killed mid-step and what the step's requests saw. Lost and duplicated must be 0 for a gateway that
+/// re-sends a dead replica's pieces; retried counts the re-sends.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Fault {
+    /// Seconds from the step's start, and what was killed.
+    pub at_s: f64,
+    pub what: String,
+    /// Requests of the step not answered: errors and timeouts (refusals, 429/503, are counted apart).
+    pub lost: u64,
+    pub refused: u64,
+    /// Answers with more embeddings than inputs.
+    pub duplicated: u64,
+    /// Pieces the gateway sent again to another replica.
+    pub retried: u64,
 }
 
 impl StepResult {
@@ -625,6 +644,7 @@ mod tests {
             fill: 2.0,
             replays: 4.0,
             forwards: 10.0,
+            resent_pieces: 0.0,
         };
         let after = Telemetry {
             batches: 20.0,
@@ -632,6 +652,7 @@ mod tests {
             fill: 7.0,
             replays: 12.0,
             forwards: 20.0,
+            resent_pieces: 0.0,
         };
         let (_, b, _) = analyze(&[], &[spec()], &WINDOW, Some((before, after)));
         assert_eq!(

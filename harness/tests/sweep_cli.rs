@@ -335,3 +335,57 @@ fn replay_exits_3_when_every_request_failed() {
     assert!(stderr.contains("no request was answered"), "{stderr}");
     assert!(stderr.contains("500"), "the first error is named: {stderr}");
 }
+
+/// `--target processes`: the harness starts `replicas` replica processes and a gateway in front of them; with
+/// `--kill-replica-at-s` one is killed mid-step and the step reports what that cost (nothing lost, nothing
+/// answered twice, its pieces re-sent), and it is started again for the next step.
+#[test]
+fn a_fault_step_kills_a_replica_process_and_loses_no_request() {
+    let (tmp, model) = scratch();
+    let stderr = ok(&bench(
+        &[
+            "replay",
+            "--target",
+            "processes",
+            "--model",
+            &model,
+            "--set",
+            "replicas=2",
+            "--set",
+            "threads=1",
+            "--arrivals",
+            "poisson",
+            "--rate",
+            "60",
+            "--duration-s",
+            "3",
+            "--warmup-s",
+            "0.2",
+            "--timeout-ms",
+            "20000",
+            "--kill-replica-at-s",
+            "1.0",
+            "--run-id",
+            "f",
+            "--no-report",
+        ],
+        tmp.path(),
+    ));
+    assert!(stderr.contains("2 replica processes"), "{stderr}");
+    let result = json(&tmp.path().join("results/f/result.json"));
+    let step = &result["configs"][0]["steps"][0];
+    let fault = &step["fault"];
+    assert!(
+        fault["what"].as_str().unwrap().contains("killed (SIGKILL)"),
+        "{fault}"
+    );
+    assert_eq!(fault["lost"], 0, "{fault}\n{stderr}");
+    assert_eq!(fault["duplicated"], 0, "{fault}");
+    let class = &step["classes"][0];
+    assert_eq!(
+        (&class["errors"], &class["timeouts"]),
+        (&0.into(), &0.into()),
+        "{class}"
+    );
+    assert!(class["ok"].as_u64().unwrap() > 0, "{class}");
+}

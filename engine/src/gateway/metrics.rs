@@ -114,6 +114,9 @@ pub struct MetricsSnapshot {
     pub eager_forwards: u64,
     pub capture_forwards: u64,
     pub replay_forwards: u64,
+    /// Pieces of requests a remote replica failed, and those sent again to another.
+    pub lost_pieces: u64,
+    pub resent_pieces: u64,
 }
 
 /// Everything `/metrics` reports, shared by the routes and every replica's scheduler observer.
@@ -207,6 +210,8 @@ impl Metrics {
             eager_forwards,
             capture_forwards,
             replay_forwards,
+            lost_pieces: self.lost_pieces.load(Ordering::Relaxed),
+            resent_pieces: self.resent_pieces.load(Ordering::Relaxed),
         }
     }
 

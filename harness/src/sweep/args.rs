@@ -13,7 +13,8 @@ pub struct Common {
     /// online (open-loop queries), batch (closed-loop re-index of a corpus) or mixed (both, each with its SLO).
     #[arg(long, value_enum, default_value_t = WorkloadKind::Online)]
     pub workload: WorkloadKind,
-    /// in-process (the gateway path without HTTP), serve (our HTTP server on loopback), or an http:// URL.
+    /// in-process (the gateway path without HTTP), serve (our HTTP server on loopback), processes (a gateway here
+    /// in front of `replicas` replica processes over gRPC on loopback), or an http:// URL.
     #[arg(long, default_value = "in-process")]
     pub target: String,
     /// Wire format of a URL target.
@@ -68,6 +69,10 @@ pub struct Common {
     /// Flag a step whose dispatch delay p99 exceeds this: the generator fell behind its schedule.
     #[arg(long, default_value_t = 10.0)]
     pub max_dispatch_delay_ms: f64,
+    /// A fault step: kill one replica process (SIGKILL) this many seconds into every step, report the requests
+    /// lost, duplicated and retried, and start it again before the next step (`--target processes` only).
+    #[arg(long)]
+    pub kill_replica_at_s: Option<f64>,
     /// Seed of every schedule and text choice: the same seed and rate give the same requests for every knob value.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,

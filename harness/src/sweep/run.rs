@@ -3,12 +3,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
-use crate::generator::{self, Timing};
+use crate::generator::{self, Outcome, Timing};
 use crate::search::{self, Next, Observation, SearchSettings};
-use crate::step::{self, ClassSpec, StepResult, Window};
+use crate::step::{self, ClassSpec, Fault, StepResult, Window};
 use crate::target::Target;
 use crate::workload::{Drive, Level, Workload};
 
@@ -33,6 +33,8 @@ pub struct Runner<'a> {
     pub workload: &'a Workload,
     pub progress: &'a MultiProgress,
     pub max_dispatch_delay_ms: f64,
+    /// Kill one of the target's replica processes this many seconds into every step (`--kill-replica-at-s`).
+    pub kill_replica_at_s: Option<f64>,
 }
 
 /// Step lengths of a search.
@@ -122,9 +124,40 @@ impl Runner<'_> {
                 })
                 .collect(),
         };
+        let resent_before = target.telemetry().await.map_or(0.0, |t| t.resent_pieces);
+        let kill = self.kill_replica_at_s.map(|at| {
+            let target = target.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_secs_f64(at)).await;
+                target.kill_replica()
+            })
+        });
         let run = generator::run(target.clone(), loads, &timing, Some(bar.clone())).await;
         bar.finish_and_clear();
         self.progress.remove(&bar);
+        let fault = match (kill, self.kill_replica_at_s) {
+            (Some(kill), Some(at_s)) => {
+                if !kill.is_finished() {
+                    kill.abort();
+                    bail!("step {}: it ended before the fault at {at_s} s", spec.index);
+                }
+                let what = kill.await.map_err(|e| anyhow!("the fault's task: {e}"))??;
+                target.settle().await;
+                let resent_after = target.telemetry().await.map_or(0.0, |t| t.resent_pieces);
+                target.restore().await?;
+                let count =
+                    |o: Outcome| run.samples.iter().filter(|s| s.outcome == o).count() as u64;
+                Some(Fault {
+                    at_s,
+                    what,
+                    lost: count(Outcome::Error) + count(Outcome::Timeout),
+                    refused: count(Outcome::Refused),
+                    duplicated: run.duplicated,
+                    retried: (resent_after - resent_before).max(0.0) as u64,
+                })
+            }
+            _ => None,
+        };
         let end_s = if spec.duration_s.is_finite() {
             spec.duration_s
         } else {
@@ -165,6 +198,7 @@ impl Runner<'_> {
             errors: run.errors,
             rss_mib: run.rss_mib,
             log_mib: run.log_mib,
+            fault,
         })
     }
 }
@@ -205,6 +239,12 @@ pub(super) fn step_line(s: &StepResult, w: &Workload) -> String {
                 class.corpus.total_tokens() as f64 / c.tokens_per_s
             ));
         }
+    }
+    if let Some(f) = &s.fault {
+        line.push_str(&format!(
+            "\n           fault at {:.1} s: {}; lost {}, duplicated {}, retried {}, refused {}",
+            f.at_s, f.what, f.lost, f.duplicated, f.retried, f.refused
+        ));
     }
     if let Some(e) = s.errors.first() {
         line.push_str(&format!("\n           first error: {e}"));
@@ -344,6 +384,7 @@ mod tests {
                 workload: &workload,
                 progress: &progress,
                 max_dispatch_delay_ms: 5.0,
+                kill_replica_at_s: None,
             };
             let target: Arc<dyn Target> = Arc::new(FixedRate {
                 service: Duration::from_secs_f64(service),

@@ -73,6 +73,7 @@ impl Setup {
             workload: &self.workload,
             progress: &self.progress,
             max_dispatch_delay_ms: c.max_dispatch_delay_ms,
+            kill_replica_at_s: c.kill_replica_at_s,
         }
     }
 

@@ -76,8 +76,8 @@ pub fn run(args: TuneArgs) -> Result<()> {
         None => Vec::new(),
     };
     let setup = Setup::new(c, &[], false)?;
-    if setup.kind == TargetKind::Serve {
-        bail!("bench tune drives the engine in-process or a URL; `--target serve` is for sweeps");
+    if matches!(setup.kind, TargetKind::Serve | TargetKind::Processes) {
+        bail!("bench tune drives the engine in-process or a URL; `--target serve` and `processes` are for sweeps");
     }
     let config = match setup.combos.first() {
         Some(set) => knobs::apply(set, setup.base.clone())?,

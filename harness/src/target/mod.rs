@@ -1,6 +1,7 @@
 //! Targets: what a step's requests are sent to. The engine in-process (the gateway's own path — validation,
 //! templating, tokenization, replica choice, scheduler — minus HTTP), the engine behind `bench serve`'s HTTP
-//! server on loopback, or any OpenAI- or TEI-compatible URL.
+//! server on loopback, a gateway here in front of replica processes over gRPC (`processes`), or any OpenAI- or
+//! TEI-compatible URL.
 
 use std::future::Future;
 use std::path::Path;
@@ -20,6 +21,8 @@ use hyper_util::rt::TokioExecutor;
 use serde::{Deserialize, Serialize};
 
 use crate::workload::Request;
+
+mod processes;
 
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
@@ -43,6 +46,11 @@ pub enum Failure {
         retry_after: Option<Duration>,
     },
     Error(String),
+    /// Answered, but with another number of embeddings than inputs: more is a piece answered twice.
+    Rows {
+        got: usize,
+        want: usize,
+    },
 }
 
 /// Counters of the target's batches, read before and after a step's measured window.
@@ -55,6 +63,8 @@ pub struct Telemetry {
     /// Forward passes that replayed a captured plan, and all forward passes that reported how they ran.
     pub replays: f64,
     pub forwards: f64,
+    /// Pieces the gateway sent again after a replica failed them.
+    pub resent_pieces: f64,
 }
 
 impl From<MetricsSnapshot> for Telemetry {
@@ -65,6 +75,7 @@ impl From<MetricsSnapshot> for Telemetry {
             fill: s.batch_fill,
             replays: s.replay_forwards as f64,
             forwards: (s.eager_forwards + s.capture_forwards + s.replay_forwards) as f64,
+            resent_pieces: s.resent_pieces as f64,
         }
     }
 }
@@ -91,6 +102,7 @@ impl Telemetry {
                 .iter()
                 .filter_map(|r| forwards(r))
                 .sum(),
+            resent_pieces: value("embed_replica_resent_pieces_total").unwrap_or(0.0),
         })
     }
 }
@@ -102,6 +114,14 @@ pub trait Target: Send + Sync {
     fn telemetry(&self) -> BoxFuture<Option<Telemetry>>;
     /// Resolves once work left from an earlier step is gone, so steps do not bleed into each other.
     fn settle(&self) -> BoxFuture<()>;
+    /// Kills one of the target's replica processes (a fault step), saying which.
+    fn kill_replica(&self) -> anyhow::Result<String> {
+        anyhow::bail!("this target has no replica processes to kill (the `processes` target has)")
+    }
+    /// Starts again what `kill_replica` killed and resolves once it serves.
+    fn restore(&self) -> BoxFuture<anyhow::Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// Which kind of target, as named on the command line.
@@ -112,6 +132,9 @@ pub enum TargetKind {
     InProcess,
     /// The engine behind our HTTP server on a loopback port, restarted per knob combination.
     Serve,
+    /// A gateway in this process in front of `replicas` replica processes of this binary over gRPC on
+    /// loopback, restarted per knob combination.
+    Processes,
     /// An external server; knobs cannot be set.
     Url { url: String, api: Api },
 }
@@ -141,6 +164,7 @@ impl TargetKind {
         match spec {
             "in-process" | "inprocess" => Ok(TargetKind::InProcess),
             "serve" => Ok(TargetKind::Serve),
+            "processes" => Ok(TargetKind::Processes),
             url if url.starts_with("http://") => Ok(TargetKind::Url {
                 url: url.trim_end_matches('/').to_owned(),
                 api,
@@ -151,7 +175,7 @@ impl TargetKind {
                 )
             }
             other => anyhow::bail!(
-                "unknown target `{other}`: expected in-process, serve, or an http:// URL"
+                "unknown target `{other}`: expected in-process, serve, processes, or an http:// URL"
             ),
         }
     }
@@ -160,6 +184,9 @@ impl TargetKind {
         match self {
             TargetKind::InProcess => "in-process (gateway path, no HTTP)".into(),
             TargetKind::Serve => "bench serve over HTTP on loopback".into(),
+            TargetKind::Processes => {
+                "a gateway in this process, replica processes over gRPC on loopback".into()
+            }
             TargetKind::Url { url, api } => format!("{url} ({} API)", api.name()),
         }
     }
@@ -213,6 +240,10 @@ pub fn start(
             let url = format!("http://{}", server.addr);
             Arc::new(Http::new(url, Api::Openai, model_name, Some(server)))
         }
+        TargetKind::Processes => Arc::new(processes::Processes::start(
+            setup.context("this target needs a model")?,
+            gateway_config(),
+        )?),
         TargetKind::Url { url, api } => Arc::new(Http::new(url.clone(), *api, model_name, None)),
     })
 }
@@ -252,6 +283,7 @@ impl Target for InProcess {
     fn embed(&self, request: Request, priority: Priority) -> BoxFuture<Result<Reply, Failure>> {
         let gateway = self.gateway();
         Box::pin(async move {
+            let want = request.texts.len();
             let inputs = Inputs::Texts(request.texts.iter().map(|t| t.to_string()).collect());
             let options = Options {
                 truncate: true,
@@ -259,6 +291,10 @@ impl Target for InProcess {
                 ..Options::default()
             };
             match gateway.embed(inputs, options).await {
+                Ok(e) if e.vectors.len() != want => Err(Failure::Rows {
+                    got: e.vectors.len(),
+                    want,
+                }),
                 Ok(e) => Ok(Reply {
                     tokens: Some(e.tokens as u32),
                     queue: Some(e.times.queue),
@@ -409,7 +445,7 @@ impl Target for Http {
                 }
             };
             if got != n {
-                return Err(Failure::Error(format!("{got} embeddings for {n} inputs")));
+                return Err(Failure::Rows { got, want: n });
             }
             Ok(Reply {
                 tokens,
