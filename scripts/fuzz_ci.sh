@@ -19,7 +19,7 @@ cargo afl config --build >/dev/null 2>&1 || true
 # matters for finding crashes.
 export AFL_SKIP_CPUFREQ=1 AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES=1 AFL_NO_UI=1 AFL_BENCH_UNTIL_CRASH=1
 failed=0
-printf '%-12s %12s %10s %10s %8s\n' target execs execs/s coverage crashes
+printf '%-12s %12s %10s %14s %10s %8s\n' target execs execs/s edges coverage crashes
 for t in "${targets[@]}"; do
   rm -rf "$out/$t"
   mkdir -p "$out/$t"
@@ -34,7 +34,9 @@ for t in "${targets[@]}"; do
     continue
   fi
   get() { awk -F' *: *' -v k="$1" '$1 == k { print $2 }' "$stats"; }
-  printf '%-12s %12s %10s %10s %8s\n' "$t" "$(get execs_done)" "$(get execs_per_sec)" "$(get bitmap_cvg)" "$(get saved_crashes)"
+  # Edges: the instrumented branches of the target (and the crates it calls) its corpus reached, of all there are.
+  printf '%-12s %12s %10s %14s %10s %8s\n' "$t" "$(get execs_done)" "$(get execs_per_sec)" \
+    "$(get edges_found)/$(get total_edges)" "$(get bitmap_cvg)" "$(get saved_crashes)"
   if [ "$(get saved_crashes)" != "0" ]; then
     echo "$t: crashes in $out/$t/default/crashes" >&2
     failed=1
