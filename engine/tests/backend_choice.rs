@@ -22,6 +22,10 @@ fn load_cuda(dir: &Path) -> engine::Result<Engine> {
     Engine::load(dir, config)
 }
 
+#[cfg(feature = "cuda")]
+#[path = "common/skip.rs"]
+mod skip;
+
 #[cfg(not(feature = "cuda"))]
 #[test]
 fn cuda_without_the_feature_says_to_build_with_it() {
@@ -35,18 +39,12 @@ fn cuda_without_the_feature_says_to_build_with_it() {
 #[cfg(feature = "cuda")]
 #[test]
 fn cuda_without_a_driver_says_there_is_none() {
-    use std::io::Write;
     if Path::new("/proc/driver/nvidia").exists() {
-        let line = "SKIPPED: cuda_without_a_driver: this machine has an NVIDIA driver";
-        let _ = writeln!(std::io::stderr().lock(), "{line}");
-        let ledger = Path::new(env!("CARGO_TARGET_TMPDIR")).join("skipped-tests.txt");
-        if let Ok(mut f) = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(ledger)
-        {
-            let _ = writeln!(f, "{line}");
-        }
+        skip::skipped(
+            env!("CARGO_TARGET_TMPDIR"),
+            "cuda_without_a_driver",
+            "this machine has an NVIDIA driver",
+        );
         return;
     }
     let dir = tiny();

@@ -4,10 +4,10 @@
 //! and in the run's skip ledger (`target/tmp/skipped-tests.txt`), and never passes silently (under `EW_REQUIRE_NVRTC` it fails instead).
 #![cfg(feature = "cuda")]
 
-use std::io::Write;
-use std::path::Path;
-
 use engine::backend::cuda::nvrtc::{self, Arch};
+
+#[path = "common/skip.rs"]
+mod skip;
 
 /// Skips (or, under `EW_REQUIRE_NVRTC`, as `.ci/run` sets, fails) a test that needs NVRTC.
 fn skipped(test: &str, reason: &str) {
@@ -15,21 +15,7 @@ fn skipped(test: &str, reason: &str) {
         std::env::var_os("EW_REQUIRE_NVRTC").is_none(),
         "{test}: {reason}, and EW_REQUIRE_NVRTC says it must run"
     );
-    let line = format!("SKIPPED: {test}: {reason}");
-    let _ = writeln!(std::io::stderr().lock(), "{line}");
-    let ledger = Path::new(env!("CARGO_TARGET_TMPDIR")).join("skipped-tests.txt");
-    let appended = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&ledger)
-        .and_then(|mut f| writeln!(f, "{line}"));
-    if let Err(e) = appended {
-        let _ = writeln!(
-            std::io::stderr().lock(),
-            "(could not count it in {}: {e})",
-            ledger.display()
-        );
-    }
+    skip::skipped(env!("CARGO_TARGET_TMPDIR"), test, reason);
 }
 
 #[test]

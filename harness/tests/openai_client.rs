@@ -6,7 +6,7 @@
 //! swallow it (straight to standard error) and counted in the run's skip ledger (`target/tmp/skipped-tests.txt`,
 //! which `.ci/run` reports), never passed silently.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -37,24 +37,11 @@ fn model(tmp: &Path) -> PathBuf {
     tmp.to_owned()
 }
 
-/// Reports a skipped test: one line on the real standard error (the harness captures only `print!`s) and one in
-/// the skip ledger.
+#[path = "../../engine/tests/common/skip.rs"]
+mod skip;
+
 fn skipped(test: &str, reason: &str) {
-    let line = format!("SKIPPED: {test}: {reason}");
-    let _ = writeln!(std::io::stderr().lock(), "{line}");
-    let ledger = Path::new(env!("CARGO_TARGET_TMPDIR")).join("skipped-tests.txt");
-    let appended = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&ledger)
-        .and_then(|mut f| writeln!(f, "{line}"));
-    if let Err(e) = appended {
-        let _ = writeln!(
-            std::io::stderr().lock(),
-            "(could not count it in {}: {e})",
-            ledger.display()
-        );
-    }
+    skip::skipped(env!("CARGO_TARGET_TMPDIR"), test, reason);
 }
 
 #[test]

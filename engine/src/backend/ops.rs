@@ -89,6 +89,19 @@ pub trait Matrix: Copy + Send + Sync {
     fn top(self, rows: usize) -> Self;
 }
 
+/// Checks a linear layer's weights against its shape (`weight` `[out, inp]`, `bias` `[out]`): what every
+/// [`Device::linear`] does before packing.
+pub fn check_linear(weight: &[f32], bias: Option<&[f32]>, out: usize, inp: usize) -> Result<()> {
+    if out.checked_mul(inp) != Some(weight.len()) || bias.is_some_and(|b| b.len() != out) {
+        return Err(crate::error::Error::Device(format!(
+            "a {out}×{inp} linear layer got {} weights and {:?} biases",
+            weight.len(),
+            bias.map(<[f32]>::len)
+        )));
+    }
+    Ok(())
+}
+
 /// Load time: weights in the device's own form.
 pub trait Device: Send + Sync + 'static {
     /// A linear layer `y = x · Wᵀ + b`, prepacked for the device's GEMM.

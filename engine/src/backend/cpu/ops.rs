@@ -10,7 +10,7 @@ use super::par::{Mat, Par, Scratch};
 use crate::backend::ops::{Activation, AttentionShape, Device, Embedding, Matrix, Ops};
 use crate::batch::{Batch, Readout};
 use crate::dtype::Dtype;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::model::{Pooling, Tensor};
 
 /// Rows per task of the row-wise operations: enough to amortise a task, few enough to balance.
@@ -87,13 +87,7 @@ impl Device for Cpu {
         out: usize,
         inp: usize,
     ) -> Result<CpuLinear> {
-        if out.checked_mul(inp) != Some(weight.len()) || bias.is_some_and(|b| b.len() != out) {
-            return Err(Error::Device(format!(
-                "a {out}×{inp} linear layer got {} weights and {:?} biases",
-                weight.len(),
-                bias.map(<[f32]>::len)
-            )));
-        }
+        crate::backend::ops::check_linear(weight, bias, out, inp)?;
         let weight = PackedB::pack(weight, out, inp, self.dtype);
         self.linear_scratch
             .fetch_max(weight.scratch_floats(), Ordering::Relaxed);

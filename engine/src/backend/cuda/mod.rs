@@ -187,7 +187,6 @@ struct Compute {
     copy_stream: Arc<CudaStream>,
     pinned: Arc<Mutex<Pool<Pinned>>>,
     staging: Staging,
-    max_positions: usize,
 }
 
 impl Compute {
@@ -205,7 +204,6 @@ impl Compute {
         let copy_stream = device.ctx.new_stream().map_err(driver("copy stream"))?;
         let mut compute = Compute {
             dim: model.dim(),
-            max_positions: layout.max_positions,
             ladder: config.ladder(),
             cache: PlanCache::new(config.capture, config.plan_cache_mib << 20),
             copy_stream,
@@ -246,7 +244,7 @@ impl Compute {
             threads: 1,
             dim: compute.dim,
             vocab_size: compute.model.vocab_size(),
-            max_positions: compute.max_positions,
+            max_positions: compute.layout.max_positions,
             dtype: crate::dtype::Dtype::Bf16,
             dtype_note: Some("the CUDA backend's GEMMs run in bf16"),
             capture: config.capture,

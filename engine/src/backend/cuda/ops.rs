@@ -149,13 +149,7 @@ impl Device for Cuda {
         out: usize,
         inp: usize,
     ) -> Result<CudaLinear> {
-        if out.checked_mul(inp) != Some(weight.len()) || bias.is_some_and(|b| b.len() != out) {
-            return Err(Error::Device(format!(
-                "a {out}×{inp} linear layer got {} weights and {:?} biases",
-                weight.len(),
-                bias.map(<[f32]>::len)
-            )));
-        }
+        crate::backend::ops::check_linear(weight, bias, out, inp)?;
         let bits: Vec<u16> = weight
             .iter()
             .map(|&w| half::bf16::from_f32(w).to_bits())
