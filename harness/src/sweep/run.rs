@@ -124,19 +124,24 @@ impl Runner<'_> {
                 })
                 .collect(),
         };
-        let resent_before = target.telemetry().await.map_or(0.0, |t| t.resent_pieces);
-        let kill = self.kill_replica_at_s.map(|at| {
-            let target = target.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_secs_f64(at)).await;
-                target.kill_replica()
-            })
-        });
+        // A fault step reads the gateway's re-sent pieces before and after it; other steps read nothing extra.
+        let kill = match self.kill_replica_at_s {
+            Some(at_s) => {
+                let resent_before = target.telemetry().await.map_or(0.0, |t| t.resent_pieces);
+                let target = target.clone();
+                let task = tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_secs_f64(at_s)).await;
+                    target.kill_replica()
+                });
+                Some((at_s, resent_before, task))
+            }
+            None => None,
+        };
         let run = generator::run(target.clone(), loads, &timing, Some(bar.clone())).await;
         bar.finish_and_clear();
         self.progress.remove(&bar);
-        let fault = match (kill, self.kill_replica_at_s) {
-            (Some(kill), Some(at_s)) => {
+        let fault = match kill {
+            Some((at_s, resent_before, kill)) => {
                 if !kill.is_finished() {
                     kill.abort();
                     bail!("step {}: it ended before the fault at {at_s} s", spec.index);
@@ -156,7 +161,7 @@ impl Runner<'_> {
                     retried: (resent_after - resent_before).max(0.0) as u64,
                 })
             }
-            _ => None,
+            None => None,
         };
         let end_s = if spec.duration_s.is_finite() {
             spec.duration_s
