@@ -173,6 +173,7 @@ impl Engine {
         config.validate()?;
         let dir = ModelDir::open(dir)?;
         let mut front = ModelFront::open(&dir, config)?;
+        let dir = dir.serving(front.info.max_seq_length);
         let backend = backend::start(&dir, &front.config)?;
         if front.config.auto_budget() {
             // The engine's config holds the budget measured, so everything downstream sees a number.

@@ -120,3 +120,44 @@ fn batch_invariance_and_replay_are_bitwise() {
         }
     }
 }
+
+/// Regression (fuzz crash `fuzz/crashes/model_dir/qwen3-max-position-embeddings-3276832768`): the rotary table
+/// was sized by `max_position_embeddings` alone, so a config claiming billions of positions aborted the process
+/// on allocation. The table now covers the positions the engine runs (its `max_seq_length`), and one too large to
+/// allocate is a load error naming the model.
+#[test]
+fn rotary_table_of_billions_of_positions_is_an_error_not_an_abort() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let model = tmp.path().join("m");
+    let (_, spec) = engine::model::synthetic::MODELS
+        .iter()
+        .find(|(n, _)| *n == "qwen3-tiny")
+        .expect("qwen3-tiny");
+    engine::model::synthetic::write_qwen3(&model, *spec).expect("write qwen3-tiny");
+    let config_path = model.join("config.json");
+    let mut config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&config_path).expect("config")).expect("json");
+    config["max_position_embeddings"] = 3_276_832_768u64.into();
+    std::fs::write(&config_path, config.to_string()).expect("write config");
+    let engine_config = || EngineConfig {
+        threads: 1,
+        ..Default::default()
+    };
+
+    // sentence-transformers' max_seq_length bounds what runs, and so the table: the model loads and embeds.
+    let engine = Engine::load(&model, engine_config()).expect("load capped by max_seq_length");
+    assert_eq!(engine.info().max_seq_length, spec.max_seq_length);
+    assert_eq!(engine.backend().info().max_positions, spec.max_seq_length);
+    assert_eq!(engine.embed(&["capped"]).expect("embed").len(), 1);
+
+    // Without it, the config's positions are what runs: an error, not an abort.
+    std::fs::remove_file(model.join("sentence_bert_config.json")).expect("remove");
+    let Err(e) = Engine::load(&model, engine_config()) else {
+        panic!("a rotary table of 3,276,832,768 positions loaded");
+    };
+    let message = e.to_string();
+    assert!(
+        message.contains("rotary table") && message.contains(&model.display().to_string()),
+        "{message}"
+    );
+}

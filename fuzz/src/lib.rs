@@ -129,8 +129,9 @@ pub fn trace(data: &[u8]) {
     }
 }
 
-/// The files of a model directory the fuzzer may replace: the first byte picks one, the rest is its content;
-/// `model.safetensors` keeps the tiny model's data and takes the input as its header (with its length prefix).
+/// The files of a model directory the fuzzer may replace: the first byte picks one (and the model, below), the
+/// rest is its content; `model.safetensors` keeps the model's data and takes the input as its header (with its
+/// length prefix).
 pub const MODEL_FILES: [&str; 5] = [
     "config.json",
     "modules.json",
@@ -139,18 +140,61 @@ pub const MODEL_FILES: [&str; 5] = [
     "model.safetensors",
 ];
 
-/// The tiny random BERT, written once, and its files' bytes.
-fn tiny() -> &'static (PathBuf, Vec<Vec<u8>>) {
-    static TINY: OnceLock<(PathBuf, Vec<Vec<u8>>)> = OnceLock::new();
-    TINY.get_or_init(|| {
-        let dir = scratch().join("model");
-        engine::model::tiny::write_tiny_bert(&dir, Default::default()).expect("tiny model");
-        let files = MODEL_FILES
-            .iter()
-            .map(|f| std::fs::read(dir.join(f)).unwrap_or_default())
-            .collect();
-        (dir, files)
-    })
+/// The tiny models a corrupted file goes into: the random BERT (f32 weights, read in place from the map) and the
+/// random Qwen3 (bf16 weights, widened at load), so both architectures' loaders and both storages are reached.
+pub const MODELS: [&str; 2] = ["tiny-bert", "qwen3-tiny"];
+
+/// A tiny model's directory, written once per process, and its files' bytes (in [`MODEL_FILES`] order).
+type Tiny = (PathBuf, Vec<Vec<u8>>);
+
+fn tiny(model: usize) -> &'static Tiny {
+    static TINY: OnceLock<[Tiny; 2]> = OnceLock::new();
+    &TINY.get_or_init(|| {
+        MODELS.map(|name| {
+            let dir = scratch().join(name);
+            let written = if name == "tiny-bert" {
+                engine::model::tiny::write_tiny_bert(&dir, Default::default())
+            } else {
+                let (_, spec) = engine::model::synthetic::MODELS
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .expect("a synthetic model of that name");
+                engine::model::synthetic::write_qwen3(&dir, *spec)
+            };
+            written.unwrap_or_else(|e| panic!("{name}: {e}"));
+            let files = MODEL_FILES
+                .iter()
+                .map(|f| std::fs::read(dir.join(f)).unwrap_or_default())
+                .collect();
+            (dir, files)
+        })
+    })[model]
+}
+
+/// The fuzzer's input that reproduces a model's own file `file` unchanged: the seeds of `corpus/model_dir/`.
+pub fn model_dir_seed(model: usize, file: usize) -> Vec<u8> {
+    let original = &tiny(model).1[file];
+    let content = if MODEL_FILES[file] == "model.safetensors" {
+        &original[8..8 + header_len(original)]
+    } else {
+        &original[..]
+    };
+    let mut seed = vec![(model * MODEL_FILES.len() + file) as u8];
+    seed.extend_from_slice(content);
+    seed
+}
+
+/// A safetensors file's header length (its 8-byte little-endian prefix).
+fn header_len(file: &[u8]) -> usize {
+    u64::from_le_bytes(file[..8].try_into().expect("8 bytes")) as usize
+}
+
+/// Replaces `path`'s content by a new file renamed over it, never by writing into it: a loaded engine maps
+/// `model.safetensors`, and a file truncated under a map faults (SIGBUS) on the next read past its new end.
+fn replace(path: &Path, bytes: &[u8]) {
+    let staging = path.with_extension("fuzz-staging");
+    std::fs::write(&staging, bytes).expect("writing a model file");
+    std::fs::rename(&staging, path).expect("renaming a model file");
 }
 
 /// A model directory with one file corrupted: loading it is an error naming a file of the directory, or a
@@ -159,27 +203,26 @@ pub fn model_dir(data: &[u8]) {
     let Some((&pick, content)) = data.split_first() else {
         return;
     };
-    let (dir, originals) = tiny();
     let i = pick as usize % MODEL_FILES.len();
+    let (dir, originals) = tiny((pick as usize / MODEL_FILES.len()) % MODELS.len());
     let path = dir.join(MODEL_FILES[i]);
     let bytes = if MODEL_FILES[i] == "model.safetensors" {
         let original = &originals[i];
-        let header = u64::from_le_bytes(original[..8].try_into().expect("8 bytes")) as usize;
         let mut out = (content.len() as u64).to_le_bytes().to_vec();
         out.extend_from_slice(content);
-        out.extend_from_slice(&original[8 + header..]);
+        out.extend_from_slice(&original[8 + header_len(original)..]);
         out
     } else {
         content.to_vec()
     };
-    std::fs::write(&path, &bytes).expect("writing a model file");
+    replace(&path, &bytes);
     let config = engine::EngineConfig {
         threads: 1,
         capture: engine::CaptureMode::Off,
         ..Default::default()
     };
     let loaded = engine::Engine::load(dir, config);
-    std::fs::write(&path, &originals[i]).expect("restoring a model file");
+    replace(&path, &originals[i]);
     match loaded {
         Ok(engine) => {
             // A model that loads must run.

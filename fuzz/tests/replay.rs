@@ -1,7 +1,10 @@
 //! Replays the committed seed corpora and every crash the fuzzers found (`fuzz/corpus/<target>/`,
 //! `fuzz/crashes/<target>/`) through the targets' functions: a plain `cargo test` in `fuzz/`, no AFL++ needed.
 
-use fuzz::{http_body, model_dir, repo, tokenizers, trace, MODEL_FILES, ROUTES, VOCABULARIES};
+use fuzz::{
+    http_body, model_dir, model_dir_seed, repo, tokenizers, trace, MODELS, MODEL_FILES, ROUTES,
+    VOCABULARIES,
+};
 
 /// Runs `target` on every file of `fuzz/corpus/<name>/` and `fuzz/crashes/<name>/`; returns how many.
 fn replay(name: &str, target: fn(&[u8])) -> usize {
@@ -37,5 +40,30 @@ fn trace_corpus_replays() {
 
 #[test]
 fn model_dir_corpus_replays() {
-    assert!(replay("model_dir", model_dir) >= MODEL_FILES.len());
+    assert!(replay("model_dir", model_dir) >= MODELS.len() * MODEL_FILES.len());
+}
+
+/// Regression (CI stop 25): the seeds were a Qwen3's files fed to the tiny BERT, so the fuzzer started from
+/// inputs that could not load and seldom reached a loaded model. Every seed is now a tiny model's own file
+/// unchanged, checked here; `FUZZ_WRITE_SEEDS=1 cargo test` rewrites them after the tiny models change.
+#[test]
+fn model_dir_seeds_are_the_tiny_models_own_files() {
+    let dir = repo().join("fuzz/corpus/model_dir");
+    let write = std::env::var_os("FUZZ_WRITE_SEEDS").is_some();
+    let mut stale = Vec::new();
+    for (m, model) in MODELS.iter().enumerate() {
+        for (f, file) in MODEL_FILES.iter().enumerate() {
+            let path = dir.join(format!("{model}.{}", file.replace('/', "-")));
+            let seed = model_dir_seed(m, f);
+            if write {
+                std::fs::write(&path, &seed).expect("writing a seed");
+            } else if std::fs::read(&path).ok().as_deref() != Some(&seed[..]) {
+                stale.push(path.display().to_string());
+            }
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "seeds missing or stale (FUZZ_WRITE_SEEDS=1 cargo test rewrites them): {stale:?}"
+    );
 }

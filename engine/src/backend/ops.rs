@@ -122,13 +122,23 @@ pub trait Device: Send + Sync + 'static {
     /// as Hugging Face's `apply_rotary_pos_emb`), with frequencies `theta^(-2i/head_dim)`.
     fn rotary_table(&self, head_dim: usize, theta: f64, positions: usize) -> Result<Self::Param> {
         let half = head_dim / 2;
-        let mut table = Vec::with_capacity(positions * head_dim);
+        let frequencies: Vec<f64> = (0..half)
+            .map(|i| theta.powf(-2.0 * i as f64 / head_dim as f64))
+            .collect();
+        // Fallible: the length comes from a model's config, and an absurd one must be an error, not an abort.
+        let mut table = Vec::new();
+        positions
+            .checked_mul(head_dim)
+            .and_then(|n| table.try_reserve_exact(n).ok())
+            .ok_or_else(|| {
+                crate::error::Error::Device(format!(
+                    "cannot allocate {positions} x {head_dim} floats"
+                ))
+            })?;
         for p in 0..positions {
-            let angles =
-                (0..half).map(|i| p as f64 * theta.powf(-2.0 * i as f64 / head_dim as f64));
-            let angles: Vec<f64> = angles.collect();
-            table.extend(angles.iter().map(|a| a.cos() as f32));
-            table.extend(angles.iter().map(|a| a.sin() as f32));
+            let angles = frequencies.iter().map(|f| p as f64 * f);
+            table.extend(angles.clone().map(|a| a.cos() as f32));
+            table.extend(angles.map(|a| a.sin() as f32));
         }
         self.param(Tensor::from_vec(table))
     }

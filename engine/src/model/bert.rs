@@ -95,7 +95,18 @@ impl<D: Device> Embeddings<D> {
                     "embeddings.position_embeddings.weight",
                     &[c.max_position_embeddings, h],
                 )?)?),
-                row: Some(d.param(super::Tensor::from_vec(token_type.data()[..h].to_vec()))?),
+                row: Some(d.param(super::Tensor::from_vec(
+                    token_type
+                        .data()
+                        .get(..h)
+                        .ok_or_else(|| {
+                            Error::model(
+                                w.path(),
+                                "embeddings.token_type_embeddings.weight has no row for token type 0",
+                            )
+                        })?
+                        .to_vec(),
+                ))?),
                 dim: h,
             },
             norm: LayerNorm::load(w, d, "embeddings.LayerNorm", h, c.layer_norm_eps)?,
@@ -179,6 +190,8 @@ pub struct Bert<D: Device> {
     pub head: Head,
     embeddings: Embeddings<D>,
     layers: Vec<Layer<D>>,
+    /// The longest sequence it runs ([`ModelDir::positions`]).
+    positions: usize,
 }
 
 impl<D: Device> Bert<D> {
@@ -195,6 +208,7 @@ impl<D: Device> Bert<D> {
                 .collect::<Result<_>>()?,
             config: c.clone(),
             head: Head::load(dir),
+            positions: dir.positions,
         })
     }
 }
@@ -218,7 +232,7 @@ impl<D: Device> Architecture<D> for Bert<D> {
                 slot(2, 0, f),
             ],
             attention: attention_shape(&self.config),
-            max_positions: self.config.max_position_embeddings,
+            max_positions: self.positions,
         }
     }
 

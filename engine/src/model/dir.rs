@@ -205,6 +205,10 @@ pub struct ModelDir {
     pub normalize: bool,
     /// sentence-transformers' `max_seq_length`, capped by the position table.
     pub max_seq_length: usize,
+    /// The longest sequence the backend loads the model for: the model's positions, or fewer once an engine
+    /// truncates sooner ([`ModelDir::serving`]). What position tables computed at load (Qwen3's rotary one) cover,
+    /// so a config's `max_position_embeddings` alone never sizes an allocation.
+    pub positions: usize,
     /// Prompt prefixes by name from `config_sentence_transformers.json` (e.g. `query` → `"query: "`).
     pub prompts: Vec<(String, String)>,
     pub weights_path: PathBuf,
@@ -341,6 +345,7 @@ impl ModelDir {
         };
         Ok(ModelDir {
             root,
+            positions: config.max_positions(),
             config,
             pooling,
             normalize,
@@ -349,6 +354,14 @@ impl ModelDir {
             weights_path,
             tokenizer_path,
         })
+    }
+}
+
+impl ModelDir {
+    /// The directory as an engine that truncates every input to `max_len` tokens runs it.
+    pub fn serving(mut self, max_len: usize) -> Self {
+        self.positions = self.positions.min(max_len);
+        self
     }
 }
 

@@ -177,6 +177,8 @@ pub struct Qwen3<D: Device> {
     rotary: D::Param,
     layers: Vec<Layer<D>>,
     norm: RmsNorm<D>,
+    /// The longest sequence it runs, and the rotary table's length ([`ModelDir::positions`]).
+    positions: usize,
 }
 
 impl<D: Device> Qwen3<D> {
@@ -193,13 +195,25 @@ impl<D: Device> Qwen3<D> {
                 row: None,
                 dim: h,
             },
-            rotary: device.rotary_table(c.head_dim(), c.rope_theta(), c.max_position_embeddings)?,
+            rotary: device
+                .rotary_table(c.head_dim(), c.rope_theta(), dir.positions)
+                .map_err(|e| {
+                    Error::model(
+                        &dir.root,
+                        format!(
+                            "the rotary table for {} positions (max_position_embeddings, or a shorter \
+                             max_seq_length): {e}",
+                            dir.positions
+                        ),
+                    )
+                })?,
             layers: (0..c.num_hidden_layers)
                 .map(|i| Layer::load(&w, device, c, i))
                 .collect::<Result<_>>()?,
             norm: RmsNorm::load(&w, device, "norm", h, c.rms_norm_eps)?,
             config: c.clone(),
             head: Head::load(dir),
+            positions: dir.positions,
         })
     }
 }
@@ -227,7 +241,7 @@ impl<D: Device> Architecture<D> for Qwen3<D> {
                 slot(2, 2 * f, f),
             ],
             attention: shape,
-            max_positions: c.max_position_embeddings,
+            max_positions: self.positions,
         }
     }
 

@@ -102,6 +102,11 @@ impl Weights {
         })
     }
 
+    /// The file the tensors are read from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// The tensor `name` (without the file's prefix), which must have exactly `shape`.
     pub fn get(&self, name: &str, shape: &[usize]) -> Result<Tensor> {
         let full = format!("{}{name}", self.prefix);
