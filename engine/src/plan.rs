@@ -152,6 +152,9 @@ enum Slot<P> {
         bytes: usize,
         last_used: u64,
     },
+    /// Its plan is larger than the cap on its own: its batches run eager, and it is never captured again (each
+    /// try would build the whole plan — on a GPU, an eager run and a graph capture — only to be refused).
+    TooLarge,
 }
 
 /// Plans by bucket, under a memory cap, with the capture mode's rules.
@@ -190,6 +193,10 @@ impl<P> PlanCache<P> {
         };
         match (self.mode, self.slots.get(&bucket)) {
             (CaptureMode::Off, _) => Action::Eager,
+            (_, Some(Slot::TooLarge)) => {
+                self.stats.too_large += 1;
+                Action::Eager
+            }
             (_, Some(Slot::Ready { .. })) => Action::Replay,
             (CaptureMode::Lazy, None) => {
                 self.slots.insert(bucket, Slot::Seen);
@@ -204,11 +211,21 @@ impl<P> PlanCache<P> {
         self.stats.bytes + bytes <= self.cap_bytes
     }
 
+    /// Whether a plan of `bytes` for `bucket` can be cached at all; if it is larger than the cap on its own, the
+    /// bucket is marked so and its batches run eager from now on. Backends ask before building a plan.
+    pub fn admits(&mut self, bucket: Bucket, bytes: usize) -> bool {
+        if bytes <= self.cap_bytes {
+            return true;
+        }
+        self.slots.insert(bucket, Slot::TooLarge);
+        self.stats.too_large += 1;
+        false
+    }
+
     /// Stores a new plan, evicting the least recently used ones until it fits under the cap. A plan larger than
-    /// the cap on its own is refused (and given back): its batches run eager.
+    /// the cap on its own is refused (and given back), as [`PlanCache::admits`] says.
     pub fn insert(&mut self, bucket: Bucket, plan: P, bytes: usize) -> std::result::Result<(), P> {
-        if bytes > self.cap_bytes {
-            self.stats.too_large += 1;
+        if !self.admits(bucket, bytes) {
             return Err(plan);
         }
         while self.stats.bytes + bytes > self.cap_bytes {
@@ -217,7 +234,7 @@ impl<P> PlanCache<P> {
                 .iter()
                 .filter_map(|(b, s)| match s {
                     Slot::Ready { last_used, .. } => Some((*last_used, *b)),
-                    Slot::Seen => None,
+                    Slot::Seen | Slot::TooLarge => None,
                 })
                 .min()
                 .map(|(_, b)| b)
@@ -352,5 +369,37 @@ mod tests {
         assert_eq!(c.action(Some(b(32))), Action::Capture);
         assert_eq!(c.insert(b(128), 4, 26), Err(4));
         assert_eq!(c.stats().too_large, 1);
+    }
+
+    /// Regression (GPU check, session 8: BGE-large and Qwen3-0.6B at 32,768 batch tokens ran at 0.68-0.70x of
+    /// their 16,384 rate): a bucket whose plan is larger than the cap stayed `Seen`, so every one of its batches
+    /// built the plan again (on the GPU an eager run and a graph capture) before being refused and running eager.
+    #[test]
+    fn a_plan_larger_than_the_cap_is_not_built_again_for_every_batch() {
+        for mode in [CaptureMode::Lazy, CaptureMode::Startup] {
+            let mut c = PlanCache::<u32>::new(mode, 100);
+            let big = Bucket {
+                seqs: 8,
+                tokens: 32768,
+            };
+            if mode == CaptureMode::Lazy {
+                assert_eq!(c.action(Some(big)), Action::Eager);
+            }
+            assert_eq!(c.action(Some(big)), Action::Capture);
+            assert_eq!(c.insert(big, 1, 101), Err(1));
+            for _ in 0..3 {
+                assert_eq!(c.action(Some(big)), Action::Eager, "{mode:?}");
+            }
+            // One refused build and three eager forwards, each counted; nothing cached.
+            let s = c.stats();
+            assert_eq!((s.too_large, s.captures, s.plans, s.bytes), (4, 0, 0, 0));
+            // Asked before building, the cache refuses at once and marks the bucket the same way.
+            let other = Bucket {
+                seqs: 1,
+                tokens: 65536,
+            };
+            assert!(!c.admits(other, 101));
+            assert_eq!(c.action(Some(other)), Action::Eager);
+        }
     }
 }

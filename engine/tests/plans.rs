@@ -161,6 +161,29 @@ fn eviction_under_a_small_cap_keeps_results_right() {
     assert!(cache.too_large > 0, "{cache:?}");
 }
 
+/// Regression (GPU check, session 8: at 32,768 batch tokens, past the plan cache, BGE-large and Qwen3-0.6B ran at
+/// 0.68-0.70x of their 16,384 rate): a bucket whose plan is larger than the cache on its own tried to build it
+/// again on every batch — on the GPU an extra eager run and a graph capture each time — before running eager.
+#[test]
+fn a_bucket_too_large_for_the_plan_cache_is_tried_once_then_runs_eager() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(18);
+    let (_d, engine) = tiny(CaptureMode::Lazy, |c| {
+        c.max_batch_tokens = 2048;
+        c.token_buckets = vec![64, 2048];
+        c.plan_cache_mib = 1;
+    });
+    let big = batch(&mut rng, &[48; 40]);
+    let tries: Vec<ForwardStats> = (0..4).map(|_| run(&engine, &big).1).collect();
+    for stats in &tries {
+        assert_eq!(stats.run, Run::Eager, "{stats:?}");
+    }
+    // Lazy: the first sighting runs eager, the second tries a plan and is refused, later ones do not try.
+    let tried: Vec<bool> = tries.iter().map(|s| s.capture_time.is_some()).collect();
+    assert_eq!(tried, [false, true, false, false]);
+    let cache = tries[3].cache;
+    assert_eq!((cache.captures, cache.plans, cache.too_large), (0, 0, 3));
+}
+
 #[test]
 fn startup_mode_captures_every_bucket_at_start_up() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(15);

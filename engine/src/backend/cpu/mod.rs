@@ -171,13 +171,11 @@ impl<M: Architecture<Cpu>> Compute<M> {
     fn capture(&mut self, bucket: Bucket, evict: bool) -> bool {
         let mut arena = Arena::new(&self.device, &self.layout, bucket.tokens, self.threads);
         let bytes = arena.bytes();
-        if !evict && !self.cache.has_room(bytes) {
+        // Asked before the pages are touched: a plan the cache refuses would touch them for nothing.
+        if !self.cache.admits(bucket, bytes) || (!evict && !self.cache.has_room(bytes)) {
             return false;
         }
-        // Not for a plan the cache will refuse: its pages would be touched for nothing.
-        if bytes <= self.cache.cap_bytes() {
-            arena.prefault();
-        }
+        arena.prefault();
         self.cache
             .insert(bucket, Plan { bucket, arena }, bytes)
             .is_ok()

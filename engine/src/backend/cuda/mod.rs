@@ -290,6 +290,12 @@ impl Compute {
             self.device.gemm_scratch(),
             extent,
         );
+        // Asked before anything is allocated, run or captured: a refused plan would cost all three.
+        if !self.cache.admits(bucket, bytes) {
+            return Err(Error::Device(
+                "the plan is larger than the plan cache".into(),
+            ));
+        }
         if !evict && !self.cache.has_room(bytes) {
             return Err(Error::Device("the plan cache is full".into()));
         }
