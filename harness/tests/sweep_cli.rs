@@ -234,6 +234,33 @@ fn bad_input_gets_a_clear_error() {
             vec!["sweep", "--model", &model, "--timeout-ms", "0"],
             "--timeout-ms must be a positive",
         ),
+        // A fault needs replica processes, and one inside every step: said at once, not when a step ends.
+        (
+            vec![
+                "replay",
+                "--model",
+                &model,
+                "--rate",
+                "10",
+                "--kill-replica-at-s",
+                "1",
+            ],
+            "needs --target processes",
+        ),
+        (
+            vec![
+                "sweep",
+                "--target",
+                "processes",
+                "--model",
+                &model,
+                "--probe-s",
+                "5",
+                "--kill-replica-at-s",
+                "6",
+            ],
+            "shorter than --probe-s (5)",
+        ),
     ] {
         let out = bench(&args, tmp.path());
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -340,8 +367,10 @@ fn replay_exits_3_when_every_request_failed() {
 /// `--kill-replica-at-s` one is killed mid-step and the step reports what that cost (nothing lost, nothing
 /// answered twice, its pieces re-sent), and it is started again for the next step.
 #[test]
-fn a_fault_step_kills_a_replica_process_and_loses_no_request() {
+fn a_fault_step_kills_a_replica_process_loses_no_request_and_does_not_wait_on_its_last_reported_load(
+) {
     let (tmp, model) = scratch();
+    let started = std::time::Instant::now();
     let stderr = ok(&bench(
         &[
             "replay",
@@ -353,6 +382,9 @@ fn a_fault_step_kills_a_replica_process_and_loses_no_request() {
             "replicas=2",
             "--set",
             "threads=1",
+            // Batches wait for more work, so a replica's queue is seldom empty when its health check reads it.
+            "--set",
+            "max_wait_ms=90",
             "--arrivals",
             "poisson",
             "--rate",
@@ -371,6 +403,12 @@ fn a_fault_step_kills_a_replica_process_and_loses_no_request() {
         ],
         tmp.path(),
     ));
+    // The step's settle waited for the killed replica's last reported load, which never came down: 30 s.
+    let wall = started.elapsed();
+    assert!(
+        wall < std::time::Duration::from_secs(25),
+        "a 3 s fault step took {wall:?}\n{stderr}"
+    );
     assert!(stderr.contains("2 replica processes"), "{stderr}");
     let result = json(&tmp.path().join("results/f/result.json"));
     let step = &result["configs"][0]["steps"][0];

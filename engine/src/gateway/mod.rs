@@ -443,6 +443,17 @@ impl Gateway {
             .collect()
     }
 
+    /// Tokens this gateway has sent its replicas and not had answered. Drained is 0: unlike [`Gateway::loads`], a
+    /// remote replica that died does not keep the load it last reported.
+    pub fn outstanding_tokens(&self) -> usize {
+        self.inner
+            .replicas
+            .snapshot()
+            .iter()
+            .map(|r| r.outstanding_tokens())
+            .sum()
+    }
+
     /// Each replica's name (`local`, or its address) and whether it takes work now.
     pub fn replica_states(&self) -> Vec<(String, bool)> {
         self.inner

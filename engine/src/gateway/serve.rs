@@ -81,15 +81,7 @@ impl Gateway {
         let deadline = Instant::now() + Duration::from_millis(config.shutdown_deadline_ms);
         let gateway = self.clone();
         let mut drained = pin!(async move {
-            // What this gateway sent and has not had answered: a remote replica that died keeps the load it last
-            // reported, which must not hold the shutdown.
-            while gateway
-                .inner
-                .replicas
-                .snapshot()
-                .iter()
-                .any(|r| r.outstanding_tokens() > 0)
-            {
+            while gateway.outstanding_tokens() > 0 {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         });

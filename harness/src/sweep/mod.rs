@@ -16,7 +16,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 pub(crate) use args::Common;
 pub use args::{ReplayArgs, SweepArgs};
 use run::{step_line, StepSpec, StepTimes};
-use setup::check_warmup;
+use setup::{check_fault, check_warmup};
 pub(crate) use setup::{positive, Setup};
 use summary::print_summary;
 
@@ -36,6 +36,17 @@ pub fn sweep(args: SweepArgs) -> Result<()> {
     let warmup_s = args.warmup_s.unwrap_or(if batch { 4.0 } else { 2.0 });
     positive(&[("--step-s", step_s), ("--probe-s", args.probe_s)])?;
     check_warmup(warmup_s, step_s, &format!("--step-s ({step_s})"))?;
+    let (shortest, which) = if args.probe_s < step_s {
+        (args.probe_s, "--probe-s")
+    } else {
+        (step_s, "--step-s")
+    };
+    check_fault(
+        c.kill_replica_at_s,
+        &setup.kind,
+        shortest,
+        &format!("{which} ({shortest})"),
+    )?;
     let search_settings = SearchSettings {
         rate_mode: setup.workload.steps_rate(),
         probe_concurrency: args.probe_concurrency.max(1),
@@ -67,6 +78,12 @@ pub fn replay(args: ReplayArgs) -> Result<()> {
     let setup = Setup::new(c, &[], batch)?;
     let level = if batch {
         check_warmup(args.warmup_s, f64::INFINITY, "the pass over the corpus")?;
+        check_fault(
+            c.kill_replica_at_s,
+            &setup.kind,
+            f64::INFINITY,
+            "the pass over the corpus",
+        )?;
         Level::Concurrency(args.concurrency.max(1))
     } else {
         let rate = match (args.rate, &setup.workload.classes[0].drive) {
@@ -81,11 +98,9 @@ pub fn replay(args: ReplayArgs) -> Result<()> {
             (None, _) => bail!("--rate is needed with synthetic or ServeGen arrivals"),
         };
         positive(&[("--rate", rate), ("--duration-s", args.duration_s)])?;
-        check_warmup(
-            args.warmup_s,
-            args.duration_s,
-            &format!("--duration-s ({})", args.duration_s),
-        )?;
+        let step = format!("--duration-s ({})", args.duration_s);
+        check_warmup(args.warmup_s, args.duration_s, &step)?;
+        check_fault(c.kill_replica_at_s, &setup.kind, args.duration_s, &step)?;
         Level::Rate(rate)
     };
     let duration_s = if batch {

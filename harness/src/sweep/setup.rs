@@ -124,6 +124,26 @@ pub(crate) fn check_warmup(warmup_s: f64, step_s: f64, step: &str) -> Result<()>
     Ok(())
 }
 
+/// `--kill-replica-at-s` needs replica processes to kill, and a fault inside every step (`step_s`, the shortest
+/// step's length, `step` naming it): checked before any target starts, not when the first step ends.
+pub(crate) fn check_fault(
+    kill_replica_at_s: Option<f64>,
+    kind: &TargetKind,
+    step_s: f64,
+    step: &str,
+) -> Result<()> {
+    let Some(at_s) = kill_replica_at_s else {
+        return Ok(());
+    };
+    if *kind != TargetKind::Processes {
+        bail!("--kill-replica-at-s kills a replica process: it needs --target processes");
+    }
+    if !(at_s.is_finite() && at_s > 0.0 && at_s < step_s) {
+        bail!("--kill-replica-at-s ({at_s:?}) must be above 0 and shorter than {step}");
+    }
+    Ok(())
+}
+
 fn load_corpus(path: &str, limit: Option<usize>) -> Result<Arc<Corpus>> {
     let corpus = Corpus::load(&repo_path(path))?;
     Ok(Arc::new(match limit {

@@ -325,12 +325,11 @@ fn failure(status: StatusCode, message: String, retry_after: Option<Duration>) -
     }
 }
 
-/// Waits (at most 30 s) until no replica holds queued or running work.
+/// Waits (at most 30 s) until the gateway has had everything it sent answered (a killed replica's pieces are
+/// re-sent or refused; the load it last reported does not count).
 pub async fn drained(gateway: Gateway) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while tokio::time::Instant::now() < deadline
-        && gateway.loads().iter().any(|l| l.outstanding_tokens() > 0)
-    {
+    while tokio::time::Instant::now() < deadline && gateway.outstanding_tokens() > 0 {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
