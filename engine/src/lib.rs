@@ -99,7 +99,7 @@ impl ModelFront {
         let max_seq_length = config
             .max_seq_length
             .unwrap_or(dir.max_seq_length)
-            .min(dir.config.max_positions());
+            .min(dir.positions);
         let tokenizer = tokenizer::load(
             &dir.tokenizer_path,
             config.tokenizer,

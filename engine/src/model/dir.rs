@@ -197,6 +197,12 @@ pub enum Pooling {
 }
 
 /// A parsed model directory: configuration, pooling, normalisation and where the weights are.
+/// The longest sequence the engine runs, whatever a config says: a rotary table is computed at load for every
+/// position served (at head_dim 128, 64 MiB here), so `max_position_embeddings` (3,276,832,768 in a fuzzed
+/// config; rope-scaled models say millions) must not size it alone. Longer than any embedding model's context;
+/// attention over one such sequence is already seconds of compute.
+pub const MAX_POSITIONS: usize = 1 << 17;
+
 #[derive(Clone, Debug)]
 pub struct ModelDir {
     pub root: PathBuf,
@@ -205,9 +211,9 @@ pub struct ModelDir {
     pub normalize: bool,
     /// sentence-transformers' `max_seq_length`, capped by the position table.
     pub max_seq_length: usize,
-    /// The longest sequence the backend loads the model for: the model's positions, or fewer once an engine
-    /// truncates sooner ([`ModelDir::serving`]). What position tables computed at load (Qwen3's rotary one) cover,
-    /// so a config's `max_position_embeddings` alone never sizes an allocation.
+    /// The longest sequence the backend loads the model for: the model's positions up to [`MAX_POSITIONS`], or
+    /// fewer once an engine truncates sooner ([`ModelDir::serving`]). What position tables computed at load
+    /// (Qwen3's rotary one) cover, so a config's `max_position_embeddings` alone never sizes an allocation.
     pub positions: usize,
     /// Prompt prefixes by name from `config_sentence_transformers.json` (e.g. `query` → `"query: "`).
     pub prompts: Vec<(String, String)>,
@@ -326,12 +332,13 @@ impl ModelDir {
                 }
             }
         }
-        let mut max_seq_length = config.max_positions();
+        let positions = config.max_positions().min(MAX_POSITIONS);
+        let mut max_seq_length = positions;
         let sbert_path = root.join("sentence_bert_config.json");
         if sbert_path.is_file() {
             let s: SentenceBertFile = read_json(&sbert_path)?;
             if let Some(n) = s.max_seq_length {
-                max_seq_length = n.min(config.max_positions());
+                max_seq_length = n.min(positions);
             }
         }
         let st_path = root.join("config_sentence_transformers.json");
@@ -345,7 +352,7 @@ impl ModelDir {
         };
         Ok(ModelDir {
             root,
-            positions: config.max_positions(),
+            positions,
             config,
             pooling,
             normalize,
