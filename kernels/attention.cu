@@ -16,12 +16,14 @@
 // head_dim: a multiple of 32, at most HEAD_DIM_MAX (the host checks). Dynamic shared memory:
 // (KEYS * (d + 1) + KEYS * d + QUERIES * d) floats.
 
+// QUERIES, KEYS and HEAD_DIM_MAX are defined by the host (engine/src/backend/cuda/nvrtc.rs, from the constants its
+// tile list and shared-memory size use).
 #define WARPS 4
-#define QPW 4
-#define QUERIES (WARPS * QPW)
-#define KEYS 32
-#define HEAD_DIM_MAX 128
+#define QPW (QUERIES / WARPS)
 #define COLS_MAX (HEAD_DIM_MAX / 32)
+static_assert(QUERIES % WARPS == 0, "a warp owns QUERIES / WARPS query rows");
+static_assert(KEYS == 32, "lane j of a warp scores key j of a tile");
+static_assert(HEAD_DIM_MAX % 32 == 0, "a lane accumulates HEAD_DIM_MAX / 32 columns");
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
     attention(const float* qkv, int ld_qkv, float* ctx, int ld_ctx, const int* offsets, const int* tiles,

@@ -15,7 +15,7 @@ use super::ops::driver;
 use crate::batch::{Batch, Readout};
 use crate::error::{Error, Result};
 
-/// Query rows per attention tile (`QUERIES` in kernels/attention.cu).
+/// Query rows per attention tile (`QUERIES` in kernels/attention.cu, which NVRTC is given from this).
 pub const QUERY_TILE: usize = 16;
 
 /// The sizes one set of device buffers serves: a bucket's, or one batch's past the ladder.
@@ -158,10 +158,14 @@ impl Staging {
         }
         if slot.buf.as_ref().is_none_or(|b| b.len() < layout.len) {
             slot.buf = None;
-            // SAFETY: page-locked host memory of `n` i32s, written by `fill` below before the copy reads it.
-            let buf =
-                unsafe { ctx.alloc_pinned_with_flags::<i32>(layout.len.next_power_of_two(), 0) }
-                    .map_err(driver("pinned alloc"))?;
+            let len = layout.len.next_power_of_two();
+            // SAFETY: page-locked host memory of `len` i32s, uninitialised until the zeroing below.
+            let mut buf = unsafe { ctx.alloc_pinned_with_flags::<i32>(len, 0) }
+                .map_err(driver("pinned alloc"))?;
+            let ptr = buf.as_mut_ptr().map_err(driver("input staging"))?;
+            // SAFETY: `ptr` points at the `len` i32s just allocated, which nothing else holds yet; zeroed once, so
+            // the gaps `fill` leaves (ids past the batch's tokens, spare tiles) are read as 0, not uninitialised.
+            unsafe { std::ptr::write_bytes(ptr, 0, len) };
             slot.buf = Some(buf);
         }
         let Some(buf) = slot.buf.as_mut() else {

@@ -58,9 +58,19 @@ pub const SOURCES: &[Source] = &[
 ];
 
 impl Source {
-    /// The program NVRTC compiles: the shared helpers, then the file (its line numbers kept for the log).
+    /// The program NVRTC compiles: the sizes the host and the kernels must agree on (defined from the host's
+    /// constants, so a tile list or a shared-memory size can never disagree with the kernel), the shared helpers,
+    /// then the file (line numbers kept for the log).
     pub fn program(&self) -> String {
-        format!("{COMMON}\n#line 1 \"{}\"\n{}", self.file, self.text)
+        format!(
+            "#define QUERIES {}\n#define KEYS {}\n#define HEAD_DIM_MAX {}\n#line 1 \"common.cuh\"\n{COMMON}\n\
+             #line 1 \"{}\"\n{}",
+            super::inputs::QUERY_TILE,
+            super::ops::ATTENTION_KEYS,
+            super::ops::HEAD_DIM_MAX,
+            self.file,
+            self.text
+        )
     }
 }
 
@@ -253,12 +263,21 @@ mod tests {
     }
 
     #[test]
-    fn every_program_has_the_shared_helpers_and_a_distinct_key() {
+    fn every_program_has_the_host_sizes_the_shared_helpers_and_a_distinct_key() {
         let keys: std::collections::HashSet<_> = SOURCES
             .iter()
             .map(|s| {
                 let p = s.program();
-                assert!(p.starts_with(COMMON) && p.contains(s.text), "{}", s.file);
+                assert!(p.contains(COMMON) && p.contains(s.text), "{}", s.file);
+                // The sizes the host's tile list and shared-memory bound use, as the kernels are given them.
+                assert!(
+                    p.starts_with(&format!(
+                        "#define QUERIES {}\n",
+                        super::super::inputs::QUERY_TILE
+                    )),
+                    "{}",
+                    s.file
+                );
                 for f in s.functions {
                     assert!(
                         s.text.contains(&format!("void {f}("))

@@ -21,11 +21,13 @@ use crate::batch::Batch;
 use crate::error::{Error, Result};
 use crate::model::{Pooling, Tensor};
 
-/// The widest head the attention kernel takes (`HEAD_DIM_MAX` in kernels/attention.cu), in steps of a warp.
+/// The widest head the attention kernel takes (`HEAD_DIM_MAX` in kernels/attention.cu, defined from this), in
+/// steps of a warp.
 pub const HEAD_DIM_MAX: usize = 128;
-/// Query rows per attention block (`QUERIES` in kernels/attention.cu).
+/// Query rows per attention block (`QUERIES` in kernels/attention.cu, defined from this).
 const ATTENTION_QUERIES: usize = super::inputs::QUERY_TILE;
-const ATTENTION_KEYS: usize = 32;
+/// Keys per shared-memory tile of the attention kernel (`KEYS`, defined from this; a warp's lanes score one each).
+pub(super) const ATTENTION_KEYS: usize = 32;
 
 pub(super) fn driver(what: &str) -> impl Fn(cudarc::driver::DriverError) -> Error + '_ {
     move |e| Error::Device(format!("CUDA {what}: {e:?}"))
