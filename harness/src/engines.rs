@@ -18,10 +18,9 @@ fn load_saying(dir: &Path, config: EngineConfig, say: &dyn Fn(String)) -> Result
         .with_context(|| format!("loading the model from {}", dir.display()))?;
     let info = engine.backend().info();
     let requested = engine.config().dtype;
-    let fallback = match info.dtype_note {
-        Some(why) if info.dtype != requested => format!(" ({requested} requested: {why})"),
-        _ => String::new(),
-    };
+    let fallback = info.dtype_note.map_or(String::new(), |why| {
+        format!(" ({requested} requested: {why})")
+    });
     let startup = info.startup_capture.map_or(String::new(), |t| {
         format!(
             ", {} plans captured at start-up in {t:.2?}",

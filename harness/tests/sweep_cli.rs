@@ -363,6 +363,40 @@ fn replay_exits_3_when_every_request_failed() {
     assert!(stderr.contains("500"), "the first error is named: {stderr}");
 }
 
+/// A replica process that cannot start says why: its standard error was thrown away, so the run said only that
+/// it "exited before listening".
+#[test]
+fn a_replica_process_that_fails_to_start_shows_its_stderr() {
+    let (tmp, model) = scratch();
+    let weights = Path::new(&model).join("model.safetensors");
+    std::fs::write(&weights, b"not safetensors").unwrap();
+    let out = bench(
+        &[
+            "replay",
+            "--target",
+            "processes",
+            "--model",
+            &model,
+            "--set",
+            "threads=1",
+            "--arrivals",
+            "poisson",
+            "--rate",
+            "10",
+            "--duration-s",
+            "1",
+            "--no-report",
+        ],
+        tmp.path(),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("exited before listening") && stderr.contains("model.safetensors"),
+        "{stderr}"
+    );
+}
+
 /// `--target processes`: the harness starts `replicas` replica processes and a gateway in front of them; with
 /// `--kill-replica-at-s` one is killed mid-step and the step reports what that cost (nothing lost, nothing
 /// answered twice, its pieces re-sent), and it is started again for the next step.

@@ -124,7 +124,7 @@ pub struct BackendInfo {
     pub max_positions: usize,
     /// Precision the weights run in (bf16 falls back to f32 where the device cannot run it).
     pub dtype: crate::dtype::Dtype,
-    /// Why `dtype` may differ from the configured one, in words (`None`: it runs what is asked).
+    /// Why `dtype` differs from the configured one, in words (`None`: it runs what was asked).
     pub dtype_note: Option<&'static str>,
     pub capture: crate::plan::CaptureMode,
     /// How long capturing the start-up plans took, under `capture = eager`.

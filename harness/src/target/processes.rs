@@ -4,7 +4,7 @@
 //! replica processes; each gets `threads` compute threads (0: the cores shared out between them). A fault step
 //! kills one with SIGKILL mid-step ([`Target::kill_replica`]) and starts it again on its port afterwards.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Seek};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::Mutex;
@@ -33,6 +33,9 @@ impl Replica {
     /// waits for its listening line.
     fn start(model_dir: &Path, config_file: &Path, port: u16) -> Result<Replica> {
         let exe = std::env::current_exe().context("finding this program to start replicas")?;
+        // Its standard error goes to a file, not over the harness's progress bars; read back if it fails to start.
+        let mut log = tempfile::tempfile().context("creating a replica's log file")?;
+        let stderr = log.try_clone().context("creating a replica's log file")?;
         let mut child = Command::new(exe)
             .args([
                 "serve",
@@ -49,7 +52,7 @@ impl Replica {
             .arg(config_file)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .context("starting a replica process")?;
         let Some(stdout) = child.stdout.take() else {
@@ -65,7 +68,18 @@ impl Replica {
                 == 0
             {
                 let status = child.wait().ok();
-                bail!("a replica process on port {port} exited before listening ({status:?})");
+                let mut said = String::new();
+                let _ = log.rewind().and_then(|()| log.read_to_string(&mut said));
+                // Its first lines: the error comes before any backtrace.
+                let said = said.trim();
+                let mut end = said.len().min(2000);
+                while !said.is_char_boundary(end) {
+                    end -= 1;
+                }
+                let head = &said[..end];
+                bail!(
+                    "a replica process on port {port} exited before listening ({status:?}); its stderr:\n{head}"
+                );
             }
             if let Some(addr) = line.trim().strip_prefix("listening on http://") {
                 let port = addr

@@ -90,7 +90,7 @@ pub(crate) fn start<M: Architecture<Cpu> + 'static>(
         vocab_size: compute.model.vocab_size(),
         max_positions: compute.layout.max_positions,
         dtype,
-        dtype_note: Some("this CPU lacks AVX512-BF16"),
+        dtype_note: (dtype != config.dtype).then_some("this CPU lacks AVX512-BF16"),
         capture: config.capture,
         startup_capture: startup,
         startup_plans: compute.cache.stats().plans,

@@ -246,7 +246,8 @@ impl Compute {
             vocab_size: compute.model.vocab_size(),
             max_positions: compute.layout.max_positions,
             dtype: crate::dtype::Dtype::Bf16,
-            dtype_note: Some("the CUDA backend's GEMMs run in bf16"),
+            dtype_note: (config.dtype != crate::dtype::Dtype::Bf16)
+                .then_some("the CUDA backend's GEMMs run in bf16"),
             capture: config.capture,
             startup_capture: startup,
             startup_plans: compute.cache.stats().plans,
