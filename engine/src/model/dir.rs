@@ -196,13 +196,13 @@ pub enum Pooling {
     LastToken,
 }
 
-/// A parsed model directory: configuration, pooling, normalisation and where the weights are.
 /// The longest sequence the engine runs, whatever a config says: a rotary table is computed at load for every
 /// position served (at head_dim 128, 64 MiB here), so `max_position_embeddings` (3,276,832,768 in a fuzzed
-/// config; rope-scaled models say millions) must not size it alone. Longer than any embedding model's context;
-/// attention over one such sequence is already seconds of compute.
+/// config; rope-scaled models say millions) must not size it alone. Longer than the context of the embedding
+/// models we know of (Qwen3-Embedding's is 32,768); `--max-seq-length` lowers it, never raises it.
 pub const MAX_POSITIONS: usize = 1 << 17;
 
+/// A parsed model directory: configuration, pooling, normalisation and where the weights are.
 #[derive(Clone, Debug)]
 pub struct ModelDir {
     pub root: PathBuf,
