@@ -41,7 +41,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     const int row0 = q0 + warp * QPW;  // the warp's first query row
 
     // K rows padded by one float so that lane j reading row j walks distinct banks.
-    extern __shared__ float smem[];
+    DYNAMIC_SMEM(float, smem);
     float* ks = smem;                   // KEYS x (d + 1)
     float* vs = ks + KEYS * (d + 1);    // KEYS x d
     float* qs = vs + KEYS * d;          // QUERIES x d

@@ -19,6 +19,27 @@
 // -inf without math.h (NVRTC has no host headers).
 #define NEG_INF __int_as_float(0xff800000)
 
+// What the host emulation (engine/tests/emulation/cuda_host.h, which runs these kernels on a CPU in tests)
+// defines its own way: the block's dynamic shared memory, and the tensor-core instruction.
+#ifndef EW_HOST_EMULATION
+#define DYNAMIC_SMEM(T, name) extern __shared__ T name[]
+
+// c += a b for one m16n8k16 tile: bf16 A (16 x 16, four registers) and B (16 x 8, two), f32 C (16 x 8, four),
+// held across the warp in the PTX ISA's fragment layouts (kernels/attention_mma.cu spells them out). sm_80+.
+__device__ __forceinline__ void mma_bf16_16816(float* c, const unsigned* a, unsigned b0, unsigned b1) {
+#if __CUDA_ARCH__ < 800
+    // No bf16 MMA before Ampere: the host refuses tensor-core attention there (Cuda::new), so this never runs.
+    __trap();
+#else
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+#endif
+
 // f32 -> bf16 bits, rounding to nearest even (NaN kept quiet), as the CPU backend rounds its bf16 operands.
 __device__ __forceinline__ unsigned short f32_to_bf16(float x) {
     unsigned int u = __float_as_uint(x);

@@ -383,10 +383,10 @@ def cmd_table(a):
     for name in models:
         d = os.path.join(out, name)
         m = {}
-        for key in ["cosine_vs_reference", "cosine_vs_cpu"]:
+        for key in ["cosine_vs_reference", "cosine_vs_cpu", "cosine_vs_reference_tc"]:
             p = os.path.join(d, key + ".json")
             m[key] = json.load(open(p)) if os.path.exists(p) else None
-        for key in ["curve", "plans", "torch", "torch_compile", "overlap", "profile"]:
+        for key in ["curve", "plans", "curve_tc", "plans_tc", "torch", "torch_compile", "overlap", "profile"]:
             p = os.path.join(d, key + ".json")
             m[key] = json.load(open(p)) if os.path.exists(p) else None
         if m["torch_compile"]:
@@ -399,14 +399,19 @@ def cmd_table(a):
         md.append(f"- cosine vs transformers fp32: min {fmt(c1 and c1['min'], 5)}, mean {fmt(c1 and c1['mean'], 5)} "
                   f"(goal ≥ 0.999 in bf16: {'PASS' if c1 and c1['min'] >= 0.999 else 'FAIL'})")
         md.append(f"- cosine vs our CPU backend: min {fmt(c2 and c2['min'], 5)}, mean {fmt(c2 and c2['mean'], 5)}")
+        c3 = m["cosine_vs_reference_tc"]
+        md.append(f"- tensor-core attention, cosine vs transformers fp32: min {fmt(c3 and c3['min'], 5)}, mean "
+                  f"{fmt(c3 and c3['mean'], 5)} ({'PASS' if c3 and c3['min'] >= 0.999 else 'FAIL'})")
         tb = (m["torch"] or {}).get("modes", {})
         eager = {r["tokens"]: r["tokens_per_s"] for r in tb.get("eager", {}).get("curve", [])}
         comp = {r["tokens"]: r["tokens_per_s"] for r in tb.get("compile", {}).get("curve", [])}
-        md += ["", "| batch tokens | ours tokens/s | PyTorch eager tokens/s | torch.compile tokens/s |", "|---|---|---|---|"]
+        tc = {r["tokens"]: r["tokens_per_s"] for r in (m["curve_tc"] or {}).get("points", [])}
+        md += ["", "| batch tokens | ours tokens/s | ours, tensor-core attention | PyTorch eager tokens/s | "
+               "torch.compile tokens/s |", "|---|---|---|---|---|"]
         curve = m["curve"] or {}
         for p in curve.get("points", []):
             t = p["tokens"]
-            md.append(f"| {t} | {fmt(p['tokens_per_s'])} | {fmt(eager.get(t))} | {fmt(comp.get(t))} |")
+            md.append(f"| {t} | {fmt(p['tokens_per_s'])} | {fmt(tc.get(t))} | {fmt(eager.get(t))} | {fmt(comp.get(t))} |")
         if curve.get("points"):
             best = max(curve["points"], key=lambda p: p["tokens_per_s"])
             gflops = best["tokens_per_s"] * curve["flops_per_token"] / 1e9
@@ -419,6 +424,10 @@ def cmd_table(a):
                 line += f"; vs PyTorch eager at {b['tokens']} tokens {fmt(b['tokens_per_s'] / eager[b['tokens']], 2)}x"
             md.append(line)
             m["peak_of_gemm"] = gflops / peak["gflops"] if peak else None
+            if tc:
+                t, v = max(tc.items(), key=lambda kv: kv[1])
+                md.append(f"- peak with tensor-core attention: {fmt(v)} tokens/s at {t} tokens "
+                          f"({fmt(v / best['tokens_per_s'], 2)}x the default kernel's peak)")
         pl = m["plans"]
         if pl:
             r = pl["rows"][0]
@@ -426,6 +435,10 @@ def cmd_table(a):
             md += ["", "| single query 1x12 | p50 ms | p99 ms |", "|---|---|---|",
                    f"| ours, graphs off (eager) | {fmt(r['eager_p50_ms'], 3)} | {fmt(r.get('eager_p99_ms'), 3)} |",
                    f"| ours, graphs lazy (replay) | {fmt(r['replay_p50_ms'], 3)} | {fmt(r.get('replay_p99_ms'), 3)} |"]
+            if m["plans_tc"]:
+                t = m["plans_tc"]["rows"][0]
+                md += [f"| ours, tensor-core attention, graphs off | {fmt(t['eager_p50_ms'], 3)} | {fmt(t.get('eager_p99_ms'), 3)} |",
+                       f"| ours, tensor-core attention, graphs lazy | {fmt(t['replay_p50_ms'], 3)} | {fmt(t.get('replay_p99_ms'), 3)} |"]
             for mode in ["eager", "compile"]:
                 x = tb.get(mode, {})
                 md.append(f"| PyTorch {mode} | {fmt(x.get('single_1x12_p50_ms'), 3)} | {fmt(x.get('single_1x12_p99_ms'), 3)} |")

@@ -8,9 +8,10 @@
 #   scripts/gpu_check.sh ./bench-cuda "$OUT"            # BACKEND=cuda by default
 # It (a) writes random-weight models of real shapes (all-MiniLM-L6, a BGE-large-sized BERT with transformers; the
 # Qwen3-0.6B shape with `bench`'s synthetic model) and their fp32 reference embeddings with torch; (b) checks our
-# embeddings against them (cosine ≥ 0.999 in bf16) and against our CPU backend; (c) measures tokens/s against batch
+# embeddings against them (cosine ≥ 0.999 in bf16) and against our CPU backend, with either attention kernel
+# (`--gpu-attention cuda-cores`, the default, and `tensor-cores`); (c) measures tokens/s against batch
 # tokens (`bench curve`), single-query 1x12 p50/p99 with graphs off vs lazy and start-up lazy vs startup
-# (`bench plans`), overlap on vs off under a bulk re-index (`bench replay --workload batch`), and PyTorch
+# (`bench plans`), both again with the tensor-core attention, overlap on vs off under a bulk re-index (`bench replay --workload batch`), and PyTorch
 # eager / torch.compile on the same machine; and writes $OUT/gpu_check.json and $OUT/gpu_check.md (one table per model).
 #
 # A device lease is minutes long and the backend's first contact with a GPU may fail anywhere, so no step stops the
@@ -132,6 +133,9 @@ for name in "${models[@]}"; do
   shstep "$name-embed-cpu" 180 "'$bench' embed --model '$model' --backend cpu '$texts' > '$d/cpu.jsonl'"
   shstep "$name-cosine" 60 "'$py' '$helper' cosine '$d/reference.jsonl' '$d/ours.jsonl' > '$d/cosine_vs_reference.json' \
     && '$py' '$helper' cosine '$d/cpu.jsonl' '$d/ours.jsonl' > '$d/cosine_vs_cpu.json'"
+  # The tensor-core attention kernel (--gpu-attention tensor-cores), checked before anything measures it.
+  shstep "$name-embed-tc" 120 "'$bench' embed --model '$model' --backend $backend --gpu-attention tensor-cores '$texts' \
+    > '$d/ours_tc.jsonl' && '$py' '$helper' cosine '$d/reference.jsonl' '$d/ours_tc.jsonl' > '$d/cosine_vs_reference_tc.json'"
 done
 # The saturation curve and single-query latency (graphs off vs lazy, start-up lazy vs startup), with PyTorch eager.
 for name in "${models[@]}"; do
@@ -140,6 +144,10 @@ for name in "${models[@]}"; do
     --min-s "$min_s" --json "$d/curve.json"
   step "$name-plans" 150 "$bench" plans --model "$model" --backend "$backend" --dtype bf16 --shapes 1x12 \
     --runs "$runs" --json "$d/plans.json"
+  step "$name-curve-tc" 150 "$bench" curve --model "$model" --backend "$backend" --dtype bf16 --sizes "$sizes" \
+    --min-s "$min_s" --gpu-attention tensor-cores --json "$d/curve_tc.json"
+  step "$name-plans-tc" 150 "$bench" plans --model "$model" --backend "$backend" --dtype bf16 --shapes 1x12 \
+    --runs "$runs" --gpu-attention tensor-cores --json "$d/plans_tc.json"
   [ "$torch" = 1 ] && step "$name-torch-eager" 150 "$py" "$helper" torch-bench "$model" "$d/torch.json" --modes eager --sizes "$sizes" \
     --min-s "$min_s" --runs "$runs"
 done

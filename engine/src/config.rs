@@ -93,6 +93,23 @@ pub struct EngineConfig {
     /// The GPU the `cuda` backend runs on (its CUDA ordinal).
     #[arg(long, default_value_t = EngineConfig::default().device)]
     pub device: usize,
+    /// The `cuda` backend's attention kernel: `cuda-cores` (f32, kernels/attention.cu) or `tensor-cores` (bf16
+    /// MMA tiles with f32 accumulation, kernels/attention_mma.cu). The CPU backend has one attention and ignores
+    /// this.
+    #[arg(long, value_enum, default_value_t = EngineConfig::default().gpu_attention)]
+    pub gpu_attention: GpuAttention,
+}
+
+/// Which kernel runs attention on a GPU ([`EngineConfig::gpu_attention`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum GpuAttention {
+    /// f32 on CUDA cores: the kernel measured on an H200 (2026-12-04), hence still the default.
+    #[default]
+    CudaCores,
+    /// bf16 on tensor cores (mma.sync m16n8k16, sm_80 and later); checked on the CPU by the kernels' host
+    /// emulation (engine/tests/kernels_on_host.rs), not yet run on a GPU.
+    TensorCores,
 }
 
 impl Default for EngineConfig {
@@ -124,6 +141,7 @@ impl Default for EngineConfig {
             replicas: 1,
             backend: BackendKind::Cpu,
             device: 0,
+            gpu_attention: GpuAttention::CudaCores,
         }
     }
 }

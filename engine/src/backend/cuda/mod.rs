@@ -191,7 +191,7 @@ struct Compute {
 
 impl Compute {
     fn new(dir: &ModelDir, config: &EngineConfig) -> Result<(Compute, BackendInfo)> {
-        let device = Cuda::new(config.device)?;
+        let device = Cuda::new(config.device, config.gpu_attention)?;
         let model = Model::load(dir, &device)?;
         let layout = model.layout();
         let d = layout.attention.head_dim;

@@ -46,6 +46,11 @@ pub const SOURCES: &[Source] = &[
         text: include_str!("../../../../kernels/attention.cu"),
     },
     Source {
+        file: "attention_mma.cu",
+        functions: &["attention_mma"],
+        text: include_str!("../../../../kernels/attention_mma.cu"),
+    },
+    Source {
         file: "pool.cu",
         functions: &["pool", "l2_normalize"],
         text: include_str!("../../../../kernels/pool.cu"),
@@ -63,11 +68,13 @@ impl Source {
     /// then the file (line numbers kept for the log).
     pub fn program(&self) -> String {
         format!(
-            "#define QUERIES {}\n#define KEYS {}\n#define HEAD_DIM_MAX {}\n#line 1 \"common.cuh\"\n{COMMON}\n\
-             #line 1 \"{}\"\n{}",
+            "#define QUERIES {}\n#define KEYS {}\n#define HEAD_DIM_MAX {}\n#define MMA_KEYS {}\n#define MMA_WARPS {}\n\
+             #line 1 \"common.cuh\"\n{COMMON}\n#line 1 \"{}\"\n{}",
             super::inputs::QUERY_TILE,
             super::ops::ATTENTION_KEYS,
             super::ops::HEAD_DIM_MAX,
+            super::ops::MMA_KEYS,
+            super::ops::MMA_WARPS,
             self.file,
             self.text
         )

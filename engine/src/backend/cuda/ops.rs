@@ -18,6 +18,7 @@ use super::gemm::{Gemm, Lt};
 use super::nvrtc;
 use crate::backend::ops::{Activation, AttentionShape, Device, Embedding, Matrix, Ops};
 use crate::batch::Batch;
+use crate::config::GpuAttention;
 use crate::error::{Error, Result};
 use crate::model::{Pooling, Tensor};
 
@@ -28,6 +29,12 @@ pub const HEAD_DIM_MAX: usize = 128;
 const ATTENTION_QUERIES: usize = super::inputs::QUERY_TILE;
 /// Keys per shared-memory tile of the attention kernel (`KEYS`, defined from this; a warp's lanes score one each).
 pub(super) const ATTENTION_KEYS: usize = 32;
+/// Keys per warp tile of the tensor-core attention kernel (`MMA_KEYS` in kernels/attention_mma.cu).
+pub(super) const MMA_KEYS: usize = 16;
+/// Warps of a tensor-core attention block, splitting the keys (`MMA_WARPS`).
+pub(super) const MMA_WARPS: usize = 4;
+/// bf16 elements of padding per staged row in the tensor-core kernel (`MMA_PAD`, which it defines itself).
+const MMA_PAD: usize = 8;
 
 pub(super) fn driver(what: &str) -> impl Fn(cudarc::driver::DriverError) -> Error + '_ {
     move |e| Error::Device(format!("CUDA {what}: {e:?}"))
@@ -38,6 +45,7 @@ pub struct Cuda {
     pub(super) ctx: Arc<CudaContext>,
     pub(super) stream: Arc<CudaStream>,
     functions: HashMap<&'static str, CudaFunction>,
+    attention: GpuAttention,
     lt: Lt,
     /// The widest GEMM input of the layers uploaded so far: the bf16 scratch a pass needs per token.
     max_inner: std::sync::atomic::AtomicUsize,
@@ -45,8 +53,8 @@ pub struct Cuda {
 
 impl Cuda {
     /// Opens GPU `ordinal`, compiles (or loads from the disk cache) every kernel for its architecture, and makes
-    /// the compute stream and cuBLASLt handle.
-    pub fn new(ordinal: usize) -> Result<Self> {
+    /// the compute stream and cuBLASLt handle; `attention` picks the attention kernel.
+    pub fn new(ordinal: usize, attention: GpuAttention) -> Result<Self> {
         // SAFETY: only dlopens the driver library under its candidate names; nothing is called.
         if !unsafe { cudarc::driver::sys::is_culib_present() } {
             return Err(Error::Device(
@@ -73,6 +81,11 @@ impl Cuda {
             major: major as u32,
             minor: minor as u32,
         };
+        if attention == GpuAttention::TensorCores && arch.major < 8 {
+            return Err(Error::Device(format!(
+                "tensor-core attention needs sm_80 or later (bf16 mma.sync); this GPU is {arch}"
+            )));
+        }
         let version = nvrtc::version()?;
         let cache = nvrtc::DiskCache::default_location();
         let mut functions = HashMap::new();
@@ -97,6 +110,7 @@ impl Cuda {
             ctx,
             stream,
             functions,
+            attention,
             lt,
             max_inner: Default::default(),
         })
@@ -562,12 +576,15 @@ impl<'a> Ops for CudaPass<'a> {
             qkv.cols,
             ctx.cols
         );
-        let smem = attention_smem_bytes(d);
+        let (kernel, warps, smem) = match self.device.attention {
+            GpuAttention::CudaCores => ("attention", 4, attention_smem_bytes(d)),
+            GpuAttention::TensorCores => ("attention_mma", MMA_WARPS, attention_mma_smem_bytes(d)),
+        };
         self.launch(
-            "attention",
+            kernel,
             LaunchConfig {
                 grid_dim: (self.inputs.max_tiles.max(1) as u32, heads as u32, 1),
-                block_dim: (128, 1, 1),
+                block_dim: (32 * warps as u32, 1, 1),
                 shared_mem_bytes: smem as u32,
             },
             &[
@@ -639,7 +656,14 @@ pub fn attention_smem_bytes(d: usize) -> usize {
     (ATTENTION_KEYS * (d + 1) + ATTENTION_KEYS * d + ATTENTION_QUERIES * d) * size_of::<f32>()
 }
 
-/// Whether the attention kernel takes heads of `d`: whole warps, at most [`HEAD_DIM_MAX`].
+/// Dynamic shared memory of one tensor-core attention block for heads of `d`: per warp, a bf16 key tile and a
+/// transposed value tile, each row padded (kernels/attention_mma.cu's `attention_mma_warp_bytes`); the warps'
+/// merge reuses it.
+pub fn attention_mma_smem_bytes(d: usize) -> usize {
+    MMA_WARPS * 2 * (MMA_KEYS * (d + MMA_PAD) + d * (MMA_KEYS + MMA_PAD))
+}
+
+/// Whether the attention kernels take heads of `d`: whole warps, at most [`HEAD_DIM_MAX`].
 pub fn head_dim_supported(d: usize) -> bool {
     d > 0 && d.is_multiple_of(32) && d <= HEAD_DIM_MAX
 }
@@ -679,6 +703,12 @@ mod tests {
     fn attention_fits_the_default_shared_memory_up_to_its_widest_head() {
         // 48 KiB is what a block gets without opting in; the kernel's widest head must fit it.
         assert!(attention_smem_bytes(HEAD_DIM_MAX) <= 48 << 10);
+        assert!(attention_mma_smem_bytes(HEAD_DIM_MAX) <= 48 << 10);
+        // The tensor-core kernel's merge (16 x d partial outputs, 16 maxima, 16 sums per warp, in f32) reuses
+        // each warp's staging slice, so it must fit in it.
+        for d in (32..=HEAD_DIM_MAX).step_by(32) {
+            assert!(4 * (ATTENTION_QUERIES * d + 32) <= attention_mma_smem_bytes(d) / MMA_WARPS);
+        }
         assert!(head_dim_supported(32) && head_dim_supported(64) && head_dim_supported(128));
         assert!(!head_dim_supported(80) && !head_dim_supported(256) && !head_dim_supported(0));
     }
