@@ -270,7 +270,7 @@ def cmd_profile(a):
              "second": 1e6}.get(units[t])
     if scale is None:
         sys.exit(f"profile: unknown time unit {units[t]!r}")
-    ours = {"embed", "layer_norm", "rms_norm", "bias_act", "silu_gate", "rotary", "to_bf16", "attention", "pool",
+    ours = {"embed", "layer_norm", "rms_norm", "bias_act", "silu_gate", "rotary", "to_bf16", "attention", "attention_mma", "pool",
             "l2_normalize", "quantize_int8"}
     total, by = 0.0, {}
     for r in rows[2:]:
@@ -386,7 +386,8 @@ def cmd_table(a):
         for key in ["cosine_vs_reference", "cosine_vs_cpu", "cosine_vs_reference_tc"]:
             p = os.path.join(d, key + ".json")
             m[key] = json.load(open(p)) if os.path.exists(p) else None
-        for key in ["curve", "plans", "curve_tc", "plans_tc", "torch", "torch_compile", "overlap", "profile"]:
+        for key in ["curve", "plans", "curve_tc", "plans_tc", "torch", "torch_compile", "overlap", "profile",
+                    "profile_tc"]:
             p = os.path.join(d, key + ".json")
             m[key] = json.load(open(p)) if os.path.exists(p) else None
         if m["torch_compile"]:
@@ -401,7 +402,7 @@ def cmd_table(a):
         md.append(f"- cosine vs our CPU backend: min {fmt(c2 and c2['min'], 5)}, mean {fmt(c2 and c2['mean'], 5)}")
         c3 = m["cosine_vs_reference_tc"]
         md.append(f"- tensor-core attention, cosine vs transformers fp32: min {fmt(c3 and c3['min'], 5)}, mean "
-                  f"{fmt(c3 and c3['mean'], 5)} ({'PASS' if c3 and c3['min'] >= 0.999 else 'FAIL'})")
+                  f"{fmt(c3 and c3['mean'], 5)} ({('PASS' if c3['min'] >= 0.999 else 'FAIL') if c3 else 'not run'})")
         tb = (m["torch"] or {}).get("modes", {})
         eager = {r["tokens"]: r["tokens_per_s"] for r in tb.get("eager", {}).get("curve", [])}
         comp = {r["tokens"]: r["tokens_per_s"] for r in tb.get("compile", {}).get("curve", [])}
@@ -455,11 +456,12 @@ def cmd_table(a):
                 md.append(f"- online load of {fmt(on['offered_rps'], 0)} req/s: overlap on p50 {fmt(on['p50_ms'], 2)} ms / "
                           f"p99 {fmt(on['p99_ms'], 2)} ms, off p50 {fmt(off['p50_ms'], 2)} ms / p99 {fmt(off['p99_ms'], 2)} ms "
                           f"(goodput {fmt(on['goodput_rps'])} vs {fmt(off['goodput_rps'])} req/s)")
-        pr = m["profile"]
-        if pr:
-            top = ", ".join(f"{c['kernel']} {100 * c['share']:.0f}%" for c in pr["kernels"][:6])
-            md.append(f"- GPU time of an eager run over the check's texts (ncu): {fmt(pr['total_us'])} µs in "
-                      f"{pr['launches']} launches: {top}")
+        for key, what in [("profile", ""), ("profile_tc", ", tensor-core attention")]:
+            pr = m[key]
+            if pr:
+                top = ", ".join(f"{c['kernel']} {100 * c['share']:.0f}%" for c in pr["kernels"][:6])
+                md.append(f"- GPU time of an eager run over the check's texts (ncu{what}): {fmt(pr['total_us'])} µs in "
+                          f"{pr['launches']} launches: {top}")
         for mode in ["eager", "compile"]:
             if "error" in tb.get(mode, {}):
                 md.append(f"- PyTorch {mode}: {tb[mode]['error']}")

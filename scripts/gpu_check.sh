@@ -156,9 +156,13 @@ ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/
 if [ "$profile" = 1 ] && [ "$backend" = cuda ] && [ -n "$ncu" ]; then
   for name in "${models[@]}"; do
     model="$out/models/$name" d="$out/$name"
-    shstep "$name-profile" 120 "'$ncu' --clock-control none --cache-control none --metrics gpu__time_duration.sum \
-      --csv --page raw --launch-count 2000 '$bench' embed --model '$model' --backend cuda --capture off '$texts' \
-      > '$d/ncu.csv' 2> '$d/ncu.err' && '$py' '$helper' profile '$d/ncu.csv' > '$d/profile.json'"
+    for attention in cuda-cores tensor-cores; do
+      suffix=$([ $attention = tensor-cores ] && echo _tc)
+      shstep "$name-profile$suffix" 120 "'$ncu' --clock-control none --cache-control none --metrics \
+        gpu__time_duration.sum --csv --page raw --launch-count 2000 '$bench' embed --model '$model' --backend cuda \
+        --capture off --gpu-attention $attention '$texts' > '$d/ncu$suffix.csv' 2> '$d/ncu$suffix.err' \
+        && '$py' '$helper' profile '$d/ncu$suffix.csv' > '$d/profile$suffix.json'"
+    done
   done
 fi
 # Overlap on vs off under a bulk load: a batch re-index of the first texts of the corpus (`bench replay`).
