@@ -2,6 +2,8 @@
 // sequence and head, from the fused [Q | K | V] projection; query head h reads key/value head h / (heads /
 // kv_heads); causal: query i sees keys 0..=i of its own sequence. Sequences never see each other.
 //
+// `shadow` (may be null): ctx's bf16 rounding for the output projection (common.cuh).
+//
 // Flash-style: a block is a tile of (sequence, query head, QUERIES query rows); it streams the sequence's keys and
 // values through shared memory KEYS at a time and keeps, per query row, the running max, the running sum and
 // the unnormalised output (online softmax), so the len x len scores never exist. A warp owns QPW query rows and
@@ -27,7 +29,8 @@ static_assert(HEAD_DIM_MAX % 32 == 0, "a lane accumulates HEAD_DIM_MAX / 32 colu
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
     attention(const float* qkv, int ld_qkv, float* ctx, int ld_ctx, const int* offsets, const int* tiles,
-              const int* meta, int heads, int kv_heads, int head_dim, int causal, float scale) {
+              const int* meta, int heads, int kv_heads, int head_dim, int causal, float scale,
+              unsigned short* shadow) {
     const int t = blockIdx.x, h = blockIdx.y;
     if (t >= META_TILES(meta)) {
         return;
@@ -169,7 +172,9 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
 #pragma unroll
             for (int c = 0; c < COLS_MAX; c++) {
                 if (c < cols) {
-                    o[c * 32 + lane] = acc[i][c] * inv;
+                    const float v = acc[i][c] * inv;
+                    o[c * 32 + lane] = v;
+                    shadow_store(shadow, heads * d, start + row, qc + c * 32 + lane, v);
                 }
             }
         }

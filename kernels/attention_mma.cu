@@ -38,7 +38,8 @@ __device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
 
 extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32)
     attention_mma(const float* qkv, int ld_qkv, float* ctx, int ld_ctx, const int* offsets, const int* tiles,
-                  const int* meta, int heads, int kv_heads, int head_dim, int causal, float scale) {
+                  const int* meta, int heads, int kv_heads, int head_dim, int causal, float scale,
+                  unsigned short* shadow) {
     const int t = blockIdx.x, h = blockIdx.y;
     if (t >= META_TILES(meta)) {
         return;
@@ -220,6 +221,8 @@ extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32)
                 out += p[r * d + c] * f;
             }
         }
-        ctx[(size_t)(start + row) * ld_ctx + qc + c] = out / sum;
+        const float v = out / sum;
+        ctx[(size_t)(start + row) * ld_ctx + qc + c] = v;
+        shadow_store(shadow, heads * d, start + row, qc + c, v);
     }
 }

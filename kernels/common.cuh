@@ -50,6 +50,14 @@ __device__ __forceinline__ unsigned short f32_to_bf16(float x) {
     return (unsigned short)(u >> 16);
 }
 
+// A GEMM's bf16 operand written by the kernel that produces it (`shadow`, dense: row stride `cols`), so the GEMM
+// after it needs no rounding pass (engine/src/backend/cuda/ops.rs, `CudaPass::shadow`); null when not wanted.
+__device__ __forceinline__ void shadow_store(unsigned short* shadow, int cols, int r, int c, float v) {
+    if (shadow) {
+        shadow[(size_t)r * cols + c] = f32_to_bf16(v);
+    }
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) {
         v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -1,5 +1,6 @@
 // Element-wise operations: the GEMM epilogue where cuBLASLt's does not cover it, SwiGLU's gate, rotary
-// embedding, and the bf16 rounding of GEMM operands. A 2-D grid: blockIdx.x is the row (a bucket's rows may pass
+// embedding, and the bf16 rounding of GEMM operands (`to_bf16`, where the producer did not write them: bias_act and
+// silu_gate take a `shadow` as the norms do, see common.cuh). A 2-D grid: blockIdx.x is the row (a bucket's rows may pass
 // the 65,535 a grid's y allows), y-blocks cover the columns.
 
 // Exact (erf) GELU, BERT's `hidden_act = "gelu"`.
@@ -10,7 +11,7 @@ __device__ __forceinline__ float gelu(float u) {
 // out = act(y + bias) + residual, in place on `y` (the GEMM's output); `bias` and `residual` may be null, `act`
 // is 0 (none) or 1 (GELU).
 extern "C" __global__ void bias_act(float* y, int ld, int cols, const int* meta, const float* bias, int act,
-                                    const float* residual, int ldr) {
+                                    const float* residual, int ldr, unsigned short* shadow) {
     const int r = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
     if (r >= META_TOKENS(meta) || c >= cols) {
         return;
@@ -26,16 +27,20 @@ extern "C" __global__ void bias_act(float* y, int ld, int cols, const int* meta,
         v += residual[(size_t)r * ldr + c];
     }
     y[(size_t)r * ld + c] = v;
+    shadow_store(shadow, cols, r, c, v);
 }
 
 // SwiGLU: out = silu(x[:, ..f]) * x[:, f..], silu(g) = g / (1 + e^-g).
-extern "C" __global__ void silu_gate(const float* x, int ldx, float* out, int ldo, int f, const int* meta) {
+extern "C" __global__ void silu_gate(const float* x, int ldx, float* out, int ldo, int f, const int* meta,
+                                     unsigned short* shadow) {
     const int r = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
     if (r >= META_TOKENS(meta) || c >= f) {
         return;
     }
     const float g = x[(size_t)r * ldx + c], u = x[(size_t)r * ldx + f + c];
-    out[(size_t)r * ldo + c] = g / (1.0f + expf(-g)) * u;
+    const float v = g / (1.0f + expf(-g)) * u;
+    out[(size_t)r * ldo + c] = v;
+    shadow_store(shadow, f, r, c, v);
 }
 
 // Rotary embedding in place, rotate-half layout: for every head of `head_dim` columns and i < head_dim / 2,

@@ -1,8 +1,9 @@
 // LayerNorm and RMSNorm, one block per token row (Ops::layer_norm, Ops::rms_norm), in f32 as the CPU kernels:
-// LayerNorm's mean, then the mean of squared deviations; RMSNorm over each `group` columns.
+// LayerNorm's mean, then the mean of squared deviations; RMSNorm over each `group` columns. Each also writes its
+// output's bf16 rounding to `shadow` when given (common.cuh: the next GEMM's operand).
 
 extern "C" __global__ void layer_norm(float* x, int ld, int cols, const int* meta, const float* gamma,
-                                      const float* beta, float eps) {
+                                      const float* beta, float eps, unsigned short* shadow) {
     __shared__ float scratch[32];
     const int r = blockIdx.x;
     if (r >= META_TOKENS(meta)) {
@@ -21,14 +22,16 @@ extern "C" __global__ void layer_norm(float* x, int ld, int cols, const int* met
     }
     const float inv = 1.0f / sqrtf(block_sum(q, scratch) / cols + eps);
     for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-        row[c] = (row[c] - mean) * inv * gamma[c] + beta[c];
+        const float v = (row[c] - mean) * inv * gamma[c] + beta[c];
+        row[c] = v;
+        shadow_store(shadow, cols, r, c, v);
     }
 }
 
 // `out` may be `x` itself (in place); each group of `group` columns is scaled by its own root mean square and by
 // `weight` (`group` values): a whole row, or every head for per-head q/k norms.
 extern "C" __global__ void rms_norm(const float* x, int ldx, float* out, int ldo, int cols, int group,
-                                    const int* meta, const float* weight, float eps) {
+                                    const int* meta, const float* weight, float eps, unsigned short* shadow) {
     __shared__ float scratch[32];
     const int r = blockIdx.x;
     if (r >= META_TOKENS(meta)) {
@@ -44,7 +47,9 @@ extern "C" __global__ void rms_norm(const float* x, int ldx, float* out, int ldo
         }
         const float inv = 1.0f / sqrtf(block_sum(s, scratch) / group + eps);
         for (int c = threadIdx.x; c < group; c += blockDim.x) {
-            o[g0 + c] = in[g0 + c] * inv * weight[c];
+            const float v = in[g0 + c] * inv * weight[c];
+            o[g0 + c] = v;
+            shadow_store(shadow, cols, r, g0 + c, v);
         }
     }
 }

@@ -1,7 +1,9 @@
-//! The attention kernels of kernels/*.cu, run on the CPU under a host emulation of CUDA (tests/emulation/: threads
-//! as fibers, barriers and shuffles between them, the tensor-core instruction from the PTX ISA's fragment layouts),
-//! against an f64 reference: ragged batches, bidirectional and causal, grouped key/value heads, heads of 32 to 128,
-//! strided views, and a bucket's grid larger than its batch. The program compiled is exactly what NVRTC compiles
+//! Kernels of kernels/*.cu, run on the CPU under a host emulation of CUDA (tests/emulation/: threads as fibers,
+//! barriers and shuffles between them, the tensor-core instruction from the PTX ISA's fragment layouts), against
+//! f64 references. Attention (both kernels): ragged batches, bidirectional and causal, grouped key/value heads,
+//! heads of 32 to 128, strided views, and a bucket's grid larger than its batch. The norms and element-wise
+//! kernels: rows past the batch left alone, strided views. Every kernel that writes a GEMM's operand beside its
+//! output (its *shadow*) is checked to write exactly what `to_bf16` makes of that output. The program compiled is exactly what NVRTC compiles
 //! (`Source::program`: the host's constants, common.cuh, the kernel file), with the tile list the backend uploads
 //! (`InputLayout::fill`) and the shared memory the backend asks for. A GPU run (scripts/gpu_check.sh) is still the
 //! last word on timing and on anything the emulation cannot see; see tests/emulation/cuda_host.h.
@@ -50,27 +52,28 @@ impl Kernel {
     }
 }
 
-/// Compiles the kernel's NVRTC program with the emulation and the driver; `None` (and a skip) without `c++`.
-fn build(kernel: Kernel) -> Option<PathBuf> {
+/// Compiles `file`'s NVRTC program with the emulation and `driver` (tests/emulation/) into the binary `name`,
+/// with `define` set; `None` (and a skip) without `c++`.
+fn build(file: &str, driver: &str, name: &str, define: &str) -> Option<PathBuf> {
     let here = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/emulation");
     let source = SOURCES
         .iter()
-        .find(|s| s.file == kernel.file())
+        .find(|s| s.file == file)
         .expect("the kernel file is one of the backend's sources");
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kernels_on_host");
     std::fs::create_dir_all(&dir).unwrap();
-    let unit = dir.join(format!("{}.cpp", kernel.function()));
+    let unit = dir.join(format!("{name}.cpp"));
     let text = format!(
-        "#include \"{}\"\n{}\n#line 1 \"attention_driver.cpp\"\n#include \"{}\"\n",
+        "#include \"{}\"\n{}\n#line 1 \"{driver}\"\n#include \"{}\"\n",
         here.join("cuda_host.h").display(),
         source.program(),
-        here.join("attention_driver.cpp").display()
+        here.join(driver).display()
     );
     std::fs::write(&unit, text).unwrap();
-    let binary = dir.join(kernel.function());
+    let binary = dir.join(name);
     let compiled = Command::new("c++")
         .args(["-std=c++20", "-O2", "-w"])
-        .arg(format!("-DKERNEL={}", kernel.function()))
+        .arg(format!("-D{define}"))
         .arg(&unit)
         .arg("-o")
         .arg(&binary)
@@ -87,12 +90,53 @@ fn build(kernel: Kernel) -> Option<PathBuf> {
         Ok(out) => {
             assert!(
                 out.status.success(),
-                "{} under the emulation did not compile:\n{}",
-                kernel.file(),
+                "{file} under the emulation did not compile:\n{}",
                 String::from_utf8_lossy(&out.stderr)
             );
             Some(binary)
         }
+    }
+}
+
+/// Runs a driver on `input` (written to a file named after the binary and `tag`); its output's bytes.
+fn execute(binary: &Path, tag: &str, input: &[u8]) -> Vec<u8> {
+    let base = binary.with_extension(tag);
+    let (inp, outp) = (base.with_extension("in"), base.with_extension("out"));
+    std::fs::write(&inp, input).unwrap();
+    let run = Command::new(binary).arg(&inp).arg(&outp).output().unwrap();
+    assert!(
+        run.status.success(),
+        "{} under the emulation failed: {}",
+        binary.display(),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    std::fs::read(&outp).unwrap()
+}
+
+/// Splits a driver's output into f32 and bf16-bit matrices, in the order it wrote them.
+struct Output(Vec<u8>);
+
+impl Output {
+    fn f32s(&mut self, n: usize) -> Vec<f32> {
+        let rest = self.0.split_off(4 * n);
+        let v = self
+            .0
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+            .collect();
+        self.0 = rest;
+        v
+    }
+
+    fn bf16s(&mut self, n: usize) -> Vec<u16> {
+        let rest = self.0.split_off(2 * n);
+        let v = self
+            .0
+            .chunks_exact(2)
+            .map(|b| u16::from_le_bytes(b.try_into().unwrap()))
+            .collect();
+        self.0 = rest;
+        v
     }
 }
 
@@ -108,6 +152,10 @@ struct Case {
 fn bf16(x: f32) -> f32 {
     let u = x.to_bits();
     f32::from_bits((u + 0x7fff + ((u >> 16) & 1)) & 0xffff_0000)
+}
+
+fn bf16_bits(x: f32) -> u16 {
+    (bf16(x).to_bits() >> 16) as u16
 }
 
 /// Runs `kernel` on `case` under the emulation and checks every output against an f64 reference (of Q, K and V
@@ -172,24 +220,22 @@ fn check(binary: &Path, kernel: Kernel, case: &Case, seed: u64) -> f64 {
     for v in &qkv {
         input.extend_from_slice(&v.to_le_bytes());
     }
-    let dir = binary.parent().unwrap();
-    let (inp, outp) = (
-        dir.join(format!("{}-{seed}.in", kernel.function())),
-        dir.join(format!("{}-{seed}.out", kernel.function())),
-    );
-    std::fs::write(&inp, &input).unwrap();
-    let run = Command::new(binary).arg(&inp).arg(&outp).output().unwrap();
-    assert!(
-        run.status.success(),
-        "{kernel:?} under the emulation failed: {}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    let ctx: Vec<f32> = std::fs::read(&outp)
-        .unwrap()
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
-        .collect();
-    assert_eq!(ctx.len(), tokens * ld_ctx);
+    let mut out = Output(execute(binary, &format!("{seed}"), &input));
+    assert_eq!(out.0.len(), tokens * ld_ctx * 4 + tokens * heads * d * 2);
+    let ctx = out.f32s(tokens * ld_ctx);
+    let shadow = out.bf16s(tokens * heads * d);
+    // The output projection's operand, written beside ctx: exactly what `to_bf16` would make of it.
+    for (t, row) in shadow.chunks(heads * d).enumerate() {
+        for (c, &bits) in row.iter().enumerate() {
+            let want = bf16_bits(ctx[t * ld_ctx + c]);
+            assert_eq!(
+                bits,
+                want,
+                "{kernel:?} {}: shadow of token {t}, column {c}",
+                describe(case)
+            );
+        }
+    }
 
     let operand = |x: f32| -> f64 {
         match kernel {
@@ -287,7 +333,13 @@ fn cases() -> Vec<Case> {
 }
 
 fn run(kernel: Kernel, tolerance: f64) {
-    let Some(binary) = build(kernel) else {
+    let define = format!("KERNEL={}", kernel.function());
+    let Some(binary) = build(
+        kernel.file(),
+        "attention_driver.cpp",
+        kernel.function(),
+        &define,
+    ) else {
         return;
     };
     for (i, case) in cases().iter().enumerate() {
@@ -312,4 +364,187 @@ fn emulated_cuda_core_attention_matches_an_f64_reference() {
 #[test]
 fn emulated_cuda_tensor_core_attention_matches_an_f64_reference_of_its_bf16_operands() {
     run(Kernel::TensorCores, 1e-2);
+}
+
+/// Bucket rows, batch rows, columns and row stride of the row-wise cases: rows past the batch, a stride wider than
+/// the columns, and more columns than one 256-thread block covers.
+const ROWS: usize = 12;
+const TOKENS: usize = 9;
+const COLS: usize = 384;
+const LD: usize = COLS + 5;
+/// RMSNorm's group: per-head norms (Qwen3's q/k norms) with 3 groups per row.
+const GROUP: usize = 128;
+const EPS: f32 = 1e-6;
+
+struct RowInputs {
+    x: Vec<f32>,
+    y: Vec<f32>,
+    a: Vec<f32>,
+    b: Vec<f32>,
+}
+
+/// Builds `file`'s row-wise driver and runs it on seeded inputs; `None` without a C++ compiler.
+fn run_rowwise(file: &str, define: &str) -> Option<(RowInputs, Output)> {
+    let name = file.trim_end_matches(".cu");
+    let binary = build(
+        file,
+        "rowwise_driver.cpp",
+        &format!("rowwise_{name}"),
+        define,
+    )?;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(17);
+    let mut matrix = || -> Vec<f32> { (0..ROWS * LD).map(|_| rng.gen_range(-3.0..3.0)).collect() };
+    let (x, y) = (matrix(), matrix());
+    let a: Vec<f32> = (0..COLS).map(|_| rng.gen_range(0.5..1.5)).collect();
+    let b: Vec<f32> = (0..COLS).map(|_| rng.gen_range(-0.5..0.5)).collect();
+    let mut input = Vec::new();
+    for v in [ROWS, TOKENS, COLS, LD, GROUP] {
+        input.extend_from_slice(&(v as i32).to_le_bytes());
+    }
+    input.extend_from_slice(&EPS.to_le_bytes());
+    for v in x.iter().chain(&y).chain(&a).chain(&b) {
+        input.extend_from_slice(&v.to_le_bytes());
+    }
+    let out = Output(execute(&binary, "rowwise", &input));
+    Some((RowInputs { x, y, a, b }, out))
+}
+
+/// Checks `got` (rows × LD) against `want(row, col)` on the batch's rows and first `cols` columns, and that every
+/// other element is `untouched(index)`; and that `shadow` (rows × cols) is `got`'s bf16 rounding on the batch's
+/// rows and unwritten past them.
+fn check_rows(
+    what: &str,
+    got: &[f32],
+    shadow: &[u16],
+    cols: usize,
+    want: impl Fn(usize, usize) -> f64,
+    untouched: impl Fn(usize) -> f32,
+) {
+    for r in 0..ROWS {
+        for c in 0..LD {
+            let (i, v) = (r * LD + c, got[r * LD + c]);
+            if r < TOKENS && c < cols {
+                let w = want(r, c);
+                assert!(
+                    (v as f64 - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                    "{what}: row {r}, column {c}: {v} against {w}"
+                );
+                assert_eq!(
+                    shadow[r * cols + c],
+                    bf16_bits(v),
+                    "{what}: shadow at {r}, {c}"
+                );
+            } else {
+                assert!(
+                    v.to_bits() == untouched(i).to_bits(),
+                    "{what}: wrote row {r}, column {c}, outside the batch or its columns"
+                );
+                if c < cols {
+                    assert_eq!(
+                        shadow[r * cols + c],
+                        0xffff,
+                        "{what}: shadow past the batch at {r}, {c}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn emulated_cuda_norms_match_f64_and_write_their_shadow() {
+    let Some((inp, mut out)) = run_rowwise("norm.cu", "EW_PROGRAM_NORM") else {
+        return;
+    };
+    let ln = out.f32s(ROWS * LD);
+    let ln_shadow = out.bf16s(ROWS * COLS);
+    let rms = out.f32s(ROWS * LD);
+    let rms_shadow = out.bf16s(ROWS * COLS);
+    let x = |r: usize, c: usize| inp.x[r * LD + c] as f64;
+    let stats: Vec<(f64, f64)> = (0..ROWS)
+        .map(|r| {
+            let mean = (0..COLS).map(|c| x(r, c)).sum::<f64>() / COLS as f64;
+            let var = (0..COLS).map(|c| (x(r, c) - mean).powi(2)).sum::<f64>() / COLS as f64;
+            (mean, 1.0 / (var + EPS as f64).sqrt())
+        })
+        .collect();
+    check_rows(
+        "layer_norm",
+        &ln,
+        &ln_shadow,
+        COLS,
+        |r, c| (x(r, c) - stats[r].0) * stats[r].1 * inp.a[c] as f64 + inp.b[c] as f64,
+        |i| inp.x[i],
+    );
+    // rms_norm ran on the LayerNorm's output, per group of GROUP columns with weight a[..GROUP].
+    let l = |r: usize, c: usize| ln[r * LD + c] as f64;
+    check_rows(
+        "rms_norm",
+        &rms,
+        &rms_shadow,
+        COLS,
+        |r, c| {
+            let g0 = c / GROUP * GROUP;
+            let ms = (g0..g0 + GROUP).map(|k| l(r, k).powi(2)).sum::<f64>() / GROUP as f64;
+            l(r, c) / (ms + EPS as f64).sqrt() * inp.a[c - g0] as f64
+        },
+        |_| f32::NAN,
+    );
+}
+
+/// erf to 1.5e-7 (Abramowitz and Stegun 7.1.26): Rust's std has none.
+fn erf(x: f64) -> f64 {
+    let t = 1.0 / (1.0 + 0.327_591_1 * x.abs());
+    let poly = t
+        * (0.254_829_592
+            + t * (-0.284_496_736
+                + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
+    (1.0 - poly * (-x * x).exp()).copysign(x)
+}
+
+#[test]
+fn emulated_cuda_elementwise_kernels_match_f64_and_write_their_shadow() {
+    let Some((inp, mut out)) = run_rowwise("elementwise.cu", "EW_PROGRAM_ELEMENTWISE") else {
+        return;
+    };
+    let f = COLS / 2;
+    let act = out.f32s(ROWS * LD);
+    let act_shadow = out.bf16s(ROWS * COLS);
+    let gate = out.f32s(ROWS * LD);
+    let gate_shadow = out.bf16s(ROWS * f);
+    let rounded = out.bf16s(ROWS * COLS);
+    let x = |r: usize, c: usize| inp.x[r * LD + c] as f64;
+    check_rows(
+        "bias_act (GELU, residual)",
+        &act,
+        &act_shadow,
+        COLS,
+        |r, c| {
+            let u = inp.y[r * LD + c] as f64 + inp.a[c] as f64;
+            0.5 * u * (1.0 + erf(u / 2f64.sqrt())) + x(r, c)
+        },
+        |i| inp.y[i],
+    );
+    check_rows(
+        "silu_gate",
+        &gate,
+        &gate_shadow,
+        f,
+        |r, c| {
+            let g = x(r, c);
+            g / (1.0 + (-g).exp()) * x(r, f + c)
+        },
+        |_| f32::NAN,
+    );
+    // to_bf16 rounds the batch's rows and zeroes the bucket's rows past them.
+    for r in 0..ROWS {
+        for c in 0..COLS {
+            let want = if r < TOKENS {
+                bf16_bits(inp.x[r * LD + c])
+            } else {
+                0
+            };
+            assert_eq!(rounded[r * COLS + c], want, "to_bf16 at {r}, {c}");
+        }
+    }
 }

@@ -11,7 +11,7 @@ use cudarc::driver::{
     sys, CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr, PinnedHostSlice,
 };
 
-use super::ops::driver;
+use super::device::driver;
 use crate::batch::{Batch, Readout};
 use crate::error::{Error, Result};
 

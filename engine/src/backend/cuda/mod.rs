@@ -1,10 +1,13 @@
 //! The CUDA backend (feature `cuda`). CI builds it (cudarc loads the driver, NVRTC and cuBLASLt at run time, so no
 //! CUDA is needed to build), compiles every kernel through NVRTC for sm_80 and sm_90 and unit-tests its host-side
-//! logic; on a GPU it is checked by `scripts/gpu_check.sh` (last run on an H200: `results/20261204-gpu-check-h200*`,
-//! cosine ≥ 0.99996 against transformers fp32 for three model shapes).
+//! logic, and runs kernels on the CPU under a host emulation of CUDA (`engine/tests/kernels_on_host.rs`); on a GPU
+//! it is checked by `scripts/gpu_check.sh` (last run on an H200: `results/20261204-gpu-check-h200*`, cosine ≥
+//! 0.99996 against transformers fp32 for three model shapes).
 //!
 //! - `nvrtc`: the kernels of `kernels/*.cu`, compiled for the device's architecture, cached on disk.
 //! - `inputs`: a batch's inputs in one device buffer, uploaded by one copy from page-locked staging.
+//! - `device`: the GPU (context, compute stream, kernels, cuBLASLt) and the weights' upload.
+//! - `mat`: views of device memory as matrices, and which one the GEMM scratch holds in bf16.
 //! - `ops`: the op set on the GPU (weights in bf16 for cuBLASLt, activations in f32), `gemm`: cuBLASLt.
 //! - `pinned`: the pool of page-locked host buffers results are copied into.
 //! - this file: the backend. One compute thread owns the context, the model and the plan cache; it uploads a
@@ -15,8 +18,10 @@
 //!   free for the next batch at once; its forward waits (on the GPU, not the host) only for the previous copy
 //!   out of the same memory.
 
+pub mod device;
 pub mod gemm;
 pub mod inputs;
+pub mod mat;
 pub mod nvrtc;
 pub mod ops;
 pub mod pinned;
@@ -35,8 +40,10 @@ use crate::config::EngineConfig;
 use crate::error::{Error, Result};
 use crate::model::{Model, ModelDir};
 use crate::plan::{Action, Bucket, CaptureMode, ForwardStats, Ladder, PlanCache, Run};
+use device::{driver, Cuda};
 use inputs::{Extent, InputLayout, Staging};
-use ops::{driver, Cuda, CudaMat, CudaPass, PassInputs};
+use mat::CudaMat;
+use ops::{CudaPass, PassInputs};
 use pinned::{Capacity, Pool};
 
 /// Loads the model in `dir` onto GPU `config.device` and starts the backend. Everything CUDA lives on the compute

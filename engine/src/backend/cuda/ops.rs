@@ -1,26 +1,25 @@
 //! The op set ([`crate::backend::ops`]) on the GPU: [`Cuda`] uploads weights at load (linear layers in bf16, the
 //! rest in f32), [`CudaPass`] enqueues one forward pass's kernels and GEMMs on the compute stream.
 //!
-//! Activations stay f32 in device memory, as on the CPU; a GEMM's input is first rounded into a dense bf16 scratch
-//! (`to_bf16`), which is the operand cuBLASLt reads, as the CPU's bf16 GEMM rounds its input. Every kernel reads
+//! Activations stay f32 in device memory, as on the CPU; a GEMM reads its input rounded into a dense bf16 scratch,
+//! as the CPU's bf16 GEMM rounds its input. The kernels that produce GEMM inputs (the norms, the GELU epilogue,
+//! SwiGLU's gate, attention) write that rounding as they write their output (the scratch is then their output's
+//! *shadow*), so a GEMM straight after its producer reads it as is; any other input is rounded by `to_bf16` first. Every kernel reads
 //! the batch's real size from device memory (`meta`), so the same launches, captured in a CUDA graph for a
 //! bucket, serve any batch that fits it.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
-use std::sync::Arc;
 
-use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
-};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
 
-use super::gemm::{Gemm, Lt};
-use super::nvrtc;
-use crate::backend::ops::{Activation, AttentionShape, Device, Embedding, Matrix, Ops};
+use super::device::{Cuda, CudaLinear, CudaParam};
+use super::gemm::Gemm;
+use super::mat::{CudaMat, Shadow};
+use crate::backend::ops::{Activation, AttentionShape, Embedding, Ops};
 use crate::batch::Batch;
 use crate::config::GpuAttention;
 use crate::error::{Error, Result};
-use crate::model::{Pooling, Tensor};
+use crate::model::Pooling;
 
 /// The widest head the attention kernel takes (`HEAD_DIM_MAX` in kernels/attention.cu, defined from this), in
 /// steps of a warp.
@@ -35,206 +34,6 @@ pub(super) const MMA_KEYS: usize = 16;
 pub(super) const MMA_WARPS: usize = 4;
 /// bf16 elements of padding per staged row in the tensor-core kernel (`MMA_PAD`, which it defines itself).
 const MMA_PAD: usize = 8;
-
-pub(super) fn driver(what: &str) -> impl Fn(cudarc::driver::DriverError) -> Error + '_ {
-    move |e| Error::Device(format!("CUDA {what}: {e:?}"))
-}
-
-/// The GPU: its context, the compute stream every pass runs on, the kernels and cuBLASLt.
-pub struct Cuda {
-    pub(super) ctx: Arc<CudaContext>,
-    pub(super) stream: Arc<CudaStream>,
-    functions: HashMap<&'static str, CudaFunction>,
-    attention: GpuAttention,
-    lt: Lt,
-    /// The widest GEMM input of the layers uploaded so far: the bf16 scratch a pass needs per token.
-    max_inner: std::sync::atomic::AtomicUsize,
-}
-
-impl Cuda {
-    /// Opens GPU `ordinal`, compiles (or loads from the disk cache) every kernel for its architecture, and makes
-    /// the compute stream and cuBLASLt handle; `attention` picks the attention kernel.
-    pub fn new(ordinal: usize, attention: GpuAttention) -> Result<Self> {
-        // SAFETY: only dlopens the driver library under its candidate names; nothing is called.
-        if !unsafe { cudarc::driver::sys::is_culib_present() } {
-            return Err(Error::Device(
-                "the CUDA driver (libcuda.so) was not found: no NVIDIA driver on this machine"
-                    .into(),
-            ));
-        }
-        let count = CudaContext::device_count().map_err(driver("device count"))?;
-        if ordinal >= count.max(0) as usize {
-            return Err(Error::Device(format!(
-                "GPU {ordinal} asked for, {count} visible"
-            )));
-        }
-        let ctx = CudaContext::new(ordinal).map_err(driver("context"))?;
-        // The backend orders its streams itself, with events (one compute stream, one copy stream).
-        // SAFETY: no slice exists yet; every later one is used on the compute stream, or read by the copy stream
-        // only after an event recorded on the compute stream, and freed only after the copy's event completes.
-        unsafe { ctx.disable_event_tracking() };
-        let stream = ctx.new_stream().map_err(driver("stream"))?;
-        let (major, minor) = ctx
-            .compute_capability()
-            .map_err(driver("compute capability"))?;
-        let arch = nvrtc::Arch {
-            major: major as u32,
-            minor: minor as u32,
-        };
-        if attention == GpuAttention::TensorCores && arch.major < 8 {
-            return Err(Error::Device(format!(
-                "tensor-core attention needs sm_80 or later (bf16 mma.sync); this GPU is {arch}"
-            )));
-        }
-        let version = nvrtc::version()?;
-        let cache = nvrtc::DiskCache::default_location();
-        let mut functions = HashMap::new();
-        for source in nvrtc::SOURCES {
-            let (cubin, _) = cache.load_or_compile(source, arch, version)?;
-            let module = ctx
-                .load_module(cudarc::nvrtc::Ptx::from_binary(cubin))
-                .map_err(driver("module load"))?;
-            for &f in source.functions {
-                functions.insert(f, module.load_function(f).map_err(driver("function"))?);
-            }
-        }
-        // SAFETY: only dlopens the library under its candidate names; nothing is called.
-        if !unsafe { cudarc::cublaslt::sys::is_culib_present() } {
-            return Err(Error::Device(
-                "cuBLASLt (libcublasLt.so) was not found on the library path (LD_LIBRARY_PATH)"
-                    .into(),
-            ));
-        }
-        let lt = Lt::new(stream.clone(), major)?;
-        Ok(Cuda {
-            ctx,
-            stream,
-            functions,
-            attention,
-            lt,
-            max_inner: Default::default(),
-        })
-    }
-
-    /// bf16 floats per token of the GEMM input scratch a pass needs.
-    pub fn gemm_scratch(&self) -> usize {
-        self.max_inner.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    fn function(&self, name: &str) -> &CudaFunction {
-        // Every name asked for is in `nvrtc::SOURCES`, loaded in `new`.
-        &self.functions[name]
-    }
-
-    /// The GPU in words: name, compute capability, memory, driver, for `/info` and results.
-    pub fn describe(&self) -> String {
-        let name = self.ctx.name().unwrap_or_else(|_| "unknown GPU".into());
-        let (major, minor) = self.ctx.compute_capability().unwrap_or((0, 0));
-        let mem = self.ctx.total_mem().unwrap_or(0) as f64 / (1u64 << 30) as f64;
-        let mut version = 0;
-        // SAFETY: the driver is loaded (checked in `new`); `version` is valid for one write.
-        let driver = unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut version) }
-            .result()
-            .map(|_| format!("{}.{}", version / 1000, version % 1000 / 10))
-            .unwrap_or_else(|_| "?".into());
-        format!("{name} (sm_{major}{minor}, {mem:.0} GiB, CUDA driver {driver})")
-    }
-}
-
-/// A linear layer on the GPU: bf16 weight `[out×inp]`, f32 bias.
-pub struct CudaLinear {
-    weight: CudaSlice<u16>,
-    bias: Option<CudaSlice<f32>>,
-    out: usize,
-    inp: usize,
-}
-
-/// A parameter (norm weights, embedding and rotary tables) in f32.
-pub struct CudaParam {
-    data: CudaSlice<f32>,
-}
-
-impl Device for Cuda {
-    type Linear = CudaLinear;
-    type Param = CudaParam;
-
-    fn linear(
-        &self,
-        weight: &[f32],
-        bias: Option<&[f32]>,
-        out: usize,
-        inp: usize,
-    ) -> Result<CudaLinear> {
-        crate::backend::ops::check_linear(weight, bias, out, inp)?;
-        let bits: Vec<u16> = weight
-            .iter()
-            .map(|&w| half::bf16::from_f32(w).to_bits())
-            .collect();
-        let weight = self
-            .stream
-            .clone_htod(&bits)
-            .map_err(driver("weight upload"))?;
-        let bias = bias
-            .map(|b| self.stream.clone_htod(b))
-            .transpose()
-            .map_err(driver("bias upload"))?;
-        self.max_inner
-            .fetch_max(inp, std::sync::atomic::Ordering::Relaxed);
-        Ok(CudaLinear {
-            weight,
-            bias,
-            out,
-            inp,
-        })
-    }
-
-    fn param(&self, t: Tensor) -> Result<CudaParam> {
-        let data = self
-            .stream
-            .clone_htod(t.data())
-            .map_err(driver("parameter upload"))?;
-        Ok(CudaParam { data })
-    }
-}
-
-/// A view of an f32 activation matrix in device memory: its first element's address, its shape and row stride.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CudaMat {
-    pub ptr: u64,
-    pub rows: usize,
-    pub cols: usize,
-    pub ld: usize,
-}
-
-impl Matrix for CudaMat {
-    fn rows(&self) -> usize {
-        self.rows
-    }
-
-    fn cols(&self) -> usize {
-        self.cols
-    }
-
-    fn columns(self, range: std::ops::Range<usize>) -> Self {
-        assert!(
-            range.start <= range.end && range.end <= self.cols,
-            "columns out of range"
-        );
-        CudaMat {
-            ptr: self.ptr + (range.start * size_of::<f32>()) as u64,
-            cols: range.len(),
-            ..self
-        }
-    }
-
-    /// Checks only: a GPU view keeps its buffer's rows (the bucket's). The launches must cover the bucket and the
-    /// kernels stop at the batch's real size (`meta`), so that a graph captured with a placeholder batch serves
-    /// every batch of its bucket; shrinking here would size the captured launches by the placeholder.
-    fn top(self, rows: usize) -> Self {
-        assert!(rows <= self.rows, "top: {rows} of {} rows", self.rows);
-        self
-    }
-}
 
 /// The device addresses of one batch's inputs (uploaded before the pass), and the bucket the launches are
 /// sized for: the kernels read the real sizes from `meta`.
@@ -263,6 +62,8 @@ pub struct CudaPass<'a> {
     pub device: &'a Cuda,
     pub inputs: PassInputs,
     error: RefCell<Option<Error>>,
+    /// Which view's bf16 rounding the GEMM scratch holds.
+    shadow: Shadow,
 }
 
 fn blocks(n: usize, per: usize) -> u32 {
@@ -295,6 +96,7 @@ impl<'a> CudaPass<'a> {
             device,
             inputs,
             error: RefCell::new(None),
+            shadow: Shadow::default(),
         }
     }
 
@@ -308,6 +110,7 @@ impl<'a> CudaPass<'a> {
     }
 
     fn launch(&self, name: &str, config: LaunchConfig, args: &[Arg]) {
+        self.shadow.launched();
         if self.error.borrow().is_some() {
             return;
         }
@@ -333,8 +136,34 @@ impl<'a> CudaPass<'a> {
         Arg::I32(v as i32)
     }
 
+    /// The scratch, as the shadow argument of a kernel about to write `m`; null (0) where `m` is wider than it.
+    fn shadow_arg(&self, m: CudaMat) -> Arg {
+        Arg::Ptr(if m.cols <= self.device.gemm_scratch() {
+            self.inputs.bf16
+        } else {
+            0
+        })
+    }
+
+    /// After the launch that was given `shadow_arg(m)`: the scratch holds `m`'s rounding if it was given.
+    fn shadowed(&self, m: CudaMat) {
+        if matches!(self.shadow_arg(m), Arg::Ptr(p) if p != 0) {
+            self.shadow.wrote(m);
+        }
+    }
+
+    /// The bf16 operand of a GEMM reading `x`: the scratch as it is if it holds `x`'s rounding, else after
+    /// `to_bf16` rounds `x` into it.
+    fn operand(&self, x: CudaMat) -> u64 {
+        if !self.shadow.holds(x) {
+            self.to_bf16(x);
+            self.shadow.wrote(x);
+        }
+        self.inputs.bf16
+    }
+
     /// Rounds `x` into the dense bf16 scratch (bucket rows; the rows past the batch become zeros).
-    fn to_bf16(&self, x: CudaMat) -> u64 {
+    fn to_bf16(&self, x: CudaMat) {
         let rows = self.inputs.tokens.min(x.rows);
         self.launch(
             "to_bf16",
@@ -351,7 +180,6 @@ impl<'a> CudaPass<'a> {
                 Arg::Ptr(self.inputs.bf16),
             ],
         );
-        self.inputs.bf16
     }
 }
 
@@ -406,7 +234,7 @@ impl<'a> Ops for CudaPass<'a> {
         );
         let m = self.inputs.tokens.min(x.rows).min(out.rows);
         let s = &self.device.stream;
-        let xb = self.to_bf16(x);
+        let xb = self.operand(x);
         let bias = w.bias.as_ref().map(|b| ptr(b, s));
         // GELU is our kernel's (exact erf; see gemm.rs): the GEMM then adds only the bias, and the residual goes
         // after the activation, in the same kernel.
@@ -426,6 +254,7 @@ impl<'a> Ops for CudaPass<'a> {
                 self.fail(e);
             }
         }
+        self.shadow.gemm_wrote(out);
         if gelu {
             let res = residual.map_or((0, 0), |r| (r.ptr, r.ld));
             self.launch(
@@ -444,8 +273,10 @@ impl<'a> Ops for CudaPass<'a> {
                     Arg::I32(1),
                     Arg::Ptr(res.0),
                     Self::i(res.1),
+                    self.shadow_arg(out),
                 ],
             );
+            self.shadowed(out);
         }
     }
 
@@ -470,8 +301,10 @@ impl<'a> Ops for CudaPass<'a> {
                 Arg::Ptr(ptr(&weight.data, s)),
                 Arg::Ptr(ptr(&bias.data, s)),
                 Arg::F32(eps),
+                self.shadow_arg(x),
             ],
         );
+        self.shadowed(x);
     }
 
     fn rms_norm(&self, x: CudaMat, out: CudaMat, weight: &CudaParam, eps: f32, group: usize) {
@@ -502,8 +335,10 @@ impl<'a> Ops for CudaPass<'a> {
                 Arg::Ptr(self.inputs.meta),
                 Arg::Ptr(ptr(&weight.data, s)),
                 Arg::F32(eps),
+                self.shadow_arg(out),
             ],
         );
+        self.shadowed(out);
     }
 
     fn rotary(&self, batch: &Batch, x: CudaMat, table: &CudaParam, head_dim: usize) {
@@ -555,8 +390,10 @@ impl<'a> Ops for CudaPass<'a> {
                 Self::i(out.ld),
                 Self::i(f),
                 Arg::Ptr(self.inputs.meta),
+                self.shadow_arg(out),
             ],
         );
+        self.shadowed(out);
     }
 
     fn attention(&self, _batch: &Batch, qkv: CudaMat, shape: AttentionShape, ctx: CudaMat) {
@@ -600,8 +437,10 @@ impl<'a> Ops for CudaPass<'a> {
                 Self::i(d),
                 Arg::I32(causal as i32),
                 Arg::F32(1.0 / (d as f32).sqrt()),
+                self.shadow_arg(ctx),
             ],
         );
+        self.shadowed(ctx);
     }
 
     fn pool(&self, _batch: &Batch, x: CudaMat, pooling: Pooling, out: CudaMat) {
@@ -671,33 +510,6 @@ pub fn head_dim_supported(d: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_column_view_moves_the_address_and_keeps_the_stride() {
-        let m = CudaMat {
-            ptr: 4096,
-            rows: 10,
-            cols: 96,
-            ld: 96,
-        };
-        let k = m.columns(32..64);
-        assert_eq!((k.ptr, k.cols, k.ld, k.rows), (4096 + 32 * 4, 32, 96, 10));
-    }
-
-    /// The architectures take `top(batch.tokens())` of every slot; on the GPU that shrank the views to the
-    /// placeholder's tokens at capture (and to the batch's in eager runs on bucket buffers), so `embed`'s check
-    /// (`out.rows >= bucket tokens`) panicked and the other launches covered too few rows.
-    #[test]
-    fn top_keeps_the_bucket_rows_so_a_graph_serves_every_batch_of_its_bucket() {
-        let m = CudaMat {
-            ptr: 4096,
-            rows: 64,
-            cols: 96,
-            ld: 96,
-        };
-        assert_eq!(m.top(3), m);
-        assert_eq!(m.columns(32..64).top(1).rows, 64);
-    }
 
     #[test]
     fn attention_fits_the_default_shared_memory_up_to_its_widest_head() {
