@@ -40,15 +40,12 @@ extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32)
     attention_mma(const float* qkv, int ld_qkv, float* ctx, int ld_ctx, const int* offsets, const int* tiles,
                   const int* meta, int heads, int kv_heads, int head_dim, int causal, float scale,
                   unsigned short* shadow) {
-    const int t = blockIdx.x, h = blockIdx.y;
-    if (t >= META_TILES(meta)) {
+    AttentionTile tile;
+    if (!attention_tile(offsets, tiles, meta, heads, kv_heads, head_dim, &tile)) {
         return;
     }
-    const int s = tiles[2 * t], q0 = tiles[2 * t + 1];
-    const int start = offsets[s], len = offsets[s + 1] - start;
+    const int start = tile.start, len = tile.len, q0 = tile.q0, qc = tile.qc, kc = tile.kc, vc = tile.vc;
     const int d = head_dim, k_steps = d / 16, n_blocks = d / 8;
-    const int kv = h / (heads / kv_heads);
-    const int qc = h * d, kc = heads * d + kv * d, vc = (heads + kv_heads) * d + kv * d;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, tq = lane & 3;
     const int ldk = d + MMA_PAD, ldv = MMA_KEYS + MMA_PAD;

@@ -58,6 +58,30 @@ __device__ __forceinline__ void shadow_store(unsigned short* shadow, int cols, i
     }
 }
 
+// The tile of an attention block (attention.cu, attention_mma.cu: grid x over the batch's query tiles, y over
+// the query heads): its sequence's first token and length, its first query row, and the columns of its query head
+// and of the key and value heads that head reads in the fused [Q | K | V] rows. False for a block past the batch's
+// tiles (a bucket's grid is larger than most batches), which returns at once.
+struct AttentionTile {
+    int start, len, q0, qc, kc, vc;
+};
+
+__device__ __forceinline__ bool attention_tile(const int* offsets, const int* tiles, const int* meta, int heads,
+                                               int kv_heads, int d, AttentionTile* tile) {
+    const int t = blockIdx.x, h = blockIdx.y;
+    if (t >= META_TILES(meta)) {
+        return false;
+    }
+    const int s = tiles[2 * t], kv = h / (heads / kv_heads);
+    tile->start = offsets[s];
+    tile->len = offsets[s + 1] - tile->start;
+    tile->q0 = tiles[2 * t + 1];
+    tile->qc = h * d;
+    tile->kc = heads * d + kv * d;
+    tile->vc = (heads + kv_heads) * d + kv * d;
+    return true;
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) {
         v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -117,26 +117,21 @@ fn execute(binary: &Path, tag: &str, input: &[u8]) -> Vec<u8> {
 struct Output(Vec<u8>);
 
 impl Output {
+    /// The next `n` values of `N` bytes each.
+    fn take<T, const N: usize>(&mut self, n: usize, from: fn([u8; N]) -> T) -> Vec<T> {
+        let rest = self.0.split_off(N * n);
+        let head = std::mem::replace(&mut self.0, rest);
+        head.chunks_exact(N)
+            .map(|b| from(b.try_into().unwrap()))
+            .collect()
+    }
+
     fn f32s(&mut self, n: usize) -> Vec<f32> {
-        let rest = self.0.split_off(4 * n);
-        let v = self
-            .0
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
-            .collect();
-        self.0 = rest;
-        v
+        self.take(n, f32::from_le_bytes)
     }
 
     fn bf16s(&mut self, n: usize) -> Vec<u16> {
-        let rest = self.0.split_off(2 * n);
-        let v = self
-            .0
-            .chunks_exact(2)
-            .map(|b| u16::from_le_bytes(b.try_into().unwrap()))
-            .collect();
-        self.0 = rest;
-        v
+        self.take(n, u16::from_le_bytes)
     }
 }
 

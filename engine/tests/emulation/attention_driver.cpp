@@ -9,11 +9,8 @@
 #include "driver_io.h"
 
 int main(int argc, char** argv) {
-    if (argc != 3) {
-        std::fprintf(stderr, "usage: %s INPUT OUTPUT\n", argv[0]);
-        return 2;
-    }
-    Reader r = Reader::open(argv[1]);
+    std::ofstream out;
+    Reader r = Reader::from_args(argc, argv, out);
     const int heads = r.next<int>(), kv_heads = r.next<int>(), d = r.next<int>(), causal = r.next<int>();
     const int threads = r.next<int>(), smem = r.next<int>(), grid_x = r.next<int>(), seqs = r.next<int>();
     const int tokens = r.next<int>(), ld_qkv = r.next<int>(), ld_ctx = r.next<int>();
@@ -30,7 +27,6 @@ int main(int argc, char** argv) {
                causal, scale, shadow.data());
     });
 
-    std::ofstream out(argv[2], std::ios::binary);
     put(out, ctx);
     put(out, shadow);
     return out ? 0 : 1;

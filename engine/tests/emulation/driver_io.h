@@ -10,8 +10,14 @@ struct Reader {
     std::vector<char> bytes;
     size_t at = 0;
 
-    static Reader open(const char* path) {
-        std::ifstream in(path, std::ios::binary);
+    // A driver's input, from `DRIVER INPUT OUTPUT`; its output goes to `output`.
+    static Reader from_args(int argc, char** argv, std::ofstream& output) {
+        if (argc != 3) {
+            std::fprintf(stderr, "usage: %s INPUT OUTPUT\n", argv[0]);
+            std::exit(2);
+        }
+        std::ifstream in(argv[1], std::ios::binary);
+        output.open(argv[2], std::ios::binary);
         return Reader{std::vector<char>(std::istreambuf_iterator<char>(in), {})};
     }
     template <class T>

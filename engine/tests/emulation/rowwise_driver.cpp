@@ -19,11 +19,8 @@ constexpr unsigned THREADS = 256;
 }
 
 int main(int argc, char** argv) {
-    if (argc != 3) {
-        std::fprintf(stderr, "usage: %s INPUT OUTPUT\n", argv[0]);
-        return 2;
-    }
-    Reader r = Reader::open(argv[1]);
+    std::ofstream out;
+    Reader r = Reader::from_args(argc, argv, out);
     const int rows = r.next<int>(), tokens = r.next<int>(), cols = r.next<int>(), ld = r.next<int>();
     const int group = r.next<int>();
     const float eps = r.next<float>();
@@ -31,7 +28,6 @@ int main(int argc, char** argv) {
     auto y = r.many<float>((size_t)rows * ld);
     const auto a = r.many<float>(cols), b = r.many<float>(cols);
     const int meta[3] = {tokens, 1, 0};
-    std::ofstream out(argv[2], std::ios::binary);
     const size_t n = (size_t)rows * ld;
     const unsigned col_blocks = (unsigned)((cols + THREADS - 1) / THREADS);
     (void)eps, (void)group, (void)col_blocks, (void)b, (void)y;
