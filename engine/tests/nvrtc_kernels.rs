@@ -1,5 +1,5 @@
 //! Every kernel of `kernels/*.cu` compiles through NVRTC for sm_80 (A100) and sm_90 (H100/H200) with no error and
-//! no warning. Needs the feature `cuda` and NVRTC on the library path (`.ci/run` installs PyPI's
+//! no warning, and ptxas reports no register spill or stack frame for any of them. Needs the feature `cuda` and NVRTC on the library path (`.ci/run` installs PyPI's
 //! nvidia-cuda-nvrtc and points `LD_LIBRARY_PATH` at it); without NVRTC the test says it skipped, on standard error
 //! and in the run's skip ledger (`target/tmp/skipped-tests.txt`), and never passes silently (under `EW_REQUIRE_NVRTC` it fails instead).
 #![cfg(feature = "cuda")]
@@ -84,4 +84,49 @@ fn the_disk_cache_returns_what_nvrtc_compiled() {
         .unwrap();
     assert!(!compiled, "the second load is a cache hit");
     assert_eq!(first, again);
+}
+
+/// No kernel keeps anything in local memory on sm_80 or sm_90: no register spills and no stack frame (an array
+/// indexed by a value the compiler cannot unroll lands there), each a trip to memory in the innermost loops. The
+/// tensor-core attention holds a head's Q fragments and output accumulators in registers (146 on sm_90 at the
+/// time of writing), so this is where a change to its tile sizes shows first. Checked on ptxas's own report.
+#[test]
+fn nvrtc_kernels_neither_spill_registers_nor_use_a_stack_frame() {
+    if !nvrtc::available() {
+        skipped("nvrtc_spills", "NVRTC not found on the library path");
+        return;
+    }
+    let mut entries = 0;
+    for arch in [Arch { major: 8, minor: 0 }, Arch { major: 9, minor: 0 }] {
+        for source in nvrtc::SOURCES {
+            let report = nvrtc::ptxas_report(source, arch).unwrap();
+            // Per entry function: "Compiling entry function 'f' for 'sm_XY'", then
+            // "N bytes stack frame, N bytes spill stores, N bytes spill loads", then "Used N registers, ...".
+            let frames: Vec<&str> = report
+                .lines()
+                .filter(|l| l.contains("bytes stack frame"))
+                .collect();
+            assert_eq!(
+                frames.len(),
+                source.functions.len(),
+                "{} for {arch}: one report per kernel expected:\n{report}",
+                source.file
+            );
+            for line in frames {
+                assert!(
+                    line.contains(
+                        " 0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"
+                    ),
+                    "{} for {arch}: {}\n{report}",
+                    source.file,
+                    line.trim()
+                );
+                entries += 1;
+            }
+            for line in report.lines().filter(|l| l.contains("Used")) {
+                eprintln!("{} {arch}: {}", source.file, line.trim());
+            }
+        }
+    }
+    assert!(entries > 0);
 }

@@ -128,6 +128,25 @@ pub fn version() -> Result<(i32, i32)> {
 /// Compiles `source` for `arch` and returns its CUBIN. Fails with NVRTC's log on an error, and on a clean compile
 /// whose log is not empty (a warning).
 pub fn compile(source: &Source, arch: Arch) -> Result<Vec<u8>> {
+    let (cubin, log) = compile_with(source, arch, &[])?;
+    if log.is_empty() {
+        Ok(cubin)
+    } else {
+        Err(Error::Device(format!(
+            "NVRTC, {} for {arch}: warnings (treated as errors): {log}",
+            source.file
+        )))
+    }
+}
+
+/// ptxas's report of every kernel of `source` compiled for `arch`: registers, stack frame and spills per entry
+/// function (`--ptxas-options=-v`), as NVRTC's log gives it.
+pub fn ptxas_report(source: &Source, arch: Arch) -> Result<String> {
+    compile_with(source, arch, &["--ptxas-options=-v"]).map(|(_, log)| log)
+}
+
+/// Compiles `source` for `arch` with `extra` options; its CUBIN and NVRTC's log. Fails on a compile error.
+fn compile_with(source: &Source, arch: Arch, extra: &[&str]) -> Result<(Vec<u8>, String)> {
     require()?;
     let fail = |what: &str, detail: String| {
         Error::Device(format!(
@@ -139,10 +158,11 @@ pub fn compile(source: &Source, arch: Arch) -> Result<Vec<u8>> {
     let name = CString::new(source.file).map_err(|e| fail("name", e.to_string()))?;
     let prog =
         result::create_program(&text, Some(&name)).map_err(|e| fail("create", format!("{e:?}")))?;
-    let options = [
+    let mut options = vec![
         format!("--gpu-architecture={arch}"),
         "--std=c++17".to_owned(),
     ];
+    options.extend(extra.iter().map(|o| o.to_string()));
     // SAFETY: `prog` was created just above and is destroyed once, below; `text` and `name` outlive it.
     let compiled = unsafe { result::compile_program(prog, &options) };
     // SAFETY: as above.
@@ -158,9 +178,10 @@ pub fn compile(source: &Source, arch: Arch) -> Result<Vec<u8>> {
         .unwrap_or_default();
     let cubin = match compiled {
         Err(e) => Err(fail("compile error", format!("{e:?}\n{log}"))),
-        Ok(()) if !log.is_empty() => Err(fail("warnings (treated as errors)", log)),
         // SAFETY: as above; the program compiled.
-        Ok(()) => unsafe { cubin(prog) }.map_err(|e| fail("CUBIN", format!("{e:?}"))),
+        Ok(()) => unsafe { cubin(prog) }
+            .map(|c| (c, log))
+            .map_err(|e| fail("CUBIN", format!("{e:?}"))),
     };
     // SAFETY: as above; not used after this.
     let _ = unsafe { result::destroy_program(prog) };
