@@ -1,9 +1,11 @@
 //! Kernels of kernels/*.cu, run on the CPU under a host emulation of CUDA (tests/emulation/: threads as fibers,
 //! barriers and shuffles between them, the tensor-core instruction from the PTX ISA's fragment layouts), against
 //! f64 references. Attention (both kernels): ragged batches, bidirectional and causal, grouped key/value heads,
-//! heads of 32 to 128, strided views, and a bucket's grid larger than its batch. The norms and element-wise
-//! kernels: rows past the batch left alone, strided views. Every kernel that writes a GEMM's operand beside its
-//! output (its *shadow*) is checked to write exactly what `to_bf16` makes of that output. The program compiled is exactly what NVRTC compiles
+//! heads of 32 to 128, strided views, and a bucket's grid larger than its batch. The norms, element-wise kernels
+//! (GELU epilogue, SwiGLU gate, rotary, bf16 rounding), pooling with Normalize, and int8 quantisation: rows past the
+//! batch left alone, strided views, Tokens readouts. Every kernel that writes a GEMM's operand beside its output
+//! (its *shadow*) is checked to write exactly what `to_bf16` makes of that output. (`embed`, a gather, is the one
+//! kernel not run here.) The program compiled is exactly what NVRTC compiles
 //! (`Source::program`: the host's constants, common.cuh, the kernel file), with the tile list the backend uploads
 //! (`InputLayout::fill`) and the shared memory the backend asks for. A GPU run (scripts/gpu_check.sh) is still the
 //! last word on timing and on anything the emulation cannot see; see tests/emulation/cuda_host.h.
@@ -370,12 +372,20 @@ const LD: usize = COLS + 5;
 /// RMSNorm's group: per-head norms (Qwen3's q/k norms) with 3 groups per row.
 const GROUP: usize = 128;
 const EPS: f32 = 1e-6;
+/// The batch's sequences for pooling (TOKENS tokens in all), and which read out every token (`Readout::Tokens`).
+const LENS: [usize; 3] = [1, 3, 5];
+const TOKEN_READOUT: [bool; 3] = [false, true, false];
 
 struct RowInputs {
     x: Vec<f32>,
     y: Vec<f32>,
     a: Vec<f32>,
     b: Vec<f32>,
+    /// Each row's position (rotary), and the rotary table: 8 positions of GROUP values (cos half, sin half).
+    pos: Vec<usize>,
+    table: Vec<f32>,
+    offsets: Vec<usize>,
+    out_offsets: Vec<usize>,
 }
 
 /// Builds `file`'s row-wise driver and runs it on seeded inputs; `None` without a C++ compiler.
@@ -392,16 +402,50 @@ fn run_rowwise(file: &str, define: &str) -> Option<(RowInputs, Output)> {
     let (x, y) = (matrix(), matrix());
     let a: Vec<f32> = (0..COLS).map(|_| rng.gen_range(0.5..1.5)).collect();
     let b: Vec<f32> = (0..COLS).map(|_| rng.gen_range(-0.5..0.5)).collect();
+    let pos: Vec<usize> = (0..ROWS).map(|r| (r * 5 + 3) % 8).collect();
+    let table: Vec<f32> = (0..8 * GROUP).map(|_| rng.gen_range(-1.0..1.0)).collect();
+    let cumulative = |sizes: Vec<usize>| -> Vec<usize> {
+        std::iter::once(0)
+            .chain(sizes.into_iter().scan(0, |at, n| {
+                *at += n;
+                Some(*at)
+            }))
+            .collect()
+    };
+    let offsets = cumulative(LENS.to_vec());
+    let out_offsets = cumulative(
+        LENS.iter()
+            .zip(TOKEN_READOUT)
+            .map(|(&n, tokens)| if tokens { n } else { 1 })
+            .collect(),
+    );
+    assert_eq!(offsets[LENS.len()], TOKENS);
     let mut input = Vec::new();
-    for v in [ROWS, TOKENS, COLS, LD, GROUP] {
+    let ints = [ROWS, TOKENS, COLS, LD, GROUP, LENS.len()]
+        .into_iter()
+        .chain(pos.iter().copied())
+        .chain(offsets.iter().copied())
+        .chain(out_offsets.iter().copied())
+        .chain(TOKEN_READOUT.map(usize::from));
+    for v in ints {
         input.extend_from_slice(&(v as i32).to_le_bytes());
     }
     input.extend_from_slice(&EPS.to_le_bytes());
-    for v in x.iter().chain(&y).chain(&a).chain(&b) {
+    for v in x.iter().chain(&y).chain(&a).chain(&b).chain(&table) {
         input.extend_from_slice(&v.to_le_bytes());
     }
     let out = Output(execute(&binary, "rowwise", &input));
-    Some((RowInputs { x, y, a, b }, out))
+    let inputs = RowInputs {
+        x,
+        y,
+        a,
+        b,
+        pos,
+        table,
+        offsets,
+        out_offsets,
+    };
+    Some((inputs, out))
 }
 
 /// Checks `got` (rows × LD) against `want(row, col)` on the batch's rows and first `cols` columns, and that every
@@ -540,6 +584,142 @@ fn emulated_cuda_elementwise_kernels_match_f64_and_write_their_shadow() {
                 0
             };
             assert_eq!(rounded[r * COLS + c], want, "to_bf16 at {r}, {c}");
+        }
+    }
+    // Rotary, rotate-half, per head of GROUP columns, with the table row of each token's position.
+    let rotated = out.f32s(ROWS * LD);
+    let half = GROUP / 2;
+    for r in 0..ROWS {
+        for c in 0..LD {
+            let got = rotated[r * LD + c] as f64;
+            if r >= TOKENS || c >= COLS {
+                assert_eq!(
+                    rotated[r * LD + c].to_bits(),
+                    inp.x[r * LD + c].to_bits(),
+                    "rotary wrote {r}, {c}"
+                );
+                continue;
+            }
+            let (head, i) = (c / GROUP * GROUP, c % GROUP);
+            let t = |k: usize| inp.table[inp.pos[r] * GROUP + k] as f64;
+            let want = if i < half {
+                x(r, head + i) * t(i) - x(r, head + half + i) * t(half + i)
+            } else {
+                let i = i - half;
+                x(r, head + half + i) * t(i) + x(r, head + i) * t(half + i)
+            };
+            assert!(
+                (got - want).abs() <= 1e-5,
+                "rotary at {r}, {c}: {got} against {want}"
+            );
+        }
+    }
+}
+
+#[test]
+fn emulated_cuda_pooling_and_normalize_match_f64() {
+    let Some((inp, mut out)) = run_rowwise("pool.cu", "EW_PROGRAM_POOL") else {
+        return;
+    };
+    let rows_out = inp.out_offsets[LENS.len()];
+    let x = |t: usize, c: usize| inp.x[t * LD + c] as f64;
+    // Each mode's pooled rows: a Tokens sequence's rows are its tokens' copies, another's one row.
+    let mut mean = Vec::new();
+    for mode in 0..3 {
+        let got = out.f32s(rows_out * LD);
+        for (s, w) in inp.offsets.windows(2).enumerate() {
+            let o = inp.out_offsets[s];
+            let rows: Vec<Vec<f64>> = if TOKEN_READOUT[s] {
+                (w[0]..w[1])
+                    .map(|t| (0..COLS).map(|c| x(t, c)).collect())
+                    .collect()
+            } else {
+                let row = (0..COLS).map(|c| match mode {
+                    0 => (w[0]..w[1]).map(|t| x(t, c)).sum::<f64>() / (w[1] - w[0]) as f64,
+                    1 => x(w[0], c),
+                    _ => x(w[1] - 1, c),
+                });
+                vec![row.collect()]
+            };
+            for (k, row) in rows.iter().enumerate() {
+                for (c, want) in row.iter().enumerate() {
+                    let v = got[(o + k) * LD + c] as f64;
+                    assert!(
+                        (v - want).abs() <= 1e-5,
+                        "pool mode {mode}, sequence {s}, row {k}, column {c}: {v} against {want}"
+                    );
+                }
+                assert!(
+                    got[(o + k) * LD + COLS..(o + k + 1) * LD]
+                        .iter()
+                        .all(|v| v.is_nan()),
+                    "pool wrote past its columns"
+                );
+            }
+        }
+        if mode == 0 {
+            mean = got;
+        }
+    }
+    // Normalize: pooled rows to unit length with their norms kept; Tokens rows left alone, their norm -1.
+    let normalized = out.f32s(rows_out * LD);
+    let norms = out.f32s(LENS.len());
+    for s in 0..LENS.len() {
+        let (o, end) = (inp.out_offsets[s], inp.out_offsets[s + 1]);
+        if TOKEN_READOUT[s] {
+            assert_eq!(norms[s], -1.0);
+            let bits = |m: &[f32]| {
+                m[o * LD..end * LD]
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .collect::<Vec<_>>()
+            };
+            assert!(
+                bits(&normalized) == bits(&mean),
+                "normalize changed the Tokens rows of sequence {s}"
+            );
+            continue;
+        }
+        let row = &mean[o * LD..o * LD + COLS];
+        let norm = row.iter().map(|&v| (v as f64).powi(2)).sum::<f64>().sqrt();
+        assert!(
+            (norms[s] as f64 - norm).abs() <= 1e-5 * norm,
+            "norm of sequence {s}"
+        );
+        for (c, &v) in row.iter().enumerate() {
+            let want = v as f64 / norm;
+            assert!(
+                (normalized[o * LD + c] as f64 - want).abs() <= 1e-6,
+                "normalized {s}, {c}"
+            );
+        }
+    }
+}
+
+#[test]
+fn emulated_cuda_int8_quantization_matches_the_gateway_formats() {
+    let Some((inp, mut out)) = run_rowwise("quantize.cu", "EW_PROGRAM_QUANTIZE") else {
+        return;
+    };
+    let tanh = out.take(TOKENS * COLS, i8::from_le_bytes);
+    let per_row = out.take(TOKENS * COLS, i8::from_le_bytes);
+    let scales = out.f32s(TOKENS);
+    for r in 0..TOKENS {
+        let row = &inp.x[r * LD..r * LD + COLS];
+        let scale = row.iter().fold(0.0f32, |m, v| m.max(v.abs())) / 127.0;
+        assert_eq!(scales[r], scale, "scale of row {r}");
+        for (c, &v) in row.iter().enumerate() {
+            // The same f32 arithmetic and the host's tanhf on both sides: equal, not close.
+            assert_eq!(
+                tanh[r * COLS + c],
+                (127.0 * v.tanh()).round_ties_even() as i8,
+                "tanh int8 at {r}, {c}"
+            );
+            assert_eq!(
+                per_row[r * COLS + c],
+                (v / scale).round_ties_even().clamp(-127.0, 127.0) as i8,
+                "per-row int8 at {r}, {c}"
+            );
         }
     }
 }

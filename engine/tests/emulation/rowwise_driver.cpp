@@ -1,16 +1,20 @@
-// Runs the row-wise kernels of one program under the host emulation, for engine/tests/kernels_on_host.rs: with
-// EW_PROGRAM_NORM (norm.cu) layer_norm and rms_norm, with EW_PROGRAM_ELEMENTWISE (elementwise.cu) bias_act (bias,
-// GELU and residual), silu_gate and to_bf16. Compiled after cuda_host.h and the program's NVRTC text. Launches
-// as the backend's (engine/src/backend/cuda/ops.rs): one block of 256 threads per row for the norms, rows x
-// 256-column blocks for the element-wise kernels, over `rows` bucket rows of which `tokens` are the batch's.
+// Runs the row-wise kernels of one program under the host emulation, for engine/tests/kernels_on_host.rs, launched
+// as the backend launches them (engine/src/backend/cuda/ops.rs: 256 threads; a block per row for the norms, per
+// sequence for pooling; rows x 256-column blocks for the element-wise kernels) over `rows` bucket rows of which
+// `tokens` are the batch's, and a grid of two sequences more than the batch's. The program is picked by a define:
+//   EW_PROGRAM_NORM (norm.cu): layer_norm(x, gamma a, beta b) in place, then rms_norm(x, weight a[..group]) into
+//     a fresh matrix;
+//   EW_PROGRAM_ELEMENTWISE (elementwise.cu): bias_act(y, bias a, GELU, residual x) in place, silu_gate(x) (f =
+//     cols / 2) into a fresh matrix, to_bf16(x), then rotary(x) in place (heads of `group`, table rows by pos);
+//   EW_PROGRAM_POOL (pool.cu): pool(x) with modes 0 (mean), 1 (first), 2 (last), then l2_normalize of the mean's;
+//   EW_PROGRAM_QUANTIZE (quantize.cu): quantize_int8(x) over the batch's rows with modes 0 (tanh) and 1 (per row).
 //
-// argv[1], the input (32-bit little-endian): ints {rows, tokens, cols, ld, group}, float eps, floats x[rows * ld],
-// y[rows * ld], a[cols], b[cols]. x's first `cols` columns are the norms' input, y's bias_act's; silu_gate's input
-// is x's first 2 * (cols / 2) columns (f = cols / 2). argv[2], the outputs, each f32 matrix rows * ld (NaN where
-// not written) followed by its shadow rows * its columns (bf16 bits, 0xffff where not written):
-//   norm: layer_norm(x, gamma a, beta b) in place, rms_norm(x, weight a[..group]) into a fresh matrix;
-//   elementwise: bias_act(y, bias a, GELU, residual x) in place, silu_gate(x) into a fresh matrix, then
-//   to_bf16(x)'s rows * cols bf16 matrix.
+// argv[1], the input (32-bit little-endian): ints {rows, tokens, cols, ld, group, seqs}, pos[rows],
+// offsets[seqs + 1], out_offsets[seqs + 1], readouts[seqs], floats {eps, x[rows * ld], y[rows * ld], a[cols],
+// b[cols], table[8 * group]}. argv[2], the outputs in the order above: an f32 matrix of rows x ld (NaN where not
+// written; pooled: out_offsets[seqs] rows), each norm's, bias_act's and silu_gate's followed by its shadow (rows
+// x its columns, bf16 bits, 0xffff where not written); to_bf16's rows x cols bf16; l2_normalize's norms[seqs];
+// int8 matrices of tokens x cols and the scales[tokens].
 
 #include "driver_io.h"
 
@@ -22,15 +26,20 @@ int main(int argc, char** argv) {
     std::ofstream out;
     Reader r = Reader::from_args(argc, argv, out);
     const int rows = r.next<int>(), tokens = r.next<int>(), cols = r.next<int>(), ld = r.next<int>();
-    const int group = r.next<int>();
+    const int group = r.next<int>(), seqs = r.next<int>();
+    const auto pos = r.many<int>(rows);
+    const auto offsets = r.many<int>(seqs + 1), out_offsets = r.many<int>(seqs + 1);
+    const auto readouts = r.many<int>(seqs);
     const float eps = r.next<float>();
     auto x = r.many<float>((size_t)rows * ld);
     auto y = r.many<float>((size_t)rows * ld);
     const auto a = r.many<float>(cols), b = r.many<float>(cols);
-    const int meta[3] = {tokens, 1, 0};
+    const auto table = r.many<float>((size_t)8 * group);
+    const int meta[3] = {tokens, seqs, 0};
     const size_t n = (size_t)rows * ld;
     const unsigned col_blocks = (unsigned)((cols + THREADS - 1) / THREADS);
-    (void)eps, (void)group, (void)col_blocks, (void)b, (void)y;
+    const unsigned seq_blocks = (unsigned)seqs + 2;
+    (void)eps, (void)group, (void)col_blocks, (void)seq_blocks, (void)b, (void)y, (void)n, (void)pos, (void)table;
 
 #ifdef EW_PROGRAM_NORM
     auto sh1 = unwritten((size_t)rows * cols);
@@ -64,6 +73,39 @@ int main(int argc, char** argv) {
     emu::launch(dim3{(unsigned)rows, col_blocks, 1}, THREADS, 0,
                 [&] { to_bf16(x.data(), ld, cols, meta, o3.data()); });
     put(out, o3);
+    emu::launch(dim3{(unsigned)rows, (unsigned)((cols / 2 + THREADS - 1) / THREADS), 1}, THREADS, 0,
+                [&] { rotary(x.data(), ld, cols, group, pos.data(), meta, table.data()); });
+    put(out, x);
+#endif
+
+#ifdef EW_PROGRAM_POOL
+    const size_t pooled_rows = (size_t)out_offsets[seqs];
+    std::vector<std::vector<float>> pooled;
+    for (int mode = 0; mode < 3; mode++) {
+        pooled.push_back(nans(pooled_rows * ld));
+        emu::launch(dim3{seq_blocks, 1, 1}, THREADS, 0, [&] {
+            pool(x.data(), ld, pooled.back().data(), ld, cols, offsets.data(), out_offsets.data(), readouts.data(),
+                 meta, mode);
+        });
+        put(out, pooled.back());
+    }
+    auto norms = nans(seqs);
+    emu::launch(dim3{seq_blocks, 1, 1}, THREADS, 0, [&] {
+        l2_normalize(pooled[0].data(), ld, cols, out_offsets.data(), readouts.data(), meta, norms.data());
+    });
+    put(out, pooled[0]);
+    put(out, norms);
+#endif
+
+#ifdef EW_PROGRAM_QUANTIZE
+    auto scales = nans(tokens);
+    for (int mode = 0; mode < 2; mode++) {
+        std::vector<signed char> q((size_t)tokens * cols, (signed char)-128);
+        emu::launch(dim3{(unsigned)rows, 1, 1}, THREADS, 0,
+                    [&] { quantize_int8(x.data(), ld, cols, tokens, mode, q.data(), scales.data()); });
+        put(out, q);
+    }
+    put(out, scales);
 #endif
     return out ? 0 : 1;
 }
