@@ -83,13 +83,28 @@ extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32)
     const int key_end = causal ? last_q + 1 : len;
     for (int k0 = warp * MMA_KEYS; k0 < key_end; k0 += MMA_WARPS * MMA_KEYS) {
         // Stage the tile; keys past the sequence are zeros (a probability of 0 times a stale NaN would be NaN).
+        // Lane e takes head column e (then e + 32, ...) of all MMA_KEYS keys: the tile's 2 x MMA_KEYS loads are
+        // issued before any is used (a load at a time would wait out the memory latency per key), each key's row
+        // read by the warp as one coalesced segment; V^T gets two keys per 32-bit store.
         __syncwarp();
-        for (int j = 0; j < MMA_KEYS; j++) {
-            const bool in = k0 + j < len;
-            const float* row = qkv + (size_t)(start + (in ? k0 + j : 0)) * ld_qkv;
-            for (int e = lane; e < d; e += 32) {
-                ks[j * ldk + e] = in ? f32_to_bf16(row[kc + e]) : (unsigned short)0;
-                vt[e * ldv + j] = in ? f32_to_bf16(row[vc + e]) : (unsigned short)0;
+#pragma unroll
+        for (int c = 0; c < HEAD_DIM_MAX / 32; c++) {
+            if (c < d / 32) {
+                const int e = 32 * c + lane;
+                float kf[MMA_KEYS], vf[MMA_KEYS];
+#pragma unroll
+                for (int j = 0; j < MMA_KEYS; j++) {
+                    const bool in = k0 + j < len;
+                    const float* row = qkv + (size_t)(start + (in ? k0 + j : 0)) * ld_qkv;
+                    kf[j] = in ? row[kc + e] : 0.0f;
+                    vf[j] = in ? row[vc + e] : 0.0f;
+                }
+#pragma unroll
+                for (int j = 0; j < MMA_KEYS; j += 2) {
+                    ks[j * ldk + e] = f32_to_bf16(kf[j]);
+                    ks[(j + 1) * ldk + e] = f32_to_bf16(kf[j + 1]);
+                    *(unsigned*)(vt + e * ldv + j) = pack_bf16(vf[j], vf[j + 1]);
+                }
             }
         }
         __syncwarp();
