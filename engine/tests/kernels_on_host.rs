@@ -4,8 +4,8 @@
 //! heads of 32 to 128, strided views, and a bucket's grid larger than its batch. The norms, element-wise kernels
 //! (GELU epilogue, SwiGLU gate, rotary, bf16 rounding), pooling with Normalize, and int8 quantisation: rows past the
 //! batch left alone, strided views, Tokens readouts. Every kernel that writes a GEMM's operand beside its output
-//! (its *shadow*) is checked to write exactly what `to_bf16` makes of that output. (`embed`, a gather, is the one
-//! kernel not run here.) The program compiled is exactly what NVRTC compiles
+//! (its *shadow*) is checked to write exactly what `to_bf16` makes of that output. The embedding gather too:
+//! every kernel the backend launches runs here. The program compiled is exactly what NVRTC compiles
 //! (`Source::program`: the host's constants, common.cuh, the kernel file), with the tile list the backend uploads
 //! (`InputLayout::fill`) and the shared memory the backend asks for. A GPU run (scripts/gpu_check.sh) is still the
 //! last word on timing and on anything the emulation cannot see; see tests/emulation/cuda_host.h.
@@ -720,6 +720,32 @@ fn emulated_cuda_int8_quantization_matches_the_gateway_formats() {
                 (v / scale).round_ties_even().clamp(-127.0, 127.0) as i8,
                 "per-row int8 at {r}, {c}"
             );
+        }
+    }
+}
+
+#[test]
+fn emulated_cuda_embedding_gather_adds_word_position_and_row() {
+    let Some((inp, mut out)) = run_rowwise("embed.cu", "EW_PROGRAM_EMBED") else {
+        return;
+    };
+    // Word rows are y's floats read as a dense table of COLS-wide rows, position rows x's, the row a.
+    for full in [true, false] {
+        let got = out.f32s(ROWS * LD);
+        for t in 0..ROWS {
+            for c in 0..LD {
+                let v = got[t * LD + c];
+                if t >= TOKENS || c >= COLS {
+                    assert!(v.is_nan(), "embed wrote {t}, {c}");
+                    continue;
+                }
+                let mut want = inp.y[inp.pos[t] * COLS + c];
+                if full {
+                    want += inp.x[(inp.pos[t] + 1) % 8 * COLS + c];
+                    want += inp.a[c];
+                }
+                assert_eq!(v, want, "embed (position and row: {full}) at {t}, {c}");
+            }
         }
     }
 }

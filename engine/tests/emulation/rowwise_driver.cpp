@@ -7,7 +7,9 @@
 //   EW_PROGRAM_ELEMENTWISE (elementwise.cu): bias_act(y, bias a, GELU, residual x) in place, silu_gate(x) (f =
 //     cols / 2) into a fresh matrix, to_bf16(x), then rotary(x) in place (heads of `group`, table rows by pos);
 //   EW_PROGRAM_POOL (pool.cu): pool(x) with modes 0 (mean), 1 (first), 2 (last), then l2_normalize of the mean's;
-//   EW_PROGRAM_QUANTIZE (quantize.cu): quantize_int8(x) over the batch's rows with modes 0 (tanh) and 1 (per row).
+//   EW_PROGRAM_QUANTIZE (quantize.cu): quantize_int8(x) over the batch's rows with modes 0 (tanh) and 1 (per row);
+//   EW_PROGRAM_EMBED (embed.cu): embed with token ids pos[t] into y read as a dense table of `cols`-wide rows,
+//     positions (pos[t] + 1) % 8 into x read the same way and the row a, then with neither (as Qwen3).
 //
 // argv[1], the input (32-bit little-endian): ints {rows, tokens, cols, ld, group, seqs}, pos[rows],
 // offsets[seqs + 1], out_offsets[seqs + 1], readouts[seqs], floats {eps, x[rows * ld], y[rows * ld], a[cols],
@@ -95,6 +97,22 @@ int main(int argc, char** argv) {
     });
     put(out, pooled[0]);
     put(out, norms);
+#endif
+
+#ifdef EW_PROGRAM_EMBED
+    std::vector<unsigned> ids(pos.begin(), pos.end());
+    std::vector<int> positions(rows);
+    for (int t = 0; t < rows; t++) {
+        positions[t] = (pos[t] + 1) % 8;
+    }
+    for (int full = 1; full >= 0; full--) {
+        auto e = nans(n);
+        emu::launch(dim3{(unsigned)rows, 1, 1}, THREADS, 0, [&] {
+            embed(ids.data(), positions.data(), meta, y.data(), full ? x.data() : nullptr, full ? a.data() : nullptr,
+                  cols, e.data(), ld);
+        });
+        put(out, e);
+    }
 #endif
 
 #ifdef EW_PROGRAM_QUANTIZE
