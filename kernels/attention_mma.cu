@@ -1,7 +1,7 @@
-// Scaled dot-product attention on tensor cores (Ops::attention with `gpu_attention = mma`): the same contract,
-// grid and tiles as attention.cu (read its header), with both products on bf16 m16n8k16 MMA tiles and f32
-// accumulation; the softmax stays in f32. Q, K, V and the probabilities are rounded to bf16 as the CPU backend's
-// bf16 attention rounds them.
+// Scaled dot-product attention on tensor cores (Ops::attention with `gpu_attention = tensor-cores`): the same
+// contract, grid and tiles as attention.cu (read its header), with both products on bf16 m16n8k16 MMA tiles and f32
+// accumulation; the softmax stays in f32. Q, K, V and each tile's (unnormalised) probabilities are rounded to bf16
+// for the products; the running sums add the probabilities in f32.
 //
 // A block is one tile of (sequence, query head, QUERIES = 16 query rows): the rows of one MMA tile. Its MMA_WARPS
 // warps split the keys: warp w takes key tiles w, w + MMA_WARPS, ... of MMA_KEYS keys, stages each (K row-major,
@@ -21,8 +21,7 @@
 static_assert(QUERIES == 16, "a block's query rows are the 16 rows of one MMA tile");
 static_assert(MMA_KEYS == 16, "a warp's key tile is two n-blocks of Q K^T and one k-step of P V");
 static_assert(HEAD_DIM_MAX % 16 == 0, "Q K^T steps through the head 16 columns at a time");
-// bf16 elements of padding per staged row: 8 moves each row 4 banks on, so a fragment's 8 x 4 reads hit 32 banks.
-#define MMA_PAD 8
+static_assert(MMA_PAD % 2 == 0, "staged rows keep 32-bit fragment loads aligned");
 #define K_STEPS_MAX (HEAD_DIM_MAX / 16)
 #define N_BLOCKS_MAX (HEAD_DIM_MAX / 8)
 

@@ -62,7 +62,10 @@ extern "C" __global__ void rotary(float* x, int ld, int cols, int head_dim, cons
 }
 
 // The bf16 operand of a GEMM: `x` rounded to bf16 into a dense `rows x cols` matrix (row stride `cols`).
-// Every row of the grid is written (rows past the batch become zeros), so the GEMM never reads stale memory.
+// Every row of the grid is written (rows past the batch become zeros). A shadow (common.cuh) writes the batch's
+// rows only, so the GEMM's rows past the batch may read earlier operands' values there: finite (the scratch
+// starts zeroed and only ever holds roundings of activations), and harmless, since GEMM rows are independent and
+// nothing reads an activation's rows past the batch (every kernel stops at META_TOKENS or the batch's offsets).
 extern "C" __global__ void to_bf16(const float* x, int ld, int cols, const int* meta, unsigned short* out) {
     const int r = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
     if (c >= cols) {

@@ -1,12 +1,15 @@
 // Runs the CUDA C kernels of kernels/*.cu on a CPU, for tests on machines without a GPU (this one, CI).
 //
 // Each thread of a block is a fiber (ucontext), and the fibers of one block are scheduled cooperatively on one OS
-// thread: __syncthreads, __syncwarp and the warp shuffles are barriers between fibers, so a kernel's threads
-// interleave only where a GPU's could be made to wait for each other. Blocks run one after another. The tensor-core
-// instruction (mma_bf16_16816) is computed from the fragment layouts the PTX ISA documents for mma.m16n8k16, read
-// independently of the kernels that write them. Dynamic shared memory starts as NaNs, so a kernel that reads what
-// it never wrote shows it in its output. What this cannot show: timing, occupancy, bank conflicts, or a layout
-// misread the same way here and in a kernel; a GPU run (scripts/gpu_check.sh) is still the last word.
+// thread: __syncthreads, __syncwarp and the warp shuffles are barriers between fibers, and between barriers the
+// fibers run in an order shuffled every round (seeded, so a run repeats), so a missing barrier shows as a value
+// read before it was written more often than a fixed order would show it. Blocks run one after another. The
+// tensor-core instruction (mma_bf16_16816) is computed from the fragment layouts the PTX ISA documents for
+// mma.m16n8k16, read independently of the kernels that write them. Dynamic shared memory starts as all-ones bytes
+// (NaN as f32 and as bf16), so a kernel that reads what it never wrote shows it in its output, and a guard zone
+// after it fails the run if a kernel writes past what the host asked for. What this cannot show: timing,
+// occupancy, bank conflicts, every interleaving, or a layout misread the same way here and in a kernel; a GPU run
+// (scripts/gpu_check.sh, with compute-sanitizer) is still the last word.
 //
 // Written by hand: no CUDA emulator is packaged for this machine, and the kernels need only this much of CUDA.
 #pragma once
@@ -54,6 +57,9 @@ struct Fiber {
 };
 
 constexpr size_t STACK_BYTES = 256 << 10;
+// Bytes after the dynamic shared memory that no kernel may write, and what they hold.
+constexpr size_t GUARD_BYTES = 4096;
+constexpr unsigned char GUARD = 0xa5;
 
 inline dim3 block, block_dim, grid_dim;
 inline std::vector<Fiber> fibers;
@@ -64,6 +70,7 @@ inline std::vector<Barrier> warp_barriers;
 inline std::vector<uint32_t> exchange;   // a word per thread, for shuffles
 inline std::vector<uint32_t> fragments;  // six words per thread (A's four, B's two), for mma
 inline std::vector<float> dynamic_smem;
+inline uint64_t schedule_seed = 0x9e3779b97f4a7c15ull;
 inline bool progress = false;
 inline std::function<void()> kernel;
 
@@ -104,7 +111,9 @@ inline void launch(dim3 grid, unsigned threads, size_t smem_bytes, std::function
         for (unsigned y = 0; y < grid.y; y++) {
             for (unsigned x = 0; x < grid.x; x++) {
                 block = dim3{x, y, z};
-                dynamic_smem.assign(smem_bytes / 4 + 1, std::numeric_limits<float>::quiet_NaN());
+                dynamic_smem.assign((smem_bytes + GUARD_BYTES) / 4 + 1, 0.0f);
+                std::memset(dynamic_smem.data(), 0xff, smem_bytes);
+                std::memset((char*)dynamic_smem.data() + smem_bytes, GUARD, dynamic_smem.size() * 4 - smem_bytes);
                 block_barrier = Barrier{(int)threads, 0, 0};
                 warp_barriers.assign(threads / 32, Barrier{32, 0, 0});
                 fibers.clear();
@@ -119,12 +128,24 @@ inline void launch(dim3 grid, unsigned threads, size_t smem_bytes, std::function
                     f.context.uc_link = &scheduler;
                     makecontext(&f.context, (void (*)())entry, 1, (int)i);
                 }
-                // Round robin until every thread has returned; a round in which no thread reached a barrier or
-                // returned is a deadlock (a barrier some thread never reaches), which a GPU would hang on.
+                // Rounds, each resuming every live thread once in a shuffled order, until every thread has
+                // returned; a round in which no thread reached a barrier or returned is a deadlock (a barrier
+                // some thread never reaches), which a GPU would hang on.
+                std::vector<unsigned> order(threads);
+                for (unsigned i = 0; i < threads; i++) {
+                    order[i] = i;
+                }
                 for (bool running = true; running;) {
                     running = false;
                     progress = false;
-                    for (unsigned i = 0; i < threads; i++) {
+                    for (unsigned i = threads - 1; i > 0; i--) {
+                        // xorshift64
+                        schedule_seed ^= schedule_seed << 13;
+                        schedule_seed ^= schedule_seed >> 7;
+                        schedule_seed ^= schedule_seed << 17;
+                        std::swap(order[i], order[schedule_seed % (i + 1)]);
+                    }
+                    for (unsigned i : order) {
                         if (!fibers[i].done) {
                             running = true;
                             current = &fibers[i];
@@ -134,6 +155,14 @@ inline void launch(dim3 grid, unsigned threads, size_t smem_bytes, std::function
                     if (running && !progress) {
                         std::fprintf(stderr, "emulation: block (%u, %u, %u) deadlocked at a barrier\n", x, y, z);
                         std::exit(3);
+                    }
+                }
+                const unsigned char* guard = (const unsigned char*)dynamic_smem.data() + smem_bytes;
+                for (size_t i = 0; i < GUARD_BYTES; i++) {
+                    if (guard[i] != GUARD) {
+                        std::fprintf(stderr, "emulation: block (%u, %u, %u) wrote %zu bytes past the %zu bytes of "
+                                     "shared memory the host asked for\n", x, y, z, i + 1, smem_bytes);
+                        std::exit(4);
                     }
                 }
             }

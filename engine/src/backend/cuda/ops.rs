@@ -32,8 +32,9 @@ pub(super) const ATTENTION_KEYS: usize = 32;
 pub(super) const MMA_KEYS: usize = 16;
 /// Warps of a tensor-core attention block, splitting the keys (`MMA_WARPS`).
 pub(super) const MMA_WARPS: usize = 4;
-/// bf16 elements of padding per staged row in the tensor-core kernel (`MMA_PAD`, which it defines itself).
-const MMA_PAD: usize = 8;
+/// bf16 elements of padding per staged row in the tensor-core kernel (`MMA_PAD`): 8 moves each row 4 banks on,
+/// so a fragment's 8 x 4 reads hit 32 banks.
+pub(super) const MMA_PAD: usize = 8;
 
 /// The device addresses of one batch's inputs (uploaded before the pass), and the bucket the launches are
 /// sized for: the kernels read the real sizes from `meta`.
@@ -126,7 +127,10 @@ impl<'a> CudaPass<'a> {
         }
         // SAFETY: each kernel's parameters are, in order, the ones `args` gives (the call sites below follow the
         // signatures in kernels/*.cu); the addresses are live device memory of the shapes passed beside them (the
-        // ops check their views' shapes), and every kernel bounds its threads by those shapes and by `meta`.
+        // ops check their views' shapes), and every kernel bounds its threads by those shapes and by `meta`. A
+        // shadow pointer (the GEMM scratch, `tokens × gemm_scratch` bf16) is passed only for a view of at most
+        // `gemm_scratch` columns (`shadow_arg`), and its kernel writes rows below `meta`'s tokens (at most the
+        // pass's `tokens`) at that view's column count as the row stride.
         if let Err(e) = unsafe { b.launch(config) } {
             self.fail(Error::Device(format!("launch {name}: {e:?}")));
         }
@@ -413,15 +417,12 @@ impl<'a> Ops for CudaPass<'a> {
             qkv.cols,
             ctx.cols
         );
-        let (kernel, warps, smem) = match self.device.attention {
-            GpuAttention::CudaCores => ("attention", 4, attention_smem_bytes(d)),
-            GpuAttention::TensorCores => ("attention_mma", MMA_WARPS, attention_mma_smem_bytes(d)),
-        };
+        let (kernel, threads, smem) = attention_launch(self.device.attention, d);
         self.launch(
             kernel,
             LaunchConfig {
                 grid_dim: (self.inputs.max_tiles.max(1) as u32, heads as u32, 1),
-                block_dim: (32 * warps as u32, 1, 1),
+                block_dim: (threads, 1, 1),
                 shared_mem_bytes: smem as u32,
             },
             &[
@@ -500,6 +501,19 @@ pub fn attention_smem_bytes(d: usize) -> usize {
 /// merge reuses it.
 pub fn attention_mma_smem_bytes(d: usize) -> usize {
     MMA_WARPS * 2 * (MMA_KEYS * (d + MMA_PAD) + d * (MMA_KEYS + MMA_PAD))
+}
+
+/// The attention kernel `attention` picks for heads of `d`: its name, threads per block and dynamic shared memory.
+pub fn attention_launch(attention: GpuAttention, d: usize) -> (&'static str, u32, usize) {
+    match attention {
+        // WARPS in kernels/attention.cu.
+        GpuAttention::CudaCores => ("attention", 4 * 32, attention_smem_bytes(d)),
+        GpuAttention::TensorCores => (
+            "attention_mma",
+            (MMA_WARPS * 32) as u32,
+            attention_mma_smem_bytes(d),
+        ),
+    }
 }
 
 /// Whether the attention kernels take heads of `d`: whole warps, at most [`HEAD_DIM_MAX`].
