@@ -401,8 +401,10 @@ def cmd_table(a):
                   f"(goal ≥ 0.999 in bf16: {'PASS' if c1 and c1['min'] >= 0.999 else 'FAIL'})")
         md.append(f"- cosine vs our CPU backend: min {fmt(c2 and c2['min'], 5)}, mean {fmt(c2 and c2['mean'], 5)}")
         c3 = m["cosine_vs_reference_tc"]
+        tc_note = " (dry run: a CPU ignores --gpu-attention, so these are the CPU backend's)" if run["dry"] else ""
         md.append(f"- tensor-core attention, cosine vs transformers fp32: min {fmt(c3 and c3['min'], 5)}, mean "
-                  f"{fmt(c3 and c3['mean'], 5)} ({('PASS' if c3['min'] >= 0.999 else 'FAIL') if c3 else 'not run'})")
+                  f"{fmt(c3 and c3['mean'], 5)} ({('PASS' if c3['min'] >= 0.999 else 'FAIL') if c3 else 'not run'})"
+                  f"{tc_note}")
         tb = (m["torch"] or {}).get("modes", {})
         eager = {r["tokens"]: r["tokens_per_s"] for r in tb.get("eager", {}).get("curve", [])}
         comp = {r["tokens"]: r["tokens_per_s"] for r in tb.get("compile", {}).get("curve", [])}
