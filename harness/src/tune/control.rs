@@ -12,14 +12,15 @@ use engine::EngineConfig;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tui::{App, Command, Knob, KnobKind, Point, Step};
+use tui::{App, Command, KnobKind, Point};
 
 use super::live::Offered;
+use super::panel::{knob_panel, knob_value};
 use super::search::Search;
 use crate::generator::{Outcome, Recorder};
 use crate::knobs;
 use crate::target::{InProcess, Target};
-use crate::workload::{Drive, Workload};
+use crate::workload::Workload;
 
 /// Settings the scheduler applies live ([`Gateway::reconfigure`]); every other engine setting needs a new engine.
 pub const LIVE: [&str; 10] = [
@@ -495,84 +496,4 @@ impl Tuner {
 fn quantile(sorted: &[f64], q: f64) -> Option<f64> {
     let last = sorted.len().checked_sub(1)?;
     Some(sorted[((last as f64) * q).round() as usize])
-}
-
-/// A setting's value as the panel shows it and a `set` takes it.
-fn knob_value(config: &EngineConfig, name: &str) -> Result<String> {
-    let json = serde_json::to_value(config)?;
-    Ok(match json.get(name) {
-        Some(serde_json::Value::String(s)) => s.clone(),
-        Some(v) => v.to_string(),
-        None => bail!("unknown knob `{name}`"),
-    })
-}
-
-/// The knobs on the panel: the load's first, then the scheduler's, then those that need a new engine.
-fn knob_panel(
-    config: &EngineConfig,
-    workload: &Workload,
-    offered: Offered,
-    engine: bool,
-) -> Result<Vec<Knob>> {
-    let scale = |factor, integer| Step::Scale { factor, integer };
-    let mut knobs = Vec::new();
-    if workload.steps_rate() {
-        knobs.push(Knob {
-            name: "rate".into(),
-            value: offered.rate.to_string(),
-            kind: KnobKind::Load,
-            step: scale(1.25, false),
-        });
-    }
-    if workload
-        .classes
-        .iter()
-        .any(|c| matches!(c.drive, Drive::Closed { .. }))
-    {
-        knobs.push(Knob {
-            name: "batch_clients".into(),
-            value: offered.clients.to_string(),
-            kind: KnobKind::Load,
-            step: Step::Add(1.0),
-        });
-    }
-    if !engine {
-        return Ok(knobs);
-    }
-    let choice = |v: &[&str]| Step::Choice(v.iter().map(|s| s.to_string()).collect());
-    let steps: [(&str, KnobKind, Step); 14] = [
-        ("max_batch_tokens", KnobKind::Live, scale(2.0, true)),
-        ("max_batch_seqs", KnobKind::Live, scale(2.0, true)),
-        ("max_wait_ms", KnobKind::Live, Step::Add(1.0)),
-        ("overlap", KnobKind::Live, Step::Toggle),
-        ("max_queue_tokens", KnobKind::Live, scale(2.0, true)),
-        ("max_queue_requests", KnobKind::Live, scale(2.0, true)),
-        ("online_deadline_ms", KnobKind::Live, scale(2.0, true)),
-        ("batch_deadline_ms", KnobKind::Live, scale(2.0, true)),
-        ("batch_min_share", KnobKind::Live, Step::Add(0.05)),
-        ("online_batch_share", KnobKind::Live, Step::Add(0.05)),
-        ("dtype", KnobKind::Engine, choice(&["f32", "bf16"])),
-        ("threads", KnobKind::Engine, Step::Add(1.0)),
-        (
-            "capture",
-            KnobKind::Engine,
-            choice(&["off", "lazy", "startup"]),
-        ),
-        ("tokenizer", KnobKind::Engine, choice(&["fast", "hf"])),
-    ];
-    for (name, kind, step) in steps {
-        knobs.push(Knob {
-            name: name.into(),
-            value: knob_value(config, name)?,
-            kind,
-            step,
-        });
-    }
-    knobs.push(Knob {
-        name: "replicas".into(),
-        value: config.replicas.to_string(),
-        kind: KnobKind::Engine,
-        step: Step::Add(1.0),
-    });
-    Ok(knobs)
 }

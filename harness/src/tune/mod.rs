@@ -6,6 +6,7 @@
 
 mod control;
 mod live;
+mod panel;
 mod record;
 mod screen;
 mod script;
