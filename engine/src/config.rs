@@ -108,7 +108,7 @@ pub enum GpuAttention {
     #[default]
     CudaCores,
     /// bf16 on tensor cores (mma.sync m16n8k16, sm_80 and later); checked on the CPU by the kernels' host
-    /// emulation (engine/tests/kernels_on_host.rs), not yet run on a GPU.
+    /// emulation (engine/tests/kernels_on_host/), not yet run on a GPU.
     TensorCores,
 }
 

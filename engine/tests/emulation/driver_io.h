@@ -1,5 +1,5 @@
 // Input and output of the emulation drivers (*_driver.cpp): little-endian 32-bit ints and floats, 16-bit bf16s,
-// read in the order the test (engine/tests/kernels_on_host.rs) wrote them.
+// read in the order the test (engine/tests/kernels_on_host/) wrote them.
 #pragma once
 
 #include <fstream>

@@ -1,4 +1,4 @@
-// Runs the row-wise kernels of one program under the host emulation, for engine/tests/kernels_on_host.rs, launched
+// Runs the row-wise kernels of one program under the host emulation, for engine/tests/kernels_on_host/, launched
 // as the backend launches them (engine/src/backend/cuda/ops.rs: 256 threads; a block per row for the norms, per
 // sequence for pooling; rows x 256-column blocks for the element-wise kernels) over `rows` bucket rows of which
 // `tokens` are the batch's, and a grid of two sequences more than the batch's. The program is picked by a define:

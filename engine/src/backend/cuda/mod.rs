@@ -1,6 +1,6 @@
 //! The CUDA backend (feature `cuda`). CI builds it (cudarc loads the driver, NVRTC and cuBLASLt at run time, so no
 //! CUDA is needed to build), compiles every kernel through NVRTC for sm_80 and sm_90 and unit-tests its host-side
-//! logic, and runs kernels on the CPU under a host emulation of CUDA (`engine/tests/kernels_on_host.rs`); on a GPU
+//! logic, and runs kernels on the CPU under a host emulation of CUDA (`engine/tests/kernels_on_host/`); on a GPU
 //! it is checked by `scripts/gpu_check.sh` (last run on an H200: `results/20261204-gpu-check-h200*`, cosine ≥
 //! 0.99996 against transformers fp32 for three model shapes).
 //!

@@ -1,0 +1,253 @@
+//! Both attention kernels against an f64 reference.
+
+use std::path::Path;
+
+use engine::backend::cuda::inputs::{Extent, InputLayout};
+use engine::backend::cuda::ops::attention_launch;
+use engine::config::GpuAttention;
+use engine::Batch;
+use rand::{Rng, SeedableRng};
+
+use super::{bf16, bf16_bits, build, execute, Output};
+
+/// The attention kernels, as the backend picks them: kernels/attention.cu (f32 on CUDA cores) and
+/// kernels/attention_mma.cu (bf16 MMA tiles).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Kernel(GpuAttention);
+
+impl Kernel {
+    fn file(self) -> &'static str {
+        match self.0 {
+            GpuAttention::CudaCores => "attention.cu",
+            GpuAttention::TensorCores => "attention_mma.cu",
+        }
+    }
+    fn function(self) -> &'static str {
+        attention_launch(self.0, 32).0
+    }
+}
+
+struct Case {
+    heads: usize,
+    kv_heads: usize,
+    d: usize,
+    causal: bool,
+    lens: Vec<usize>,
+}
+
+/// Runs `kernel` on `case` under the emulation and checks every output against an f64 reference (of Q, K and V
+/// rounded to bf16 for the tensor-core kernel); returns the largest absolute error.
+fn check(binary: &Path, kernel: Kernel, case: &Case, seed: u64) -> f64 {
+    let Case {
+        heads,
+        kv_heads,
+        d,
+        causal,
+        ref lens,
+    } = *case;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let seqs: Vec<Vec<u32>> = lens.iter().map(|&n| vec![7; n]).collect();
+    let batch = Batch::from_sequences(seqs.iter().map(|s| s.as_slice()));
+    let tokens = batch.tokens();
+    // A bucket larger than the batch, as a captured graph's: its grid has blocks past the batch's tiles.
+    let extent = Extent {
+        tokens: tokens.next_power_of_two().max(16) * 2,
+        seqs: lens.len() + 3,
+    };
+    let layout = InputLayout::new(extent);
+    let mut host = vec![0i32; layout.len];
+    layout.fill(&batch, &mut host).unwrap();
+    let grid_x = extent.tiles();
+    let meta = &host[..3];
+    let offsets = &host[layout.offsets..layout.offsets + lens.len() + 1];
+    let tiles = &host[layout.tiles..layout.tiles + 2 * grid_x];
+
+    // Strided views: qkv and ctx are columns of wider matrices, whose other columns the kernel must not touch.
+    let width = (heads + 2 * kv_heads) * d;
+    let (ld_qkv, ld_ctx) = (width + 16, heads * d + 32);
+    let mut qkv = vec![f32::NAN; tokens * ld_qkv];
+    for row in qkv.chunks_mut(ld_qkv) {
+        for v in &mut row[..width] {
+            *v = rng.gen_range(-2.0..2.0);
+        }
+    }
+    let scale = 1.0 / (d as f32).sqrt();
+
+    let mut input: Vec<u8> = Vec::new();
+    let mut int = |v: usize| input.extend_from_slice(&(v as i32).to_le_bytes());
+    let (_, threads, smem) = attention_launch(kernel.0, d);
+    for v in [
+        heads,
+        kv_heads,
+        d,
+        causal as usize,
+        threads as usize,
+        smem,
+        grid_x,
+        lens.len(),
+        tokens,
+        ld_qkv,
+        ld_ctx,
+    ] {
+        int(v);
+    }
+    for &v in meta.iter().chain(offsets).chain(tiles) {
+        input.extend_from_slice(&v.to_le_bytes());
+    }
+    input.extend_from_slice(&scale.to_le_bytes());
+    for v in &qkv {
+        input.extend_from_slice(&v.to_le_bytes());
+    }
+    let mut out = Output(execute(binary, &format!("{seed}"), &input));
+    assert_eq!(out.0.len(), tokens * ld_ctx * 4 + tokens * heads * d * 2);
+    let ctx = out.f32s(tokens * ld_ctx);
+    let shadow = out.bf16s(tokens * heads * d);
+    // The output projection's operand, written beside ctx: exactly what `to_bf16` would make of it.
+    for (t, row) in shadow.chunks(heads * d).enumerate() {
+        for (c, &bits) in row.iter().enumerate() {
+            let want = bf16_bits(ctx[t * ld_ctx + c]);
+            assert_eq!(
+                bits,
+                want,
+                "{kernel:?} {}: shadow of token {t}, column {c}",
+                describe(case)
+            );
+        }
+    }
+
+    let operand = |x: f32| -> f64 {
+        match kernel.0 {
+            GpuAttention::CudaCores => x as f64,
+            GpuAttention::TensorCores => bf16(x) as f64,
+        }
+    };
+    let mut worst = 0.0f64;
+    let mut start = 0;
+    for &len in lens {
+        for h in 0..heads {
+            let kv = h / (heads / kv_heads);
+            let (qc, kc, vc) = (h * d, heads * d + kv * d, (heads + kv_heads) * d + kv * d);
+            for i in 0..len {
+                let at = |t: usize, c: usize| operand(qkv[(start + t) * ld_qkv + c]);
+                let visible = if causal { i + 1 } else { len };
+                let scores: Vec<f64> = (0..visible)
+                    .map(|j| {
+                        (0..d).map(|e| at(i, qc + e) * at(j, kc + e)).sum::<f64>() * scale as f64
+                    })
+                    .collect();
+                let top = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let p: Vec<f64> = scores.iter().map(|s| (s - top).exp()).collect();
+                let sum: f64 = p.iter().sum();
+                for e in 0..d {
+                    let want = (0..visible).map(|j| p[j] * at(j, vc + e)).sum::<f64>() / sum;
+                    let got = ctx[(start + i) * ld_ctx + qc + e] as f64;
+                    assert!(
+                        got.is_finite(),
+                        "{kernel:?} {case_desc}: row {i} of a {len}-token sequence, head {h}, column {e} not written",
+                        case_desc = describe(case)
+                    );
+                    worst = worst.max((got - want).abs());
+                }
+            }
+        }
+        // The columns past the heads belong to the wider matrix.
+        for row in ctx[start * ld_ctx..(start + len) * ld_ctx].chunks(ld_ctx) {
+            assert!(
+                row[heads * d..].iter().all(|v| v.is_nan()),
+                "{kernel:?} {}: wrote past its columns",
+                describe(case)
+            );
+        }
+        start += len;
+    }
+    worst
+}
+
+fn describe(c: &Case) -> String {
+    format!(
+        "{} heads / {} kv, d {}, {}, lengths {:?}",
+        c.heads,
+        c.kv_heads,
+        c.d,
+        if c.causal { "causal" } else { "bidirectional" },
+        c.lens
+    )
+}
+
+fn cases() -> Vec<Case> {
+    vec![
+        // BERT-like: one-token, single-tile, ragged multi-tile sequences.
+        Case {
+            heads: 4,
+            kv_heads: 4,
+            d: 32,
+            causal: false,
+            lens: vec![1, 12, 17, 40, 5],
+        },
+        // Qwen3-like: causal, two query heads per key/value head.
+        Case {
+            heads: 4,
+            kv_heads: 2,
+            d: 64,
+            causal: true,
+            lens: vec![3, 33, 16, 70],
+        },
+        // A head of 96: three warps' columns, six k-steps of Q Kᵀ, twelve n-blocks of P V.
+        Case {
+            heads: 2,
+            kv_heads: 2,
+            d: 96,
+            causal: false,
+            lens: vec![20, 9],
+        },
+        // The widest head, both ways, one key/value head for two query heads; 70 keys span several warps' tiles.
+        Case {
+            heads: 2,
+            kv_heads: 1,
+            d: 128,
+            causal: false,
+            lens: vec![70, 2],
+        },
+        Case {
+            heads: 2,
+            kv_heads: 1,
+            d: 128,
+            causal: true,
+            lens: vec![2, 70],
+        },
+    ]
+}
+
+fn run(kernel: Kernel, tolerance: f64) {
+    let define = format!("KERNEL={}", kernel.function());
+    let Some(binary) = build(
+        kernel.file(),
+        "attention_driver.cpp",
+        kernel.function(),
+        &define,
+    ) else {
+        return;
+    };
+    for (i, case) in cases().iter().enumerate() {
+        let worst = check(&binary, kernel, case, i as u64);
+        eprintln!("{kernel:?} {}: max |error| {worst:.2e}", describe(case));
+        assert!(
+            worst <= tolerance,
+            "{kernel:?} {}: max |error| {worst:.3e} over {tolerance:.0e}",
+            describe(case)
+        );
+    }
+}
+
+/// The f32 kernel, the one measured on an H200: also what shows the emulation itself runs a known-good kernel right.
+#[test]
+fn emulated_cuda_core_attention_matches_an_f64_reference() {
+    run(Kernel(GpuAttention::CudaCores), 1e-5);
+}
+
+/// The tensor-core kernel against a reference of the same bf16 operands: what is left is the probabilities'
+/// rounding to bf16 (relative 2^-9) and f32 accumulation; a fragment-layout or masking mistake is off by O(0.1).
+#[test]
+fn emulated_cuda_tensor_core_attention_matches_an_f64_reference_of_its_bf16_operands() {
+    run(Kernel(GpuAttention::TensorCores), 1e-2);
+}
