@@ -51,7 +51,7 @@ __device__ __forceinline__ unsigned short f32_to_bf16(float x) {
 }
 
 // A GEMM's bf16 operand written by the kernel that produces it (`shadow`, dense: row stride `cols`), so the GEMM
-// after it needs no rounding pass (engine/src/backend/cuda/ops.rs: `shadow_arg`, `shadowed`, `operand`); null when
+// after it needs no rounding pass (engine/src/backend/cuda/ops.rs: `launch_producing`, `operand`); null when
 // not wanted. Only the batch's rows are written: the scratch's rows past them keep earlier operands' values.
 __device__ __forceinline__ void shadow_store(unsigned short* shadow, int cols, int r, int c, float v) {
     if (shadow) {

@@ -85,6 +85,7 @@ const COLS_PER_BLOCK: usize = 256;
 const ROW_THREADS: u32 = 256;
 
 /// Kernel arguments, pushed in order: device addresses and 32-bit scalars.
+#[derive(Clone, Copy)]
 enum Arg {
     Ptr(u64),
     I32(i32),
@@ -129,7 +130,7 @@ impl<'a> CudaPass<'a> {
         // signatures in kernels/*.cu); the addresses are live device memory of the shapes passed beside them (the
         // ops check their views' shapes), and every kernel bounds its threads by those shapes and by `meta`. A
         // shadow pointer (the GEMM scratch, `tokens × gemm_scratch` bf16) is passed only for a view of at most
-        // `gemm_scratch` columns (`shadow_arg`), and its kernel writes rows below `meta`'s tokens (at most the
+        // `gemm_scratch` columns (`launch_producing`), and its kernel writes rows below `meta`'s tokens (at most the
         // pass's `tokens`) at that view's column count as the row stride.
         if let Err(e) = unsafe { b.launch(config) } {
             self.fail(Error::Device(format!("launch {name}: {e:?}")));
@@ -140,19 +141,15 @@ impl<'a> CudaPass<'a> {
         Arg::I32(v as i32)
     }
 
-    /// The scratch, as the shadow argument of a kernel about to write `m`; null (0) where `m` is wider than it.
-    fn shadow_arg(&self, m: CudaMat) -> Arg {
-        Arg::Ptr(if m.cols <= self.device.gemm_scratch() {
-            self.inputs.bf16
-        } else {
-            0
-        })
-    }
-
-    /// After the launch that was given `shadow_arg(m)`: the scratch holds `m`'s rounding if it was given.
-    fn shadowed(&self, m: CudaMat) {
-        if matches!(self.shadow_arg(m), Arg::Ptr(p) if p != 0) {
-            self.shadow.wrote(m);
+    /// Launches a kernel that produces `out`, a possible GEMM input, with `args` and then its shadow argument:
+    /// the scratch, where `out` fits it (the scratch then holds `out`'s rounding), else null. (Qwen3's per-head
+    /// q/k norms write one too, which rotary then supersedes: a kernel cannot know what reads its output next.)
+    fn launch_producing(&self, name: &str, config: LaunchConfig, args: &[Arg], out: CudaMat) {
+        let fits = out.cols <= self.device.gemm_scratch();
+        let shadow = Arg::Ptr(if fits { self.inputs.bf16 } else { 0 });
+        self.launch(name, config, &[args, &[shadow]].concat());
+        if fits {
+            self.shadow.wrote(out);
         }
     }
 
@@ -261,7 +258,7 @@ impl<'a> Ops for CudaPass<'a> {
         self.shadow.gemm_wrote(out);
         if gelu {
             let res = residual.map_or((0, 0), |r| (r.ptr, r.ld));
-            self.launch(
+            self.launch_producing(
                 "bias_act",
                 cfg(
                     (m as u32, blocks(w.out, COLS_PER_BLOCK), 1),
@@ -277,10 +274,9 @@ impl<'a> Ops for CudaPass<'a> {
                     Arg::I32(1),
                     Arg::Ptr(res.0),
                     Self::i(res.1),
-                    self.shadow_arg(out),
                 ],
+                out,
             );
-            self.shadowed(out);
         }
     }
 
@@ -290,7 +286,7 @@ impl<'a> Ops for CudaPass<'a> {
             "layer_norm: weight shape"
         );
         let s = &self.device.stream;
-        self.launch(
+        self.launch_producing(
             "layer_norm",
             cfg(
                 (self.inputs.tokens.min(x.rows) as u32, 1, 1),
@@ -305,10 +301,9 @@ impl<'a> Ops for CudaPass<'a> {
                 Arg::Ptr(ptr(&weight.data, s)),
                 Arg::Ptr(ptr(&bias.data, s)),
                 Arg::F32(eps),
-                self.shadow_arg(x),
             ],
+            x,
         );
-        self.shadowed(x);
     }
 
     fn rms_norm(&self, x: CudaMat, out: CudaMat, weight: &CudaParam, eps: f32, group: usize) {
@@ -322,7 +317,7 @@ impl<'a> Ops for CudaPass<'a> {
             "rms_norm: output shape"
         );
         let s = &self.device.stream;
-        self.launch(
+        self.launch_producing(
             "rms_norm",
             cfg(
                 (self.inputs.tokens.min(x.rows) as u32, 1, 1),
@@ -339,10 +334,9 @@ impl<'a> Ops for CudaPass<'a> {
                 Arg::Ptr(self.inputs.meta),
                 Arg::Ptr(ptr(&weight.data, s)),
                 Arg::F32(eps),
-                self.shadow_arg(out),
             ],
+            out,
         );
-        self.shadowed(out);
     }
 
     fn rotary(&self, batch: &Batch, x: CudaMat, table: &CudaParam, head_dim: usize) {
@@ -380,7 +374,7 @@ impl<'a> Ops for CudaPass<'a> {
         let f = out.cols;
         assert!(x.cols == 2 * f && out.rows >= x.rows, "silu_gate: shapes");
         let rows = self.inputs.tokens.min(x.rows) as u32;
-        self.launch(
+        self.launch_producing(
             "silu_gate",
             cfg(
                 (rows, blocks(f, COLS_PER_BLOCK), 1),
@@ -394,10 +388,9 @@ impl<'a> Ops for CudaPass<'a> {
                 Self::i(out.ld),
                 Self::i(f),
                 Arg::Ptr(self.inputs.meta),
-                self.shadow_arg(out),
             ],
+            out,
         );
-        self.shadowed(out);
     }
 
     fn attention(&self, _batch: &Batch, qkv: CudaMat, shape: AttentionShape, ctx: CudaMat) {
@@ -418,7 +411,7 @@ impl<'a> Ops for CudaPass<'a> {
             ctx.cols
         );
         let (kernel, threads, smem) = attention_launch(self.device.attention, d);
-        self.launch(
+        self.launch_producing(
             kernel,
             LaunchConfig {
                 grid_dim: (self.inputs.max_tiles.max(1) as u32, heads as u32, 1),
@@ -438,10 +431,9 @@ impl<'a> Ops for CudaPass<'a> {
                 Self::i(d),
                 Arg::I32(causal as i32),
                 Arg::F32(1.0 / (d as f32).sqrt()),
-                self.shadow_arg(ctx),
             ],
+            ctx,
         );
-        self.shadowed(ctx);
     }
 
     fn pool(&self, _batch: &Batch, x: CudaMat, pooling: Pooling, out: CudaMat) {
