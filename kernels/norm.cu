@@ -29,7 +29,7 @@ extern "C" __global__ void layer_norm(float* x, int ld, int cols, const int* met
 }
 
 // `out` may be `x` itself (in place); each group of `group` columns is scaled by its own root mean square and by
-// `weight` (`group` values): a whole row, or every head for per-head q/k norms.
+// `weight` (a value per column): a whole row, or every head for per-head q/k norms (Q's and K's heads at once).
 extern "C" __global__ void rms_norm(const float* x, int ldx, float* out, int ldo, int cols, int group,
                                     const int* meta, const float* weight, float eps, unsigned short* shadow) {
     __shared__ float scratch[32];
@@ -47,7 +47,7 @@ extern "C" __global__ void rms_norm(const float* x, int ldx, float* out, int ldo
         }
         const float inv = 1.0f / sqrtf(block_sum(s, scratch) / group + eps);
         for (int c = threadIdx.x; c < group; c += blockDim.x) {
-            const float v = in[g0 + c] * inv * weight[c];
+            const float v = in[g0 + c] * inv * weight[g0 + c];
             o[g0 + c] = v;
             shadow_store(shadow, cols, r, g0 + c, v);
         }

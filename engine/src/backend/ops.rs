@@ -180,7 +180,7 @@ pub trait Ops {
         eps: f32,
     );
     /// RMSNorm of every `group` consecutive columns of every row of `x` (a whole row, or each head for per-head
-    /// q/k norms), scaled by `weight` (`group` values), into `out` (`x` itself for in place).
+    /// q/k norms), scaled by `weight` (one value per column of `x`), into `out` (`x` itself for in place).
     fn rms_norm(
         &self,
         x: Self::Mat,

@@ -6,10 +6,11 @@
 //! pooling, the tokenizer appending its end-of-text token) and a bidirectional variant (`"is_causal": false` in
 //! config.json; full attention, and mean pooling from its Pooling module) as pplx-embed uses. Differences, exact in
 //! real arithmetic: sequences are concatenated without padding, so attention needs no padding mask; Q, K and V are
-//! one fused projection, and so are the MLP's gate and up projections; residuals are added in the output
+//! one fused projection, and so are the MLP's gate and up projections; the q and k norms are one op over Q's and K's
+//! heads, and so is rotary; residuals are added in the output
 //! projections' epilogues. The language-model head is never used, so tied or untied embeddings load the same.
 
-use super::{Head, ModelConfig, ModelDir, Qwen3Config, Weights};
+use super::{Head, ModelConfig, ModelDir, Qwen3Config, Tensor, Weights};
 use crate::backend::ops::{
     Activation, Architecture, AttentionShape, Device, Embedding, Layout, Matrix, Ops, Slot,
 };
@@ -31,25 +32,52 @@ fn stacked<D: Device>(
     d.linear(&weight, None, out, inp)
 }
 
-/// Qwen3RMSNorm: `x · weight / √(mean(x²) + eps)`.
+/// Qwen3RMSNorm: `x · weight / √(mean(x²) + eps)` over each `group` columns (a whole row, or each head).
 pub struct RmsNorm<D: Device> {
+    /// One value per column of the matrix it normalises.
     weight: D::Param,
-    dim: usize,
+    group: usize,
     eps: f32,
 }
 
 impl<D: Device> RmsNorm<D> {
+    /// The norm `name` over whole rows of `dim` columns.
     pub fn load(w: &Weights, d: &D, name: &str, dim: usize, eps: f64) -> Result<Self> {
         Ok(RmsNorm {
             weight: d.param(w.get(&format!("{name}.weight"), &[dim])?)?,
-            dim,
+            group: dim,
             eps: eps as f32,
         })
     }
 
-    /// Each `dim`-wide group of `x`'s columns into `out` (`x` itself for in place).
+    /// Qwen3Attention's `q_norm` and `k_norm` (under `attn`) as one norm over the Q and K heads, which are adjacent
+    /// columns of the fused projection: each weight repeated over its heads, so one op (one launch on a GPU)
+    /// normalises both.
+    pub fn load_heads(
+        w: &Weights,
+        d: &D,
+        attn: &str,
+        shape: AttentionShape,
+        eps: f64,
+    ) -> Result<Self> {
+        let hd = shape.head_dim;
+        let q = w.get(&format!("{attn}.q_norm.weight"), &[hd])?;
+        let k = w.get(&format!("{attn}.k_norm.weight"), &[hd])?;
+        let weight: Vec<f32> = std::iter::repeat_n(q.data(), shape.heads)
+            .chain(std::iter::repeat_n(k.data(), shape.kv_heads))
+            .flatten()
+            .copied()
+            .collect();
+        Ok(RmsNorm {
+            weight: d.param(Tensor::from_vec(weight))?,
+            group: hd,
+            eps: eps as f32,
+        })
+    }
+
+    /// Each `group`-wide group of `x`'s columns into `out` (`x` itself for in place).
     fn forward<O: Ops<Device = D>>(&self, ops: &O, x: O::Mat, out: O::Mat) {
-        ops.rms_norm(x, out, &self.weight, self.eps, self.dim);
+        ops.rms_norm(x, out, &self.weight, self.eps, self.group);
     }
 }
 
@@ -69,8 +97,8 @@ struct Acts<M> {
 pub struct Layer<D: Device> {
     input_norm: RmsNorm<D>,
     qkv: D::Linear,
-    q_norm: RmsNorm<D>,
-    k_norm: RmsNorm<D>,
+    /// `q_norm` and `k_norm`, over the Q and K heads together.
+    qk_norm: RmsNorm<D>,
     o_proj: D::Linear,
     post_norm: RmsNorm<D>,
     gate_up: D::Linear,
@@ -99,8 +127,7 @@ impl<D: Device> Layer<D> {
                 ],
                 h,
             )?,
-            q_norm: RmsNorm::load(w, d, &format!("{a}.q_norm"), hd, eps)?,
-            k_norm: RmsNorm::load(w, d, &format!("{a}.k_norm"), hd, eps)?,
+            qk_norm: RmsNorm::load_heads(w, d, &a, attention, eps)?,
             o_proj: stacked(w, d, &[(format!("{a}.o_proj"), h)], q)?,
             post_norm: RmsNorm::load(w, d, &format!("{p}.post_attention_layernorm"), h, eps)?,
             gate_up: stacked(
@@ -130,14 +157,10 @@ impl<D: Device> Layer<D> {
         } = self.attention;
         self.input_norm.forward(ops, a.hidden, a.normed);
         ops.linear(a.normed, &self.qkv, Activation::None, None, a.qkv);
-        let q = a.qkv.columns(0..heads * head_dim);
-        let k = a
-            .qkv
-            .columns(heads * head_dim..(heads + kv_heads) * head_dim);
-        self.q_norm.forward(ops, q, q);
-        self.k_norm.forward(ops, k, k);
-        ops.rotary(batch, q, rotary, head_dim);
-        ops.rotary(batch, k, rotary, head_dim);
+        // Q's and K's heads, side by side: both take their per-head norm, then rotary, one op each.
+        let qk = a.qkv.columns(0..(heads + kv_heads) * head_dim);
+        self.qk_norm.forward(ops, qk, qk);
+        ops.rotary(batch, qk, rotary, head_dim);
         ops.attention(batch, a.qkv, self.attention, a.ctx);
         ops.linear(
             a.ctx,

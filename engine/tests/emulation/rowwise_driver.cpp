@@ -2,7 +2,7 @@
 // as the backend launches them (engine/src/backend/cuda/ops.rs: 256 threads; a block per row for the norms, per
 // sequence for pooling; rows x 256-column blocks for the element-wise kernels) over `rows` bucket rows of which
 // `tokens` are the batch's, and a grid of two sequences more than the batch's. The program is picked by a define:
-//   EW_PROGRAM_NORM (norm.cu): layer_norm(x, gamma a, beta b) in place, then rms_norm(x, weight a[..group]) into
+//   EW_PROGRAM_NORM (norm.cu): layer_norm(x, gamma a, beta b) in place, then rms_norm(x, weight a) into
 //     a fresh matrix;
 //   EW_PROGRAM_ELEMENTWISE (elementwise.cu): bias_act(y, bias a, GELU, residual x) in place, silu_gate(x) (f =
 //     cols / 2) into a fresh matrix, to_bf16(x), then rotary(x) in place (heads of `group`, table rows by pos);

@@ -156,7 +156,7 @@ fn emulated_cuda_norms_match_f64_and_write_their_shadow() {
         |r, c| (x(r, c) - stats[r].0) * stats[r].1 * inp.a[c] as f64 + inp.b[c] as f64,
         |i| inp.x[i],
     );
-    // rms_norm ran on the LayerNorm's output, per group of GROUP columns with weight a[..GROUP].
+    // rms_norm ran on the LayerNorm's output, per group of GROUP columns with weight a (one per column).
     let l = |r: usize, c: usize| ln[r * LD + c] as f64;
     check_rows(
         "rms_norm",
@@ -166,7 +166,7 @@ fn emulated_cuda_norms_match_f64_and_write_their_shadow() {
         |r, c| {
             let g0 = c / GROUP * GROUP;
             let ms = (g0..g0 + GROUP).map(|k| l(r, k).powi(2)).sum::<f64>() / GROUP as f64;
-            l(r, c) / (ms + EPS as f64).sqrt() * inp.a[c - g0] as f64
+            l(r, c) / (ms + EPS as f64).sqrt() * inp.a[c] as f64
         },
         |_| f32::NAN,
     );

@@ -192,7 +192,7 @@ impl<'a> Ops for CpuPass<'a> {
     fn rms_norm(&self, x: Mat<'a>, out: Mat<'a>, weight: &Tensor, eps: f32, group: usize) {
         let g = weight.data();
         assert!(
-            group > 0 && g.len() == group && x.cols.is_multiple_of(group),
+            group > 0 && g.len() == x.cols && x.cols.is_multiple_of(group),
             "rms_norm: groups of {group} over {} columns, {} weights",
             x.cols,
             g.len()
@@ -209,8 +209,8 @@ impl<'a> Ops for CpuPass<'a> {
                 // SAFETY: as above.
                 dst.copy_from_slice(unsafe { x.row(r) });
             }
-            for chunk in dst.chunks_exact_mut(group) {
-                kernels::rms_norm(chunk, g, eps);
+            for (chunk, w) in dst.chunks_exact_mut(group).zip(g.chunks_exact(group)) {
+                kernels::rms_norm(chunk, w, eps);
             }
         });
     }

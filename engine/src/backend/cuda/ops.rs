@@ -143,7 +143,7 @@ impl<'a> CudaPass<'a> {
 
     /// Launches a kernel that produces `out`, a possible GEMM input, with `args` and then its shadow argument:
     /// the scratch, where `out` fits it (the scratch then holds `out`'s rounding), else null. (Qwen3's per-head
-    /// q/k norms write one too, which rotary then supersedes: a kernel cannot know what reads its output next.)
+    /// q/k norm writes one too, which rotary then supersedes: a kernel cannot know what reads its output next.)
     fn launch_producing(&self, name: &str, config: LaunchConfig, args: &[Arg], out: CudaMat) {
         let fits = out.cols <= self.device.gemm_scratch();
         let shadow = Arg::Ptr(if fits { self.inputs.bf16 } else { 0 });
@@ -308,9 +308,10 @@ impl<'a> Ops for CudaPass<'a> {
 
     fn rms_norm(&self, x: CudaMat, out: CudaMat, weight: &CudaParam, eps: f32, group: usize) {
         assert!(
-            group > 0 && weight.data.len() == group && x.cols.is_multiple_of(group),
-            "rms_norm: groups of {group} over {} columns",
-            x.cols
+            group > 0 && weight.data.len() == x.cols && x.cols.is_multiple_of(group),
+            "rms_norm: groups of {group} over {} columns, {} weights",
+            x.cols,
+            weight.data.len()
         );
         assert!(
             out.rows >= x.rows && out.cols == x.cols,
