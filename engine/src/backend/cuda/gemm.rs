@@ -23,21 +23,25 @@ pub struct Lt {
     handle: sys::cublasLtHandle_t,
     workspace: CudaSlice<u8>,
     stream: Arc<CudaStream>,
-    /// The algorithm the heuristic picked for each GEMM shape. Asked once, in an eager run (a capture is preceded
-    /// by one on the same buffers): asking while the stream captures fails on some cuBLASLt versions, and costs
-    /// more than a small GEMM.
-    algos: Mutex<HashMap<AlgoKey, sys::cublasLtMatmulAlgo_t>>,
+    /// Each GEMM shape's descriptors and the algorithm the heuristic picked for it, made once, in an eager run (a
+    /// capture is preceded by one on the same buffers): asking the heuristic while the stream captures fails on
+    /// some cuBLASLt versions, and the descriptors are a dozen cuBLASLt calls that an eager forward made, and
+    /// undid, for every GEMM it launched.
+    prepared: Mutex<HashMap<Key, Prepared>>,
 }
 
-/// Cached algorithms at most: a ladder's shapes many times over.
-const ALGOS_KEPT: usize = 4096;
+/// Shapes prepared at most: a ladder's shapes many times over.
+const PREPARED_KEPT: usize = 4096;
 
-/// What the heuristic's choice depends on: the shape, the epilogue, β, the strides and the alignments.
-type AlgoKey = (usize, usize, usize, bool, bool, usize, usize, [u32; 4]);
+/// What the descriptors and the heuristic's choice depend on: the shape, the epilogue, β, the strides and the
+/// alignments.
+type Key = (usize, usize, usize, bool, bool, usize, usize, [u32; 4]);
 
-// SAFETY: a cuBLASLt handle may be used from any thread; the backend uses it from its compute thread only.
+// SAFETY: a cuBLASLt handle (and descriptors) may be used from any thread; the backend uses them from its compute
+// thread only.
 unsafe impl Send for Lt {}
-// SAFETY: as above; `&Lt` only enqueues work on the stream, which the driver serialises.
+// SAFETY: as above; `&Lt` only enqueues work on the stream, which the driver serialises, and the descriptors are
+// reached through the mutex.
 unsafe impl Sync for Lt {}
 
 /// One GEMM's operands as device addresses (a view's address already includes its column offset).
@@ -58,29 +62,69 @@ pub struct Gemm {
     pub out: (u64, usize),
 }
 
+impl Gemm {
+    /// `C`: the residual where there is one (β = 1), else the output (β = 0).
+    fn c(&self) -> (u64, usize) {
+        self.residual.unwrap_or(self.out)
+    }
+
+    fn key(&self) -> Key {
+        let (c_ptr, c_ld) = self.c();
+        // cuBLASLt assumes 256-byte aligned operands unless told otherwise, and a view of columns (or a row
+        // stride) may give less: each operand's address and stride say what it really allows.
+        let aligns = [
+            alignment(self.w, self.k * 2),
+            alignment(self.x, self.k * 2),
+            alignment(c_ptr, c_ld * 4),
+            alignment(self.out.0, self.out.1 * 4),
+        ];
+        let (m, n, k) = (self.m, self.n, self.k);
+        (
+            m,
+            n,
+            k,
+            self.bias.is_some(),
+            self.residual.is_some(),
+            c_ld,
+            self.out.1,
+            aligns,
+        )
+    }
+}
+
 fn err(what: &str) -> impl Fn(lt::CublasError) -> Error + '_ {
     move |e| Error::Device(format!("cuBLASLt {what}: {e:?}"))
 }
 
-/// Destroys what it holds when dropped, so every return path frees the descriptors.
-struct Descriptors {
+/// A GEMM shape's matmul descriptor, its layouts of A, B, C and D, and the algorithm picked for it. Destroys the
+/// descriptors when dropped (evicted, or on an error while it is made).
+struct Prepared {
     desc: sys::cublasLtMatmulDesc_t,
-    layouts: Vec<sys::cublasLtMatrixLayout_t>,
-    pref: Option<sys::cublasLtMatmulPreference_t>,
+    /// Null until made.
+    layouts: [sys::cublasLtMatrixLayout_t; 4],
+    /// Zeros until the heuristic fills it.
+    algo: sys::cublasLtMatmulAlgo_t,
 }
 
-impl Drop for Descriptors {
+impl Drop for Prepared {
     fn drop(&mut self) {
-        // SAFETY: each was created once by cuBLASLt below and is destroyed once, here.
+        // SAFETY: each was created once by cuBLASLt in `prepare` and is destroyed once, here.
         unsafe {
-            for &l in &self.layouts {
+            for &l in self.layouts.iter().filter(|l| !l.is_null()) {
                 let _ = lt::destroy_matrix_layout(l);
-            }
-            if let Some(p) = self.pref {
-                let _ = lt::destroy_matmul_pref(p);
             }
             let _ = lt::destroy_matmul_desc(self.desc);
         }
+    }
+}
+
+/// A matmul preference, destroyed when dropped.
+struct Preference(sys::cublasLtMatmulPreference_t);
+
+impl Drop for Preference {
+    fn drop(&mut self) {
+        // SAFETY: created once in `prepare`, destroyed once here.
+        let _ = unsafe { lt::destroy_matmul_pref(self.0) };
     }
 }
 
@@ -100,20 +144,20 @@ impl Lt {
             handle,
             workspace,
             stream,
-            algos: Mutex::default(),
+            prepared: Mutex::default(),
         })
     }
 
-    /// Enqueues one GEMM on the compute stream (or records it, under stream capture).
-    pub fn linear(&self, g: &Gemm) -> Result<()> {
+    /// Makes the descriptors of `g`'s shape (`key`) and asks the heuristic for its algorithm.
+    fn prepare(&self, g: &Gemm, key: &Key) -> Result<Prepared> {
         use sys::cublasLtMatmulDescAttributes_t as A;
         use sys::cudaDataType_t::{CUDA_R_16BF, CUDA_R_32F};
         let desc = lt::create_matmul_desc(sys::cublasComputeType_t::CUBLAS_COMPUTE_32F, CUDA_R_32F)
             .map_err(err("matmul desc"))?;
-        let mut d = Descriptors {
+        let mut p = Prepared {
             desc,
-            layouts: Vec::new(),
-            pref: None,
+            layouts: [std::ptr::null_mut(); 4],
+            algo: sys::cublasLtMatmulAlgo_t { data: [0; 8] },
         };
         // cublasOperation_t, a C enum (int32): CUBLAS_OP_T = 1.
         let transpose: i32 = 1;
@@ -123,122 +167,113 @@ impl Lt {
             sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_DEFAULT
         };
         // SAFETY: each attribute buffer is a live value of the type and size cuBLASLt documents for it; the
-        // descriptor is live (owned by `d`).
+        // descriptor is live (owned by `p`).
         unsafe {
             lt::set_matmul_desc_attribute(
-                d.desc,
+                p.desc,
                 A::CUBLASLT_MATMUL_DESC_TRANSA,
                 (&transpose as *const i32).cast(),
                 size_of::<i32>(),
             )
             .map_err(err("transa"))?;
             lt::set_matmul_desc_attribute(
-                d.desc,
+                p.desc,
                 A::CUBLASLT_MATMUL_DESC_EPILOGUE,
                 (&epilogue as *const sys::cublasLtEpilogue_t).cast(),
                 size_of::<sys::cublasLtEpilogue_t>(),
             )
             .map_err(err("epilogue"))?;
-            if let Some(bias) = &g.bias {
-                lt::set_matmul_desc_attribute(
-                    d.desc,
-                    A::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                    (bias as *const u64).cast(),
-                    size_of::<u64>(),
-                )
-                .map_err(err("bias"))?;
-            }
         }
         let (m, n, k) = (g.m as u64, g.n as u64, g.k as u64);
-        let mut layout = |ty, rows, cols, ld: usize| -> Result<sys::cublasLtMatrixLayout_t> {
-            let l = lt::create_matrix_layout(ty, rows, cols, ld as i64).map_err(err("layout"))?;
-            d.layouts.push(l);
-            Ok(l)
-        };
+        let c_ld = g.c().1;
         // A = W: column-major k×n (ld k), transposed; B = x: column-major k×m (ld k); C, D: column-major n×m.
-        let a = layout(CUDA_R_16BF, k, n, g.k)?;
-        let b = layout(CUDA_R_16BF, k, m, g.k)?;
-        let (c_ptr, c_ld) = g.residual.unwrap_or(g.out);
-        let c = layout(CUDA_R_32F, n, m, c_ld)?;
-        let out = layout(CUDA_R_32F, n, m, g.out.1)?;
-        let pref = lt::create_matmul_pref().map_err(err("preference"))?;
-        d.pref = Some(pref);
+        for (slot, (ty, rows, cols, ld)) in p.layouts.iter_mut().zip([
+            (CUDA_R_16BF, k, n, g.k),
+            (CUDA_R_16BF, k, m, g.k),
+            (CUDA_R_32F, n, m, c_ld),
+            (CUDA_R_32F, n, m, g.out.1),
+        ]) {
+            *slot = lt::create_matrix_layout(ty, rows, cols, ld as i64).map_err(err("layout"))?;
+        }
+        let pref = Preference(lt::create_matmul_pref().map_err(err("preference"))?);
         let ws = self.workspace.len();
-        let (alpha, beta) = (1.0f32, if g.residual.is_some() { 1.0f32 } else { 0.0 });
-        let (ws_ptr, _sync) = cudarc::driver::DevicePtr::device_ptr(&self.workspace, &self.stream);
-        // SAFETY: the descriptors are live; the addresses are device memory of the shapes the layouts describe
-        // (the caller's views, checked by the op against the matrices' extents), the workspace is ours and its
-        // size is what the preference allows.
+        use sys::cublasLtMatmulPreferenceAttributes_t as P;
+        let aligns = key.7;
+        // SAFETY: the preference is live (owned by `pref`); each value is a live usize or u32, the types cuBLASLt
+        // documents for these attributes; the descriptors and layouts are live (owned by `p`).
         unsafe {
             lt::set_matmul_pref_attribute(
-                pref,
-                sys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                pref.0,
+                P::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                 (&ws as *const usize).cast(),
                 size_of::<usize>(),
             )
             .map_err(err("workspace preference"))?;
-            // cuBLASLt assumes 256-byte aligned operands unless told otherwise, and a view of columns (or a row
-            // stride) may give less: tell it what each operand's address and stride really allow.
-            use sys::cublasLtMatmulPreferenceAttributes_t as P;
-            let mut aligns = [0u32; 4];
-            for (i, (attr, addr, stride)) in [
-                (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, g.w, g.k * 2),
-                (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, g.x, g.k * 2),
-                (
-                    P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                    c_ptr,
-                    c_ld * 4,
-                ),
-                (
-                    P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                    g.out.0,
-                    g.out.1 * 4,
-                ),
+            for (attr, bytes) in [
+                P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
             ]
             .into_iter()
-            .enumerate()
+            .zip(aligns)
             {
-                let bytes = alignment(addr, stride);
-                aligns[i] = bytes;
                 lt::set_matmul_pref_attribute(
-                    pref,
+                    pref.0,
                     attr,
                     (&bytes as *const u32).cast(),
                     size_of::<u32>(),
                 )
                 .map_err(err("alignment preference"))?;
             }
-            let key = (
-                g.m,
-                g.n,
-                g.k,
-                g.bias.is_some(),
-                g.residual.is_some(),
-                c_ld,
-                g.out.1,
-                aligns,
-            );
-            let mut algos = self
-                .algos
-                .lock()
-                .map_err(|_| Error::Device("cuBLASLt algorithm cache poisoned".into()))?;
-            let algo = match algos.get(&key) {
-                Some(&algo) => algo,
-                None => {
-                    let h = lt::get_matmul_algo_heuristic(self.handle, d.desc, a, b, c, out, pref)
-                        .map_err(err("no algorithm for this shape"))?;
-                    // Batches past the ladder bring a new `m` each: bound the cache (a capture's eager run
-                    // refills what it needs).
-                    if algos.len() >= ALGOS_KEPT {
-                        algos.clear();
-                    }
-                    *algos.entry(key).or_insert(h.algo)
-                }
-            };
-            drop(algos);
+            let [a, b, c, d] = p.layouts;
+            let h = lt::get_matmul_algo_heuristic(self.handle, p.desc, a, b, c, d, pref.0)
+                .map_err(err("no algorithm for this shape"))?;
+            p.algo = h.algo;
+        }
+        Ok(p)
+    }
+
+    /// Enqueues one GEMM on the compute stream (or records it, under stream capture).
+    pub fn linear(&self, g: &Gemm) -> Result<()> {
+        let key = g.key();
+        let mut prepared = self
+            .prepared
+            .lock()
+            .map_err(|_| Error::Device("cuBLASLt descriptor cache poisoned".into()))?;
+        if !prepared.contains_key(&key) {
+            // Batches past the ladder bring a new `m` each: bound the cache (a capture's eager run refills what
+            // it needs).
+            if prepared.len() >= PREPARED_KEPT {
+                prepared.clear();
+            }
+            let p = self.prepare(g, &key)?;
+            prepared.insert(key, p);
+        }
+        let p = &prepared[&key];
+        let [a, b, c, d] = p.layouts;
+        let (c_ptr, _) = g.c();
+        let (alpha, beta) = (1.0f32, if g.residual.is_some() { 1.0f32 } else { 0.0 });
+        let ws = self.workspace.len();
+        let (ws_ptr, _sync) = cudarc::driver::DevicePtr::device_ptr(&self.workspace, &self.stream);
+        // SAFETY: the descriptor and layouts are live (the map owns them, and they are evicted only under the lock
+        // held here); the bias pointer is a live u64 of the attribute's type, read by cuBLASLt as the call is made
+        // (the matmul below takes the descriptor's values when it is enqueued or recorded). The addresses are
+        // device memory of the shapes the layouts describe (the caller's views, checked by the op against the
+        // matrices' extents), the workspace is ours and its size is what the preference allowed.
+        unsafe {
+            if let Some(bias) = &g.bias {
+                lt::set_matmul_desc_attribute(
+                    p.desc,
+                    sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                    (bias as *const u64).cast(),
+                    size_of::<u64>(),
+                )
+                .map_err(err("bias"))?;
+            }
             lt::matmul(
                 self.handle,
-                d.desc,
+                p.desc,
                 (&alpha as *const f32).cast(),
                 (&beta as *const f32).cast(),
                 g.w as *const c_void,
@@ -248,8 +283,8 @@ impl Lt {
                 c_ptr as *const c_void,
                 c,
                 g.out.0 as *mut c_void,
-                out,
-                &algo,
+                d,
+                &p.algo,
                 ws_ptr as *mut c_void,
                 ws,
                 self.stream.cu_stream() as sys::cudaStream_t,
@@ -275,7 +310,46 @@ impl Drop for Lt {
 
 #[cfg(test)]
 mod tests {
-    use super::alignment;
+    use super::{alignment, Gemm};
+
+    #[test]
+    fn gemms_share_prepared_descriptors_only_where_shape_epilogue_and_alignments_agree() {
+        let base = 0x7f00_0000_0000u64;
+        let g =
+            |x: u64, bias: Option<u64>, residual: Option<(u64, usize)>, out: (u64, usize)| Gemm {
+                m: 12,
+                n: 384,
+                k: 384,
+                x,
+                w: base + (1 << 20),
+                bias,
+                residual,
+                out,
+            };
+        let plain = g(base, Some(base + 4096), None, (base + (2 << 20), 384));
+        // Other layers' weights, biases and buffers at the same alignments: the same descriptors.
+        let moved = Gemm {
+            w: base + (8 << 20),
+            ..g(base + 512, Some(base + 8192), None, (base + (4 << 20), 384))
+        };
+        assert_eq!(plain.key(), moved.key());
+        // A column view 32 floats in (128-byte aligned output), a residual, no bias, another row count: not.
+        let view = g(
+            base,
+            Some(base + 4096),
+            None,
+            (base + (2 << 20) + 128, 1152),
+        );
+        let residual = g(base, Some(base), Some((base, 384)), (base, 384));
+        let no_bias = g(base, None, None, (base + (2 << 20), 384));
+        let taller = Gemm {
+            m: 16,
+            ..g(base, Some(base), None, (base, 384))
+        };
+        for other in [view, residual, no_bias, taller] {
+            assert_ne!(plain.key(), other.key());
+        }
+    }
 
     #[test]
     fn alignment_is_what_both_address_and_stride_allow_up_to_256() {
