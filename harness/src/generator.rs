@@ -3,7 +3,8 @@
 //! generator itself sent it is kept as the dispatch delay. Closed loop: a fixed number of clients, each sending
 //! its next request when the last is answered (latency from the send). Both can run in one step, one per class.
 //!
-//! Times are tokio's, so tests run the generator on a paused clock, exactly.
+//! Times are tokio's, so tests run the generator on a paused clock, exactly; sends are paced by
+//! [`crate::pace`], to within tens of microseconds rather than tokio's millisecond ticks.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -301,7 +302,7 @@ async fn open_loop(ctx: Ctx, schedule: Vec<(f64, Request)>) {
     let mut in_flight = JoinSet::new();
     for (at, request) in schedule {
         let due = ctx.start + since_start(at);
-        tokio::time::sleep_until(due).await;
+        crate::pace::sleep_until(due).await;
         in_flight.spawn(send(ctx.clone(), request, due));
         while in_flight.try_join_next().is_some() {}
     }

@@ -9,6 +9,7 @@ mod gate;
 mod generator;
 mod input;
 mod knobs;
+mod pace;
 mod plans;
 mod report;
 mod results;

@@ -95,7 +95,7 @@ async fn open_loop(
                 let wait = (due_unit - virtual_s).max(0.0) / rate;
                 let due = at + std::time::Duration::from_secs_f64(wait.min(1e6));
                 tokio::select! {
-                    _ = tokio::time::sleep_until(due) => {
+                    _ = crate::pace::sleep_until(due) => {
                         (virtual_s, at) = (due_unit, due);
                         in_flight.spawn(generator::send(ctx.clone(), request, due));
                         while in_flight.try_join_next().is_some() {}
