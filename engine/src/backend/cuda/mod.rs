@@ -194,6 +194,9 @@ struct Compute {
     copy_stream: Arc<CudaStream>,
     pinned: Arc<Mutex<Pool<Pinned>>>,
     staging: Staging,
+    /// The last eager run's buffers, for the next eager run of the same extent (a bucket the plan cache does not
+    /// hold, or every batch with capture off): its allocations and zeroing are a dozen driver calls and launches.
+    eager: Option<Buffers>,
 }
 
 impl Compute {
@@ -216,6 +219,7 @@ impl Compute {
             copy_stream,
             pinned: Default::default(),
             staging: Staging::default(),
+            eager: None,
             layout,
             model,
             device,
@@ -307,6 +311,8 @@ impl Compute {
         if !evict && !self.cache.has_room(bytes) {
             return Err(Error::Device("the plan cache is full".into()));
         }
+        // A plan of the bucket replaces its eager buffers (freed on the compute stream, before the capture).
+        self.eager = None;
         let buffers = Buffers::new(&self.device, &self.layout, self.dim, extent)?;
         let placeholder = Self::placeholder(bucket.seqs);
         let s = self.device.stream.clone();
@@ -367,13 +373,13 @@ impl Compute {
             }
             _ => {
                 // Eager on buffers of the batch's bucket (or its own size past the ladder): the same launches a
-                // graph of that bucket records, so a replay gives bitwise what eager gives.
-                let buffers = Buffers::new(
-                    &self.device,
-                    &self.layout,
-                    self.dim,
-                    self.extent(bucket, batch),
-                )?;
+                // graph of that bucket records, so a replay gives bitwise what eager gives. Rows past the batch
+                // may hold an earlier batch's values, as a plan's do between replays: nothing reads them.
+                let extent = self.extent(bucket, batch);
+                let buffers = match self.eager.take() {
+                    Some(b) if b.extent == extent => b,
+                    _ => Buffers::new(&self.device, &self.layout, self.dim, extent)?,
+                };
                 self.staging.upload(
                     &self.device.ctx,
                     &s,
@@ -422,10 +428,13 @@ impl Compute {
             .map_err(driver("event"))?;
         // The next forward writes the same output memory: the compute stream waits (on the GPU) for this copy.
         s.wait(&copied).map_err(driver("wait for the copy"))?;
-        // Eager buffers are freed here, on the compute thread: a CudaSlice frees on its (compute) stream, ordered
-        // after the wait above, so after the copy out of them. Freed from the completion thread instead, the free
-        // could land on the compute stream while this thread captures a graph on it, inside the capture.
-        drop(keep);
+        // Eager buffers stay with the compute thread, kept for the next eager run: their next use (or their free:
+        // a CudaSlice frees on its compute stream) is ordered after the wait above, so after the copy out of them.
+        // Freed from the completion thread instead, the free could land on the compute stream while this thread
+        // captures a graph on it, inside the capture.
+        if keep.is_some() {
+            self.eager = keep;
+        }
         Ok(InFlight {
             started,
             copied,
