@@ -349,6 +349,9 @@ def cmd_overlap(a):
         side = "on" if ov == "true" else "off"
         r = json.load(open(os.path.join(a.replay, f"overlap-{ov}", "result.json")))
         out[f"{side}_tokens_per_s"] = first(r["configs"][0]["steps"], "tokens_per_s")
+        args = r["args"]
+        out["clients"] = int(args[args.index("--concurrency") + 1]) if "--concurrency" in args else None
+        out["capture"] = r["configs"][0]["engine"]["capture"]
         p = os.path.join(a.replay, f"online-{ov}", "result.json")
         if os.path.exists(p):
             c = json.load(open(p))["configs"][0]["steps"][-1]["classes"][0]
@@ -451,7 +454,7 @@ def cmd_table(a):
         ov = m["overlap"]
         if ov:
             on, off = ov["on_tokens_per_s"], ov["off_tokens_per_s"]
-            md.append(f"- bulk re-index of {ov['texts']} texts: overlap on {fmt(on)} tokens/s, off {fmt(off)} tokens/s "
+            md.append(f"- bulk re-index of {ov['texts']} texts ({ov.get('clients')} clients, capture {ov.get('capture')}): overlap on {fmt(on)} tokens/s, off {fmt(off)} tokens/s "
                       f"(on / off {fmt(on / off if on and off else None, 2)}x)")
             on, off = ov.get("online_on"), ov.get("online_off")
             if on and off:

@@ -311,7 +311,8 @@ impl Compute {
         if !evict && !self.cache.has_room(bytes) {
             return Err(Error::Device("the plan cache is full".into()));
         }
-        // A plan of the bucket replaces its eager buffers (freed on the compute stream, before the capture).
+        // Eager runs are now rarer (the bucket gets a plan): the kept eager buffers go, freed on the compute stream
+        // before the capture begins, never inside it.
         self.eager = None;
         let buffers = Buffers::new(&self.device, &self.layout, self.dim, extent)?;
         let placeholder = Self::placeholder(bucket.seqs);
