@@ -100,7 +100,7 @@ fn run(rx: mpsc::Receiver<Request>) {
             }
         }
         let next = match heap.peek() {
-            Some(Reverse(w)) => rx.recv_timeout(w.at - now),
+            Some(Reverse(w)) => rx.recv_timeout(w.at.saturating_duration_since(now)),
             None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
         };
         match next {
