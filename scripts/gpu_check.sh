@@ -89,7 +89,7 @@ if [ "$dry" = 1 ]; then
   online_rate=20; online_s=4
   models_flag=--dry
 else
-  sizes=16,32,64,128,256,512,1024,2048,4096,8192,16384,32768; compile_sizes=1024; texts_n=32; bulk_n=3752
+  sizes=16,32,64,128,256,512,1024,2048,4096,8192,16384,32768; compile_sizes=1024; texts_n=32; bulk_n=$(wc -l < workloads/text/passages_en.jsonl)
   runs=200; qwen=qwen3-0.6b; min_s=0.5; models_flag=
   online_rate=1000; online_s=8
 fi
@@ -177,9 +177,9 @@ if [ "$profile" = 1 ] && [ "$backend" = cuda ] && [ -n "$ncu" ]; then
     done
   done
 fi
-# Overlap on vs off under a bulk load: a batch re-index of the first texts of the corpus (`bench replay`), by 8
-# clients, so batches fill the token budget (2 clients of 16 passages made batches of one request, a third of it),
-# with every plan captured at start-up, so no capture falls inside the pass (a pass is a fraction of a second).
+# Overlap on vs off under a bulk load: a batch re-index of the passages corpus (`bench replay`; its first texts in a
+# dry run), by 8 clients, so batches fill the token budget (2 clients of 16 passages made batches of one request, a
+# third of it), with every plan captured at start-up, so no capture falls inside the pass (a fraction of a second).
 for name in "${models[@]}"; do
   model="$out/models/$name" d="$out/$name"
   ok=1

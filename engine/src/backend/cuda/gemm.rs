@@ -184,6 +184,8 @@ impl Lt {
             )
             .map_err(err("epilogue"))?;
         }
+        // The heuristic sees a real bias pointer, as it did when descriptors were made per call.
+        set_bias(&p, g)?;
         let (m, n, k) = (g.m as u64, g.n as u64, g.k as u64);
         let c_ld = g.c().1;
         // A = W: column-major k×n (ld k), transposed; B = x: column-major k×m (ld k); C, D: column-major n×m.
@@ -242,10 +244,11 @@ impl Lt {
             .lock()
             .map_err(|_| Error::Device("cuBLASLt descriptor cache poisoned".into()))?;
         if !prepared.contains_key(&key) {
-            // Batches past the ladder bring a new `m` each: bound the cache (a capture's eager run refills what
-            // it needs).
+            // Batches past the ladder bring a new `m` each: bound the cache. Every GEMM of one forward has the
+            // same `m`, so keeping that `m`'s entries keeps what the forward in progress made: a capture's eager
+            // run never loses what its capture will ask for.
             if prepared.len() >= PREPARED_KEPT {
-                prepared.clear();
+                prepared.retain(|k, _| k.0 == g.m);
             }
             let p = self.prepare(g, &key)?;
             prepared.insert(key, p);
@@ -256,21 +259,13 @@ impl Lt {
         let (alpha, beta) = (1.0f32, if g.residual.is_some() { 1.0f32 } else { 0.0 });
         let ws = self.workspace.len();
         let (ws_ptr, _sync) = cudarc::driver::DevicePtr::device_ptr(&self.workspace, &self.stream);
+        set_bias(p, g)?;
         // SAFETY: the descriptor and layouts are live (the map owns them, and they are evicted only under the lock
-        // held here); the bias pointer is a live u64 of the attribute's type, read by cuBLASLt as the call is made
-        // (the matmul below takes the descriptor's values when it is enqueued or recorded). The addresses are
+        // held here); the matmul takes the descriptor's values (the bias pointer just set) when it is enqueued or
+        // recorded, so a later GEMM setting another bias pointer does not change this one. The addresses are
         // device memory of the shapes the layouts describe (the caller's views, checked by the op against the
         // matrices' extents), the workspace is ours and its size is what the preference allowed.
         unsafe {
-            if let Some(bias) = &g.bias {
-                lt::set_matmul_desc_attribute(
-                    p.desc,
-                    sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                    (bias as *const u64).cast(),
-                    size_of::<u64>(),
-                )
-                .map_err(err("bias"))?;
-            }
             lt::matmul(
                 self.handle,
                 p.desc,
@@ -292,6 +287,23 @@ impl Lt {
             .map_err(err("matmul"))
         }
     }
+}
+
+/// Points the epilogue of `p` (made for `g`'s key) at `g`'s bias, if it has one.
+fn set_bias(p: &Prepared, g: &Gemm) -> Result<()> {
+    let Some(bias) = &g.bias else {
+        return Ok(());
+    };
+    // SAFETY: the descriptor is live (owned by `p`); the value is a live u64, the attribute's documented type.
+    unsafe {
+        lt::set_matmul_desc_attribute(
+            p.desc,
+            sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+            (bias as *const u64).cast(),
+            size_of::<u64>(),
+        )
+    }
+    .map_err(err("bias"))
 }
 
 /// The alignment, in bytes, that both an operand's address and its row stride (in bytes) have: the largest power of
@@ -333,13 +345,9 @@ mod tests {
             ..g(base + 512, Some(base + 8192), None, (base + (4 << 20), 384))
         };
         assert_eq!(plain.key(), moved.key());
-        // A column view 32 floats in (128-byte aligned output), a residual, no bias, another row count: not.
-        let view = g(
-            base,
-            Some(base + 4096),
-            None,
-            (base + (2 << 20) + 128, 1152),
-        );
+        // An output 32 floats into its buffer (128-byte aligned, all else equal), a residual, no bias, another
+        // row count: not.
+        let view = g(base, Some(base + 4096), None, (base + (2 << 20) + 128, 384));
         let residual = g(base, Some(base), Some((base, 384)), (base, 384));
         let no_bias = g(base, None, None, (base + (2 << 20), 384));
         let taller = Gemm {

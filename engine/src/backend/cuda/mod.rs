@@ -377,9 +377,12 @@ impl Compute {
                 // graph of that bucket records, so a replay gives bitwise what eager gives. Rows past the batch
                 // may hold an earlier batch's values, as a plan's do between replays: nothing reads them.
                 let extent = self.extent(bucket, batch);
-                let buffers = match self.eager.take() {
-                    Some(b) if b.extent == extent => b,
-                    _ => Buffers::new(&self.device, &self.layout, self.dim, extent)?,
+                // Kept buffers of another extent are dropped before the new ones are allocated: one working set
+                // at a time, which is what the memory pool then keeps.
+                let kept = self.eager.take().filter(|b| b.extent == extent);
+                let buffers = match kept {
+                    Some(b) => b,
+                    None => Buffers::new(&self.device, &self.layout, self.dim, extent)?,
                 };
                 self.staging.upload(
                     &self.device.ctx,
