@@ -18,9 +18,8 @@
 // head_dim: a multiple of 32, at most HEAD_DIM_MAX (the host checks). Dynamic shared memory:
 // (KEYS * (d + 1) + KEYS * d + QUERIES * d) floats.
 
-// QUERIES, KEYS and HEAD_DIM_MAX are defined by the host (engine/src/backend/cuda/nvrtc.rs, from the constants its
-// tile list and shared-memory size use).
-#define WARPS 4
+// QUERIES, KEYS, WARPS and HEAD_DIM_MAX are defined by the host (engine/src/backend/cuda/nvrtc.rs, from the
+// constants its tile list, launch and shared-memory size use).
 #define QPW (QUERIES / WARPS)
 #define COLS_MAX (HEAD_DIM_MAX / 32)
 static_assert(QUERIES % WARPS == 0, "a warp owns QUERIES / WARPS query rows");

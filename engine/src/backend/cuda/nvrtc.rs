@@ -68,10 +68,12 @@ impl Source {
     /// then the file (line numbers kept for the log).
     pub fn program(&self) -> String {
         format!(
-            "#define QUERIES {}\n#define KEYS {}\n#define HEAD_DIM_MAX {}\n#define MMA_KEYS {}\n#define MMA_WARPS {}\n#define MMA_PAD {}\n\
+            "#define QUERIES {}\n#define KEYS {}\n#define WARPS {}\n#define HEAD_DIM_MAX {}\n#define MMA_KEYS {}\n\
+             #define MMA_WARPS {}\n#define MMA_PAD {}\n\
              #line 1 \"common.cuh\"\n{COMMON}\n#line 1 \"{}\"\n{}",
             super::inputs::QUERY_TILE,
             super::ops::ATTENTION_KEYS,
+            super::ops::ATTENTION_WARPS,
             super::ops::HEAD_DIM_MAX,
             super::ops::MMA_KEYS,
             super::ops::MMA_WARPS,

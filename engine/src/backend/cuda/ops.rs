@@ -28,6 +28,8 @@ pub const HEAD_DIM_MAX: usize = 128;
 const ATTENTION_QUERIES: usize = super::inputs::QUERY_TILE;
 /// Keys per shared-memory tile of the attention kernel (`KEYS`, defined from this; a warp's lanes score one each).
 pub(super) const ATTENTION_KEYS: usize = 32;
+/// Warps of an attention block, each owning query rows (`WARPS`, defined from this).
+pub(super) const ATTENTION_WARPS: usize = 4;
 /// Keys per warp tile of the tensor-core attention kernel (`MMA_KEYS` in kernels/attention_mma.cu).
 pub(super) const MMA_KEYS: usize = 16;
 /// Warps of a tensor-core attention block, splitting the keys (`MMA_WARPS`).
@@ -499,8 +501,11 @@ pub fn attention_mma_smem_bytes(d: usize) -> usize {
 /// The attention kernel `attention` picks for heads of `d`: its name, threads per block and dynamic shared memory.
 pub fn attention_launch(attention: GpuAttention, d: usize) -> (&'static str, u32, usize) {
     match attention {
-        // WARPS in kernels/attention.cu.
-        GpuAttention::CudaCores => ("attention", 4 * 32, attention_smem_bytes(d)),
+        GpuAttention::CudaCores => (
+            "attention",
+            (ATTENTION_WARPS * 32) as u32,
+            attention_smem_bytes(d),
+        ),
         GpuAttention::TensorCores => (
             "attention_mma",
             (MMA_WARPS * 32) as u32,
