@@ -1,7 +1,7 @@
-// Element-wise operations: the GEMM epilogue where cuBLASLt's does not cover it, SwiGLU's gate, rotary
-// embedding, and the bf16 rounding of GEMM operands (`to_bf16`, where the producer did not write them: bias_act and
-// silu_gate take a `shadow` as the norms do, see common.cuh). A 2-D grid: blockIdx.x is the row (a bucket's rows may pass
-// the 65,535 a grid's y allows), y-blocks cover the columns.
+// Element-wise operations: the GEMM epilogue where cuBLASLt's does not cover it, SwiGLU's gate, rotary embedding,
+// and the bf16 rounding of GEMM operands (`to_bf16`, where the producer did not write them: bias_act and silu_gate
+// take a `shadow` as the norms do, see common.cuh). A 2-D grid: blockIdx.x is the row (a bucket's rows may pass the
+// 65,535 a grid's y allows), y-blocks cover the columns.
 
 // Exact (erf) GELU, BERT's `hidden_act = "gelu"`.
 __device__ __forceinline__ float gelu(float u) {

@@ -2,11 +2,11 @@
 //!
 //! tokio's timer counts whole milliseconds and rounds a deadline up to the next one, so an open loop that slept on
 //! it sent every request about a millisecond late: at 40 requests/s against MiniLM on this 2-core CPU the median
-//! dispatch delay was 1.1 ms of a 5 ms median latency, and on an H200 1.0 ms of 1.6 ms — latency the harness
-//! added, not the target (with this module: 0.15 ms, the task's wake-up and spawn included). Here one thread (`bench-pacer`) keeps the pending deadlines in a heap and waits on a
-//! channel with a timeout (a futex with a high-resolution timer) until the earliest, then wakes its sleeper's task
-//! through a oneshot. A sleeper that goes away (a `select!` that took another branch) leaves an entry that fires
-//! into nothing.
+//! dispatch delay was 1.1 ms of a 5 ms median latency, and on an H200 1.0 ms of 1.6 ms — latency the harness added,
+//! not the target (with this module: 0.15 ms, the task's wake-up and spawn included). Here one thread
+//! (`bench-pacer`) keeps the pending deadlines in a heap and waits on a channel with a timeout (a futex with a
+//! high-resolution timer) until the earliest, then wakes its sleeper's task through a oneshot. A sleeper that goes
+//! away (a `select!` that took another branch) leaves an entry that fires into nothing.
 //!
 //! The generator's unit tests run on tokio's paused clock, which no thread can see: under `cfg(test)` the open
 //! loops sleep on tokio's timer; [`precise_sleep_until`] is tested on its own, in real time.
