@@ -45,20 +45,40 @@ extern "C" __global__ void silu_gate(const float* x, int ldx, float* out, int ld
 
 // Rotary embedding in place, rotate-half layout: for every head of `head_dim` columns and i < head_dim / 2,
 // (x1, x2) <- (x1 cos - x2 sin, x2 cos + x1 sin) with the table row of the token's position (cos half, sin half).
+// With `weight` (a value per column of `x`; null for none), each head is first scaled by its own root mean square
+// and by its weights, as Qwen3's q/k norms (Ops::rotary): one pass where a norm launch and a rotary launch were.
+// One warp per head (grid y over the heads in blocks of blockDim.x / 32): a lane takes the pairs (i, i + half)
+// that rotary mixes, so a head's values never leave its warp. Writes no shadow: attention, next, reads f32.
 extern "C" __global__ void rotary(float* x, int ld, int cols, int head_dim, const int* tok_pos, const int* meta,
-                                  const float* table) {
-    const int r = blockIdx.x, j = blockIdx.y * blockDim.x + threadIdx.x;
-    const int half = head_dim / 2;
-    if (r >= META_TOKENS(meta) || j >= cols / 2) {
+                                  const float* table, const float* weight, float eps) {
+    const int r = blockIdx.x, lane = threadIdx.x & 31;
+    const int head = blockIdx.y * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    // Both conditions are the same for every lane of a warp, so a warp returns whole and its shuffles stay full.
+    if (r >= META_TOKENS(meta) || head * head_dim >= cols) {
         return;
     }
-    const int head = j / half, i = j % half;
-    const float* t = table + (size_t)tok_pos[r] * head_dim;
+    const int half = head_dim / 2;
     float* h = x + (size_t)r * ld + (size_t)head * head_dim;
-    const float c = t[i], s = t[half + i];
-    const float u = h[i], v = h[half + i];
-    h[i] = u * c - v * s;
-    h[half + i] = v * c + u * s;
+    float inv = 1.0f;
+    if (weight) {
+        float s = 0.0f;
+        for (int i = lane; i < half; i += 32) {
+            s += h[i] * h[i] + h[half + i] * h[half + i];
+        }
+        inv = 1.0f / sqrtf(warp_sum(s) / head_dim + eps);
+    }
+    const float* w = weight ? weight + (size_t)head * head_dim : 0;
+    const float* t = table + (size_t)tok_pos[r] * head_dim;
+    for (int i = lane; i < half; i += 32) {
+        float u = h[i], v = h[half + i];
+        if (w) {
+            u = u * inv * w[i];
+            v = v * inv * w[half + i];
+        }
+        const float c = t[i], s = t[half + i];
+        h[i] = u * c - v * s;
+        h[half + i] = v * c + u * s;
+    }
 }
 
 // The bf16 operand of a GEMM: `x` rounded to bf16 into a dense `rows x cols` matrix (row stride `cols`).

@@ -1,5 +1,5 @@
 // LayerNorm and RMSNorm, one block per token row (Ops::layer_norm, Ops::rms_norm), in f32 as the CPU kernels:
-// LayerNorm's mean, then the mean of squared deviations; RMSNorm over each `group` columns. Each also writes its
+// LayerNorm's mean, then the mean of squared deviations; RMSNorm over the row. Each also writes its
 // output's bf16 rounding to `shadow` when given (common.cuh: the next GEMM's operand).
 
 extern "C" __global__ void layer_norm(float* x, int ld, int cols, const int* meta, const float* gamma,
@@ -28,10 +28,10 @@ extern "C" __global__ void layer_norm(float* x, int ld, int cols, const int* met
     }
 }
 
-// `out` may be `x` itself (in place); each group of `group` columns is scaled by its own root mean square and by
-// `weight` (a value per column): a whole row, or every head for per-head q/k norms (Q's and K's heads at once).
-extern "C" __global__ void rms_norm(const float* x, int ldx, float* out, int ldo, int cols, int group,
-                                    const int* meta, const float* weight, float eps, unsigned short* shadow) {
+// `out` may be `x` itself (in place); each row is scaled by its root mean square and by `weight` (a value per
+// column). Per-head norms (Qwen3's q/k norms) run with rotary, in elementwise.cu.
+extern "C" __global__ void rms_norm(const float* x, int ldx, float* out, int ldo, int cols, const int* meta,
+                                    const float* weight, float eps, unsigned short* shadow) {
     __shared__ float scratch[32];
     const int r = blockIdx.x;
     if (r >= META_TOKENS(meta)) {
@@ -39,17 +39,14 @@ extern "C" __global__ void rms_norm(const float* x, int ldx, float* out, int ldo
     }
     const float* in = x + (size_t)r * ldx;
     float* o = out + (size_t)r * ldo;
-    for (int g0 = 0; g0 < cols; g0 += group) {
-        float s = 0.0f;
-        for (int c = threadIdx.x; c < group; c += blockDim.x) {
-            const float v = in[g0 + c];
-            s += v * v;
-        }
-        const float inv = 1.0f / sqrtf(block_sum(s, scratch) / group + eps);
-        for (int c = threadIdx.x; c < group; c += blockDim.x) {
-            const float v = in[g0 + c] * inv * weight[g0 + c];
-            o[g0 + c] = v;
-            shadow_store(shadow, cols, r, g0 + c, v);
-        }
+    float s = 0.0f;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        s += in[c] * in[c];
+    }
+    const float inv = 1.0f / sqrtf(block_sum(s, scratch) / cols + eps);
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        const float v = in[c] * inv * weight[c];
+        o[c] = v;
+        shadow_store(shadow, cols, r, c, v);
     }
 }

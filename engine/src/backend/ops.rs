@@ -179,23 +179,24 @@ pub trait Ops {
         bias: &<Self::Device as Device>::Param,
         eps: f32,
     );
-    /// RMSNorm of every `group` consecutive columns of every row of `x` (a whole row, or each head for per-head
-    /// q/k norms), scaled by `weight` (one value per column of `x`), into `out` (`x` itself for in place).
+    /// RMSNorm of every row of `x`, scaled by `weight` (one value per column), into `out` (`x` itself for in place).
     fn rms_norm(
         &self,
         x: Self::Mat,
         out: Self::Mat,
         weight: &<Self::Device as Device>::Param,
         eps: f32,
-        group: usize,
     );
     /// Rotary embedding in place on every `head_dim`-wide head of `x`, at each token's position in its sequence.
+    /// With `norm` (weights one per column of `x`, and eps), each head first takes its own RMSNorm, as Qwen3's
+    /// per-head q/k norms: one op, so a backend passes over the heads once.
     fn rotary(
         &self,
         batch: &Batch,
         x: Self::Mat,
         table: &<Self::Device as Device>::Param,
         head_dim: usize,
+        norm: Option<(&<Self::Device as Device>::Param, f32)>,
     );
     /// SwiGLU's gate: `out = silu(x[:, ..f]) · x[:, f..]` for `x` of `2f` columns.
     fn silu_gate(&self, x: Self::Mat, out: Self::Mat);

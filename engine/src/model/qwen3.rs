@@ -6,9 +6,9 @@
 //! pooling, the tokenizer appending its end-of-text token) and a bidirectional variant (`"is_causal": false` in
 //! config.json; full attention, and mean pooling from its Pooling module) as pplx-embed uses. Differences, exact in
 //! real arithmetic: sequences are concatenated without padding, so attention needs no padding mask; Q, K and V are
-//! one fused projection, and so are the MLP's gate and up projections; the q and k norms are one op over Q's and K's
-//! heads, and so is rotary; residuals are added in the output
-//! projections' epilogues. The language-model head is never used, so tied or untied embeddings load the same.
+//! one fused projection, and so are the MLP's gate and up projections; the q and k norms and rotary are one op over
+//! Q's and K's heads; residuals are added in the output projections' epilogues. The language-model head is never
+//! used, so tied or untied embeddings load the same.
 
 use super::{Head, ModelConfig, ModelDir, Qwen3Config, Tensor, Weights};
 use crate::backend::ops::{
@@ -32,34 +32,38 @@ fn stacked<D: Device>(
     d.linear(&weight, None, out, inp)
 }
 
-/// Qwen3RMSNorm: `x · weight / √(mean(x²) + eps)` over each `group` columns (a whole row, or each head).
+/// Qwen3RMSNorm: `x · weight / √(mean(x²) + eps)` over each row.
 pub struct RmsNorm<D: Device> {
-    /// One value per column of the matrix it normalises.
     weight: D::Param,
-    group: usize,
     eps: f32,
 }
 
 impl<D: Device> RmsNorm<D> {
-    /// The norm `name` over whole rows of `dim` columns.
     pub fn load(w: &Weights, d: &D, name: &str, dim: usize, eps: f64) -> Result<Self> {
         Ok(RmsNorm {
             weight: d.param(w.get(&format!("{name}.weight"), &[dim])?)?,
-            group: dim,
             eps: eps as f32,
         })
     }
 
-    /// Qwen3Attention's `q_norm` and `k_norm` (under `attn`) as one norm over the Q and K heads, which are adjacent
-    /// columns of the fused projection: each weight repeated over its heads, so one op (one launch on a GPU)
-    /// normalises both.
-    pub fn load_heads(
-        w: &Weights,
-        d: &D,
-        attn: &str,
-        shape: AttentionShape,
-        eps: f64,
-    ) -> Result<Self> {
+    /// `x`'s rows into `out` (`x` itself for in place).
+    fn forward<O: Ops<Device = D>>(&self, ops: &O, x: O::Mat, out: O::Mat) {
+        ops.rms_norm(x, out, &self.weight, self.eps);
+    }
+}
+
+/// Qwen3Attention's `q_norm` and `k_norm` (an RMSNorm per head) and the rotary embedding after them, as one op
+/// over Q's and K's heads, which are adjacent columns of the fused projection (one pass, one launch on a GPU).
+pub struct QkNormRotary<D: Device> {
+    /// Each norm's weights repeated over its heads: one value per column of Q and K.
+    weight: D::Param,
+    eps: f32,
+    shape: AttentionShape,
+}
+
+impl<D: Device> QkNormRotary<D> {
+    /// The norms of the attention block `attn`.
+    pub fn load(w: &Weights, d: &D, attn: &str, shape: AttentionShape, eps: f64) -> Result<Self> {
         let hd = shape.head_dim;
         let q = w.get(&format!("{attn}.q_norm.weight"), &[hd])?;
         let k = w.get(&format!("{attn}.k_norm.weight"), &[hd])?;
@@ -68,16 +72,23 @@ impl<D: Device> RmsNorm<D> {
             .flatten()
             .copied()
             .collect();
-        Ok(RmsNorm {
+        Ok(QkNormRotary {
             weight: d.param(Tensor::from_vec(weight))?,
-            group: hd,
             eps: eps as f32,
+            shape,
         })
     }
 
-    /// Each `group`-wide group of `x`'s columns into `out` (`x` itself for in place).
-    fn forward<O: Ops<Device = D>>(&self, ops: &O, x: O::Mat, out: O::Mat) {
-        ops.rms_norm(x, out, &self.weight, self.eps, self.group);
+    /// In place on the Q and K columns of `qkv`, at each token's position (`table`: the model's rotary table).
+    fn forward<O: Ops<Device = D>>(&self, ops: &O, batch: &Batch, qkv: O::Mat, table: &D::Param) {
+        let AttentionShape {
+            heads,
+            kv_heads,
+            head_dim,
+            ..
+        } = self.shape;
+        let qk = qkv.columns(0..(heads + kv_heads) * head_dim);
+        ops.rotary(batch, qk, table, head_dim, Some((&self.weight, self.eps)));
     }
 }
 
@@ -97,8 +108,7 @@ struct Acts<M> {
 pub struct Layer<D: Device> {
     input_norm: RmsNorm<D>,
     qkv: D::Linear,
-    /// `q_norm` and `k_norm`, over the Q and K heads together.
-    qk_norm: RmsNorm<D>,
+    qk_norm_rotary: QkNormRotary<D>,
     o_proj: D::Linear,
     post_norm: RmsNorm<D>,
     gate_up: D::Linear,
@@ -127,7 +137,7 @@ impl<D: Device> Layer<D> {
                 ],
                 h,
             )?,
-            qk_norm: RmsNorm::load_heads(w, d, &a, attention, eps)?,
+            qk_norm_rotary: QkNormRotary::load(w, d, &a, attention, eps)?,
             o_proj: stacked(w, d, &[(format!("{a}.o_proj"), h)], q)?,
             post_norm: RmsNorm::load(w, d, &format!("{p}.post_attention_layernorm"), h, eps)?,
             gate_up: stacked(
@@ -149,18 +159,9 @@ impl<D: Device> Layer<D> {
         rotary: &D::Param,
         a: &Acts<O::Mat>,
     ) {
-        let AttentionShape {
-            heads,
-            kv_heads,
-            head_dim,
-            ..
-        } = self.attention;
         self.input_norm.forward(ops, a.hidden, a.normed);
         ops.linear(a.normed, &self.qkv, Activation::None, None, a.qkv);
-        // Q's and K's heads, side by side: both take their per-head norm, then rotary, one op each.
-        let qk = a.qkv.columns(0..(heads + kv_heads) * head_dim);
-        self.qk_norm.forward(ops, qk, qk);
-        ops.rotary(batch, qk, rotary, head_dim);
+        self.qk_norm_rotary.forward(ops, batch, a.qkv, rotary);
         ops.attention(batch, a.qkv, self.attention, a.ctx);
         ops.linear(
             a.ctx,

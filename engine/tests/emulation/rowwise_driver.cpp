@@ -5,7 +5,10 @@
 //   EW_PROGRAM_NORM (norm.cu): layer_norm(x, gamma a, beta b) in place, then rms_norm(x, weight a) into
 //     a fresh matrix;
 //   EW_PROGRAM_ELEMENTWISE (elementwise.cu): bias_act(y, bias a, GELU, residual x) in place, silu_gate(x) (f =
-//     cols / 2) into a fresh matrix, to_bf16(x), then rotary(x) in place (heads of `group`, table rows by pos);
+//     cols / 2) into a fresh matrix, to_bf16(x), then rotary(x) in place (heads of `group`, table rows by pos),
+//     then rotary with per-head RMSNorm (weight a) on copies of bias_act's output, heads of `group` and of
+//     `group / 4` (the table read as rows of that width); rotary's blocks are 4 warps, one per head, as the
+//     backend's;
 //   EW_PROGRAM_POOL (pool.cu): pool(x) with modes 0 (mean), 1 (first), 2 (last), then l2_normalize of the mean's;
 //   EW_PROGRAM_QUANTIZE (quantize.cu): quantize_int8(x) over the batch's rows with modes 0 (tanh) and 1 (per row);
 //   EW_PROGRAM_EMBED (embed.cu): embed with token ids pos[t] into y read as a dense table of `cols`-wide rows,
@@ -53,7 +56,7 @@ int main(int argc, char** argv) {
     auto o2 = nans(n);
     auto sh2 = unwritten((size_t)rows * cols);
     emu::launch(dim3{(unsigned)rows, 1, 1}, THREADS, 0,
-                [&] { rms_norm(x.data(), ld, o2.data(), ld, cols, group, meta, a.data(), eps, sh2.data()); });
+                [&] { rms_norm(x.data(), ld, o2.data(), ld, cols, meta, a.data(), eps, sh2.data()); });
     put(out, o2);
     put(out, sh2);
 #endif
@@ -75,9 +78,19 @@ int main(int argc, char** argv) {
     emu::launch(dim3{(unsigned)rows, col_blocks, 1}, THREADS, 0,
                 [&] { to_bf16(x.data(), ld, cols, meta, o3.data()); });
     put(out, o3);
-    emu::launch(dim3{(unsigned)rows, (unsigned)((cols / 2 + THREADS - 1) / THREADS), 1}, THREADS, 0,
-                [&] { rotary(x.data(), ld, cols, group, pos.data(), meta, table.data()); });
+    const auto rotate = [&](float* m, int head_dim, const float* weight) {
+        const unsigned warps = 4, heads = (unsigned)(cols / head_dim);
+        emu::launch(dim3{(unsigned)rows, (heads + warps - 1) / warps, 1}, warps * 32, 0, [&] {
+            rotary(m, ld, cols, head_dim, pos.data(), meta, table.data(), weight, eps);
+        });
+    };
+    rotate(x.data(), group, nullptr);
     put(out, x);
+    for (int head_dim : {group, group / 4}) {
+        auto m = y;
+        rotate(m.data(), head_dim, a.data());
+        put(out, m);
+    }
 #endif
 
 #ifdef EW_PROGRAM_POOL

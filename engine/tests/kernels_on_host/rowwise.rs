@@ -10,7 +10,7 @@ const ROWS: usize = 12;
 const TOKENS: usize = 9;
 const COLS: usize = 384;
 const LD: usize = COLS + 5;
-/// RMSNorm's group: per-head norms (Qwen3's q/k norms) with 3 groups per row.
+/// Rotary's heads: 3 per row (and 12 of a quarter of it, for the per-head norm).
 const GROUP: usize = 128;
 const EPS: f32 = 1e-6;
 /// The batch's sequences for pooling (TOKENS tokens in all), and which read out every token (`Readout::Tokens`).
@@ -156,7 +156,7 @@ fn emulated_cuda_norms_match_f64_and_write_their_shadow() {
         |r, c| (x(r, c) - stats[r].0) * stats[r].1 * inp.a[c] as f64 + inp.b[c] as f64,
         |i| inp.x[i],
     );
-    // rms_norm ran on the LayerNorm's output, per group of GROUP columns with weight a (one per column).
+    // rms_norm ran on the LayerNorm's output, over whole rows with weight a.
     let l = |r: usize, c: usize| ln[r * LD + c] as f64;
     check_rows(
         "rms_norm",
@@ -164,8 +164,7 @@ fn emulated_cuda_norms_match_f64_and_write_their_shadow() {
         &rms_shadow,
         COLS,
         |r, c| {
-            let g0 = c / GROUP * GROUP;
-            let ms = (g0..g0 + GROUP).map(|k| l(r, k).powi(2)).sum::<f64>() / GROUP as f64;
+            let ms = (0..COLS).map(|k| l(r, k).powi(2)).sum::<f64>() / COLS as f64;
             l(r, c) / (ms + EPS as f64).sqrt() * inp.a[c] as f64
         },
         |_| f32::NAN,
@@ -227,31 +226,58 @@ fn emulated_cuda_elementwise_kernels_match_f64_and_write_their_shadow() {
             assert_eq!(rounded[r * COLS + c], want, "to_bf16 at {r}, {c}");
         }
     }
-    // Rotary, rotate-half, per head of GROUP columns, with the table row of each token's position.
-    let rotated = out.f32s(ROWS * LD);
-    let half = GROUP / 2;
+    check_rotary(&inp, "rotary", &out.f32s(ROWS * LD), &inp.x, GROUP, None);
+    for head_dim in [GROUP, GROUP / 4] {
+        let what = format!("rotary after per-head RMSNorm, heads of {head_dim}");
+        let got = out.f32s(ROWS * LD);
+        check_rotary(&inp, &what, &got, &act, head_dim, Some(&inp.a));
+    }
+}
+
+/// Checks `got` against rotary (rotate-half, heads of `head_dim`, the table read as rows of `head_dim` by each
+/// token's position) of `x`, each head first RMS-normalised with `norm` (one weight per column) where given; and
+/// that nothing past the batch's rows or the columns was written.
+fn check_rotary(
+    inp: &RowInputs,
+    what: &str,
+    got: &[f32],
+    x: &[f32],
+    head_dim: usize,
+    norm: Option<&[f32]>,
+) {
+    let half = head_dim / 2;
     for r in 0..ROWS {
         for c in 0..LD {
-            let got = rotated[r * LD + c] as f64;
+            let v = got[r * LD + c] as f64;
             if r >= TOKENS || c >= COLS {
                 assert_eq!(
-                    rotated[r * LD + c].to_bits(),
-                    inp.x[r * LD + c].to_bits(),
-                    "rotary wrote {r}, {c}"
+                    got[r * LD + c].to_bits(),
+                    x[r * LD + c].to_bits(),
+                    "{what} wrote {r}, {c}"
                 );
                 continue;
             }
-            let (head, i) = (c / GROUP * GROUP, c % GROUP);
-            let t = |k: usize| inp.table[inp.pos[r] * GROUP + k] as f64;
+            let (head, i) = (c / head_dim * head_dim, c % head_dim);
+            let inv = norm.map_or(1.0, |_| {
+                let ms = (head..head + head_dim)
+                    .map(|k| (x[r * LD + k] as f64).powi(2))
+                    .sum::<f64>()
+                    / head_dim as f64;
+                1.0 / (ms + EPS as f64).sqrt()
+            });
+            let h = |k: usize| {
+                x[r * LD + head + k] as f64 * inv * norm.map_or(1.0, |w| w[head + k] as f64)
+            };
+            let t = |k: usize| inp.table[inp.pos[r] * head_dim + k] as f64;
             let want = if i < half {
-                x(r, head + i) * t(i) - x(r, head + half + i) * t(half + i)
+                h(i) * t(i) - h(half + i) * t(half + i)
             } else {
                 let i = i - half;
-                x(r, head + half + i) * t(i) + x(r, head + i) * t(half + i)
+                h(half + i) * t(i) + h(i) * t(half + i)
             };
             assert!(
-                (got - want).abs() <= 1e-5,
-                "rotary at {r}, {c}: {got} against {want}"
+                (v - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                "{what} at {r}, {c}: {v} against {want}"
             );
         }
     }

@@ -189,17 +189,14 @@ impl<'a> Ops for CpuPass<'a> {
         });
     }
 
-    fn rms_norm(&self, x: Mat<'a>, out: Mat<'a>, weight: &Tensor, eps: f32, group: usize) {
+    fn rms_norm(&self, x: Mat<'a>, out: Mat<'a>, weight: &Tensor, eps: f32) {
         let g = weight.data();
         assert!(
-            group > 0 && g.len() == x.cols && x.cols.is_multiple_of(group),
-            "rms_norm: groups of {group} over {} columns, {} weights",
+            g.len() == x.cols && out.rows >= x.rows && out.cols == x.cols,
+            "rms_norm: {} weights over {} columns, output {}",
+            g.len(),
             x.cols,
-            g.len()
-        );
-        assert!(
-            out.rows >= x.rows && out.cols == x.cols,
-            "rms_norm: output shape"
+            out.cols
         );
         let in_place = x.ptr() == out.ptr();
         for_rows(self.par, x.rows, &|r| {
@@ -209,13 +206,18 @@ impl<'a> Ops for CpuPass<'a> {
                 // SAFETY: as above.
                 dst.copy_from_slice(unsafe { x.row(r) });
             }
-            for (chunk, w) in dst.chunks_exact_mut(group).zip(g.chunks_exact(group)) {
-                kernels::rms_norm(chunk, w, eps);
-            }
+            kernels::rms_norm(dst, g, eps);
         });
     }
 
-    fn rotary(&self, batch: &Batch, x: Mat<'a>, table: &Tensor, head_dim: usize) {
+    fn rotary(
+        &self,
+        batch: &Batch,
+        x: Mat<'a>,
+        table: &Tensor,
+        head_dim: usize,
+        norm: Option<(&Tensor, f32)>,
+    ) {
         let table = table.data();
         assert!(
             head_dim > 0 && head_dim.is_multiple_of(2) && x.cols.is_multiple_of(head_dim),
@@ -226,6 +228,10 @@ impl<'a> Ops for CpuPass<'a> {
             batch.max_len() * head_dim <= table.len() && x.rows >= batch.tokens(),
             "rotary: table or rows too short for the batch"
         );
+        assert!(
+            norm.is_none_or(|(w, _)| w.data().len() == x.cols),
+            "rotary: norm weights for another width"
+        );
         let half = head_dim / 2;
         let offsets = batch.offsets();
         for_rows(self.par, batch.tokens(), &|t| {
@@ -233,7 +239,13 @@ impl<'a> Ops for CpuPass<'a> {
             let p = t - offsets[seq];
             let (cos, sin) = table[p * head_dim..(p + 1) * head_dim].split_at(half);
             // SAFETY: each task owns its rows.
-            for head in unsafe { x.row_mut(t) }.chunks_exact_mut(head_dim) {
+            for (i, head) in unsafe { x.row_mut(t) }
+                .chunks_exact_mut(head_dim)
+                .enumerate()
+            {
+                if let Some((w, eps)) = norm {
+                    kernels::rms_norm(head, &w.data()[i * head_dim..(i + 1) * head_dim], eps);
+                }
                 kernels::rotary(head, cos, sin);
             }
         });

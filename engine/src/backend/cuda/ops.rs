@@ -85,6 +85,8 @@ fn cfg(grid: (u32, u32, u32), block: u32, smem: usize) -> LaunchConfig {
 const COLS_PER_BLOCK: usize = 256;
 /// Threads of the row-wise kernels (one block per row).
 const ROW_THREADS: u32 = 256;
+/// Warps of a rotary block, one per head.
+const ROTARY_WARPS: usize = 4;
 
 /// Kernel arguments, pushed in order: device addresses and 32-bit scalars.
 #[derive(Clone, Copy)]
@@ -144,8 +146,7 @@ impl<'a> CudaPass<'a> {
     }
 
     /// Launches a kernel that produces `out`, a possible GEMM input, with `args` and then its shadow argument:
-    /// the scratch, where `out` fits it (the scratch then holds `out`'s rounding), else null. (Qwen3's per-head
-    /// q/k norm writes one too, which rotary then supersedes: a kernel cannot know what reads its output next.)
+    /// the scratch, where `out` fits it (the scratch then holds `out`'s rounding), else null.
     fn launch_producing(&self, name: &str, config: LaunchConfig, args: &[Arg], out: CudaMat) {
         let fits = out.cols <= self.device.gemm_scratch();
         let shadow = Arg::Ptr(if fits { self.inputs.bf16 } else { 0 });
@@ -308,16 +309,13 @@ impl<'a> Ops for CudaPass<'a> {
         );
     }
 
-    fn rms_norm(&self, x: CudaMat, out: CudaMat, weight: &CudaParam, eps: f32, group: usize) {
+    fn rms_norm(&self, x: CudaMat, out: CudaMat, weight: &CudaParam, eps: f32) {
         assert!(
-            group > 0 && weight.data.len() == x.cols && x.cols.is_multiple_of(group),
-            "rms_norm: groups of {group} over {} columns, {} weights",
+            weight.data.len() == x.cols && out.rows >= x.rows && out.cols == x.cols,
+            "rms_norm: {} weights over {} columns, output {}",
+            weight.data.len(),
             x.cols,
-            weight.data.len()
-        );
-        assert!(
-            out.rows >= x.rows && out.cols == x.cols,
-            "rms_norm: output shape"
+            out.cols
         );
         let s = &self.device.stream;
         self.launch_producing(
@@ -333,7 +331,6 @@ impl<'a> Ops for CudaPass<'a> {
                 Arg::Ptr(out.ptr),
                 Self::i(out.ld),
                 Self::i(x.cols),
-                Self::i(group),
                 Arg::Ptr(self.inputs.meta),
                 Arg::Ptr(ptr(&weight.data, s)),
                 Arg::F32(eps),
@@ -342,7 +339,14 @@ impl<'a> Ops for CudaPass<'a> {
         );
     }
 
-    fn rotary(&self, batch: &Batch, x: CudaMat, table: &CudaParam, head_dim: usize) {
+    fn rotary(
+        &self,
+        batch: &Batch,
+        x: CudaMat,
+        table: &CudaParam,
+        head_dim: usize,
+        norm: Option<(&CudaParam, f32)>,
+    ) {
         assert!(
             head_dim > 0 && head_dim.is_multiple_of(2) && x.cols.is_multiple_of(head_dim),
             "rotary: heads of {head_dim} over {} columns",
@@ -352,13 +356,18 @@ impl<'a> Ops for CudaPass<'a> {
             batch.max_len() * head_dim <= table.data.len(),
             "rotary: table too short for the batch"
         );
+        assert!(
+            norm.is_none_or(|(w, _)| w.data.len() == x.cols),
+            "rotary: norm weights for another width"
+        );
         let s = &self.device.stream;
         let rows = self.inputs.tokens.min(x.rows) as u32;
+        let (weight, eps) = norm.map_or((0, 0.0), |(w, eps)| (ptr(&w.data, s), eps));
         self.launch(
             "rotary",
             cfg(
-                (rows, blocks(x.cols / 2, COLS_PER_BLOCK), 1),
-                COLS_PER_BLOCK as u32,
+                (rows, blocks(x.cols / head_dim, ROTARY_WARPS), 1),
+                (ROTARY_WARPS * 32) as u32,
                 0,
             ),
             &[
@@ -369,6 +378,8 @@ impl<'a> Ops for CudaPass<'a> {
                 Arg::Ptr(self.inputs.tok_pos),
                 Arg::Ptr(self.inputs.meta),
                 Arg::Ptr(ptr(&table.data, s)),
+                Arg::Ptr(weight),
+                Arg::F32(eps),
             ],
         );
     }
