@@ -1,15 +1,21 @@
-// Pooling and the model's Normalize module (Ops::pool; backend/mod.rs's Embeddings::normalize).
+// Pooling and the model's Normalize module (Ops::pool, and the CUDA backend's normalizing of pooled rows).
 
 // One block per sequence: its output row is its tokens' mean (mode 0), first token (1) or last token (2); a
 // sequence whose readout is Tokens (readouts[s] = 1) gets a copy of every token's row instead, in its output rows
-// out_offsets[s]..out_offsets[s + 1].
+// out_offsets[s]..out_offsets[s + 1]. With `norms` (null for none), the pooled row then takes sentence-transformers'
+// Normalize in the same pass: scaled to unit L2 norm (the norm clamped at 1e-12, as torch.nn.functional.normalize),
+// its norm written to norms[s]; Tokens rows are left as they are (norms[s] = -1), since Normalize never applies to
+// token states. (Fused: a separate Normalize launch was one more per forward, and one more read of the rows.)
 extern "C" __global__ void pool(const float* x, int ldx, float* out, int ldo, int cols, const int* offsets,
-                                const int* out_offsets, const int* readouts, const int* meta, int mode) {
+                                const int* out_offsets, const int* readouts, const int* meta, int mode,
+                                float* norms) {
+    __shared__ float scratch[32];
     const int s = blockIdx.x;
     if (s >= META_SEQS(meta)) {
         return;
     }
     const int start = offsets[s], end = offsets[s + 1];
+    // The same for every thread of the block, so the block returns whole and its reduction below stays whole.
     if (readouts[s] == 1) {
         for (int t = start; t < end; t++) {
             const float* in = x + (size_t)t * ldx;
@@ -18,9 +24,13 @@ extern "C" __global__ void pool(const float* x, int ldx, float* out, int ldo, in
                 o[c] = in[c];
             }
         }
+        if (norms && threadIdx.x == 0) {
+            norms[s] = -1.0f;
+        }
         return;
     }
     float* o = out + (size_t)out_offsets[s] * ldo;
+    float q = 0.0f;
     for (int c = threadIdx.x; c < cols; c += blockDim.x) {
         float v;
         if (mode == 1) {
@@ -35,30 +45,12 @@ extern "C" __global__ void pool(const float* x, int ldx, float* out, int ldo, in
             v *= 1.0f / (float)(end - start);
         }
         o[c] = v;
+        q += v * v;
     }
-}
-
-// sentence-transformers' Normalize on the pooled rows: each pooled sequence's row scaled to unit L2 norm (the norm
-// clamped at 1e-12, as torch.nn.functional.normalize), its norm written to norms[s]; Tokens rows are left as they
-// are (norms[s] = -1), since Normalize never applies to token states.
-extern "C" __global__ void l2_normalize(float* out, int ldo, int cols, const int* out_offsets,
-                                        const int* readouts, const int* meta, float* norms) {
-    __shared__ float scratch[32];
-    const int s = blockIdx.x;
-    if (s >= META_SEQS(meta)) {
+    if (!norms) {
         return;
     }
-    if (readouts[s] == 1) {
-        if (threadIdx.x == 0) {
-            norms[s] = -1.0f;
-        }
-        return;
-    }
-    float* o = out + (size_t)out_offsets[s] * ldo;
-    float q = 0.0f;
-    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-        q += o[c] * o[c];
-    }
+    // Each thread scales the columns it wrote: no barrier needed between the writes and these reads.
     const float norm = sqrtf(block_sum(q, scratch));
     const float inv = 1.0f / fmaxf(norm, 1e-12f);
     for (int c = threadIdx.x; c < cols; c += blockDim.x) {

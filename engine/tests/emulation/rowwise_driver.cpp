@@ -9,7 +9,7 @@
 //     then rotary with per-head RMSNorm (weight a) on copies of bias_act's output, heads of `group` and of
 //     `group / 4` (the table read as rows of that width); rotary's blocks are 4 warps, one per head, as the
 //     backend's;
-//   EW_PROGRAM_POOL (pool.cu): pool(x) with modes 0 (mean), 1 (first), 2 (last), then l2_normalize of the mean's;
+//   EW_PROGRAM_POOL (pool.cu): pool(x) with modes 0 (mean), 1 (first), 2 (last), then mode 0 normalising;
 //   EW_PROGRAM_QUANTIZE (quantize.cu): quantize_int8(x) over the batch's rows with modes 0 (tanh) and 1 (per row);
 //   EW_PROGRAM_EMBED (embed.cu): embed with token ids pos[t] into y read as a dense table of `cols`-wide rows,
 //     positions (pos[t] + 1) % 8 into x read the same way and the row a, then with neither (as Qwen3).
@@ -18,8 +18,8 @@
 // offsets[seqs + 1], out_offsets[seqs + 1], readouts[seqs], floats {eps, x[rows * ld], y[rows * ld], a[cols],
 // b[cols], table[8 * group]}. argv[2], the outputs in the order above: an f32 matrix of rows x ld (NaN where not
 // written; pooled: out_offsets[seqs] rows), each norm's, bias_act's and silu_gate's followed by its shadow (rows
-// x its columns, bf16 bits, 0xffff where not written); to_bf16's rows x cols bf16; l2_normalize's norms[seqs];
-// int8 matrices of tokens x cols and the scales[tokens].
+// x its columns, bf16 bits, 0xffff where not written); to_bf16's rows x cols bf16; the normalising pool's
+// norms[seqs]; int8 matrices of tokens x cols and the scales[tokens].
 
 #include "driver_io.h"
 
@@ -100,15 +100,17 @@ int main(int argc, char** argv) {
         pooled.push_back(nans(pooled_rows * ld));
         emu::launch(dim3{seq_blocks, 1, 1}, THREADS, 0, [&] {
             pool(x.data(), ld, pooled.back().data(), ld, cols, offsets.data(), out_offsets.data(), readouts.data(),
-                 meta, mode);
+                 meta, mode, nullptr);
         });
         put(out, pooled.back());
     }
+    auto normalized = nans(pooled_rows * ld);
     auto norms = nans(seqs);
     emu::launch(dim3{seq_blocks, 1, 1}, THREADS, 0, [&] {
-        l2_normalize(pooled[0].data(), ld, cols, out_offsets.data(), readouts.data(), meta, norms.data());
+        pool(x.data(), ld, normalized.data(), ld, cols, offsets.data(), out_offsets.data(), readouts.data(), meta,
+             0, norms.data());
     });
-    put(out, pooled[0]);
+    put(out, normalized);
     put(out, norms);
 #endif
 

@@ -124,7 +124,8 @@ impl Buffers {
         })
     }
 
-    fn inputs(&self, s: &CudaStream) -> PassInputs {
+    /// The pass's inputs; `normalizes`: whether pooling normalises the rows into `norms`.
+    fn inputs(&self, s: &CudaStream, normalizes: bool) -> PassInputs {
         let base = self.inputs.device_ptr(s).0;
         let l = &self.input_layout;
         let p = |at: usize| base + (at * size_of::<i32>()) as u64;
@@ -140,6 +141,11 @@ impl Buffers {
             seqs: self.extent.seqs,
             max_tiles: self.extent.tiles(),
             bf16: self.bf16.device_ptr(s).0,
+            norms: if normalizes {
+                self.norms.device_ptr(s).0
+            } else {
+                0
+            },
         }
     }
 
@@ -281,15 +287,14 @@ impl Compute {
         b
     }
 
-    /// Enqueues the whole forward (and Normalize) on the compute stream, on `buffers`.
+    /// Enqueues the whole forward (and Normalize, which pooling applies as it writes the rows) on the compute
+    /// stream, on `buffers`.
     fn forward(&self, buffers: &Buffers, batch: &Batch) -> Result<()> {
         let s = &self.device.stream;
-        let pass = CudaPass::new(&self.device, buffers.inputs(s));
+        let normalizes = self.model.normalizes();
+        let pass = CudaPass::new(&self.device, buffers.inputs(s, normalizes));
         let (acts, out) = buffers.views(s, &self.layout, self.dim);
         self.model.forward(&pass, batch, &acts, out);
-        if self.model.normalizes() {
-            pass.l2_normalize(out, buffers.norms.device_ptr(s).0);
-        }
         pass.finish()
     }
 

@@ -52,7 +52,7 @@ pub const SOURCES: &[Source] = &[
     },
     Source {
         file: "pool.cu",
-        functions: &["pool", "l2_normalize"],
+        functions: &["pool"],
         text: include_str!("../../../../kernels/pool.cu"),
     },
     Source {

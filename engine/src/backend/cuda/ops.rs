@@ -57,6 +57,9 @@ pub struct PassInputs {
     pub max_tiles: usize,
     /// Dense bf16 GEMM input, `tokens × gemm_scratch` values.
     pub bf16: u64,
+    /// Where `pool` writes each pooled row's norm as it normalises the row (sentence-transformers' Normalize; -1
+    /// for a Tokens sequence), `seqs` floats; 0 for a model without Normalize.
+    pub norms: u64,
 }
 
 /// One forward pass's view of the GPU. Ops cannot return errors (the architecture is a plain sequence of
@@ -471,26 +474,7 @@ impl<'a> Ops for CudaPass<'a> {
                 Arg::Ptr(self.inputs.readouts),
                 Arg::Ptr(self.inputs.meta),
                 Arg::I32(mode),
-            ],
-        );
-    }
-}
-
-impl CudaPass<'_> {
-    /// sentence-transformers' Normalize over the pooled rows of `out`, each row's norm into `norms`
-    /// (`seqs` floats; -1 for a Tokens sequence).
-    pub fn l2_normalize(&self, out: CudaMat, norms: u64) {
-        self.launch(
-            "l2_normalize",
-            cfg((self.inputs.seqs as u32, 1, 1), ROW_THREADS, 0),
-            &[
-                Arg::Ptr(out.ptr),
-                Self::i(out.ld),
-                Self::i(out.cols),
-                Arg::Ptr(self.inputs.out_offsets),
-                Arg::Ptr(self.inputs.readouts),
-                Arg::Ptr(self.inputs.meta),
-                Arg::Ptr(norms),
+                Arg::Ptr(self.inputs.norms),
             ],
         );
     }
