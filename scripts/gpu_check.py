@@ -255,6 +255,18 @@ def cmd_peak(a):
     write_json(a.out, {"n": n, "dtype": str(dtype), "device": device, "gflops": 2 * n**3 / dt / 1e9})
 
 
+def our_kernels():
+    """The kernel names kernels/*.cu defines (the profile sorts every other kernel under cuBLASLt's or its own)."""
+    import glob
+    import re
+    names = set()
+    for f in glob.glob(os.path.join(REPO, "kernels", "*.cu")):
+        with open(f) as src:
+            text = re.sub(r"__launch_bounds__\([^)]*\)", "", src.read())
+            names.update(re.findall(r'extern "C" __global__ void\s+(\w+)\(', text))
+    return names
+
+
 def cmd_profile(a):
     """GPU time per kernel from an `ncu --csv --page raw --metrics gpu__time_duration.sum` report (its lines that
     start with a quote: the profiled program's own output may be mixed in), cuBLASLt's GEMM kernels counted
@@ -270,8 +282,7 @@ def cmd_profile(a):
              "second": 1e6}.get(units[t])
     if scale is None:
         sys.exit(f"profile: unknown time unit {units[t]!r}")
-    ours = {"embed", "layer_norm", "rms_norm", "bias_act", "silu_gate", "rotary", "to_bf16", "attention", "attention_mma", "pool",
-            "l2_normalize", "quantize_int8"}
+    ours = our_kernels()
     total, by = 0.0, {}
     for r in rows[2:]:
         k = r[name].split("(")[0].strip()
