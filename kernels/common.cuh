@@ -110,3 +110,23 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
     v = lane < warps ? scratch[lane] : 0.0f;
     return warp_sum(v);
 }
+
+// LayerNorm of one token row in place (one block per row), the mean of squared deviations after the mean, as the
+// CPU kernel: `s` is this thread's sum of the columns it holds (threadIdx.x, then every blockDim.x), which it
+// wrote or read itself, so no barrier is needed before it reads them again. Writes the shadow when given.
+__device__ __forceinline__ void layer_norm_row(float* row, int cols, int r, float s, const float* gamma,
+                                               const float* beta, float eps, unsigned short* shadow,
+                                               float* scratch) {
+    const float mean = block_sum(s, scratch) / cols;
+    float q = 0.0f;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        const float d = row[c] - mean;
+        q += d * d;
+    }
+    const float inv = 1.0f / sqrtf(block_sum(q, scratch) / cols + eps);
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        const float v = (row[c] - mean) * inv * gamma[c] + beta[c];
+        row[c] = v;
+        shadow_store(shadow, cols, r, c, v);
+    }
+}

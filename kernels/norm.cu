@@ -14,18 +14,7 @@ extern "C" __global__ void layer_norm(float* x, int ld, int cols, const int* met
     for (int c = threadIdx.x; c < cols; c += blockDim.x) {
         s += row[c];
     }
-    const float mean = block_sum(s, scratch) / cols;
-    float q = 0.0f;
-    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-        const float d = row[c] - mean;
-        q += d * d;
-    }
-    const float inv = 1.0f / sqrtf(block_sum(q, scratch) / cols + eps);
-    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-        const float v = (row[c] - mean) * inv * gamma[c] + beta[c];
-        row[c] = v;
-        shadow_store(shadow, cols, r, c, v);
-    }
+    layer_norm_row(row, cols, r, s, gamma, beta, eps, shadow, scratch);
 }
 
 // `out` may be `x` itself (in place); each row is scaled by its root mean square and by `weight` (a value per

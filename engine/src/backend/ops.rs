@@ -144,13 +144,21 @@ pub trait Device: Send + Sync + 'static {
     }
 }
 
-/// Token embeddings: a word table, absolute positions (BERT) or none (rotary models), and a row added to every
-/// token (BERT's token type 0) or none.
+/// Token embeddings: a word table, absolute positions (BERT) or none (rotary models), a row added to every
+/// token (BERT's token type 0) or none, and a LayerNorm each token's row then takes (BERT's) or none.
 pub struct Embedding<D: Device> {
     pub word: D::Param,
     pub position: Option<D::Param>,
     pub row: Option<D::Param>,
     pub dim: usize,
+    pub norm: Option<LayerNormWeights<D>>,
+}
+
+/// A LayerNorm's weights, one per column, and its eps: `(x − mean) / √(var + eps) · weight + bias` over a row.
+pub struct LayerNormWeights<D: Device> {
+    pub weight: D::Param,
+    pub bias: D::Param,
+    pub eps: f32,
 }
 
 /// Run time: the operations of one forward pass over a ragged [`Batch`] (sequences concatenated, no padding).
@@ -160,7 +168,8 @@ pub trait Ops {
     type Device: Device;
     type Mat: Matrix;
 
-    /// `out[t] = word[id_t] + position[pos_t] + row`, where `pos_t` restarts at 0 in every sequence.
+    /// `out[t] = word[id_t] + position[pos_t] + row`, where `pos_t` restarts at 0 in every sequence, then the
+    /// embedding's LayerNorm of the row if it has one (in the same op: one pass over the rows).
     fn embed(&self, batch: &Batch, e: &Embedding<Self::Device>, out: Self::Mat);
     /// `out = act(x · Wᵀ + b) + residual`.
     fn linear(
@@ -172,13 +181,7 @@ pub trait Ops {
         out: Self::Mat,
     );
     /// LayerNorm of every row, in place.
-    fn layer_norm(
-        &self,
-        x: Self::Mat,
-        weight: &<Self::Device as Device>::Param,
-        bias: &<Self::Device as Device>::Param,
-        eps: f32,
-    );
+    fn layer_norm(&self, x: Self::Mat, norm: &LayerNormWeights<Self::Device>);
     /// RMSNorm of every row of `x`, scaled by `weight` (one value per column), into `out` (`x` itself for in place).
     fn rms_norm(
         &self,

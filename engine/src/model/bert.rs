@@ -8,7 +8,8 @@
 
 use super::{BertConfig, Head, ModelConfig, ModelDir, Weights};
 use crate::backend::ops::{
-    Activation, Architecture, AttentionShape, Device, Embedding, Layout, Matrix, Ops, Slot,
+    Activation, Architecture, AttentionShape, Device, Embedding, LayerNormWeights, Layout, Matrix,
+    Ops, Slot,
 };
 use crate::batch::Batch;
 use crate::error::{Error, Result};
@@ -55,30 +56,25 @@ impl<D: Device> Linear<D> {
     }
 }
 
-pub struct LayerNorm<D: Device> {
-    gamma: D::Param,
-    beta: D::Param,
-    eps: f32,
+/// BERT's LayerNorm `prefix` over rows of `dim` columns.
+fn layer_norm<D: Device>(
+    w: &Weights,
+    d: &D,
+    prefix: &str,
+    dim: usize,
+    eps: f64,
+) -> Result<LayerNormWeights<D>> {
+    Ok(LayerNormWeights {
+        weight: d.param(w.get(&format!("{prefix}.weight"), &[dim])?)?,
+        bias: d.param(w.get(&format!("{prefix}.bias"), &[dim])?)?,
+        eps: eps as f32,
+    })
 }
 
-impl<D: Device> LayerNorm<D> {
-    pub fn load(w: &Weights, d: &D, prefix: &str, dim: usize, eps: f64) -> Result<Self> {
-        Ok(LayerNorm {
-            gamma: d.param(w.get(&format!("{prefix}.weight"), &[dim])?)?,
-            beta: d.param(w.get(&format!("{prefix}.bias"), &[dim])?)?,
-            eps: eps as f32,
-        })
-    }
-
-    fn forward<O: Ops<Device = D>>(&self, ops: &O, x: O::Mat) {
-        ops.layer_norm(x, &self.gamma, &self.beta, self.eps);
-    }
-}
-
-/// BertEmbeddings: word + absolute position + token type (always type 0 for single sentences), then LayerNorm.
+/// BertEmbeddings: word + absolute position + token type (always type 0 for single sentences), then LayerNorm,
+/// as one op.
 pub struct Embeddings<D: Device> {
     table: Embedding<D>,
-    norm: LayerNorm<D>,
 }
 
 impl<D: Device> Embeddings<D> {
@@ -108,14 +104,19 @@ impl<D: Device> Embeddings<D> {
                         .to_vec(),
                 ))?),
                 dim: h,
+                norm: Some(layer_norm(
+                    w,
+                    d,
+                    "embeddings.LayerNorm",
+                    h,
+                    c.layer_norm_eps,
+                )?),
             },
-            norm: LayerNorm::load(w, d, "embeddings.LayerNorm", h, c.layer_norm_eps)?,
         })
     }
 
     fn forward<O: Ops<Device = D>>(&self, ops: &O, batch: &Batch, x: O::Mat) {
         ops.embed(batch, &self.table, x);
-        self.norm.forward(ops, x);
     }
 }
 
@@ -135,10 +136,10 @@ struct Acts<M> {
 pub struct Layer<D: Device> {
     qkv: Linear<D>,
     attn_out: Linear<D>,
-    attn_norm: LayerNorm<D>,
+    attn_norm: LayerNormWeights<D>,
     intermediate: Linear<D>,
     output: Linear<D>,
-    out_norm: LayerNorm<D>,
+    out_norm: LayerNormWeights<D>,
     attention: AttentionShape,
 }
 
@@ -151,10 +152,10 @@ impl<D: Device> Layer<D> {
         Ok(Layer {
             qkv: Linear::load_stacked(w, d, &qkv.each_ref().map(String::as_str), h, h)?,
             attn_out: Linear::load(w, d, &format!("{p}.attention.output.dense"), h, h)?,
-            attn_norm: LayerNorm::load(w, d, &format!("{p}.attention.output.LayerNorm"), h, eps)?,
+            attn_norm: layer_norm(w, d, &format!("{p}.attention.output.LayerNorm"), h, eps)?,
             intermediate: Linear::load(w, d, &format!("{p}.intermediate.dense"), f, h)?,
             output: Linear::load(w, d, &format!("{p}.output.dense"), h, f)?,
-            out_norm: LayerNorm::load(w, d, &format!("{p}.output.LayerNorm"), h, eps)?,
+            out_norm: layer_norm(w, d, &format!("{p}.output.LayerNorm"), h, eps)?,
             attention: attention_shape(c),
         })
     }
@@ -166,12 +167,12 @@ impl<D: Device> Layer<D> {
         ops.attention(batch, a.qkv, self.attention, a.ctx);
         self.attn_out
             .forward(ops, a.ctx, Activation::None, Some(a.hidden), a.tmp);
-        self.attn_norm.forward(ops, a.tmp);
+        ops.layer_norm(a.tmp, &self.attn_norm);
         self.intermediate
             .forward(ops, a.tmp, Activation::Gelu, None, a.inter);
         self.output
             .forward(ops, a.inter, Activation::None, Some(a.tmp), a.hidden);
-        self.out_norm.forward(ops, a.hidden);
+        ops.layer_norm(a.hidden, &self.out_norm);
     }
 }
 

@@ -218,6 +218,7 @@ impl<D: Device> Qwen3<D> {
                 position: None,
                 row: None,
                 dim: h,
+                norm: None,
             },
             rotary: device
                 .rotary_table(c.head_dim(), c.rope_theta(), dir.positions)

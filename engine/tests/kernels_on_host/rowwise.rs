@@ -392,7 +392,7 @@ fn emulated_cuda_int8_quantization_matches_the_gateway_formats() {
 }
 
 #[test]
-fn emulated_cuda_embedding_gather_adds_word_position_and_row() {
+fn emulated_cuda_embedding_gather_adds_word_position_and_row_then_its_layer_norm() {
     let Some((inp, mut out)) = run_rowwise("embed.cu", "EW_PROGRAM_EMBED") else {
         return;
     };
@@ -415,4 +415,28 @@ fn emulated_cuda_embedding_gather_adds_word_position_and_row() {
             }
         }
     }
+    // With BERT's LayerNorm (gamma a, beta b) over the gathered row, in f64 from the same f32 sums.
+    let normed = out.f32s(ROWS * LD);
+    let shadow = out.bf16s(ROWS * COLS);
+    let gathered = |t: usize, c: usize| {
+        (inp.y[inp.pos[t] * COLS + c] + inp.x[(inp.pos[t] + 1) % 8 * COLS + c] + inp.a[c]) as f64
+    };
+    let stats: Vec<(f64, f64)> = (0..TOKENS)
+        .map(|t| {
+            let mean = (0..COLS).map(|c| gathered(t, c)).sum::<f64>() / COLS as f64;
+            let var = (0..COLS)
+                .map(|c| (gathered(t, c) - mean).powi(2))
+                .sum::<f64>()
+                / COLS as f64;
+            (mean, 1.0 / (var + EPS as f64).sqrt())
+        })
+        .collect();
+    check_rows(
+        "embed with LayerNorm",
+        &normed,
+        &shadow,
+        COLS,
+        |t, c| (gathered(t, c) - stats[t].0) * stats[t].1 * inp.a[c] as f64 + inp.b[c] as f64,
+        |_| f32::NAN,
+    );
 }

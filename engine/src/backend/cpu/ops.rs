@@ -7,7 +7,9 @@ use super::attention;
 use super::gemm::{self, Epilogue, Isa, PackedB};
 use super::kernels;
 use super::par::{Mat, Par, Scratch};
-use crate::backend::ops::{Activation, AttentionShape, Device, Embedding, Matrix, Ops};
+use crate::backend::ops::{
+    Activation, AttentionShape, Device, Embedding, LayerNormWeights, Matrix, Ops,
+};
 use crate::batch::{Batch, Readout};
 use crate::dtype::Dtype;
 use crate::error::Result;
@@ -138,6 +140,12 @@ impl<'a> Ops for CpuPass<'a> {
             out.rows >= batch.tokens() && out.cols == h,
             "embed: output shape"
         );
+        assert!(
+            e.norm
+                .as_ref()
+                .is_none_or(|n| n.weight.data().len() == h && n.bias.data().len() == h),
+            "embed: norm weight shape"
+        );
         let word = e.word.data();
         let position = e.position.as_ref().map(Tensor::data);
         let row = e.row.as_ref().map(|r| &r.data()[..h]);
@@ -158,6 +166,9 @@ impl<'a> Ops for CpuPass<'a> {
             if let Some(r) = row {
                 dst.iter_mut().zip(r).for_each(|(d, v)| *d += v);
             }
+            if let Some(n) = &e.norm {
+                kernels::layer_norm(dst, n.weight.data(), n.bias.data(), n.eps);
+            }
         });
     }
 
@@ -177,15 +188,15 @@ impl<'a> Ops for CpuPass<'a> {
         gemm::linear(self.par, x, &w.weight, epi, out, self.scratch);
     }
 
-    fn layer_norm(&self, x: Mat<'a>, weight: &Tensor, bias: &Tensor, eps: f32) {
-        let (g, b) = (weight.data(), bias.data());
+    fn layer_norm(&self, x: Mat<'a>, norm: &LayerNormWeights<Cpu>) {
+        let (g, b) = (norm.weight.data(), norm.bias.data());
         assert!(
             g.len() == x.cols && b.len() == x.cols,
             "layer_norm: weight shape"
         );
         for_rows(self.par, x.rows, &|r| {
             // SAFETY: each task owns its rows.
-            kernels::layer_norm(unsafe { x.row_mut(r) }, g, b, eps);
+            kernels::layer_norm(unsafe { x.row_mut(r) }, g, b, norm.eps);
         });
     }
 

@@ -15,7 +15,7 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelA
 use super::device::{Cuda, CudaLinear, CudaParam};
 use super::gemm::Gemm;
 use super::mat::{CudaMat, Shadow};
-use crate::backend::ops::{Activation, AttentionShape, Embedding, Ops};
+use crate::backend::ops::{Activation, AttentionShape, Embedding, LayerNormWeights, Ops};
 use crate::batch::Batch;
 use crate::config::GpuAttention;
 use crate::error::{Error, Result};
@@ -205,22 +205,34 @@ impl<'a> Ops for CudaPass<'a> {
             "embed: output shape"
         );
         let s = &self.device.stream;
-        let opt = |p: &Option<CudaParam>| p.as_ref().map_or(0, |p| ptr(&p.data, s));
-        self.launch(
-            "embed",
-            cfg((self.inputs.tokens as u32, 1, 1), ROW_THREADS, 0),
-            &[
-                Arg::Ptr(self.inputs.ids),
-                Arg::Ptr(self.inputs.tok_pos),
-                Arg::Ptr(self.inputs.meta),
-                Arg::Ptr(ptr(&e.word.data, s)),
-                Arg::Ptr(opt(&e.position)),
-                Arg::Ptr(opt(&e.row)),
-                Self::i(e.dim),
-                Arg::Ptr(out.ptr),
-                Self::i(out.ld),
-            ],
+        let opt = |p: Option<&CudaParam>| p.map_or(0, |p| ptr(&p.data, s));
+        let norm = e.norm.as_ref();
+        assert!(
+            norm.is_none_or(|n| n.weight.data.len() == e.dim && n.bias.data.len() == e.dim),
+            "embed: norm weight shape"
         );
+        let config = cfg((self.inputs.tokens as u32, 1, 1), ROW_THREADS, 0);
+        let args = [
+            Arg::Ptr(self.inputs.ids),
+            Arg::Ptr(self.inputs.tok_pos),
+            Arg::Ptr(self.inputs.meta),
+            Arg::Ptr(ptr(&e.word.data, s)),
+            Arg::Ptr(opt(e.position.as_ref())),
+            Arg::Ptr(opt(e.row.as_ref())),
+            Self::i(e.dim),
+            Arg::Ptr(out.ptr),
+            Self::i(out.ld),
+            Arg::Ptr(opt(norm.map(|n| &n.weight))),
+            Arg::Ptr(opt(norm.map(|n| &n.bias))),
+            Arg::F32(norm.map_or(0.0, |n| n.eps)),
+        ];
+        if norm.is_some() {
+            // Normalised rows are what a GEMM reads next (BERT's first QKV projection).
+            self.launch_producing("embed", config, &args, out);
+        } else {
+            // Raw embeddings are the residual stream; a norm, not a GEMM, reads them next.
+            self.launch("embed", config, &[&args[..], &[Arg::Ptr(0)]].concat());
+        }
     }
 
     fn linear(
@@ -286,9 +298,9 @@ impl<'a> Ops for CudaPass<'a> {
         }
     }
 
-    fn layer_norm(&self, x: CudaMat, weight: &CudaParam, bias: &CudaParam, eps: f32) {
+    fn layer_norm(&self, x: CudaMat, norm: &LayerNormWeights<Cuda>) {
         assert!(
-            weight.data.len() == x.cols && bias.data.len() == x.cols,
+            norm.weight.data.len() == x.cols && norm.bias.data.len() == x.cols,
             "layer_norm: weight shape"
         );
         let s = &self.device.stream;
@@ -304,9 +316,9 @@ impl<'a> Ops for CudaPass<'a> {
                 Self::i(x.ld),
                 Self::i(x.cols),
                 Arg::Ptr(self.inputs.meta),
-                Arg::Ptr(ptr(&weight.data, s)),
-                Arg::Ptr(ptr(&bias.data, s)),
-                Arg::F32(eps),
+                Arg::Ptr(ptr(&norm.weight.data, s)),
+                Arg::Ptr(ptr(&norm.bias.data, s)),
+                Arg::F32(norm.eps),
             ],
             x,
         );
