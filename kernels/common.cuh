@@ -50,6 +50,11 @@ __device__ __forceinline__ unsigned short f32_to_bf16(float x) {
     return (unsigned short)(u >> 16);
 }
 
+// bf16 bits -> f32 (exact).
+__device__ __forceinline__ float bf16_to_f32(unsigned short b) {
+    return __uint_as_float((unsigned int)b << 16);
+}
+
 // A GEMM's bf16 operand written by the kernel that produces it (`shadow`, dense: row stride `cols`), so the GEMM
 // after it needs no rounding pass (engine/src/backend/cuda/ops.rs: `launch_producing`, `operand`); null when
 // not wanted. Only the batch's rows are written: the scratch's rows past them keep earlier operands' values.

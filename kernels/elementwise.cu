@@ -30,17 +30,51 @@ extern "C" __global__ void bias_act(float* y, int ld, int cols, const int* meta,
     shadow_store(shadow, cols, r, c, v);
 }
 
-// SwiGLU: out = silu(x[:, ..f]) * x[:, f..], silu(g) = g / (1 + e^-g).
+// out = act(y + bias), in place on a bf16 GEMM output (an operand slot under --gpu-intermediate bf16), in f32
+// between the roundings; `bias` may be null, `act` is 0 (none) or 1 (GELU). What the next GEMM reads as it is.
+extern "C" __global__ void bias_act_bf16(unsigned short* y, int ld, int cols, const int* meta, const float* bias,
+                                         int act) {
+    const int r = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
+    if (r >= META_TOKENS(meta) || c >= cols) {
+        return;
+    }
+    unsigned short* p = y + (size_t)r * ld + c;
+    float v = bf16_to_f32(*p);
+    if (bias) {
+        v += bias[c];
+    }
+    if (act == 1) {
+        v = gelu(v);
+    }
+    *p = f32_to_bf16(v);
+}
+
+// SwiGLU's product: silu(g) * u, silu(g) = g / (1 + e^-g).
+__device__ __forceinline__ float silu_mul(float g, float u) {
+    return g / (1.0f + expf(-g)) * u;
+}
+
+// SwiGLU: out = silu(x[:, ..f]) * x[:, f..].
 extern "C" __global__ void silu_gate(const float* x, int ldx, float* out, int ldo, int f, const int* meta,
                                      unsigned short* shadow) {
     const int r = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
     if (r >= META_TOKENS(meta) || c >= f) {
         return;
     }
-    const float g = x[(size_t)r * ldx + c], u = x[(size_t)r * ldx + f + c];
-    const float v = g / (1.0f + expf(-g)) * u;
+    const float v = silu_mul(x[(size_t)r * ldx + c], x[(size_t)r * ldx + f + c]);
     out[(size_t)r * ldo + c] = v;
     shadow_store(shadow, f, r, c, v);
+}
+
+// The same between bf16 operand slots (--gpu-intermediate bf16): bf16 in, f32 math, bf16 out.
+extern "C" __global__ void silu_gate_bf16(const unsigned short* x, int ldx, unsigned short* out, int ldo, int f,
+                                          const int* meta) {
+    const int r = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
+    if (r >= META_TOKENS(meta) || c >= f) {
+        return;
+    }
+    const unsigned short* row = x + (size_t)r * ldx;
+    out[(size_t)r * ldo + c] = f32_to_bf16(silu_mul(bf16_to_f32(row[c]), bf16_to_f32(row[f + c])));
 }
 
 // Rotary embedding in place, rotate-half layout: for every head of `head_dim` columns and i < head_dim / 2,

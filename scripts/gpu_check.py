@@ -20,6 +20,12 @@ import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The backend's candidate settings the check measures beside its defaults, each on its own (gpu_check.sh reads
+# them with `variants`): a tag for file names, words for the table, the flags.
+VARIANTS = [
+    ("tc", "tensor-core attention", "--gpu-attention tensor-cores"),
+    ("bi", "bf16 feed-forward intermediate", "--gpu-intermediate bf16"),
+]
 TOKENIZER = os.path.join(REPO, "workloads", "vocab", "all-MiniLM-L6-v2", "tokenizer.json")
 
 # Real shapes (their config.json's); --dry keeps the widths and cuts the layers, so a 2-core CPU runs it.
@@ -255,6 +261,12 @@ def cmd_peak(a):
     write_json(a.out, {"n": n, "dtype": str(dtype), "device": device, "gflops": 2 * n**3 / dt / 1e9})
 
 
+def cmd_variants(a):
+    """One line per variant: its tag, then its flags (for gpu_check.sh)."""
+    for tag, _, flags in VARIANTS:
+        print(tag, flags)
+
+
 def our_kernels():
     """The kernel names kernels/*.cu defines (the profile sorts every other kernel under cuBLASLt's or its own)."""
     import glob
@@ -397,11 +409,10 @@ def cmd_table(a):
     for name in models:
         d = os.path.join(out, name)
         m = {}
-        for key in ["cosine_vs_reference", "cosine_vs_cpu", "cosine_vs_reference_tc"]:
-            p = os.path.join(d, key + ".json")
-            m[key] = json.load(open(p)) if os.path.exists(p) else None
-        for key in ["curve", "plans", "curve_tc", "plans_tc", "torch", "torch_compile", "overlap", "profile",
-                    "profile_tc"]:
+        per_variant = [f"{k}_{tag}" for tag, _, _ in VARIANTS for k in ["cosine_vs_reference", "curve", "plans",
+                                                                        "profile"]]
+        for key in ["cosine_vs_reference", "cosine_vs_cpu", "curve", "plans", "torch", "torch_compile", "overlap",
+                    "profile"] + per_variant:
             p = os.path.join(d, key + ".json")
             m[key] = json.load(open(p)) if os.path.exists(p) else None
         if m["torch_compile"]:
@@ -414,21 +425,24 @@ def cmd_table(a):
         md.append(f"- cosine vs transformers fp32: min {fmt(c1 and c1['min'], 5)}, mean {fmt(c1 and c1['mean'], 5)} "
                   f"(goal ≥ 0.999 in bf16: {'PASS' if c1 and c1['min'] >= 0.999 else 'FAIL'})")
         md.append(f"- cosine vs our CPU backend: min {fmt(c2 and c2['min'], 5)}, mean {fmt(c2 and c2['mean'], 5)}")
-        c3 = m["cosine_vs_reference_tc"]
-        tc_note = " (dry run: a CPU ignores --gpu-attention, so these are the CPU backend's)" if run["dry"] else ""
-        md.append(f"- tensor-core attention, cosine vs transformers fp32: min {fmt(c3 and c3['min'], 5)}, mean "
-                  f"{fmt(c3 and c3['mean'], 5)} ({('PASS' if c3['min'] >= 0.999 else 'FAIL') if c3 else 'not run'})"
-                  f"{tc_note}")
+        for tag, what, flags in VARIANTS:
+            c3 = m[f"cosine_vs_reference_{tag}"]
+            note = f" (dry run: a CPU ignores {flags.split()[0]}, so these are the CPU backend's)" if run["dry"] else ""
+            md.append(f"- {what} (`{flags}`), cosine vs transformers fp32: min {fmt(c3 and c3['min'], 5)}, mean "
+                      f"{fmt(c3 and c3['mean'], 5)} ({('PASS' if c3['min'] >= 0.999 else 'FAIL') if c3 else 'not run'})"
+                      f"{note}")
         tb = (m["torch"] or {}).get("modes", {})
         eager = {r["tokens"]: r["tokens_per_s"] for r in tb.get("eager", {}).get("curve", [])}
         comp = {r["tokens"]: r["tokens_per_s"] for r in tb.get("compile", {}).get("curve", [])}
-        tc = {r["tokens"]: r["tokens_per_s"] for r in (m["curve_tc"] or {}).get("points", [])}
-        md += ["", "| batch tokens | ours tokens/s | ours, tensor-core attention | PyTorch eager tokens/s | "
-               "torch.compile tokens/s |", "|---|---|---|---|---|"]
+        variant_curves = [(what, {r["tokens"]: r["tokens_per_s"] for r in (m[f"curve_{tag}"] or {}).get("points", [])})
+                          for tag, what, _ in VARIANTS]
+        md += ["", "| batch tokens | ours tokens/s | " + "".join(f"ours, {what} | " for what, _ in variant_curves)
+               + "PyTorch eager tokens/s | torch.compile tokens/s |", "|---" * (4 + len(variant_curves)) + "|"]
         curve = m["curve"] or {}
         for p in curve.get("points", []):
             t = p["tokens"]
-            md.append(f"| {t} | {fmt(p['tokens_per_s'])} | {fmt(tc.get(t))} | {fmt(eager.get(t))} | {fmt(comp.get(t))} |")
+            md.append(f"| {t} | {fmt(p['tokens_per_s'])} | " + "".join(f"{fmt(c.get(t))} | " for _, c in variant_curves)
+                      + f"{fmt(eager.get(t))} | {fmt(comp.get(t))} |")
         if curve.get("points"):
             best = max(curve["points"], key=lambda p: p["tokens_per_s"])
             gflops = best["tokens_per_s"] * curve["flops_per_token"] / 1e9
@@ -441,10 +455,11 @@ def cmd_table(a):
                 line += f"; vs PyTorch eager at {b['tokens']} tokens {fmt(b['tokens_per_s'] / eager[b['tokens']], 2)}x"
             md.append(line)
             m["peak_of_gemm"] = gflops / peak["gflops"] if peak else None
-            if tc:
-                t, v = max(tc.items(), key=lambda kv: kv[1])
-                md.append(f"- peak with tensor-core attention: {fmt(v)} tokens/s at {t} tokens "
-                          f"({fmt(v / best['tokens_per_s'], 2)}x the default kernel's peak)")
+            for what, c in variant_curves:
+                if c:
+                    t, v = max(c.items(), key=lambda kv: kv[1])
+                    md.append(f"- peak with {what}: {fmt(v)} tokens/s at {t} tokens "
+                              f"({fmt(v / best['tokens_per_s'], 2)}x the default's peak)")
         pl = m["plans"]
         if pl:
             r = pl["rows"][0]
@@ -452,10 +467,11 @@ def cmd_table(a):
             md += ["", "| single query 1x12 | p50 ms | p99 ms |", "|---|---|---|",
                    f"| ours, graphs off (eager) | {fmt(r['eager_p50_ms'], 3)} | {fmt(r.get('eager_p99_ms'), 3)} |",
                    f"| ours, graphs lazy (replay) | {fmt(r['replay_p50_ms'], 3)} | {fmt(r.get('replay_p99_ms'), 3)} |"]
-            if m["plans_tc"]:
-                t = m["plans_tc"]["rows"][0]
-                md += [f"| ours, tensor-core attention, graphs off | {fmt(t['eager_p50_ms'], 3)} | {fmt(t.get('eager_p99_ms'), 3)} |",
-                       f"| ours, tensor-core attention, graphs lazy | {fmt(t['replay_p50_ms'], 3)} | {fmt(t.get('replay_p99_ms'), 3)} |"]
+            for tag, what, _ in VARIANTS:
+                if m[f"plans_{tag}"]:
+                    t = m[f"plans_{tag}"]["rows"][0]
+                    md += [f"| ours, {what}, graphs off | {fmt(t['eager_p50_ms'], 3)} | {fmt(t.get('eager_p99_ms'), 3)} |",
+                           f"| ours, {what}, graphs lazy | {fmt(t['replay_p50_ms'], 3)} | {fmt(t.get('replay_p99_ms'), 3)} |"]
             for mode in ["eager", "compile"]:
                 x = tb.get(mode, {})
                 md.append(f"| PyTorch {mode} | {fmt(x.get('single_1x12_p50_ms'), 3)} | {fmt(x.get('single_1x12_p99_ms'), 3)} |")
@@ -472,7 +488,7 @@ def cmd_table(a):
                 md.append(f"- online load of {fmt(on['offered_rps'], 0)} req/s: overlap on p50 {fmt(on['p50_ms'], 2)} ms / "
                           f"p99 {fmt(on['p99_ms'], 2)} ms, off p50 {fmt(off['p50_ms'], 2)} ms / p99 {fmt(off['p99_ms'], 2)} ms "
                           f"(goodput {fmt(on['goodput_rps'])} vs {fmt(off['goodput_rps'])} req/s)")
-        for key, what in [("profile", ""), ("profile_tc", ", tensor-core attention")]:
+        for key, what in [("profile", "")] + [(f"profile_{tag}", f", {what}") for tag, what, _ in VARIANTS]:
             pr = m[key]
             if pr:
                 top = ", ".join(f"{c['kernel']} {100 * c['share']:.0f}%" for c in pr["kernels"][:6])
@@ -523,8 +539,9 @@ def main():
     s.add_argument("texts", type=int)
     s = sub.add_parser("table")
     s.add_argument("out")
+    sub.add_parser("variants")
     a = p.parse_args()
-    {"models": cmd_models, "reference": cmd_reference, "cosine": cmd_cosine, "torch-bench": cmd_torch_bench, "peak": cmd_peak, "profile": cmd_profile, "compare": cmd_compare, "overlap": cmd_overlap,
+    {"variants": cmd_variants, "models": cmd_models, "reference": cmd_reference, "cosine": cmd_cosine, "torch-bench": cmd_torch_bench, "peak": cmd_peak, "profile": cmd_profile, "compare": cmd_compare, "overlap": cmd_overlap,
      "table": cmd_table}[a.cmd](a)
 
 

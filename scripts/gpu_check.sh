@@ -8,11 +8,12 @@
 #   scripts/gpu_check.sh ./bench-cuda "$OUT"            # BACKEND=cuda by default
 # It (a) writes random-weight models of real shapes (all-MiniLM-L6, a BGE-large-sized BERT with transformers; the
 # Qwen3-0.6B shape with `bench`'s synthetic model) and their fp32 reference embeddings with torch; (b) checks our
-# embeddings against them (cosine ≥ 0.999 in bf16) and against our CPU backend, with either attention kernel
-# (`--gpu-attention cuda-cores`, the default, and `tensor-cores`); (c) measures tokens/s against batch
-# tokens (`bench curve`), single-query 1x12 p50/p99 with graphs off vs lazy and start-up lazy vs startup
-# (`bench plans`), both again with the tensor-core attention, overlap on vs off under a bulk re-index (`bench replay --workload batch`), and PyTorch
-# eager / torch.compile on the same machine; and writes $OUT/gpu_check.json and $OUT/gpu_check.md (one table per model).
+# embeddings against them (cosine ≥ 0.999 in bf16) and against our CPU backend, with the defaults and with each
+# candidate setting (`gpu_check.py variants`: `--gpu-attention tensor-cores`, `--gpu-intermediate bf16`); (c)
+# measures tokens/s against batch tokens (`bench curve`), single-query 1x12 p50/p99 with graphs off vs lazy and
+# start-up lazy vs startup (`bench plans`), both again with each candidate, overlap on vs off under a bulk
+# re-index (`bench replay --workload batch`), and PyTorch eager / torch.compile on the same machine; and writes
+# $OUT/gpu_check.json and $OUT/gpu_check.md (one table per model).
 #
 # A device lease is minutes long and the backend's first contact with a GPU may fail anywhere, so no step stops the
 # run: each runs under a timeout, its output goes to logs/<step>.log and its outcome to steps.tsv, and the table says
@@ -39,8 +40,12 @@ budget=${BUDGET_S:-420}
 reference_dir=${REFERENCE_DIR:-}
 torch=${TORCH:-1}
 profile=${PROFILE:-0}
-# The tensor-core attention's steps: on a GPU, or in a dry run (where they exercise the commands, nothing more).
-tc=$([ "$backend" = cuda ] || [ "$dry" = 1 ] && echo 1 || echo 0)
+# The candidate settings' steps (tag, then flags, per line): on a GPU, or in a dry run (where they exercise the
+# commands, nothing more).
+variants=()
+if [ "$backend" = cuda ] || [ "$dry" = 1 ]; then
+  mapfile -t variants < <("$py" "$(dirname "$0")/gpu_check.py" variants)
+fi
 mkdir -p "$out/logs"
 out=$(realpath "$out")
 helper="$(dirname "$0")/gpu_check.py"
@@ -134,19 +139,24 @@ for name in "${models[@]}"; do
   shstep "$name-embed-cpu" 180 "'$bench' embed --model '$model' --backend cpu '$texts' > '$d/cpu.jsonl'"
   shstep "$name-cosine" 60 "'$py' '$helper' cosine '$d/reference.jsonl' '$d/ours.jsonl' > '$d/cosine_vs_reference.json' \
     && '$py' '$helper' cosine '$d/cpu.jsonl' '$d/ours.jsonl' > '$d/cosine_vs_cpu.json'"
-  # The tensor-core attention kernel (--gpu-attention tensor-cores), checked before anything measures it. A CPU
-  # ignores the flag: the steps run on a GPU, and in a dry run only to exercise them (its table says so).
-  [ "$tc" = 1 ] && shstep "$name-embed-tc" 120 "'$bench' embed --model '$model' --backend $backend \
-    --gpu-attention tensor-cores '$texts' > '$d/ours_tc.jsonl' \
-    && '$py' '$helper' cosine '$d/reference.jsonl' '$d/ours_tc.jsonl' > '$d/cosine_vs_reference_tc.json'"
+  # Each candidate setting, checked before anything measures it. A CPU ignores the flags: the steps run on a GPU,
+  # and in a dry run only to exercise them (its table says so).
+  for v in "${variants[@]}"; do
+    tag=${v%% *} flags=${v#* }
+    shstep "$name-embed-$tag" 120 "'$bench' embed --model '$model' --backend $backend $flags '$texts' \
+      > '$d/ours_$tag.jsonl' && '$py' '$helper' cosine '$d/reference.jsonl' '$d/ours_$tag.jsonl' \
+      > '$d/cosine_vs_reference_$tag.json'"
+  done
 done
-# The kernels under compute-sanitizer with the tensor-core attention and the GEMM operands their producers write
-# (neither had run on a GPU when this was written): out-of-bounds or misaligned accesses, and shared-memory races.
+# The kernels under compute-sanitizer with every candidate setting at once (none had run on a GPU when written),
+# on a BERT and on Qwen3 (SwiGLU's bf16 gate): out-of-bounds or misaligned accesses, and shared-memory races.
 if [ "$backend" = cuda ] && command -v compute-sanitizer > /dev/null; then
+  all_flags=$(for v in "${variants[@]}"; do printf '%s ' "${v#* }"; done)
   for tool in memcheck racecheck; do
-    shstep "sanitize-$tool-tc" 120 "head -n 4 '$texts' | compute-sanitizer --tool $tool --error-exitcode 9 \
-      --print-limit 20 '$bench' embed --model '$out/models/minilm-l6' --backend cuda --capture off \
-      --gpu-attention tensor-cores > /dev/null"
+    for name in minilm-l6 "$qwen"; do
+      shstep "sanitize-$tool-$name" 120 "head -n 4 '$texts' | compute-sanitizer --tool $tool --error-exitcode 9 \
+        --print-limit 20 '$bench' embed --model '$out/models/$name' --backend cuda --capture off $all_flags > /dev/null"
+    done
   done
 fi
 # The saturation curve and single-query latency (graphs off vs lazy, start-up lazy vs startup), with PyTorch eager.
@@ -156,10 +166,14 @@ for name in "${models[@]}"; do
     --min-s "$min_s" --json "$d/curve.json"
   step "$name-plans" 150 "$bench" plans --model "$model" --backend "$backend" --dtype bf16 --shapes 1x12 \
     --runs "$runs" --json "$d/plans.json"
-  [ "$tc" = 1 ] && step "$name-curve-tc" 150 "$bench" curve --model "$model" --backend "$backend" --dtype bf16 --sizes "$sizes" \
-    --min-s "$min_s" --gpu-attention tensor-cores --json "$d/curve_tc.json"
-  [ "$tc" = 1 ] && step "$name-plans-tc" 150 "$bench" plans --model "$model" --backend "$backend" --dtype bf16 --shapes 1x12 \
-    --runs "$runs" --gpu-attention tensor-cores --json "$d/plans_tc.json"
+  for v in "${variants[@]}"; do
+    tag=${v%% *}
+    read -r -a flags <<< "${v#* }"
+    step "$name-curve-$tag" 150 "$bench" curve --model "$model" --backend "$backend" --dtype bf16 --sizes "$sizes" \
+      --min-s "$min_s" "${flags[@]}" --json "$d/curve_$tag.json"
+    step "$name-plans-$tag" 150 "$bench" plans --model "$model" --backend "$backend" --dtype bf16 --shapes 1x12 \
+      --runs "$runs" "${flags[@]}" --json "$d/plans_$tag.json"
+  done
   [ "$torch" = 1 ] && step "$name-torch-eager" 150 "$py" "$helper" torch-bench "$model" "$d/torch.json" --modes eager --sizes "$sizes" \
     --min-s "$min_s" --runs "$runs"
 done
@@ -168,11 +182,12 @@ ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/
 if [ "$profile" = 1 ] && [ "$backend" = cuda ] && [ -n "$ncu" ]; then
   for name in "${models[@]}"; do
     model="$out/models/$name" d="$out/$name"
-    for attention in cuda-cores tensor-cores; do
-      suffix=$([ $attention = tensor-cores ] && echo _tc)
+    for v in "- " "${variants[@]}"; do
+      tag=${v%% *} flags=${v#* }
+      suffix=$([ "$tag" = - ] || echo "_$tag")
       shstep "$name-profile$suffix" 120 "'$ncu' --clock-control none --cache-control none --metrics \
         gpu__time_duration.sum --csv --page raw --launch-count 2000 '$bench' embed --model '$model' --backend cuda \
-        --capture off --gpu-attention $attention '$texts' > '$d/ncu$suffix.csv' 2> '$d/ncu$suffix.err' \
+        --capture off $flags '$texts' > '$d/ncu$suffix.csv' 2> '$d/ncu$suffix.err' \
         && '$py' '$helper' profile '$d/ncu$suffix.csv' > '$d/profile$suffix.json'"
     done
   done

@@ -98,6 +98,12 @@ pub struct EngineConfig {
     /// this.
     #[arg(long, value_enum, default_value_t = EngineConfig::default().gpu_attention)]
     pub gpu_attention: GpuAttention,
+    /// How the `cuda` backend holds the feed-forward block's intermediate (BERT's GELU input and output,
+    /// Qwen3's gate/up projections and SwiGLU's output): `f32`, as every other activation, or `bf16`, the
+    /// precision the down-projection reads it in anyway (half the bytes of the block's element-wise traffic).
+    /// The CPU backend ignores this.
+    #[arg(long, value_enum, default_value_t = EngineConfig::default().gpu_intermediate)]
+    pub gpu_intermediate: GpuIntermediate,
 }
 
 /// Which kernel runs attention on a GPU ([`EngineConfig::gpu_attention`]).
@@ -110,6 +116,20 @@ pub enum GpuAttention {
     /// bf16 on tensor cores (mma.sync m16n8k16, sm_80 and later); checked on the CPU by the kernels' host
     /// emulation (engine/tests/kernels_on_host/), not yet run on a GPU.
     TensorCores,
+}
+
+/// The precision of the feed-forward intermediate on a GPU ([`EngineConfig::gpu_intermediate`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum GpuIntermediate {
+    /// The up-projection writes f32, its activation f32 and the down-projection's bf16 operand beside it: the
+    /// path measured on an H200 (2026-12-04), hence still the default.
+    #[default]
+    F32,
+    /// The up-projection writes bf16 (its bias and activation applied in place after it), which the
+    /// down-projection reads as its operand; checked on the CPU by the kernels' host emulation, not yet run on a
+    /// GPU.
+    Bf16,
 }
 
 impl Default for EngineConfig {
@@ -142,6 +162,7 @@ impl Default for EngineConfig {
             backend: BackendKind::Cpu,
             device: 0,
             gpu_attention: GpuAttention::CudaCores,
+            gpu_intermediate: GpuIntermediate::F32,
         }
     }
 }

@@ -53,6 +53,10 @@ pub struct Slot {
     pub region: usize,
     pub offset: usize,
     pub width: usize,
+    /// Only [`Ops::linear`] (as its input, or as an output with no residual) and [`Ops::silu_gate`] touch this
+    /// matrix: a backend may hold it in its GEMMs' operand precision instead of f32, within the slot's own memory
+    /// (the CUDA backend's bf16 feed-forward intermediate, [`crate::config::GpuIntermediate`]).
+    pub operand: bool,
 }
 
 /// The activation memory an architecture needs, declared once; the backend allocates it (an arena per plan on

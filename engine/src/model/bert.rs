@@ -219,18 +219,20 @@ impl<D: Device> Architecture<D> for Bert<D> {
     /// share a third with the feed-forward activations, which are only live once both are dead.
     fn layout(&self) -> Layout {
         let (h, f) = (self.config.hidden_size, self.config.intermediate_size);
-        let slot = |region, offset, width| Slot {
+        let slot = |region, offset, width, operand| Slot {
             region,
             offset,
             width,
+            operand,
         };
         Layout {
             slots: vec![
-                slot(0, 0, h),
-                slot(1, 0, h),
-                slot(2, 0, 3 * h),
-                slot(2, 3 * h, h),
-                slot(2, 0, f),
+                slot(0, 0, h, false),
+                slot(1, 0, h, false),
+                slot(2, 0, 3 * h, false),
+                slot(2, 3 * h, h, false),
+                // The GELU's input and output, read only by the output projection.
+                slot(2, 0, f, true),
             ],
             attention: attention_shape(&self.config),
             max_positions: self.positions,

@@ -4,6 +4,8 @@
 pub mod bert;
 mod dir;
 pub mod fetch;
+#[cfg(test)]
+mod operand_slots;
 pub mod qwen3;
 pub mod synthetic;
 pub mod tiny;

@@ -251,19 +251,21 @@ impl<D: Device> Architecture<D> for Qwen3<D> {
         let shape = attention_shape(c);
         let (h, f) = (c.hidden_size, c.intermediate_size);
         let (w, q) = (shape.qkv_width(), shape.heads * shape.head_dim);
-        let slot = |region, offset, width| Slot {
+        let slot = |region, offset, width, operand| Slot {
             region,
             offset,
             width,
+            operand,
         };
         Layout {
             slots: vec![
-                slot(0, 0, h),
-                slot(1, 0, h),
-                slot(2, 0, w),
-                slot(2, w, q),
-                slot(2, 0, 2 * f),
-                slot(2, 2 * f, f),
+                slot(0, 0, h, false),
+                slot(1, 0, h, false),
+                slot(2, 0, w, false),
+                slot(2, w, q, false),
+                // The gate/up projections and SwiGLU's output, read only by the gate and the down projection.
+                slot(2, 0, 2 * f, true),
+                slot(2, 2 * f, f, true),
             ],
             attention: shape,
             max_positions: self.positions,

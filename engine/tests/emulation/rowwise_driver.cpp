@@ -5,7 +5,8 @@
 //   EW_PROGRAM_NORM (norm.cu): layer_norm(x, gamma a, beta b) in place, then rms_norm(x, weight a) into
 //     a fresh matrix;
 //   EW_PROGRAM_ELEMENTWISE (elementwise.cu): bias_act(y, bias a, GELU, residual x) in place, silu_gate(x) (f =
-//     cols / 2) into a fresh matrix, to_bf16(x), then rotary(x) in place (heads of `group`, table rows by pos),
+//     cols / 2) into a fresh matrix, to_bf16(x), bias_act_bf16 (bias a, GELU) and silu_gate_bf16 on x rounded to
+//     bf16 in rows of 2 ld (0xffff past ld), then rotary(x) in place (heads of `group`, table rows by pos),
 //     then rotary with per-head RMSNorm (weight a) on copies of bias_act's output, heads of `group` and of
 //     `group / 4` (the table read as rows of that width); rotary's blocks are 4 warps, one per head, as the
 //     backend's;
@@ -19,7 +20,8 @@
 // offsets[seqs + 1], out_offsets[seqs + 1], readouts[seqs], floats {eps, x[rows * ld], y[rows * ld], a[cols],
 // b[cols], table[8 * group]}. argv[2], the outputs in the order above: an f32 matrix of rows x ld (NaN where not
 // written; pooled: out_offsets[seqs] rows), each norm's, bias_act's and silu_gate's followed by its shadow (rows
-// x its columns, bf16 bits, 0xffff where not written); to_bf16's rows x cols bf16; the normalising pool's
+// x its columns, bf16 bits, 0xffff where not written); to_bf16's rows x cols bf16; the bf16 kernels' rows x 2 ld
+// bf16; the normalising pool's
 // norms[seqs]; int8 matrices of tokens x cols and the scales[tokens].
 
 #include "driver_io.h"
@@ -79,6 +81,23 @@ int main(int argc, char** argv) {
     emu::launch(dim3{(unsigned)rows, col_blocks, 1}, THREADS, 0,
                 [&] { to_bf16(x.data(), ld, cols, meta, o3.data()); });
     put(out, o3);
+    // The bf16 operand-slot kernels on x rounded to bf16 in rows of twice ld elements (as an operand slot's bf16
+    // view of an f32 slot), the rest of each row 0xffff.
+    const size_t ld2 = 2 * (size_t)ld;
+    auto xb = unwritten(rows * ld2);
+    for (int r = 0; r < rows; r++) {
+        for (int c = 0; c < ld; c++) {
+            xb[r * ld2 + c] = f32_to_bf16(x[(size_t)r * ld + c]);
+        }
+    }
+    auto ab = xb;
+    emu::launch(dim3{(unsigned)rows, col_blocks, 1}, THREADS, 0,
+                [&] { bias_act_bf16(ab.data(), (int)ld2, cols, meta, a.data(), 1); });
+    put(out, ab);
+    auto gb = unwritten(rows * ld2);
+    emu::launch(dim3{(unsigned)rows, (unsigned)((f + THREADS - 1) / THREADS), 1}, THREADS, 0,
+                [&] { silu_gate_bf16(xb.data(), (int)ld2, gb.data(), (int)ld2, f, meta); });
+    put(out, gb);
     const auto rotate = [&](float* m, int head_dim, const float* weight) {
         const unsigned warps = 4, heads = (unsigned)(cols / head_dim);
         emu::launch(dim3{(unsigned)rows, (heads + warps - 1) / warps, 1}, warps * 32, 0, [&] {

@@ -226,6 +226,62 @@ fn emulated_cuda_elementwise_kernels_match_f64_and_write_their_shadow() {
             assert_eq!(rounded[r * COLS + c], want, "to_bf16 at {r}, {c}");
         }
     }
+    // The bf16 operand-slot kernels, on x rounded to bf16 in rows of 2 LD (0xffff past LD): in f32 between the
+    // roundings, so within a bf16 rounding (2⁻⁸ relative) of f64 on the rounded inputs; nothing else written.
+    let ld2 = 2 * LD;
+    let xb: Vec<u16> = (0..ROWS * ld2)
+        .map(|i| {
+            let (r, c) = (i / ld2, i % ld2);
+            if c < LD {
+                bf16_bits(inp.x[r * LD + c])
+            } else {
+                0xffff
+            }
+        })
+        .collect();
+    let from = |b: u16| f32::from_bits((b as u32) << 16) as f64;
+    let check_bf16 = |what: &str,
+                      got: &[u16],
+                      cols: usize,
+                      untouched: &[u16],
+                      want: &dyn Fn(usize, usize) -> f64| {
+        for r in 0..ROWS {
+            for c in 0..ld2 {
+                let i = r * ld2 + c;
+                if r < TOKENS && c < cols {
+                    let (v, w) = (from(got[i]), want(r, c));
+                    assert!(
+                        (v - w).abs() <= w.abs() / 256.0 + 1e-6,
+                        "{what} at {r}, {c}: {v} against {w}"
+                    );
+                } else {
+                    assert_eq!(got[i], untouched[i], "{what} wrote {r}, {c}");
+                }
+            }
+        }
+    };
+    let xr = |r: usize, c: usize| from(xb[r * ld2 + c]);
+    check_bf16(
+        "bias_act_bf16 (GELU)",
+        &out.bf16s(ROWS * ld2),
+        COLS,
+        &xb,
+        &|r, c| {
+            let u = xr(r, c) + inp.a[c] as f64;
+            0.5 * u * (1.0 + erf(u / 2f64.sqrt()))
+        },
+    );
+    let fresh = vec![0xffffu16; ROWS * ld2];
+    check_bf16(
+        "silu_gate_bf16",
+        &out.bf16s(ROWS * ld2),
+        f,
+        &fresh,
+        &|r, c| {
+            let g = xr(r, c);
+            g / (1.0 + (-g).exp()) * xr(r, f + c)
+        },
+    );
     check_rotary(&inp, "rotary", &out.f32s(ROWS * LD), &inp.x, GROUP, None);
     for head_dim in [GROUP, GROUP / 4] {
         let what = format!("rotary after per-head RMSNorm, heads of {head_dim}");

@@ -93,14 +93,20 @@ fn engine_knobs(config: &EngineConfig) -> Result<Vec<Knob>> {
         kind: KnobKind::Engine,
         step: Step::Add(1.0),
     });
-    // Only a GPU has two attention kernels; on the CPU this knob would change nothing.
+    // Only a GPU has two attention kernels and two feed-forward precisions; on the CPU these knobs would change
+    // nothing.
     if config.backend == BackendKind::Cuda {
-        knobs.push(Knob {
-            name: "gpu_attention".into(),
-            value: knob_value(config, "gpu_attention")?,
-            kind: KnobKind::Engine,
-            step: choice(&["cuda-cores", "tensor-cores"]),
-        });
+        for (name, values) in [
+            ("gpu_attention", ["cuda-cores", "tensor-cores"]),
+            ("gpu_intermediate", ["f32", "bf16"]),
+        ] {
+            knobs.push(Knob {
+                name: name.into(),
+                value: knob_value(config, name)?,
+                kind: KnobKind::Engine,
+                step: choice(&values),
+            });
+        }
     }
     Ok(knobs)
 }
@@ -109,9 +115,10 @@ fn engine_knobs(config: &EngineConfig) -> Result<Vec<Knob>> {
 mod tests {
     use super::*;
 
-    /// The attention kernel is a knob where it changes what runs: on a CUDA engine, not on the CPU.
+    /// The attention kernel and the feed-forward precision are knobs where they change what runs: on a CUDA
+    /// engine, not on the CPU.
     #[test]
-    fn the_gpu_attention_knob_is_offered_for_a_cuda_engine_only() {
+    fn the_gpu_knobs_are_offered_for_a_cuda_engine_only() {
         let names = |c: &EngineConfig| -> Vec<String> {
             engine_knobs(c)
                 .unwrap()
@@ -120,20 +127,22 @@ mod tests {
                 .collect()
         };
         let cpu = EngineConfig::default();
-        assert!(!names(&cpu).iter().any(|n| n == "gpu_attention"));
+        assert!(!names(&cpu).iter().any(|n| n.starts_with("gpu_")));
         let cuda = EngineConfig {
             backend: BackendKind::Cuda,
             ..EngineConfig::default()
         };
-        let knob = engine_knobs(&cuda)
-            .unwrap()
-            .into_iter()
-            .find(|k| k.name == "gpu_attention")
-            .expect("a CUDA engine offers the attention kernel");
-        assert_eq!(knob.value, "cuda-cores");
-        assert_eq!(
-            knob.step,
-            Step::Choice(vec!["cuda-cores".into(), "tensor-cores".into()])
-        );
+        let knobs = engine_knobs(&cuda).unwrap();
+        for (name, default, other) in [
+            ("gpu_attention", "cuda-cores", "tensor-cores"),
+            ("gpu_intermediate", "f32", "bf16"),
+        ] {
+            let knob = knobs
+                .iter()
+                .find(|k| k.name == name)
+                .unwrap_or_else(|| panic!("a CUDA engine offers {name}"));
+            assert_eq!(knob.value, default);
+            assert_eq!(knob.step, Step::Choice(vec![default.into(), other.into()]));
+        }
     }
 }

@@ -9,7 +9,7 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream};
 use super::gemm::Lt;
 use super::nvrtc;
 use crate::backend::ops::Device;
-use crate::config::GpuAttention;
+use crate::config::{GpuAttention, GpuIntermediate};
 use crate::error::{Error, Result};
 use crate::model::Tensor;
 
@@ -23,6 +23,7 @@ pub struct Cuda {
     pub(super) stream: Arc<CudaStream>,
     functions: HashMap<&'static str, CudaFunction>,
     pub(super) attention: GpuAttention,
+    pub(super) intermediate: GpuIntermediate,
     pub(super) lt: Lt,
     /// The widest GEMM input of the layers uploaded so far: the bf16 scratch a pass needs per token.
     max_inner: std::sync::atomic::AtomicUsize,
@@ -30,8 +31,13 @@ pub struct Cuda {
 
 impl Cuda {
     /// Opens GPU `ordinal`, compiles (or loads from the disk cache) every kernel for its architecture, and makes
-    /// the compute stream and cuBLASLt handle; `attention` picks the attention kernel.
-    pub fn new(ordinal: usize, attention: GpuAttention) -> Result<Self> {
+    /// the compute stream and cuBLASLt handle; `attention` picks the attention kernel, `intermediate` the
+    /// feed-forward intermediate's precision.
+    pub fn new(
+        ordinal: usize,
+        attention: GpuAttention,
+        intermediate: GpuIntermediate,
+    ) -> Result<Self> {
         // SAFETY: only dlopens the driver library under its candidate names; nothing is called.
         if !unsafe { cudarc::driver::sys::is_culib_present() } {
             return Err(Error::Device(
@@ -89,6 +95,7 @@ impl Cuda {
             stream,
             functions,
             attention,
+            intermediate,
             lt,
             max_inner: Default::default(),
         })

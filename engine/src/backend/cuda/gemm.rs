@@ -1,5 +1,6 @@
-//! `y = x · Wᵀ + b (+ residual)` through cuBLASLt: bf16 operands, f32 accumulation and output, the bias (and the
-//! residual, as cuBLASLt's `C` with β = 1) fused into the GEMM's epilogue.
+//! `y = x · Wᵀ + b (+ residual)` through cuBLASLt: bf16 operands, f32 accumulation, f32 output with the bias (and
+//! the residual, as cuBLASLt's `C` with β = 1) fused into the GEMM's epilogue, or bf16 output (an operand slot under
+//! `--gpu-intermediate bf16`) with neither, the caller's kernel adding the bias after.
 //!
 //! cuBLASLt's GELU epilogue is the tanh approximation, while BERT's `gelu` is the exact (erf) one, so GELU is not
 //! fused: it runs in our `bias_act` kernel after the GEMM, which keeps the CPU backend's semantics.
@@ -33,9 +34,22 @@ pub struct Lt {
 /// Shapes prepared at most: a ladder's shapes many times over.
 const PREPARED_KEPT: usize = 4096;
 
-/// What the descriptors and the heuristic's choice depend on: the shape, the epilogue, β, the strides and the
-/// alignments.
-type Key = (usize, usize, usize, bool, bool, usize, usize, [u32; 4]);
+/// What the descriptors and the heuristic's choice depend on: the shape, the epilogue, β, the output's type, the
+/// strides and the alignments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Key {
+    m: usize,
+    n: usize,
+    k: usize,
+    bias: bool,
+    residual: bool,
+    out_bf16: bool,
+    x_ld: usize,
+    c_ld: usize,
+    out_ld: usize,
+    /// Of W, x, C and the output, in bytes.
+    aligns: [u32; 4],
+}
 
 // SAFETY: a cuBLASLt handle (and descriptors) may be used from any thread; the backend uses them from its compute
 // thread only.
@@ -50,16 +64,18 @@ pub struct Gemm {
     pub m: usize,
     pub n: usize,
     pub k: usize,
-    /// Dense bf16 `x`, row stride `k`.
+    /// bf16 `x` and its row stride (at least `k`).
     pub x: u64,
+    pub x_ld: usize,
     /// bf16 weight `[n×k]`.
     pub w: u64,
-    /// f32 bias `[n]`, fused as the epilogue.
+    /// f32 bias `[n]`, fused as the epilogue (f32 output only).
     pub bias: Option<u64>,
-    /// f32 residual `(address, row stride)` added through β = 1.
+    /// f32 residual `(address, row stride)` added through β = 1 (f32 output only).
     pub residual: Option<(u64, usize)>,
-    /// f32 output `(address, row stride)`.
+    /// Output `(address, row stride)`, f32 or, with `out_bf16`, bf16.
     pub out: (u64, usize),
+    pub out_bf16: bool,
 }
 
 impl Gemm {
@@ -68,27 +84,38 @@ impl Gemm {
         self.residual.unwrap_or(self.out)
     }
 
+    /// Bytes per element of `C` and the output.
+    fn out_elem(&self) -> usize {
+        if self.out_bf16 {
+            2
+        } else {
+            4
+        }
+    }
+
     fn key(&self) -> Key {
         let (c_ptr, c_ld) = self.c();
+        let e = self.out_elem();
         // cuBLASLt assumes 256-byte aligned operands unless told otherwise, and a view of columns (or a row
         // stride) may give less: each operand's address and stride say what it really allows.
         let aligns = [
             alignment(self.w, self.k * 2),
-            alignment(self.x, self.k * 2),
-            alignment(c_ptr, c_ld * 4),
-            alignment(self.out.0, self.out.1 * 4),
+            alignment(self.x, self.x_ld * 2),
+            alignment(c_ptr, c_ld * e),
+            alignment(self.out.0, self.out.1 * e),
         ];
-        let (m, n, k) = (self.m, self.n, self.k);
-        (
-            m,
-            n,
-            k,
-            self.bias.is_some(),
-            self.residual.is_some(),
+        Key {
+            m: self.m,
+            n: self.n,
+            k: self.k,
+            bias: self.bias.is_some(),
+            residual: self.residual.is_some(),
+            out_bf16: self.out_bf16,
+            x_ld: self.x_ld,
             c_ld,
-            self.out.1,
+            out_ld: self.out.1,
             aligns,
-        )
+        }
     }
 }
 
@@ -188,19 +215,20 @@ impl Lt {
         set_bias(&p, g)?;
         let (m, n, k) = (g.m as u64, g.n as u64, g.k as u64);
         let c_ld = g.c().1;
-        // A = W: column-major k×n (ld k), transposed; B = x: column-major k×m (ld k); C, D: column-major n×m.
+        let out_type = if g.out_bf16 { CUDA_R_16BF } else { CUDA_R_32F };
+        // A = W: column-major k×n (ld k), transposed; B = x: column-major k×m (ld x_ld); C, D: column-major n×m.
         for (slot, (ty, rows, cols, ld)) in p.layouts.iter_mut().zip([
             (CUDA_R_16BF, k, n, g.k),
-            (CUDA_R_16BF, k, m, g.k),
-            (CUDA_R_32F, n, m, c_ld),
-            (CUDA_R_32F, n, m, g.out.1),
+            (CUDA_R_16BF, k, m, g.x_ld),
+            (out_type, n, m, c_ld),
+            (out_type, n, m, g.out.1),
         ]) {
             *slot = lt::create_matrix_layout(ty, rows, cols, ld as i64).map_err(err("layout"))?;
         }
         let pref = Preference(lt::create_matmul_pref().map_err(err("preference"))?);
         let ws = self.workspace.len();
         use sys::cublasLtMatmulPreferenceAttributes_t as P;
-        let aligns = key.7;
+        let aligns = key.aligns;
         // SAFETY: the preference is live (owned by `pref`); each value is a live usize or u32, the types cuBLASLt
         // documents for these attributes; the descriptors and layouts are live (owned by `p`).
         unsafe {
@@ -238,6 +266,11 @@ impl Lt {
 
     /// Enqueues one GEMM on the compute stream (or records it, under stream capture).
     pub fn linear(&self, g: &Gemm) -> Result<()> {
+        if g.out_bf16 && (g.bias.is_some() || g.residual.is_some()) {
+            return Err(Error::Device(
+                "a bf16-output GEMM takes no bias or residual epilogue".into(),
+            ));
+        }
         let key = g.key();
         let mut prepared = self
             .prepared
@@ -248,7 +281,7 @@ impl Lt {
             // same `m`, so keeping that `m`'s entries keeps what the forward in progress made: a capture's eager
             // run never loses what its capture will ask for.
             if prepared.len() >= PREPARED_KEPT {
-                prepared.retain(|k, _| k.0 == g.m);
+                prepared.retain(|k, _| k.m == g.m);
             }
             let p = self.prepare(g, &key)?;
             prepared.insert(key, p);
@@ -325,7 +358,7 @@ mod tests {
     use super::{alignment, Gemm};
 
     #[test]
-    fn gemms_share_prepared_descriptors_only_where_shape_epilogue_and_alignments_agree() {
+    fn gemms_share_prepared_descriptors_only_where_shape_epilogue_types_and_alignments_agree() {
         let base = 0x7f00_0000_0000u64;
         let g =
             |x: u64, bias: Option<u64>, residual: Option<(u64, usize)>, out: (u64, usize)| Gemm {
@@ -333,10 +366,12 @@ mod tests {
                 n: 384,
                 k: 384,
                 x,
+                x_ld: 384,
                 w: base + (1 << 20),
                 bias,
                 residual,
                 out,
+                out_bf16: false,
             };
         let plain = g(base, Some(base + 4096), None, (base + (2 << 20), 384));
         // Other layers' weights, biases and buffers at the same alignments: the same descriptors.
@@ -354,7 +389,18 @@ mod tests {
             m: 16,
             ..g(base, Some(base), None, (base, 384))
         };
-        for other in [view, residual, no_bias, taller] {
+        // The same GEMM writing bf16 (an operand slot), or reading its input from a wider bf16 matrix: not.
+        let bf16_out = Gemm {
+            out_bf16: true,
+            ..g(base, None, None, (base + (2 << 20), 384))
+        };
+        let strided_x = Gemm {
+            x_ld: 768,
+            ..g(base, Some(base + 4096), None, (base + (2 << 20), 384))
+        };
+        // Only the output's type differs from `no_bias`.
+        assert_ne!(bf16_out.key(), no_bias.key());
+        for other in [view, residual, no_bias, taller, bf16_out, strided_x] {
             assert_ne!(plain.key(), other.key());
         }
     }

@@ -4,13 +4,38 @@ use std::cell::Cell;
 
 use crate::backend::ops::Matrix;
 
-/// A view of an f32 activation matrix in device memory: its first element's address, its shape and row stride.
+/// A view of an activation matrix in device memory: its first element's address, its shape and row stride (in
+/// elements), and whether its elements are bf16 (an operand slot under `--gpu-intermediate bf16`) or f32.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CudaMat {
     pub ptr: u64,
     pub rows: usize,
     pub cols: usize,
     pub ld: usize,
+    pub bf16: bool,
+}
+
+impl CudaMat {
+    /// Bytes per element.
+    pub fn elem(&self) -> usize {
+        if self.bf16 {
+            size_of::<u16>()
+        } else {
+            size_of::<f32>()
+        }
+    }
+
+    /// The same memory as a bf16 matrix of the same shape that lives in the first half of each row's bytes (the
+    /// row stride doubled, in elements): it stays inside the f32 view's own bytes, so what the layout keeps apart
+    /// in f32 stays apart.
+    pub fn as_bf16(self) -> Self {
+        assert!(!self.bf16, "as_bf16: already bf16");
+        CudaMat {
+            ld: 2 * self.ld,
+            bf16: true,
+            ..self
+        }
+    }
 }
 
 impl Matrix for CudaMat {
@@ -28,7 +53,7 @@ impl Matrix for CudaMat {
             "columns out of range"
         );
         CudaMat {
-            ptr: self.ptr + (range.start * size_of::<f32>()) as u64,
+            ptr: self.ptr + (range.start * self.elem()) as u64,
             cols: range.len(),
             ..self
         }
@@ -45,8 +70,7 @@ impl Matrix for CudaMat {
 
 /// Whether two views' spans of device memory (first element to last) meet.
 pub fn overlaps(a: CudaMat, b: CudaMat) -> bool {
-    let end =
-        |m: CudaMat| m.ptr + ((m.rows.saturating_sub(1) * m.ld + m.cols) * size_of::<f32>()) as u64;
+    let end = |m: CudaMat| m.ptr + ((m.rows.saturating_sub(1) * m.ld + m.cols) * m.elem()) as u64;
     a.ptr < end(b) && b.ptr < end(a)
 }
 
@@ -91,7 +115,34 @@ mod tests {
             rows,
             cols,
             ld,
+            bf16: false,
         }
+    }
+
+    /// Every byte of each row of an operand slot's bf16 view lies in that row's bytes of the slot's f32 view, so
+    /// slots the layout keeps apart in f32 (Qwen3's gate/up and SwiGLU output, side by side in one region) stay
+    /// apart in bf16, and a column view moves by bf16 elements.
+    #[test]
+    fn a_bf16_view_stays_inside_its_f32_view_row_by_row() {
+        let region = 1 << 20;
+        let ld = 3 * 512;
+        let gate_up = mat(region, 8, 1024, ld);
+        let act = mat(region + 1024 * 4, 8, 512, ld);
+        let (g, a) = (gate_up.as_bf16(), act.as_bf16());
+        for r in 0..8 {
+            let row = |m: CudaMat| {
+                let start = m.ptr + (r * m.ld * m.elem()) as u64;
+                start..start + (m.cols * m.elem()) as u64
+            };
+            for (bf, f) in [(g, gate_up), (a, act)] {
+                let (b, f) = (row(bf), row(f));
+                assert!(f.start <= b.start && b.end <= f.end, "row {r}");
+            }
+            let (rg, ra) = (row(g), row(a));
+            assert!(rg.end <= ra.start, "row {r}: gate/up and act meet");
+        }
+        assert_eq!(g.columns(512..1024).ptr, g.ptr + 512 * 2);
+        assert_eq!(g.columns(512..1024).ld, 2 * ld);
     }
 
     #[test]

@@ -36,7 +36,7 @@ use cudarc::driver::{
 use super::ops::{Architecture, Layout};
 use super::{Backend, BackendInfo, BufferPool, Job, Output, Threaded};
 use crate::batch::Batch;
-use crate::config::EngineConfig;
+use crate::config::{EngineConfig, GpuIntermediate};
 use crate::error::{Error, Result};
 use crate::model::{Model, ModelDir};
 use crate::plan::{Action, Bucket, CaptureMode, ForwardStats, Ladder, PlanCache, Run};
@@ -149,19 +149,31 @@ impl Buffers {
         }
     }
 
-    /// One view per slot of the layout, `tokens` rows each, and the output matrix.
-    fn views(&self, s: &CudaStream, layout: &Layout, dim: usize) -> (Vec<CudaMat>, CudaMat) {
+    /// One view per slot of the layout, `tokens` rows each (operand slots in bf16 when `intermediate` says so),
+    /// and the output matrix.
+    fn views(
+        &self,
+        s: &CudaStream,
+        layout: &Layout,
+        dim: usize,
+        intermediate: GpuIntermediate,
+    ) -> (Vec<CudaMat>, CudaMat) {
         let acts = layout
             .slots
             .iter()
             .map(|slot| {
-                let ld = self.widths[slot.region];
-                CudaMat {
+                let m = CudaMat {
                     ptr: self.regions[slot.region].device_ptr(s).0
                         + (slot.offset * size_of::<f32>()) as u64,
                     rows: self.extent.tokens,
                     cols: slot.width,
-                    ld,
+                    ld: self.widths[slot.region],
+                    bf16: false,
+                };
+                if slot.operand && intermediate == GpuIntermediate::Bf16 {
+                    m.as_bf16()
+                } else {
+                    m
                 }
             })
             .collect();
@@ -170,6 +182,7 @@ impl Buffers {
             rows: self.extent.tokens,
             cols: dim,
             ld: dim,
+            bf16: false,
         };
         (acts, out)
     }
@@ -207,7 +220,7 @@ struct Compute {
 
 impl Compute {
     fn new(dir: &ModelDir, config: &EngineConfig) -> Result<(Compute, BackendInfo)> {
-        let device = Cuda::new(config.device, config.gpu_attention)?;
+        let device = Cuda::new(config.device, config.gpu_attention, config.gpu_intermediate)?;
         let model = Model::load(dir, &device)?;
         let layout = model.layout();
         let d = layout.attention.head_dim;
@@ -293,7 +306,7 @@ impl Compute {
         let s = &self.device.stream;
         let normalizes = self.model.normalizes();
         let pass = CudaPass::new(&self.device, buffers.inputs(s, normalizes));
-        let (acts, out) = buffers.views(s, &self.layout, self.dim);
+        let (acts, out) = buffers.views(s, &self.layout, self.dim, self.device.intermediate);
         self.model.forward(&pass, batch, &acts, out);
         pass.finish()
     }

@@ -37,7 +37,14 @@ pub const SOURCES: &[Source] = &[
     },
     Source {
         file: "elementwise.cu",
-        functions: &["bias_act", "silu_gate", "rotary", "to_bf16"],
+        functions: &[
+            "bias_act",
+            "bias_act_bf16",
+            "silu_gate",
+            "silu_gate_bf16",
+            "rotary",
+            "to_bf16",
+        ],
         text: include_str!("../../../../kernels/elementwise.cu"),
     },
     Source {

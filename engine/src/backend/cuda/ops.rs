@@ -72,6 +72,15 @@ pub struct CudaPass<'a> {
     shadow: Shadow,
 }
 
+/// The ops other than `linear` and `silu_gate` read and write f32: an architecture gives operand slots (bf16 under
+/// `--gpu-intermediate bf16`, [`crate::backend::ops::Slot::operand`]) to those two alone.
+fn f32_views(op: &str, views: &[CudaMat]) {
+    assert!(
+        views.iter().all(|v| !v.bf16),
+        "{op}: given an operand slot (bf16), which only linear and silu_gate take"
+    );
+}
+
 fn blocks(n: usize, per: usize) -> u32 {
     n.div_ceil(per).max(1) as u32
 }
@@ -86,6 +95,16 @@ fn cfg(grid: (u32, u32, u32), block: u32, smem: usize) -> LaunchConfig {
 
 /// Columns each thread block of the element-wise kernels covers.
 const COLS_PER_BLOCK: usize = 256;
+
+/// The grid of an element-wise kernel over `rows` × `cols`: a row per x-block (a bucket's rows may pass the
+/// 65,535 a grid's y allows), the columns in y-blocks.
+fn elementwise(rows: usize, cols: usize) -> LaunchConfig {
+    cfg(
+        (rows as u32, blocks(cols, COLS_PER_BLOCK), 1),
+        COLS_PER_BLOCK as u32,
+        0,
+    )
+}
 /// Threads of the row-wise kernels (one block per row).
 const ROW_THREADS: u32 = 256;
 /// Warps of a rotary block, one per head.
@@ -159,14 +178,17 @@ impl<'a> CudaPass<'a> {
         }
     }
 
-    /// The bf16 operand of a GEMM reading `x`: the scratch as it is if it holds `x`'s rounding, else after
-    /// `to_bf16` rounds `x` into it.
-    fn operand(&self, x: CudaMat) -> u64 {
+    /// The bf16 operand of a GEMM reading `x`, and its row stride: `x` itself if it is bf16 (an operand slot);
+    /// else the dense scratch, as it is if it holds `x`'s rounding, or after `to_bf16` rounds `x` into it.
+    fn operand(&self, x: CudaMat) -> (u64, usize) {
+        if x.bf16 {
+            return (x.ptr, x.ld);
+        }
         if !self.shadow.holds(x) {
             self.to_bf16(x);
             self.shadow.wrote(x);
         }
-        self.inputs.bf16
+        (self.inputs.bf16, x.cols)
     }
 
     /// Rounds `x` into the dense bf16 scratch (bucket rows; the rows past the batch become zeros).
@@ -174,11 +196,7 @@ impl<'a> CudaPass<'a> {
         let rows = self.inputs.tokens.min(x.rows);
         self.launch(
             "to_bf16",
-            cfg(
-                (rows as u32, blocks(x.cols, COLS_PER_BLOCK), 1),
-                COLS_PER_BLOCK as u32,
-                0,
-            ),
+            elementwise(rows, x.cols),
             &[
                 Arg::Ptr(x.ptr),
                 Self::i(x.ld),
@@ -200,6 +218,7 @@ impl<'a> Ops for CudaPass<'a> {
     type Mat = CudaMat;
 
     fn embed(&self, _batch: &Batch, e: &Embedding<Cuda>, out: CudaMat) {
+        f32_views("embed", &[out]);
         assert!(
             out.rows >= self.inputs.tokens && out.cols == e.dim,
             "embed: output shape"
@@ -251,22 +270,28 @@ impl<'a> Ops for CudaPass<'a> {
             x.cols,
             out.cols
         );
+        assert!(
+            residual.is_none_or(|r| !r.bf16 && !out.bf16),
+            "linear: a residual is f32, into an f32 output"
+        );
         let m = self.inputs.tokens.min(x.rows).min(out.rows);
         let s = &self.device.stream;
-        let xb = self.operand(x);
+        let (xb, x_ld) = self.operand(x);
         let bias = w.bias.as_ref().map(|b| ptr(b, s));
         // GELU is our kernel's (exact erf; see gemm.rs): the GEMM then adds only the bias, and the residual goes
-        // after the activation, in the same kernel.
+        // after the activation, in the same kernel. A bf16 output takes the bias in that kernel too, in f32.
         let gelu = act == Activation::Gelu;
         let gemm = Gemm {
             m,
             n: w.out,
             k: w.inp,
             x: xb,
+            x_ld,
             w: ptr(&w.weight, s),
-            bias,
+            bias: bias.filter(|_| !out.bf16),
             residual: residual.filter(|_| !gelu).map(|r| (r.ptr, r.ld)),
             out: (out.ptr, out.ld),
+            out_bf16: out.bf16,
         };
         if self.error.borrow().is_none() {
             if let Err(e) = self.device.lt.linear(&gemm) {
@@ -274,31 +299,28 @@ impl<'a> Ops for CudaPass<'a> {
             }
         }
         self.shadow.gemm_wrote(out);
-        if gelu {
+        let config = elementwise(m, w.out);
+        let y = [
+            Arg::Ptr(out.ptr),
+            Self::i(out.ld),
+            Self::i(w.out),
+            Arg::Ptr(self.inputs.meta),
+        ];
+        if out.bf16 {
+            // In place on the GEMM's bf16 output, which the next GEMM reads as it is: no shadow.
+            if gelu || bias.is_some() {
+                let rest = [Arg::Ptr(bias.unwrap_or(0)), Arg::I32(gelu as i32)];
+                self.launch("bias_act_bf16", config, &[&y[..], &rest].concat());
+            }
+        } else if gelu {
             let res = residual.map_or((0, 0), |r| (r.ptr, r.ld));
-            self.launch_producing(
-                "bias_act",
-                cfg(
-                    (m as u32, blocks(w.out, COLS_PER_BLOCK), 1),
-                    COLS_PER_BLOCK as u32,
-                    0,
-                ),
-                &[
-                    Arg::Ptr(out.ptr),
-                    Self::i(out.ld),
-                    Self::i(w.out),
-                    Arg::Ptr(self.inputs.meta),
-                    Arg::Ptr(0),
-                    Arg::I32(1),
-                    Arg::Ptr(res.0),
-                    Self::i(res.1),
-                ],
-                out,
-            );
+            let rest = [Arg::Ptr(0), Arg::I32(1), Arg::Ptr(res.0), Self::i(res.1)];
+            self.launch_producing("bias_act", config, &[&y[..], &rest].concat(), out);
         }
     }
 
     fn layer_norm(&self, x: CudaMat, norm: &LayerNormWeights<Cuda>) {
+        f32_views("layer_norm", &[x]);
         assert!(
             norm.weight.data.len() == x.cols && norm.bias.data.len() == x.cols,
             "layer_norm: weight shape"
@@ -325,6 +347,7 @@ impl<'a> Ops for CudaPass<'a> {
     }
 
     fn rms_norm(&self, x: CudaMat, out: CudaMat, weight: &CudaParam, eps: f32) {
+        f32_views("rms_norm", &[x, out]);
         assert!(
             weight.data.len() == x.cols && out.rows >= x.rows && out.cols == x.cols,
             "rms_norm: {} weights over {} columns, output {}",
@@ -362,6 +385,7 @@ impl<'a> Ops for CudaPass<'a> {
         head_dim: usize,
         norm: Option<(&CudaParam, f32)>,
     ) {
+        f32_views("rotary", &[x]);
         assert!(
             head_dim > 0 && head_dim.is_multiple_of(2) && x.cols.is_multiple_of(head_dim),
             "rotary: heads of {head_dim} over {} columns",
@@ -402,27 +426,29 @@ impl<'a> Ops for CudaPass<'a> {
     fn silu_gate(&self, x: CudaMat, out: CudaMat) {
         let f = out.cols;
         assert!(x.cols == 2 * f && out.rows >= x.rows, "silu_gate: shapes");
-        let rows = self.inputs.tokens.min(x.rows) as u32;
-        self.launch_producing(
-            "silu_gate",
-            cfg(
-                (rows, blocks(f, COLS_PER_BLOCK), 1),
-                COLS_PER_BLOCK as u32,
-                0,
-            ),
-            &[
-                Arg::Ptr(x.ptr),
-                Self::i(x.ld),
-                Arg::Ptr(out.ptr),
-                Self::i(out.ld),
-                Self::i(f),
-                Arg::Ptr(self.inputs.meta),
-            ],
-            out,
+        assert!(
+            x.bf16 == out.bf16,
+            "silu_gate: input and output of one precision"
         );
+        let config = elementwise(self.inputs.tokens.min(x.rows), f);
+        let args = [
+            Arg::Ptr(x.ptr),
+            Self::i(x.ld),
+            Arg::Ptr(out.ptr),
+            Self::i(out.ld),
+            Self::i(f),
+            Arg::Ptr(self.inputs.meta),
+        ];
+        if x.bf16 {
+            // bf16 out is the down projection's operand as it is.
+            self.launch("silu_gate_bf16", config, &args);
+        } else {
+            self.launch_producing("silu_gate", config, &args, out);
+        }
     }
 
     fn attention(&self, _batch: &Batch, qkv: CudaMat, shape: AttentionShape, ctx: CudaMat) {
+        f32_views("attention", &[qkv, ctx]);
         let AttentionShape {
             heads,
             kv_heads,
@@ -466,6 +492,7 @@ impl<'a> Ops for CudaPass<'a> {
     }
 
     fn pool(&self, _batch: &Batch, x: CudaMat, pooling: Pooling, out: CudaMat) {
+        f32_views("pool", &[x, out]);
         assert!(out.cols == x.cols, "pool: shapes");
         let mode = match pooling {
             Pooling::Mean => 0,
