@@ -223,8 +223,8 @@ pub trait Architecture<D: Device>: Send + Sync {
     /// Token ids the embedding table holds (a batch's ids are checked against it before a forward).
     fn vocab_size(&self) -> usize;
     /// Whether the model ends in sentence-transformers' Normalize module. The forward writes the pooled rows;
-    /// the backend normalizes them as it hands them over, keeping each row's norm, so a client can have the
-    /// pooled vector back (TEI's `normalize: false`).
+    /// the backend normalizes them (the CPU as it hands them over, the GPU in its pooling kernel), keeping each
+    /// row's norm, so a client can have the pooled vector back (TEI's `normalize: false`).
     fn normalizes(&self) -> bool;
     /// Runs `batch` and writes each sequence's answer (its pooled embedding, or its token states when its readout
     /// asks) into its rows of `out` ([`Batch::out_offsets`]). `acts` holds one view per

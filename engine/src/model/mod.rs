@@ -19,7 +19,7 @@ use crate::batch::Batch;
 use crate::error::Result;
 
 /// sentence-transformers' Pooling and Normalize modules: one embedding per sequence from the last hidden states.
-/// The forward pools; the backend applies Normalize as it hands the rows over ([`Architecture::normalizes`]).
+/// The forward pools; the backend applies Normalize ([`Architecture::normalizes`]).
 #[derive(Clone, Copy, Debug)]
 pub struct Head {
     pub pooling: Pooling,

@@ -7,7 +7,8 @@
 //!
 //! cuBLASLt is column-major. Our row-major `out[m×n]` (row stride `ld`) is the column-major `outᵀ[n×m]`, and
 //! `outᵀ = W · xᵀ`: W (`[n×k]` row-major, PyTorch's layout) is the column-major `k×n` matrix read transposed, and
-//! the dense bf16 copy of `x` (`[m×k]` row-major) is the column-major `k×m` one read as is.
+//! the bf16 `x` (`[m×k]` row-major, row stride `x_ld`: `k` for the dense scratch, wider for an operand slot) is the
+//! column-major `k×m` one (leading dimension `x_ld`) read as is.
 
 use std::collections::HashMap;
 use std::ffi::c_void;

@@ -1,12 +1,13 @@
 //! The op set ([`crate::backend::ops`]) on the GPU: [`Cuda`] uploads weights at load (linear layers in bf16, the
 //! rest in f32), [`CudaPass`] enqueues one forward pass's kernels and GEMMs on the compute stream.
 //!
-//! Activations stay f32 in device memory, as on the CPU; a GEMM reads its input rounded into a dense bf16 scratch,
-//! as the CPU's bf16 GEMM rounds its input. The kernels that produce GEMM inputs (the norms, the GELU epilogue,
-//! SwiGLU's gate, attention) write that rounding as they write their output (the scratch is then their output's
-//! *shadow*), so a GEMM straight after its producer reads it as is; any other input is rounded by `to_bf16` first. Every kernel reads
-//! the batch's real size from device memory (`meta`), so the same launches, captured in a CUDA graph for a
-//! bucket, serve any batch that fits it.
+//! Activations are f32 in device memory, as on the CPU (but for the operand slots under `--gpu-intermediate bf16`,
+//! bf16 views that only GEMMs and SwiGLU's gate touch, read by a GEMM as they are); a GEMM reads an f32 input
+//! rounded into a dense bf16 scratch, as the CPU's bf16 GEMM rounds its input. The kernels that produce GEMM inputs
+//! (the norms, the embedding's LayerNorm, the GELU epilogue, SwiGLU's gate, attention) write that rounding as they
+//! write their output (the scratch is then their output's *shadow*), so a GEMM straight after its producer reads it
+//! as is; any other input is rounded by `to_bf16` first. Every kernel reads the batch's real size from device memory
+//! (`meta`), so the same launches, captured in a CUDA graph for a bucket, serve any batch that fits it.
 
 use std::cell::RefCell;
 
