@@ -13,8 +13,10 @@ Subcommands:
   table OUT                          one JSON and one Markdown table from the pieces in OUT
 """
 import argparse
+import glob
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -269,8 +271,6 @@ def cmd_variants(a):
 
 def our_kernels():
     """The kernel names kernels/*.cu defines (the profile sorts every other kernel under cuBLASLt's or its own)."""
-    import glob
-    import re
     names = set()
     for f in glob.glob(os.path.join(REPO, "kernels", "*.cu")):
         with open(f) as src:
