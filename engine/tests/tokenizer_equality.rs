@@ -353,3 +353,91 @@ fn bpe_bytes_missing_from_the_vocabulary_equal() {
         );
     }
 }
+
+/// RoBERTa's and XLM-R's pipelines: their special tokens as `added_tokens`, `<mask>` taking in the whitespace
+/// before it (`lstrip`) and a token taking in the whitespace after it (`rstrip`), and RoBERTa's and BERT's own
+/// post-processors (`RobertaProcessing` on the GPT-2-style BPE, XLM-R's template on the XLM-R-style Unigram,
+/// `BertProcessing` on MiniLM's WordPiece), on random texts with those tokens among runs of whitespace.
+#[test]
+fn roberta_xlmr_and_bert_special_tokens_equal() {
+    let read = |file: &str| -> serde_json::Value {
+        let path = workloads().join("vocab").join(file);
+        serde_json::from_str(&std::fs::read_to_string(path).expect("vocab")).expect("JSON")
+    };
+    let added = |tokens: &[(&str, usize, bool, bool)]| -> serde_json::Value {
+        tokens
+            .iter()
+            .map(|&(content, id, lstrip, rstrip)| {
+                serde_json::json!({"id": id, "content": content, "single_word": false, "lstrip": lstrip,
+                    "rstrip": rstrip, "normalized": false, "special": true})
+            })
+            .collect()
+    };
+    let mut roberta = read("gpt2_style_bpe_4k_tokenizer.json");
+    roberta["added_tokens"] = added(&[
+        ("<s>", 4000, false, false),
+        ("<pad>", 4001, false, false),
+        ("</s>", 4002, false, false),
+        ("<mask>", 4003, true, false),
+        ("<rs>", 4004, false, true),
+    ]);
+    roberta["post_processor"] = serde_json::json!({"type": "RobertaProcessing", "sep": ["</s>", 4002],
+        "cls": ["<s>", 4000], "trim_offsets": true, "add_prefix_space": false});
+    let mut xlmr = read("xlmr_style_unigram_1k_tokenizer.json");
+    xlmr["added_tokens"] = added(&[
+        ("<s>", 0, false, false),
+        ("<pad>", 1, false, false),
+        ("</s>", 2, false, false),
+        ("<unk>", 3, false, false),
+        // The vocabulary's own `<mask>` id (the crate takes a model's id over the file's).
+        ("<mask>", 1001, true, false),
+        ("<rs>", 1002, false, true),
+    ]);
+    let mut bert = read("all-MiniLM-L6-v2/tokenizer.json");
+    bert["post_processor"] =
+        serde_json::json!({"type": "BertProcessing", "sep": ["[SEP]", 102], "cls": ["[CLS]", 101]});
+
+    let mut rng = StdRng::seed_from_u64(0x0b_e27a);
+    let spaces = ["", " ", "  ", "\t", " \n ", "\u{3000}", "\u{a0}"];
+    let texts: Vec<String> = (0..2000)
+        .map(|_| {
+            let mut s = random_text(&mut rng);
+            for _ in 0..rng.gen_range(0..4) {
+                let at = s
+                    .char_indices()
+                    .map(|(i, _)| i)
+                    .nth(rng.gen_range(0..s.chars().count() + 1))
+                    .unwrap_or(s.len());
+                let token = ["<mask>", "<rs>", "<s>", "<pad>"][rng.gen_range(0..4)];
+                let (before, after) = (
+                    spaces[rng.gen_range(0..spaces.len())],
+                    spaces[rng.gen_range(0..spaces.len())],
+                );
+                s.insert_str(at, &format!("{before}{token}{after}"));
+            }
+            s
+        })
+        .collect();
+    let dir = tempfile::tempdir().expect("temp dir");
+    for (name, json) in [("roberta", roberta), ("xlmr", xlmr), ("bert", bert)] {
+        let file = dir.path().join(format!("{name}.json"));
+        std::fs::write(&file, json.to_string()).expect("write");
+        for truncation in [None, Some(Truncation::right(12))] {
+            let fast = tokenizer::load(&file, TokenizerKind::Fast, truncation).expect("fast loads");
+            let hf = tokenizer::load(&file, TokenizerKind::Hf, truncation).expect("hf loads");
+            let (mut scratch, mut a, mut b) = (Scratch::default(), Vec::new(), Vec::new());
+            let mut stripped = 0;
+            for text in &texts {
+                fast.encode_with(text, &mut scratch, &mut a)
+                    .expect("fast encodes");
+                hf.encode(text, &mut b).expect("hf encodes");
+                assert_eq!(a, b, "{name} {truncation:?}: {text:?}");
+                stripped += usize::from(text.contains(" <mask>") || text.contains("<rs> "));
+            }
+            assert!(
+                stripped > 100,
+                "{name}: only {stripped} texts strip whitespace"
+            );
+        }
+    }
+}

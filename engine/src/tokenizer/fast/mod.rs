@@ -84,17 +84,26 @@ enum Model {
 /// Tokens matched in the raw text before normalisation (`added_tokens` with `normalized: false`), longest match
 /// at the leftmost position, as the crate's Aho-Corasick `LeftmostLongest` does.
 struct AddedTokens {
-    /// Contents with their ids, longest first.
-    tokens: Vec<(Box<str>, u32)>,
+    /// Contents with what they match as, longest first.
+    tokens: Vec<(Box<str>, Added)>,
     first_byte: [bool; 256],
     /// The first character of every token, when they share one and it is ASCII (`<`, `[`): the scan for it is
     /// then `str::find`'s word-at-a-time search instead of a byte loop.
     first_ascii: Option<char>,
 }
 
+/// An added token's id, and whether its match takes in the whitespace before it (`lstrip`, as RoBERTa's and
+/// XLM-R's `<mask>`) or after it (`rstrip`): that whitespace then belongs to no other token.
+#[derive(Clone, Copy, Debug)]
+struct Added {
+    id: u32,
+    lstrip: bool,
+    rstrip: bool,
+}
+
 impl AddedTokens {
     fn parse(json: &Value) -> Result<Self> {
-        let mut map: FxMap<Box<str>, u32> = FxMap::default();
+        let mut map: FxMap<Box<str>, Added> = FxMap::default();
         for t in json.as_array().map(Vec::as_slice).unwrap_or_default() {
             let content = str_field(t, "content", "added_tokens")?;
             let id = t
@@ -103,13 +112,13 @@ impl AddedTokens {
                 .and_then(|id| u32::try_from(id).ok())
                 .ok_or_else(|| bad(format!("added token {content:?}: missing id")))?;
             let special = bool_field(t, "special", false, "added_tokens")?;
-            for flag in ["single_word", "lstrip", "rstrip"] {
-                if bool_field(t, flag, false, "added_tokens")? {
-                    return Err(bad(format!(
-                        "added token {content:?}: `{flag}` is not supported"
-                    )));
-                }
+            if bool_field(t, "single_word", false, "added_tokens")? {
+                return Err(bad(format!(
+                    "added token {content:?}: `single_word` is not supported"
+                )));
             }
+            let lstrip = bool_field(t, "lstrip", false, "added_tokens")?;
+            let rstrip = bool_field(t, "rstrip", false, "added_tokens")?;
             if bool_field(t, "normalized", !special, "added_tokens")? {
                 return Err(bad(format!(
                     "added token {content:?}: matching on normalised text is not supported"
@@ -118,7 +127,7 @@ impl AddedTokens {
             if content.is_empty() {
                 return Err(bad("an added token is empty"));
             }
-            map.insert(content.into(), id);
+            map.insert(content.into(), Added { id, lstrip, rstrip });
         }
         let mut tokens: Vec<_> = map.into_iter().collect();
         tokens.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then_with(|| a.0.cmp(&b.0)));
@@ -140,17 +149,27 @@ impl AddedTokens {
         })
     }
 
-    /// The leftmost match at or after `from`: its start, end and id.
+    /// The leftmost match at or after `from`: its start, end and id, the start and end taking in the whitespace
+    /// the token strips (from `from` on: whitespace before it belongs to the match before).
     fn find(&self, text: &str, from: usize) -> Option<(usize, usize, u32)> {
         if self.tokens.is_empty() {
             return None;
         }
         let bytes = text.as_bytes();
         let at = |i: usize| {
-            self.tokens
+            let (t, added) = self
+                .tokens
                 .iter()
-                .find(|(t, _)| bytes[i..].starts_with(t.as_bytes()))
-                .map(|(t, id)| (i, i + t.len(), *id))
+                .find(|(t, _)| bytes[i..].starts_with(t.as_bytes()))?;
+            let mut start = i;
+            if added.lstrip {
+                start = from.max(text[..i].trim_end_matches(char::is_whitespace).len());
+            }
+            let mut end = i + t.len();
+            if added.rstrip {
+                end = text.len() - text[end..].trim_start_matches(char::is_whitespace).len();
+            }
+            Some((start, end, added.id))
         };
         if let Some(c) = self.first_ascii {
             let mut i = from;
@@ -185,6 +204,19 @@ impl Template {
             // It trims offsets, which we do not keep; the ids are untouched.
             Some("ByteLevel") => {}
             Some("TemplateProcessing") => t.template(json)?,
+            // RoBERTa's and BERT's own processors: `cls` before a single sequence, `sep` after it (their other
+            // fields trim offsets, which we do not keep).
+            Some(kind @ ("RobertaProcessing" | "BertProcessing")) => {
+                let special = |key: &str| {
+                    json.get(key)
+                        .and_then(|pair| pair.get(1))
+                        .and_then(Value::as_u64)
+                        .and_then(|id| u32::try_from(id).ok())
+                        .ok_or_else(|| bad(format!("{kind}: `{key}` is not a [token, id] pair")))
+                };
+                t.prefix.push(special("cls")?);
+                t.suffix.push(special("sep")?);
+            }
             // Each step wraps what the steps before it made.
             Some("Sequence") => {
                 for step in json
@@ -502,10 +534,13 @@ mod tests {
         refused(j, "WordLevel");
         let mut j = minilm();
         j["post_processor"] = serde_json::json!({"type": "RobertaProcessing"});
-        refused(j, "RobertaProcessing");
+        refused(j, "RobertaProcessing: `cls`");
         let mut j = minilm();
-        j["added_tokens"][0]["lstrip"] = true.into();
-        refused(j, "lstrip");
+        j["post_processor"] = serde_json::json!({"type": "ElectraProcessing"});
+        refused(j, "ElectraProcessing");
+        let mut j = minilm();
+        j["added_tokens"][0]["single_word"] = true.into();
+        refused(j, "single_word");
         let mut j = minilm();
         j["added_tokens"][0]["normalized"] = true.into();
         refused(j, "normalised");
