@@ -1,17 +1,30 @@
-// Token embeddings: out[t] = word[id_t] + position[pos_t] + row, where pos_t restarts at 0 in every sequence,
-// then, with `gamma` (BERT's embedding LayerNorm; null for none), the row's LayerNorm in the same pass, writing the
-// shadow when given (Ops::embed). One block per token row, threads over the columns. `position` and `row` may be
-// null.
+// Token embeddings: out[t] = word[id_t] + position[pos_t] + row, then, with `gamma` (BERT's embedding LayerNorm;
+// null for none), the row's LayerNorm in the same pass, writing the shadow when given (Ops::embed). `pos_t` is the
+// token's index in its sequence (`tok_pos`) when `pad` < 0; otherwise RoBERTa's position id (PositionIds::
+// AfterPadding): `pad` for a `pad` token, else pad + 1 + the index less the `pad` ids before it in its sequence. One
+// block per token row, threads over the columns. `position` and `row` may be null.
 extern "C" __global__ void embed(const unsigned int* ids, const int* tok_pos, const int* meta, const float* word,
                                  const float* position, const float* row, int dim, float* out, int ld,
-                                 const float* gamma, const float* beta, float eps, unsigned short* shadow) {
+                                 int pad, const float* gamma, const float* beta, float eps,
+                                 unsigned short* shadow) {
     __shared__ float scratch[32];
     const int t = blockIdx.x;
     if (t >= META_TOKENS(meta)) {
         return;
     }
     const float* w = word + (size_t)ids[t] * dim;
-    const float* p = position ? position + (size_t)tok_pos[t] * dim : 0;
+    int pos = tok_pos[t];
+    if (position && pad >= 0) {
+        // The block counts the pad ids among the sequence's tokens before t (a sum of 0/1 floats: exact).
+        const unsigned* seq = ids + (t - pos);
+        float n = 0.0f;
+        for (int i = threadIdx.x; i < pos; i += blockDim.x) {
+            n += seq[i] == (unsigned)pad ? 1.0f : 0.0f;
+        }
+        const int pads = (int)block_sum(n, scratch);
+        pos = ids[t] == (unsigned)pad ? pad : pad + 1 + pos - pads;
+    }
+    const float* p = position ? position + (size_t)pos * dim : 0;
     float* o = out + (size_t)t * ld;
     float s = 0.0f;
     for (int c = threadIdx.x; c < dim; c += blockDim.x) {

@@ -19,7 +19,6 @@ Run from the repository root:  ~/.cache/embedding-workbench/peers-venv/bin/pytho
 """
 import base64
 import json
-import random
 import shutil
 import struct
 from pathlib import Path
@@ -28,6 +27,8 @@ import numpy as np
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3Model
+
+import fixture_texts  # scripts/fixture_texts.py
 
 OUT = Path("engine/tests/fixtures")
 MAX_SEQ = 96
@@ -61,14 +62,7 @@ def tokenizer():
 
 
 def texts():
-    rng = random.Random(20261203)
-    picks = []
-    for name, n in [("queries_multilingual", 12), ("passages_en", 6), ("passages_multilingual", 4),
-                    ("long_docs_en", 3), ("nasty_unicode", 8)]:
-        rows = [json.loads(l)["text"] for l in open(f"workloads/text/{name}.jsonl", encoding="utf-8")]
-        rows = [r for r in rows if r and len(r) < 20000]
-        picks += rng.sample(rows, n)
-    return picks
+    return fixture_texts.sample(20261203)
 
 
 def make(name, causal, pooling, tok, seed):

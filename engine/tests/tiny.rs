@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use engine::model::tiny::{write_tiny_bert, TinySpec};
-use engine::model::{ModelDir, Weights};
+use engine::model::{ModelDir, Pooling, Weights};
 use engine::{Batch, Engine, EngineConfig, Error};
 
 fn tiny(dir: &Path) -> Engine {
@@ -424,6 +424,96 @@ fn bad_model_directories_name_the_file_and_what_was_expected() {
 
     let e = err(&dir.path().join("nowhere"));
     assert!(e.contains("not a directory"), "{e}");
+}
+
+/// sentence-transformers 6 writes `pooling_mode` (a name, or a list) where earlier versions wrote a flag per mode,
+/// and leaves the sequence limit to the tokenizer (`tokenizer_config.json`'s `model_max_length`, within the
+/// positions) when its own config names none; older models may name that config after their architecture. Both
+/// versions' files are read as sentence-transformers reads them, and what it would do that we do not (several
+/// modes concatenated, pooling without the prompt, lowercasing for a cased tokenizer) is refused, not ignored.
+#[test]
+fn both_sentence_transformers_config_formats_are_read() {
+    use serde_json::json;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let write = |file: &str, json: serde_json::Value| {
+        std::fs::write(d.join(file), json.to_string()).expect("write")
+    };
+    let open = || ModelDir::open(d);
+    let refused = |needle: &str| {
+        let e = open().expect_err("must be refused").to_string();
+        assert!(e.contains(needle), "{e} lacks {needle:?}");
+    };
+    let spec = TinySpec::default();
+    write_tiny_bert(d, spec).expect("write");
+    for (json, want) in [
+        (
+            json!({"embedding_dimension": 32, "pooling_mode": "cls"}),
+            Pooling::Cls,
+        ),
+        (
+            json!({"pooling_mode": ["lasttoken"], "include_prompt": true}),
+            Pooling::LastToken,
+        ),
+        // `pooling_mode` wins over the old flags; no flag set at all means the mean.
+        (
+            json!({"pooling_mode": "mean", "pooling_mode_cls_token": true}),
+            Pooling::Mean,
+        ),
+        (json!({"pooling_mode_cls_token": false}), Pooling::Mean),
+        (json!({"pooling_mode_lasttoken": true}), Pooling::LastToken),
+    ] {
+        write("1_Pooling/config.json", json.clone());
+        assert_eq!(open().expect("opens").pooling, want, "{json}");
+    }
+    for (json, needle) in [
+        (json!({"pooling_mode": ["mean", "max"]}), "concatenated"),
+        (json!({"pooling_mode": "weightedmean"}), "weightedmean"),
+        (
+            json!({"pooling_mode": "mean", "include_prompt": false}),
+            "include_prompt",
+        ),
+    ] {
+        write("1_Pooling/config.json", json);
+        refused(needle);
+    }
+    write("1_Pooling/config.json", json!({"pooling_mode": "mean"}));
+
+    // The limit: sentence-transformers' config, else the tokenizer's, else the positions; never past them.
+    assert_eq!(open().expect("opens").max_seq_length, spec.max_seq_length);
+    std::fs::remove_file(d.join("sentence_bert_config.json")).expect("rm");
+    assert_eq!(open().expect("opens").max_seq_length, spec.max_positions);
+    // The second tokenizer limit is transformers' "none" (10^30); a config named after RoBERTa is read when no
+    // sentence_bert_config.json is there; one saying only do_lower_case leaves the limit to the tokenizer.
+    for (file, json, want) in [
+        ("tokenizer_config.json", json!({"model_max_length": 20}), 20),
+        (
+            "tokenizer_config.json",
+            json!({"model_max_length": 1e30}),
+            spec.max_positions,
+        ),
+        (
+            "sentence_roberta_config.json",
+            json!({"max_seq_length": 17}),
+            17,
+        ),
+        (
+            "sentence_bert_config.json",
+            json!({"do_lower_case": true}),
+            spec.max_positions,
+        ),
+    ] {
+        write(file, json);
+        assert_eq!(open().expect("opens").max_seq_length, want, "{file}");
+    }
+    // The tiny tokenizer lowercases already, so lowercasing first changed nothing; a cased one is refused.
+    let tokenizer_path = d.join("tokenizer.json");
+    let mut tokenizer: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&tokenizer_path).expect("read"))
+            .expect("json");
+    tokenizer["normalizer"]["lowercase"] = false.into();
+    std::fs::write(&tokenizer_path, tokenizer.to_string()).expect("write");
+    refused("do_lower_case");
 }
 
 #[test]

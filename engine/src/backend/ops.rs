@@ -148,11 +148,47 @@ pub trait Device: Send + Sync + 'static {
     }
 }
 
-/// Token embeddings: a word table, absolute positions (BERT) or none (rotary models), a row added to every
-/// token (BERT's token type 0) or none, and a LayerNorm each token's row then takes (BERT's) or none.
+/// Which row of the position table a token reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PositionIds {
+    /// Its index in its sequence (BERT).
+    #[default]
+    Index,
+    /// RoBERTa's (transformers' `create_position_ids_from_input_ids`): `pad + 1` plus the number of tokens before
+    /// it in its sequence that are not `pad`; a `pad` token reads row `pad`. A `pad` id inside a text (its tokenizer
+    /// may make one of `"<pad>"`) so neither advances the count nor reads a position of its own.
+    AfterPadding { pad: u32 },
+}
+
+impl PositionIds {
+    /// The row token `i` of sequence `seq` reads.
+    pub fn of(self, seq: &[u32], i: usize) -> usize {
+        match self {
+            PositionIds::Index => i,
+            PositionIds::AfterPadding { pad } if seq[i] == pad => pad as usize,
+            PositionIds::AfterPadding { pad } => {
+                let pads = seq[..i].iter().filter(|&&id| id == pad).count();
+                pad as usize + 1 + i - pads
+            }
+        }
+    }
+
+    /// Rows a position table needs for sequences of up to `len` tokens.
+    pub fn rows_for(self, len: usize) -> usize {
+        match self {
+            PositionIds::Index => len,
+            PositionIds::AfterPadding { pad } => pad as usize + 1 + len,
+        }
+    }
+}
+
+/// Token embeddings: a word table, absolute positions (BERT's, RoBERTa's) or none (rotary models), a row added
+/// to every token (BERT's token type 0) or none, and a LayerNorm each token's row then takes (BERT's) or none.
 pub struct Embedding<D: Device> {
     pub word: D::Param,
     pub position: Option<D::Param>,
+    /// Which row of `position` each token reads.
+    pub position_ids: PositionIds,
     pub row: Option<D::Param>,
     pub dim: usize,
     pub norm: Option<LayerNormWeights<D>>,
@@ -172,8 +208,9 @@ pub trait Ops {
     type Device: Device;
     type Mat: Matrix;
 
-    /// `out[t] = word[id_t] + position[pos_t] + row`, where `pos_t` restarts at 0 in every sequence, then the
-    /// embedding's LayerNorm of the row if it has one (in the same op: one pass over the rows).
+    /// `out[t] = word[id_t] + position[pos_t] + row`, where `pos_t` is the embedding's [`PositionIds`] of the
+    /// token in its own sequence, then the embedding's LayerNorm of the row if it has one (in the same op: one pass
+    /// over the rows).
     fn embed(&self, batch: &Batch, e: &Embedding<Self::Device>, out: Self::Mat);
     /// `out = act(x · Wᵀ + b) + residual`.
     fn linear(

@@ -91,6 +91,7 @@ impl<D: Device> Embeddings<D> {
                     "embeddings.position_embeddings.weight",
                     &[c.max_position_embeddings, h],
                 )?)?),
+                position_ids: c.position_ids(),
                 row: Some(d.param(super::Tensor::from_vec(
                     token_type
                         .data()

@@ -1,13 +1,16 @@
 //! Reads a model directory the way sentence-transformers does: `modules.json` names the pipeline (Transformer,
-//! Pooling, Normalize), `1_Pooling/config.json` the pooling, `sentence_bert_config.json` the max sequence length.
+//! Pooling, Normalize), `1_Pooling/config.json` the pooling (either version's keys), `sentence_bert_config.json` (else
+//! `tokenizer_config.json`) the max sequence length.
 
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::backend::ops::PositionIds;
 use crate::error::{Error, Result};
 
-/// The subset of a Hugging Face `config.json` that a BERT-family encoder needs.
+/// The subset of a Hugging Face `config.json` that a BERT-family encoder needs: BERT's, or RoBERTa's and
+/// XLM-RoBERTa's (the same network; only their position ids differ, [`BertConfig::position_ids`]).
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 pub struct BertConfig {
     #[serde(default)]
@@ -28,6 +31,43 @@ pub struct BertConfig {
     pub hidden_act: String,
     #[serde(default = "default_pos")]
     pub position_embedding_type: String,
+    /// The padding id, which RoBERTa's position ids count from (transformers' default for RoBERTa: 1).
+    pub pad_token_id: Option<u32>,
+}
+
+/// `model_type`s and architectures of RoBERTa-family encoders (RoBERTa, XLM-RoBERTa): BERT's network with
+/// position ids after the padding id.
+const ROBERTA: [&str; 2] = ["roberta", "xlm-roberta"];
+const ROBERTA_ARCHITECTURES: [&str; 4] = [
+    "RobertaModel",
+    "RobertaForMaskedLM",
+    "XLMRobertaModel",
+    "XLMRobertaForMaskedLM",
+];
+
+impl BertConfig {
+    /// Which row of the position table each token reads: its index (BERT), or RoBERTa's numbering after the
+    /// padding id.
+    pub fn position_ids(&self) -> PositionIds {
+        let roberta = ROBERTA.contains(&self.model_type.as_str())
+            || self
+                .architectures
+                .iter()
+                .any(|a| ROBERTA_ARCHITECTURES.contains(&a.as_str()));
+        if roberta {
+            PositionIds::AfterPadding {
+                pad: self.pad_token_id.unwrap_or(1),
+            }
+        } else {
+            PositionIds::Index
+        }
+    }
+
+    /// The longest sequence the position table serves.
+    pub fn max_positions(&self) -> usize {
+        self.max_position_embeddings
+            .saturating_sub(self.position_ids().rows_for(0))
+    }
 }
 
 fn default_type_vocab() -> usize {
@@ -170,7 +210,7 @@ impl ModelConfig {
     /// The longest sequence the model takes.
     pub fn max_positions(&self) -> usize {
         match self {
-            ModelConfig::Bert(c) => c.max_position_embeddings,
+            ModelConfig::Bert(c) => c.max_positions(),
             ModelConfig::Qwen3(c) => c.max_position_embeddings,
         }
     }
@@ -229,8 +269,13 @@ struct Module {
     kind: String,
 }
 
+/// `1_Pooling/config.json`: sentence-transformers ≥ 6 writes `pooling_mode`; earlier versions one flag per mode
+/// (read when `pooling_mode` is absent, as sentence-transformers does).
 #[derive(Deserialize)]
 struct PoolingFile {
+    pooling_mode: Option<PoolingModes>,
+    #[serde(default = "default_true")]
+    include_prompt: bool,
     #[serde(default)]
     pooling_mode_cls_token: bool,
     #[serde(default)]
@@ -245,9 +290,66 @@ struct PoolingFile {
     pooling_mode_lasttoken: bool,
 }
 
+/// One pooling mode, or several whose outputs sentence-transformers concatenates.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum PoolingModes {
+    One(String),
+    Several(Vec<String>),
+}
+
+fn default_true() -> bool {
+    true
+}
+
 #[derive(Deserialize)]
 struct SentenceBertFile {
     max_seq_length: Option<usize>,
+    #[serde(default)]
+    do_lower_case: bool,
+}
+
+/// The names sentence-transformers reads the Transformer module's config from, the first that exists.
+const SENTENCE_CONFIGS: [&str; 7] = [
+    "sentence_bert_config.json",
+    "sentence_roberta_config.json",
+    "sentence_distilbert_config.json",
+    "sentence_camembert_config.json",
+    "sentence_albert_config.json",
+    "sentence_xlm-roberta_config.json",
+    "sentence_xlnet_config.json",
+];
+
+/// The tokenizer's `model_max_length` from `tokenizer_config.json`: where sentence-transformers takes the
+/// sequence limit from when its own config names none. transformers writes 10^30 for "no limit" (too big for
+/// an integer), read as unbounded.
+fn tokenizer_max_length(root: &Path) -> Result<Option<usize>> {
+    let path = root.join("tokenizer_config.json");
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let config: serde_json::Value = read_json(&path)?;
+    let limit = &config["model_max_length"];
+    Ok(limit
+        .as_u64()
+        .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+        .or_else(|| limit.as_f64().filter(|n| *n > 0.0).map(|_| usize::MAX)))
+}
+
+/// Whether `tokenizer.json`'s normaliser lowercases (BERT's with `lowercase`, or a `Lowercase` step): then
+/// sentence-transformers' `do_lower_case` changes nothing.
+fn tokenizer_lowercases(path: &Path) -> Result<bool> {
+    let json: serde_json::Value = read_json(path)?;
+    let lowercases = |n: &serde_json::Value| match n["type"].as_str() {
+        Some("Lowercase") => true,
+        Some("BertNormalizer") => n["lowercase"].as_bool().unwrap_or(true),
+        _ => false,
+    };
+    let normalizer = &json["normalizer"];
+    Ok(lowercases(normalizer)
+        || normalizer["normalizers"]
+            .as_array()
+            .is_some_and(|steps| steps.iter().any(lowercases)))
 }
 
 #[derive(Deserialize, Default)]
@@ -290,7 +392,8 @@ impl ModelDir {
                     .iter()
                     .any(|a| archs.contains(&a.as_str()))
         };
-        let config = if is("bert", &["BertModel", "BertForMaskedLM"]) {
+        let roberta = ROBERTA.iter().any(|&t| is(t, &ROBERTA_ARCHITECTURES));
+        let config = if is("bert", &["BertModel", "BertForMaskedLM"]) || roberta {
             ModelConfig::Bert(read_bert(&config_path)?)
         } else if is("qwen3", &["Qwen3Model", "Qwen3ForCausalLM"]) {
             ModelConfig::Qwen3(read_qwen3(&config_path)?)
@@ -298,8 +401,8 @@ impl ModelDir {
             return Err(Error::model(
                 &config_path,
                 format!(
-                    "unsupported architecture {:?} (model_type {:?}): expected a BERT-family encoder (BertModel) or \
-                     a Qwen3 model (Qwen3Model)",
+                    "unsupported architecture {:?} (model_type {:?}): expected a BERT-family encoder (BertModel, \
+                     RobertaModel, XLMRobertaModel) or a Qwen3 model (Qwen3Model)",
                     kind.architectures, kind.model_type
                 ),
             ));
@@ -333,14 +436,29 @@ impl ModelDir {
             }
         }
         let positions = config.max_positions().min(MAX_POSITIONS);
-        let mut max_seq_length = positions;
-        let sbert_path = root.join("sentence_bert_config.json");
-        if sbert_path.is_file() {
-            let s: SentenceBertFile = read_json(&sbert_path)?;
-            if let Some(n) = s.max_seq_length {
-                max_seq_length = n.min(positions);
+        // As sentence-transformers: the limit its config names, else the tokenizer's, within the positions.
+        let sentence = match SENTENCE_CONFIGS
+            .iter()
+            .map(|name| root.join(name))
+            .find(|path| path.is_file())
+        {
+            Some(path) => Some((read_json::<SentenceBertFile>(&path)?, path)),
+            None => None,
+        };
+        if let Some((s, path)) = &sentence {
+            if s.do_lower_case && !tokenizer_lowercases(&tokenizer_path)? {
+                return Err(Error::model(
+                    path,
+                    "unsupported: do_lower_case = true with a tokenizer that keeps case (sentence-transformers \
+                     would lowercase the text first)",
+                ));
             }
         }
+        let max_seq_length = match sentence.and_then(|(s, _)| s.max_seq_length) {
+            Some(n) => Some(n),
+            None => tokenizer_max_length(&root)?,
+        }
+        .map_or(positions, |n| n.min(positions));
         let st_path = root.join("config_sentence_transformers.json");
         let prompts = if st_path.is_file() {
             read_json::<SentenceTransformersFile>(&st_path)?
@@ -389,6 +507,16 @@ fn read_bert(config_path: &Path) -> Result<BertConfig> {
             format!(
                 "unsupported position_embedding_type {:?}: expected \"absolute\"",
                 config.position_embedding_type
+            ),
+        ));
+    }
+    if config.max_positions() == 0 {
+        return Err(Error::model(
+            config_path,
+            format!(
+                "max_position_embeddings {} leaves no position for a token after {} reserved rows",
+                config.max_position_embeddings,
+                config.position_ids().rows_for(0)
             ),
         ));
     }
@@ -449,21 +577,52 @@ fn read_qwen3(config_path: &Path) -> Result<Qwen3Config> {
 
 fn read_pooling(path: &Path) -> Result<Pooling> {
     let p: PoolingFile = read_json(path)?;
-    let unsupported = p.pooling_mode_max_tokens
-        || p.pooling_mode_mean_sqrt_len_tokens
-        || p.pooling_mode_weightedmean_tokens;
-    let chosen = [
-        (p.pooling_mode_mean_tokens, Pooling::Mean),
-        (p.pooling_mode_cls_token, Pooling::Cls),
-        (p.pooling_mode_lasttoken, Pooling::LastToken),
-    ];
-    let mut on = chosen.iter().filter(|(set, _)| *set).map(|&(_, p)| p);
-    match (on.next(), on.next(), unsupported) {
-        (Some(pooling), None, false) => Ok(pooling),
+    if !p.include_prompt {
+        return Err(Error::model(
+            path,
+            "unsupported pooling: include_prompt = false (pooling without the prompt's tokens)",
+        ));
+    }
+    let modes = match p.pooling_mode {
+        Some(PoolingModes::One(mode)) => vec![mode],
+        Some(PoolingModes::Several(modes)) => modes,
+        None => {
+            let legacy = [
+                (p.pooling_mode_cls_token, "cls"),
+                (p.pooling_mode_max_tokens, "max"),
+                (p.pooling_mode_mean_tokens, "mean"),
+                (p.pooling_mode_mean_sqrt_len_tokens, "mean_sqrt_len_tokens"),
+                (p.pooling_mode_weightedmean_tokens, "weightedmean"),
+                (p.pooling_mode_lasttoken, "lasttoken"),
+            ];
+            let on: Vec<String> = legacy
+                .iter()
+                .filter(|(set, _)| *set)
+                .map(|(_, mode)| mode.to_string())
+                .collect();
+            // sentence-transformers pools by the mean when no mode is set.
+            if on.is_empty() {
+                vec!["mean".into()]
+            } else {
+                on
+            }
+        }
+    };
+    match modes.as_slice() {
+        [mode] => match mode.as_str() {
+            "mean" => Ok(Pooling::Mean),
+            "cls" => Ok(Pooling::Cls),
+            "lasttoken" => Ok(Pooling::LastToken),
+            other => Err(Error::model(
+                path,
+                format!("unsupported pooling mode {other:?}: expected mean, cls or lasttoken"),
+            )),
+        },
         _ => Err(Error::model(
             path,
-            "unsupported pooling: expected exactly one of pooling_mode_mean_tokens, pooling_mode_cls_token or \
-             pooling_mode_lasttoken",
+            format!(
+                "unsupported pooling: modes {modes:?} (concatenated); expected one of mean, cls or lasttoken"
+            ),
         )),
     }
 }

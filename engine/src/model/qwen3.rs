@@ -12,7 +12,8 @@
 
 use super::{Head, ModelConfig, ModelDir, Qwen3Config, Tensor, Weights};
 use crate::backend::ops::{
-    Activation, Architecture, AttentionShape, Device, Embedding, Layout, Matrix, Ops, Slot,
+    Activation, Architecture, AttentionShape, Device, Embedding, Layout, Matrix, Ops, PositionIds,
+    Slot,
 };
 use crate::batch::Batch;
 use crate::error::{Error, Result};
@@ -216,6 +217,7 @@ impl<D: Device> Qwen3<D> {
             embeddings: Embedding {
                 word: device.param(w.get("embed_tokens.weight", &[c.vocab_size, h])?)?,
                 position: None,
+                position_ids: PositionIds::Index,
                 row: None,
                 dim: h,
                 norm: None,

@@ -68,12 +68,16 @@ pub struct Weights {
     /// The parsed header, and where the data section starts in the file.
     meta: Metadata,
     data_start: usize,
-    /// Prefix every tensor name carries in this file (`"bert."` in some checkpoints, `""` in others).
+    /// Prefix every tensor name carries in this file (`"bert."` or `"roberta."` in some checkpoints, `""` in others).
     prefix: String,
 }
 
+/// The prefixes tensor names may carry: none, or the base model's attribute in a checkpoint saved from a model
+/// with a head (`BertForMaskedLM`'s `bert.`, `XLMRobertaForMaskedLM`'s `roberta.`, `Qwen3ForCausalLM`'s `model.`).
+const PREFIXES: [&str; 4] = ["", "bert.", "roberta.", "model."];
+
 impl Weights {
-    /// Opens `path` and finds the prefix its tensor names carry (`""`, `"bert."` or `"model."`) by looking for
+    /// Opens `path` and finds the prefix its tensor names carry (one of [`PREFIXES`]) by looking for
     /// `probe`, a tensor every checkpoint of the architecture has.
     pub fn open(path: &Path, probe: &str) -> Result<Self> {
         let file = std::fs::File::open(path).map_err(Error::io(path))?;
@@ -81,15 +85,16 @@ impl Weights {
         let map = unsafe { Mmap::map(&file) }.map_err(Error::io(path))?;
         let (header, meta) = SafeTensors::read_metadata(&map)
             .map_err(|e| Error::model(path, format!("not a valid safetensors file: {e}")))?;
-        let prefix = ["", "bert.", "model."]
+        let prefix = PREFIXES
             .into_iter()
             .find(|p| meta.info(&format!("{p}{probe}")).is_some())
             .ok_or_else(|| {
                 Error::model(
                     path,
                     format!(
-                        "no tensor `{probe}` (nor with a `bert.` or `model.` prefix): not a checkpoint of the \
-                         architecture config.json names"
+                        "no tensor `{probe}` (nor with a prefix of {:?}): not a checkpoint of the architecture \
+                         config.json names",
+                        &PREFIXES[1..]
                     ),
                 )
             })?;

@@ -2,6 +2,8 @@
 
 use base64::Engine as _;
 
+pub mod models;
+
 pub struct Fixture {
     pub text: String,
     pub ids: Vec<u32>,

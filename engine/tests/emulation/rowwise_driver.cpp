@@ -14,7 +14,8 @@
 //   EW_PROGRAM_QUANTIZE (quantize.cu): quantize_int8(x) over the batch's rows with modes 0 (tanh) and 1 (per row);
 //   EW_PROGRAM_EMBED (embed.cu): embed with token ids pos[t] into y read as a dense table of `cols`-wide rows,
 //     positions (pos[t] + 1) % 8 into x read the same way and the row a, then with neither (as Qwen3), then with
-//     all three and LayerNorm (gamma a, beta b) with its shadow (as BERT).
+//     all three and LayerNorm (gamma a, beta b) with its shadow (as BERT), then with all three and no norm at
+//     RoBERTa's positions after pad ids 0 and 5 (tok_pos then each token's index in its sequence).
 //
 // argv[1], the input (32-bit little-endian): ints {rows, tokens, cols, ld, group, seqs}, pos[rows],
 // offsets[seqs + 1], out_offsets[seqs + 1], readouts[seqs], floats {eps, x[rows * ld], y[rows * ld], a[cols],
@@ -144,18 +145,33 @@ int main(int argc, char** argv) {
         auto e = nans(n);
         emu::launch(dim3{(unsigned)rows, 1, 1}, THREADS, 0, [&] {
             embed(ids.data(), positions.data(), meta, y.data(), full ? x.data() : nullptr, full ? a.data() : nullptr,
-                  cols, e.data(), ld, nullptr, nullptr, 0.0f, nullptr);
+                  cols, e.data(), ld, -1, nullptr, nullptr, 0.0f, nullptr);
         });
         put(out, e);
     }
     auto e = nans(n);
     auto sh = unwritten((size_t)rows * cols);
     emu::launch(dim3{(unsigned)rows, 1, 1}, THREADS, 0, [&] {
-        embed(ids.data(), positions.data(), meta, y.data(), x.data(), a.data(), cols, e.data(), ld, a.data(),
+        embed(ids.data(), positions.data(), meta, y.data(), x.data(), a.data(), cols, e.data(), ld, -1, a.data(),
               b.data(), eps, sh.data());
     });
     put(out, e);
     put(out, sh);
+    // RoBERTa's positions: tok_pos the index in the sequence, the kernel numbering after pad ids 0 then 5.
+    std::vector<int> index(rows, 0);
+    for (int s = 0; s < seqs; s++) {
+        for (int t = offsets[s]; t < offsets[s + 1]; t++) {
+            index[t] = t - offsets[s];
+        }
+    }
+    for (int pad : {0, 5}) {
+        auto e = nans(n);
+        emu::launch(dim3{(unsigned)rows, 1, 1}, THREADS, 0, [&] {
+            embed(ids.data(), index.data(), meta, y.data(), x.data(), a.data(), cols, e.data(), ld, pad, nullptr,
+                  nullptr, 0.0f, nullptr);
+        });
+        put(out, e);
+    }
 #endif
 
 #ifdef EW_PROGRAM_QUANTIZE

@@ -1,5 +1,6 @@
 //! The row-wise kernels (norms, element-wise, pooling, quantisation, embedding) against f64 references.
 
+use engine::backend::ops::PositionIds;
 use rand::{Rng, SeedableRng};
 
 use super::{bf16_bits, build, execute, Output};
@@ -495,4 +496,29 @@ fn emulated_cuda_embedding_gather_adds_word_position_and_row_then_its_layer_norm
         |t, c| (gathered(t, c) - stats[t].0) * stats[t].1 * inp.a[c] as f64 + inp.b[c] as f64,
         |_| f32::NAN,
     );
+    // RoBERTa's position ids, as the CPU backend numbers them (checked there against transformers): the pad id
+    // 0 opens the second sequence (ids 0 5 2), and 5 sits inside it, so each run has a pad row and a skip.
+    let ids: Vec<u32> = inp.pos.iter().map(|&p| p as u32).collect();
+    for pad in [0, 5] {
+        let got = out.f32s(ROWS * LD);
+        let rule = PositionIds::AfterPadding { pad };
+        let mut skipped = false;
+        for t in 0..ROWS {
+            let seq = inp.offsets.partition_point(|&o| o <= t).saturating_sub(1);
+            for c in 0..LD {
+                let v = got[t * LD + c];
+                if t >= TOKENS || c >= COLS {
+                    assert!(v.is_nan(), "embed after pad {pad} wrote {t}, {c}");
+                    continue;
+                }
+                let sequence = &ids[inp.offsets[seq]..inp.offsets[seq + 1]];
+                let at = t - inp.offsets[seq];
+                let p = rule.of(sequence, at);
+                skipped |= ids[t] != pad && p < pad as usize + 1 + at;
+                let want = inp.y[inp.pos[t] * COLS + c] + inp.x[p * COLS + c] + inp.a[c];
+                assert_eq!(v, want, "embed after pad {pad} at {t}, {c}");
+            }
+        }
+        assert!(skipped, "pad {pad}: no token's position skips a pad");
+    }
 }

@@ -151,9 +151,12 @@ impl<'a> Ops for CpuPass<'a> {
         let row = e.row.as_ref().map(|r| &r.data()[..h]);
         let offsets = batch.offsets();
         for_rows(self.par, batch.tokens(), &|t| {
-            // Position of token t inside its own sequence: the ragged layout restarts positions per sequence.
+            // Token t's position in its own sequence (the ragged layout restarts them), as the embedding numbers them.
             let seq = offsets.partition_point(|&o| o <= t) - 1;
-            let p = t - offsets[seq];
+            let p = e.position_ids.of(
+                &batch.ids()[offsets[seq]..offsets[seq + 1]],
+                t - offsets[seq],
+            );
             let id = batch.ids()[t] as usize;
             // SAFETY: each task owns its rows.
             let dst = unsafe { out.row_mut(t) };

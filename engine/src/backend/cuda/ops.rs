@@ -16,7 +16,9 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelA
 use super::device::{Cuda, CudaLinear, CudaParam};
 use super::gemm::Gemm;
 use super::mat::{CudaMat, Shadow};
-use crate::backend::ops::{Activation, AttentionShape, Embedding, LayerNormWeights, Ops};
+use crate::backend::ops::{
+    Activation, AttentionShape, Embedding, LayerNormWeights, Ops, PositionIds,
+};
 use crate::batch::Batch;
 use crate::config::GpuAttention;
 use crate::error::{Error, Result};
@@ -242,6 +244,11 @@ impl<'a> Ops for CudaPass<'a> {
             Self::i(e.dim),
             Arg::Ptr(out.ptr),
             Self::i(out.ld),
+            Arg::I32(match e.position_ids {
+                PositionIds::Index => -1,
+                // A row of the position table: below the table's length, which is an i32's size.
+                PositionIds::AfterPadding { pad } => pad as i32,
+            }),
             Arg::Ptr(opt(norm.map(|n| &n.weight))),
             Arg::Ptr(opt(norm.map(|n| &n.bias))),
             Arg::F32(norm.map_or(0.0, |n| n.eps)),

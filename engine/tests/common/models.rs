@@ -1,0 +1,106 @@
+//! The tiny random-weight model directories under `tests/fixtures/` (each with its `reference.jsonl`), loaded and
+//! checked against their references the same way whatever the architecture. Not every test crate that compiles
+//! `common` uses these.
+#![allow(dead_code)]
+
+use engine::{Batch, CaptureMode, Dtype, Engine, EngineConfig};
+
+use super::{cosine, Fixture};
+
+pub fn dir(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+pub fn fixtures(name: &str) -> Vec<Fixture> {
+    super::read(&dir(name).join("reference.jsonl"), "embedding")
+}
+
+pub fn load(name: &str, dtype: Dtype, capture: CaptureMode) -> Engine {
+    let config = EngineConfig {
+        threads: 2,
+        dtype,
+        capture,
+        ..Default::default()
+    };
+    Engine::load(dir(name), config).unwrap_or_else(|e| panic!("load {name}: {e}"))
+}
+
+/// Token ids equal the reference's on the default, in-house tokenizer, and every embedding reaches `min` cosine
+/// against it.
+pub fn check(name: &str, dtype: Dtype, min: f64) {
+    let fx = fixtures(name);
+    let engine = load(name, dtype, CaptureMode::Lazy);
+    for f in &fx {
+        assert_eq!(
+            engine.tokenize(&f.text).expect("tokenize"),
+            f.ids,
+            "{name}: {:?}",
+            f.text
+        );
+    }
+    let texts: Vec<&str> = fx.iter().map(|f| f.text.as_str()).collect();
+    let got = engine.embed(&texts).expect("embed");
+    let worst = fx
+        .iter()
+        .zip(&got)
+        .map(|(f, g)| cosine(&f.embedding, g))
+        .fold(f64::INFINITY, f64::min);
+    println!(
+        "{name} {dtype}: min cosine {worst:.9} over {} texts",
+        fx.len()
+    );
+    assert!(worst >= min, "{name} {dtype}: min cosine {worst}");
+}
+
+/// Whether bf16 runs here (the CPU backend needs AVX512-BF16); says so when it does not.
+pub fn bf16_runs(name: &str) -> bool {
+    let runs = load(name, Dtype::Bf16, CaptureMode::Off)
+        .backend()
+        .info()
+        .dtype
+        == Dtype::Bf16;
+    if !runs {
+        eprintln!("SKIPPED: this CPU has no AVX512-BF16 (bf16 runs f32 here)");
+    }
+    runs
+}
+
+/// A sequence's embedding does not depend on the batch around it, nor on how the forward ran (eager or replayed).
+pub fn assert_batch_invariant_and_replay_bitwise(name: &str) {
+    let fx = fixtures(name);
+    let eager = load(name, Dtype::F32, CaptureMode::Off);
+    let seqs: Vec<&[u32]> = fx.iter().map(|f| f.ids.as_slice()).collect();
+    let together = eager
+        .backend()
+        .submit(Batch::from_sequences(seqs.iter().copied()))
+        .wait()
+        .expect("batch");
+    let lazy = load(name, Dtype::F32, CaptureMode::Lazy);
+    for (i, s) in seqs.iter().enumerate() {
+        let alone = eager
+            .backend()
+            .submit(Batch::from_sequences([*s]))
+            .wait()
+            .expect("alone");
+        assert_eq!(
+            alone.embeddings.row(0),
+            together.embeddings.row(i),
+            "{name} [{i}]"
+        );
+    }
+    // Third call of the bucket replays its plan: bitwise the eager result.
+    for _ in 0..3 {
+        let replayed = lazy
+            .backend()
+            .submit(Batch::from_sequences(seqs.iter().copied()))
+            .wait()
+            .expect("replay");
+        assert_eq!(
+            replayed.embeddings.as_slice(),
+            together.embeddings.as_slice(),
+            "{name}"
+        );
+    }
+}

@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Tiny random-weight RoBERTa-family models and their sentence-transformers embeddings, for the engine's tests.
+
+Two complete sentence-transformers directories under engine/tests/fixtures/:
+  - xlmr_mean: XLMRobertaModel (multilingual-e5's and paraphrase-multilingual's family) with the shipped
+    XLM-R-style Unigram tokenizer (workloads/vocab/xlmr_style_unigram_1k_tokenizer.json) given XLM-R's special
+    tokens (`<s> <pad> </s> <unk>`, and `<mask>` taking in the whitespace before it), mean pooling, Normalize;
+  - roberta_cls: RobertaModel with a byte-level BPE of RoBERTa's pipeline (ByteLevel pre-tokenizer, RobertaProcessing
+    post-processor, the same special tokens), trained here on the shipped corpora, CLS pooling, no Normalize.
+
+Both number positions as RoBERTa does (from pad_token_id + 1, a `<pad>` inside a text taking the padding row and
+not advancing the count), so the texts include `<pad>`, `<mask>` and `<s>` among runs of whitespace, and texts
+past max_seq_length. Weights are seeded random, every row of every table (the padding rows too) perturbed so that
+reading a wrong row shows.
+
+Writes each directory plus reference.jsonl (text, ids as sentence-transformers tokenizes them, embedding as base64
+little-endian f32). Needs the peers venv (bash scripts/setup_peers.sh). Run from the repository root:
+  ~/.cache/embedding-workbench/peers-venv/bin/python scripts/make_roberta_fixtures.py
+"""
+import base64
+import json
+import shutil
+import struct
+from pathlib import Path
+
+import torch
+from sentence_transformers import SentenceTransformer, models
+from tokenizers import AddedToken, Tokenizer, decoders, models as tok_models, pre_tokenizers, processors, trainers
+from transformers import PreTrainedTokenizerFast, RobertaConfig, RobertaModel, XLMRobertaConfig, XLMRobertaModel
+
+import fixture_texts  # scripts/fixture_texts.py
+
+OUT = Path("engine/tests/fixtures")
+MAX_SEQ = 64
+SPECIALS = ["<s>", "<pad>", "</s>", "<unk>"]
+
+
+def corpus():
+    for name in ["queries_multilingual", "passages_en", "passages_multilingual", "long_docs_en"]:
+        for line in open(f"workloads/text/{name}.jsonl", encoding="utf-8"):
+            yield json.loads(line)["text"]
+
+
+def with_specials(tok):
+    """XLM-R's and RoBERTa's added tokens: `<mask>` strips the whitespace before it (lstrip)."""
+    tok.add_special_tokens(SPECIALS)
+    tok.add_special_tokens([AddedToken("<mask>", lstrip=True, rstrip=False, normalized=False, special=True)])
+    return tok
+
+
+def xlmr_tokenizer():
+    tok = with_specials(Tokenizer.from_file("workloads/vocab/xlmr_style_unigram_1k_tokenizer.json"))
+    return tok
+
+
+def roberta_tokenizer():
+    tok = Tokenizer(tok_models.BPE(unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=700, special_tokens=SPECIALS + ["<mask>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(corpus(), trainer)
+    tok = with_specials(tok)
+    tok.post_processor = processors.RobertaProcessing(("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>")),
+                                                      trim_offsets=True, add_prefix_space=False)
+    return tok
+
+
+def texts():
+    picks = fixture_texts.sample(20261206)
+    # Special tokens' text inside texts: a `<pad>` id mid-sequence, `<mask>` eating the whitespace before it.
+    picks += [
+        "hello <pad> world",
+        "<pad><pad> two pads first",
+        "a  <mask> b\t<mask>c <s> d </s> e",
+        "trailing pad <pad>",
+        " ".join(["word <pad>"] * 40),
+        "",
+    ]
+    return picks
+
+
+def make(name, arch, tok, pooling, normalize, seed):
+    d = OUT / name
+    shutil.rmtree(d, ignore_errors=True)
+    work = OUT / f"{name}_hf"
+    shutil.rmtree(work, ignore_errors=True)
+    torch.manual_seed(seed)
+    config_class, model_class = arch
+    pad = tok.token_to_id("<pad>")
+    config = config_class(vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=128,
+                          num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=MAX_SEQ + pad + 1,
+                          type_vocab_size=1, layer_norm_eps=1e-5, pad_token_id=pad,
+                          bos_token_id=tok.token_to_id("<s>"), eos_token_id=tok.token_to_id("</s>"),
+                          attn_implementation="eager")
+    model = model_class(config, add_pooling_layer=False).eval()
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            # Every row random, the padding rows nn.Embedding zeroes included.
+            p.copy_(0.1 * torch.randn_like(p) + (1.0 if n.endswith("LayerNorm.weight") else 0.0))
+    model.save_pretrained(work, safe_serialization=True)
+    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+                            unk_token="<unk>", mask_token="<mask>", cls_token="<s>",
+                            sep_token="</s>").save_pretrained(work)
+    transformer = models.Transformer(str(work), max_seq_length=MAX_SEQ)
+    modules = [transformer, models.Pooling(64, pooling_mode=pooling)]
+    if normalize:
+        modules.append(models.Normalize())
+    st = SentenceTransformer(modules=modules, device="cpu")
+    st.save(str(d))
+    shutil.rmtree(work)
+    for f in ["special_tokens_map.json", "README.md", "config_sentence_transformers.json"]:
+        (d / f).unlink(missing_ok=True)
+
+    st = SentenceTransformer(str(d), device="cpu")
+    batch = texts()
+    emb = st.encode(batch, batch_size=4, convert_to_numpy=True)
+    ids = [st.tokenize([t])["input_ids"][0].tolist() for t in batch]
+    assert any(pad in i[1:-1] for i in ids), "no text puts <pad> inside a sequence"
+    assert any(len(i) == MAX_SEQ for i in ids), "no text reaches max_seq_length"
+    with open(d / "reference.jsonl", "w", encoding="utf-8") as f:
+        for t, i, e in zip(batch, ids, emb):
+            b64 = base64.b64encode(struct.pack(f"<{len(e)}f", *e.tolist())).decode()
+            f.write(json.dumps({"text": t, "ids": i, "embedding": b64}, ensure_ascii=False) + "\n")
+    print(f"{d}: {len(batch)} texts, vocab {tok.get_vocab_size()}, {sum(len(i) for i in ids)} tokens")
+
+
+def main():
+    torch.set_num_threads(2)
+    make("xlmr_mean", (XLMRobertaConfig, XLMRobertaModel), xlmr_tokenizer(), "mean", True, 3)
+    make("roberta_cls", (RobertaConfig, RobertaModel), roberta_tokenizer(), "cls", False, 4)
+
+
+if __name__ == "__main__":
+    main()
