@@ -29,7 +29,7 @@ static_assert(HEAD_DIM_MAX % 32 == 0, "a lane accumulates HEAD_DIM_MAX / 32 colu
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
     attention(const float* qkv, int ld_qkv, float* ctx, int ld_ctx, const int* offsets, const int* tiles,
               const int* meta, int heads, int kv_heads, int head_dim, int causal, float scale,
-              unsigned short* shadow) {
+              const float* bias, int reach, unsigned short* shadow) {
     AttentionTile tile;
     if (!attention_tile(offsets, tiles, meta, heads, kv_heads, head_dim, &tile)) {
         return;
@@ -101,7 +101,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
         for (int i = 0; i < QPW; i++) {
             const int row = row0 + i;
             const bool visible = key < len && row < len && (!causal || key <= row);
-            score[i] = visible ? score[i] * scale : NEG_INF;
+            score[i] = visible ? score[i] * scale + relative_bias(bias, reach, row, key) : NEG_INF;
             tile_max[i] = score[i];
         }
 #pragma unroll

@@ -38,7 +38,7 @@ __device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
 extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32)
     attention_mma(const float* qkv, int ld_qkv, float* ctx, int ld_ctx, const int* offsets, const int* tiles,
                   const int* meta, int heads, int kv_heads, int head_dim, int causal, float scale,
-                  unsigned short* shadow) {
+                  const float* bias, int reach, unsigned short* shadow) {
     AttentionTile tile;
     if (!attention_tile(offsets, tiles, meta, heads, kv_heads, head_dim, &tile)) {
         return;
@@ -133,7 +133,7 @@ extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32)
             for (int i = 0; i < 4; i++) {
                 const int row = q0 + g + 8 * (i >> 1), key = k0 + 8 * nb + 2 * tq + (i & 1);
                 const bool visible = key < len && row < len && (!causal || key <= row);
-                sc[nb][i] = visible ? sc[nb][i] * scale : NEG_INF;
+                sc[nb][i] = visible ? sc[nb][i] * scale + relative_bias(bias, reach, row, key) : NEG_INF;
                 tile_max[i >> 1] = fmaxf(tile_max[i >> 1], sc[nb][i]);
             }
         }

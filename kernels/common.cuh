@@ -72,6 +72,13 @@ struct AttentionTile {
     int start, len, q0, qc, kc, vc;
 };
 
+// The relative position bias of a score (Ops::attention's `bias`, MPNet's; null for none): the value of the block's
+// head (blockIdx.y) for key - row, from a table of 2 reach - 1 values per head centred on distance 0. Read only for
+// a visible key, whose distance the table covers.
+__device__ __forceinline__ float relative_bias(const float* bias, int reach, int row, int key) {
+    return bias ? bias[(size_t)blockIdx.y * (2 * reach - 1) + (key - row) + reach - 1] : 0.0f;
+}
+
 __device__ __forceinline__ bool attention_tile(const int* offsets, const int* tiles, const int* meta, int heads,
                                                int kv_heads, int d, AttentionTile* tile) {
     const int t = blockIdx.x, h = blockIdx.y;

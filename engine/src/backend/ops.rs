@@ -194,6 +194,21 @@ pub struct Embedding<D: Device> {
     pub norm: Option<LayerNormWeights<D>>,
 }
 
+/// A bias every attention score takes by its head and the distance from its query to its key (MPNet's relative
+/// position bias): head `h`'s score of query `i` against key `j` of a sequence adds
+/// `table[h · (2·reach − 1) + (j − i) + reach − 1]`; sequences are at most `reach` tokens.
+pub struct RelativeBias<D: Device> {
+    pub table: D::Param,
+    pub reach: usize,
+}
+
+impl<D: Device> RelativeBias<D> {
+    /// Floats per head in the table.
+    pub fn row_len(&self) -> usize {
+        2 * self.reach - 1
+    }
+}
+
 /// A LayerNorm's weights, one per column, and its eps: `(x − mean) / √(var + eps) · weight + bias` over a row.
 pub struct LayerNormWeights<D: Device> {
     pub weight: D::Param,
@@ -244,9 +259,16 @@ pub trait Ops {
     );
     /// SwiGLU's gate: `out = silu(x[:, ..f]) · x[:, f..]` for `x` of `2f` columns.
     fn silu_gate(&self, x: Self::Mat, out: Self::Mat);
-    /// `ctx = softmax(Q Kᵀ / √d) V` per sequence and head, from the fused `[Q | K | V]` projection; query head
-    /// `h` reads key/value head `h / (heads / kv_heads)`.
-    fn attention(&self, batch: &Batch, qkv: Self::Mat, shape: AttentionShape, ctx: Self::Mat);
+    /// `ctx = softmax(Q Kᵀ / √d + bias) V` per sequence and head, from the fused `[Q | K | V]` projection; query
+    /// head `h` reads key/value head `h / (heads / kv_heads)`; `bias`, when given, by head and distance.
+    fn attention(
+        &self,
+        batch: &Batch,
+        qkv: Self::Mat,
+        shape: AttentionShape,
+        bias: Option<&RelativeBias<Self::Device>>,
+        ctx: Self::Mat,
+    );
     /// Each sequence's rows of `out` ([`Batch::out_offsets`]): one, its tokens' mean, its first token or its last
     /// token; or, for a sequence whose [`crate::Readout`] is `Tokens`, a copy of every token's row of `x`.
     fn pool(&self, batch: &Batch, x: Self::Mat, pooling: Pooling, out: Self::Mat);

@@ -2,14 +2,16 @@
 //!
 //! Mirrors Hugging Face transformers' `modeling_bert.py` (BertEmbeddings, BertSelfAttention, BertSelfOutput,
 //! BertIntermediate, BertOutput, BertLayer) block for block, and sentence-transformers' Pooling and Normalize
-//! modules after it. Differences, all exact in real arithmetic: sequences are concatenated without padding, so
+//! modules after it. The same network runs RoBERTa and XLM-RoBERTa (`modeling_roberta.py`: positions after the
+//! padding id) and MPNet (`modeling_mpnet.py`: those positions, no token types, other tensor names, and
+//! MPNetEncoder's relative position bias on every layer's attention scores): [`BertFamily`]. Differences, all exact in real arithmetic: sequences are concatenated without padding, so
 //! attention runs per sequence and needs no mask; Q, K and V are one fused projection; the residual of each
 //! block is added in its output projection's epilogue, before the LayerNorm.
 
-use super::{BertConfig, Head, ModelConfig, ModelDir, Weights};
+use super::{BertConfig, BertFamily, Head, ModelConfig, ModelDir, Weights};
 use crate::backend::ops::{
     Activation, Architecture, AttentionShape, Device, Embedding, LayerNormWeights, Layout, Matrix,
-    Ops, Slot,
+    Ops, RelativeBias, Slot,
 };
 use crate::batch::Batch;
 use crate::error::{Error, Result};
@@ -71,8 +73,8 @@ fn layer_norm<D: Device>(
     })
 }
 
-/// BertEmbeddings: word + absolute position + token type (always type 0 for single sentences), then LayerNorm,
-/// as one op.
+/// BertEmbeddings: word + absolute position + token type (always type 0 for single sentences; MPNet has none),
+/// then LayerNorm, as one op.
 pub struct Embeddings<D: Device> {
     table: Embedding<D>,
 }
@@ -80,10 +82,22 @@ pub struct Embeddings<D: Device> {
 impl<D: Device> Embeddings<D> {
     pub fn load(w: &Weights, d: &D, c: &BertConfig) -> Result<Self> {
         let h = c.hidden_size;
-        let token_type = w.get(
-            "embeddings.token_type_embeddings.weight",
-            &[c.type_vocab_size, h],
-        )?;
+        let row = match c.family() {
+            BertFamily::Mpnet => None,
+            BertFamily::Bert | BertFamily::Roberta => {
+                let token_type = w.get(
+                    "embeddings.token_type_embeddings.weight",
+                    &[c.type_vocab_size, h],
+                )?;
+                let type0 = token_type.data().get(..h).ok_or_else(|| {
+                    Error::model(
+                        w.path(),
+                        "embeddings.token_type_embeddings.weight has no row for token type 0",
+                    )
+                })?;
+                Some(d.param(super::Tensor::from_vec(type0.to_vec()))?)
+            }
+        };
         Ok(Embeddings {
             table: Embedding {
                 word: d.param(w.get("embeddings.word_embeddings.weight", &[c.vocab_size, h])?)?,
@@ -92,18 +106,7 @@ impl<D: Device> Embeddings<D> {
                     &[c.max_position_embeddings, h],
                 )?)?),
                 position_ids: c.position_ids(),
-                row: Some(d.param(super::Tensor::from_vec(
-                    token_type
-                        .data()
-                        .get(..h)
-                        .ok_or_else(|| {
-                            Error::model(
-                                w.path(),
-                                "embeddings.token_type_embeddings.weight has no row for token type 0",
-                            )
-                        })?
-                        .to_vec(),
-                ))?),
+                row,
                 dim: h,
                 norm: Some(layer_norm(
                     w,
@@ -148,12 +151,25 @@ impl<D: Device> Layer<D> {
     pub fn load(w: &Weights, d: &D, c: &BertConfig, i: usize) -> Result<Self> {
         let (h, f) = (c.hidden_size, c.intermediate_size);
         let p = format!("encoder.layer.{i}");
-        let qkv = ["query", "key", "value"].map(|n| format!("{p}.attention.self.{n}"));
+        // The attention block's tensors: BertSelfAttention + BertSelfOutput, or MPNetAttention's `attn` (q, k, v, o)
+        // and LayerNorm.
+        let (qkv, out, norm) = match c.family() {
+            BertFamily::Bert | BertFamily::Roberta => (
+                ["query", "key", "value"].map(|n| format!("{p}.attention.self.{n}")),
+                format!("{p}.attention.output.dense"),
+                format!("{p}.attention.output.LayerNorm"),
+            ),
+            BertFamily::Mpnet => (
+                ["q", "k", "v"].map(|n| format!("{p}.attention.attn.{n}")),
+                format!("{p}.attention.attn.o"),
+                format!("{p}.attention.LayerNorm"),
+            ),
+        };
         let eps = c.layer_norm_eps;
         Ok(Layer {
             qkv: Linear::load_stacked(w, d, &qkv.each_ref().map(String::as_str), h, h)?,
-            attn_out: Linear::load(w, d, &format!("{p}.attention.output.dense"), h, h)?,
-            attn_norm: layer_norm(w, d, &format!("{p}.attention.output.LayerNorm"), h, eps)?,
+            attn_out: Linear::load(w, d, &out, h, h)?,
+            attn_norm: layer_norm(w, d, &norm, h, eps)?,
             intermediate: Linear::load(w, d, &format!("{p}.intermediate.dense"), f, h)?,
             output: Linear::load(w, d, &format!("{p}.output.dense"), h, f)?,
             out_norm: layer_norm(w, d, &format!("{p}.output.LayerNorm"), h, eps)?,
@@ -161,11 +177,17 @@ impl<D: Device> Layer<D> {
         })
     }
 
-    /// The layer's input is in `a.hidden` and its output lands there.
-    fn forward<O: Ops<Device = D>>(&self, ops: &O, batch: &Batch, a: &Acts<O::Mat>) {
+    /// The layer's input is in `a.hidden` and its output lands there; `bias` is MPNet's relative position bias.
+    fn forward<O: Ops<Device = D>>(
+        &self,
+        ops: &O,
+        batch: &Batch,
+        bias: Option<&RelativeBias<D>>,
+        a: &Acts<O::Mat>,
+    ) {
         self.qkv
             .forward(ops, a.hidden, Activation::None, None, a.qkv);
-        ops.attention(batch, a.qkv, self.attention, a.ctx);
+        ops.attention(batch, a.qkv, self.attention, bias, a.ctx);
         self.attn_out
             .forward(ops, a.ctx, Activation::None, Some(a.hidden), a.tmp);
         ops.layer_norm(a.tmp, &self.attn_norm);
@@ -186,12 +208,64 @@ fn attention_shape(c: &BertConfig) -> AttentionShape {
     }
 }
 
+/// MPNetEncoder's `relative_position_bucket` (its defaults: 32 buckets, distances up to 128): half the buckets
+/// for keys before the query, half after; distances under 8 exact, the rest logarithmic. In f32, as torch
+/// computes it.
+fn mpnet_bucket(relative: i64) -> usize {
+    const HALF: i64 = 16;
+    const EXACT: i64 = HALF / 2;
+    const MAX_DISTANCE: f32 = 128.0;
+    let n = -relative;
+    let side = if n < 0 { HALF } else { 0 };
+    let n = n.abs();
+    let within = if n < EXACT {
+        n
+    } else {
+        let log = (n as f32 / EXACT as f32).ln() / (MAX_DISTANCE / EXACT as f32).ln();
+        (EXACT + (log * (HALF - EXACT) as f32) as i64).min(HALF - 1)
+    };
+    (side + within) as usize
+}
+
+/// MPNet's relative position bias, as the op set takes it: the encoder's `relative_attention_bias` table
+/// (`[buckets, heads]`) laid out per head and distance for sequences of up to `reach` tokens.
+fn mpnet_bias<D: Device>(
+    w: &Weights,
+    d: &D,
+    c: &BertConfig,
+    reach: usize,
+) -> Result<RelativeBias<D>> {
+    let heads = c.num_attention_heads;
+    let buckets = c.relative_attention_num_buckets;
+    let weights = w.get("encoder.relative_attention_bias.weight", &[buckets, heads])?;
+    let width = 2 * reach - 1;
+    let mut table = Vec::with_capacity(heads * width);
+    for h in 0..heads {
+        for distance in -(reach as i64 - 1)..reach as i64 {
+            let bucket = mpnet_bucket(distance);
+            let v = weights.data().get(bucket * heads + h).ok_or_else(|| {
+                Error::model(
+                    w.path(),
+                    format!("relative_attention_num_buckets {buckets}: MPNet's attention uses 32"),
+                )
+            })?;
+            table.push(*v);
+        }
+    }
+    Ok(RelativeBias {
+        table: d.param(super::Tensor::from_vec(table))?,
+        reach,
+    })
+}
+
 /// A sentence-embedding BERT: encoder, pooling and optional L2 normalisation.
 pub struct Bert<D: Device> {
     pub config: BertConfig,
     pub head: Head,
     embeddings: Embeddings<D>,
     layers: Vec<Layer<D>>,
+    /// MPNet's relative position bias, shared by every layer.
+    bias: Option<RelativeBias<D>>,
     /// The longest sequence it runs ([`ModelDir::positions`]).
     positions: usize,
 }
@@ -208,6 +282,10 @@ impl<D: Device> Bert<D> {
             layers: (0..c.num_hidden_layers)
                 .map(|i| Layer::load(&w, device, c, i))
                 .collect::<Result<_>>()?,
+            bias: match c.family() {
+                BertFamily::Mpnet => Some(mpnet_bias(&w, device, c, dir.positions.max(1))?),
+                BertFamily::Bert | BertFamily::Roberta => None,
+            },
             config: c.clone(),
             head: Head::load(dir),
             positions: dir.positions,
@@ -268,8 +346,39 @@ impl<D: Device> Architecture<D> for Bert<D> {
         };
         self.embeddings.forward(ops, batch, a.hidden);
         for layer in &self.layers {
-            layer.forward(ops, batch, &a);
+            layer.forward(ops, batch, self.bias.as_ref(), &a);
         }
         self.head.forward(ops, batch, a.hidden, out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every distance from -300 to 300 falls in transformers' own bucket (`scripts/make_encoder_fixtures.py` wrote
+    /// them from `MPNetEncoder.relative_position_bucket`): the exact ones, the logarithmic ones, and the last one
+    /// past 128 on either side.
+    #[test]
+    fn mpnet_buckets_are_transformers_buckets() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/mpnet_mean/buckets.json");
+        let json: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).expect("buckets.json"))
+                .expect("JSON");
+        let (distances, buckets) = (&json["distances"], &json["buckets"]);
+        let pairs: Vec<(i64, u64)> = distances
+            .as_array()
+            .expect("distances")
+            .iter()
+            .zip(buckets.as_array().expect("buckets"))
+            .map(|(d, b)| (d.as_i64().expect("distance"), b.as_u64().expect("bucket")))
+            .collect();
+        assert_eq!(pairs.len(), 601);
+        for (distance, bucket) in pairs {
+            assert_eq!(
+                super::mpnet_bucket(distance) as u64,
+                bucket,
+                "distance {distance}"
+            );
+        }
     }
 }

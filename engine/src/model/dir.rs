@@ -33,33 +33,70 @@ pub struct BertConfig {
     pub position_embedding_type: String,
     /// The padding id, which RoBERTa's position ids count from (transformers' default for RoBERTa: 1).
     pub pad_token_id: Option<u32>,
+    /// Rows of MPNet's relative attention bias table.
+    #[serde(default = "default_buckets")]
+    pub relative_attention_num_buckets: usize,
 }
 
-/// `model_type`s and architectures of RoBERTa-family encoders (RoBERTa, XLM-RoBERTa): BERT's network with
-/// position ids after the padding id.
-const ROBERTA: [&str; 2] = ["roberta", "xlm-roberta"];
-const ROBERTA_ARCHITECTURES: [&str; 4] = [
-    "RobertaModel",
-    "RobertaForMaskedLM",
-    "XLMRobertaModel",
-    "XLMRobertaForMaskedLM",
+fn default_buckets() -> usize {
+    32
+}
+
+/// The encoders that run as BERT's network: BERT itself, RoBERTa (and XLM-RoBERTa), whose position ids count
+/// after the padding id, and MPNet, which numbers positions as RoBERTa, has no token types, and adds a relative
+/// position bias to its attention scores.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BertFamily {
+    Bert,
+    Roberta,
+    Mpnet,
+}
+
+/// Each family's `model_type`s and architecture names.
+const FAMILIES: [(BertFamily, &str, &[&str]); 4] = [
+    (BertFamily::Bert, "bert", &["BertModel", "BertForMaskedLM"]),
+    (
+        BertFamily::Roberta,
+        "roberta",
+        &["RobertaModel", "RobertaForMaskedLM"],
+    ),
+    (
+        BertFamily::Roberta,
+        "xlm-roberta",
+        &["XLMRobertaModel", "XLMRobertaForMaskedLM"],
+    ),
+    (
+        BertFamily::Mpnet,
+        "mpnet",
+        &["MPNetModel", "MPNetForMaskedLM"],
+    ),
 ];
 
+impl BertFamily {
+    /// The family a config's `model_type` or `architectures` name, if any.
+    fn of(model_type: &str, architectures: &[String]) -> Option<BertFamily> {
+        FAMILIES
+            .iter()
+            .find(|(_, t, archs)| {
+                *t == model_type || architectures.iter().any(|a| archs.contains(&a.as_str()))
+            })
+            .map(|&(family, _, _)| family)
+    }
+}
+
 impl BertConfig {
+    pub fn family(&self) -> BertFamily {
+        BertFamily::of(&self.model_type, &self.architectures).unwrap_or(BertFamily::Bert)
+    }
+
     /// Which row of the position table each token reads: its index (BERT), or RoBERTa's numbering after the
-    /// padding id.
+    /// padding id (RoBERTa, MPNet).
     pub fn position_ids(&self) -> PositionIds {
-        let roberta = ROBERTA.contains(&self.model_type.as_str())
-            || self
-                .architectures
-                .iter()
-                .any(|a| ROBERTA_ARCHITECTURES.contains(&a.as_str()));
-        if roberta {
-            PositionIds::AfterPadding {
+        match self.family() {
+            BertFamily::Bert => PositionIds::Index,
+            BertFamily::Roberta | BertFamily::Mpnet => PositionIds::AfterPadding {
                 pad: self.pad_token_id.unwrap_or(1),
-            }
-        } else {
-            PositionIds::Index
+            },
         }
     }
 
@@ -385,24 +422,21 @@ impl ModelDir {
         }
         let config_path = require(root.join("config.json"), "the model's config.json")?;
         let kind: Kind = read_json(&config_path)?;
-        let is = |model_type: &str, archs: &[&str]| {
-            kind.model_type == model_type
-                || kind
-                    .architectures
-                    .iter()
-                    .any(|a| archs.contains(&a.as_str()))
-        };
-        let roberta = ROBERTA.iter().any(|&t| is(t, &ROBERTA_ARCHITECTURES));
-        let config = if is("bert", &["BertModel", "BertForMaskedLM"]) || roberta {
+        let config = if BertFamily::of(&kind.model_type, &kind.architectures).is_some() {
             ModelConfig::Bert(read_bert(&config_path)?)
-        } else if is("qwen3", &["Qwen3Model", "Qwen3ForCausalLM"]) {
+        } else if kind.model_type == "qwen3"
+            || kind
+                .architectures
+                .iter()
+                .any(|a| ["Qwen3Model", "Qwen3ForCausalLM"].contains(&a.as_str()))
+        {
             ModelConfig::Qwen3(read_qwen3(&config_path)?)
         } else {
             return Err(Error::model(
                 &config_path,
                 format!(
                     "unsupported architecture {:?} (model_type {:?}): expected a BERT-family encoder (BertModel, \
-                     RobertaModel, XLMRobertaModel) or a Qwen3 model (Qwen3Model)",
+                     RobertaModel, XLMRobertaModel, MPNetModel) or a Qwen3 model (Qwen3Model)",
                     kind.architectures, kind.model_type
                 ),
             ));

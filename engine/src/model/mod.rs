@@ -11,7 +11,7 @@ pub mod synthetic;
 pub mod tiny;
 mod weights;
 
-pub use dir::{BertConfig, ModelConfig, ModelDir, Pooling, Qwen3Config, MAX_POSITIONS};
+pub use dir::{BertConfig, BertFamily, ModelConfig, ModelDir, Pooling, Qwen3Config, MAX_POSITIONS};
 pub use weights::{Tensor, Weights};
 
 use crate::backend::ops::{Architecture, Device, Layout, Ops};

@@ -8,7 +8,7 @@ use std::ops::Range;
 use super::{Model, ModelDir, Pooling, Tensor};
 use crate::backend::ops::{
     Activation, Architecture, AttentionShape, Device, Embedding, LayerNormWeights, Matrix, Ops,
-    Slot,
+    RelativeBias, Slot,
 };
 use crate::batch::Batch;
 use crate::error::Result;
@@ -110,7 +110,14 @@ impl Ops for Recorder {
         }
     }
 
-    fn attention(&self, _: &Batch, qkv: View, _: AttentionShape, ctx: View) {
+    fn attention(
+        &self,
+        _: &Batch,
+        qkv: View,
+        _: AttentionShape,
+        _: Option<&RelativeBias<Shapes>>,
+        ctx: View,
+    ) {
         self.f32_only("attention", &[qkv, ctx]);
     }
 

@@ -163,7 +163,7 @@ impl<D: Device> Layer<D> {
         self.input_norm.forward(ops, a.hidden, a.normed);
         ops.linear(a.normed, &self.qkv, Activation::None, None, a.qkv);
         self.qk_norm_rotary.forward(ops, batch, a.qkv, rotary);
-        ops.attention(batch, a.qkv, self.attention, a.ctx);
+        ops.attention(batch, a.qkv, self.attention, None, a.ctx);
         ops.linear(
             a.ctx,
             &self.o_proj,

@@ -73,8 +73,9 @@ pub struct Weights {
 }
 
 /// The prefixes tensor names may carry: none, or the base model's attribute in a checkpoint saved from a model
-/// with a head (`BertForMaskedLM`'s `bert.`, `XLMRobertaForMaskedLM`'s `roberta.`, `Qwen3ForCausalLM`'s `model.`).
-const PREFIXES: [&str; 4] = ["", "bert.", "roberta.", "model."];
+/// with a head (`BertForMaskedLM`'s `bert.`, `XLMRobertaForMaskedLM`'s `roberta.`, `MPNetForMaskedLM`'s `mpnet.`,
+/// `Qwen3ForCausalLM`'s `model.`).
+const PREFIXES: [&str; 5] = ["", "bert.", "roberta.", "mpnet.", "model."];
 
 impl Weights {
     /// Opens `path` and finds the prefix its tensor names carry (one of [`PREFIXES`]) by looking for

@@ -33,6 +33,8 @@ struct Case {
     d: usize,
     causal: bool,
     lens: Vec<usize>,
+    /// With a relative position bias (MPNet's) on every score.
+    bias: bool,
 }
 
 /// Runs `kernel` on `case` under the emulation and checks every output against an f64 reference (of Q, K and V
@@ -44,6 +46,7 @@ fn check(binary: &Path, kernel: Kernel, case: &Case, seed: u64) -> f64 {
         d,
         causal,
         ref lens,
+        bias,
     } = *case;
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let seqs: Vec<Vec<u32>> = lens.iter().map(|&n| vec![7; n]).collect();
@@ -72,6 +75,15 @@ fn check(binary: &Path, kernel: Kernel, case: &Case, seed: u64) -> f64 {
         }
     }
     let scale = 1.0 / (d as f32).sqrt();
+    // The bias table covers sequences a little longer than the longest here; none: reach 0.
+    let reach = if bias {
+        lens.iter().max().unwrap() + 3
+    } else {
+        0
+    };
+    let table: Vec<f32> = (0..heads * (2 * reach).saturating_sub(1))
+        .map(|_| rng.gen_range(-3.0..3.0))
+        .collect();
 
     let mut input: Vec<u8> = Vec::new();
     let mut int = |v: usize| input.extend_from_slice(&(v as i32).to_le_bytes());
@@ -95,7 +107,8 @@ fn check(binary: &Path, kernel: Kernel, case: &Case, seed: u64) -> f64 {
         input.extend_from_slice(&v.to_le_bytes());
     }
     input.extend_from_slice(&scale.to_le_bytes());
-    for v in &qkv {
+    input.extend_from_slice(&(reach as i32).to_le_bytes());
+    for v in table.iter().chain(&qkv) {
         input.extend_from_slice(&v.to_le_bytes());
     }
     let mut out = Output(execute(binary, &format!("{seed}"), &input));
@@ -133,6 +146,11 @@ fn check(binary: &Path, kernel: Kernel, case: &Case, seed: u64) -> f64 {
                 let scores: Vec<f64> = (0..visible)
                     .map(|j| {
                         (0..d).map(|e| at(i, qc + e) * at(j, kc + e)).sum::<f64>() * scale as f64
+                            + if bias {
+                                table[h * (2 * reach - 1) + j + reach - 1 - i] as f64
+                            } else {
+                                0.0
+                            }
                     })
                     .collect();
                 let top = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
@@ -165,17 +183,18 @@ fn check(binary: &Path, kernel: Kernel, case: &Case, seed: u64) -> f64 {
 
 fn describe(c: &Case) -> String {
     format!(
-        "{} heads / {} kv, d {}, {}, lengths {:?}",
+        "{} heads / {} kv, d {}, {}{}, lengths {:?}",
         c.heads,
         c.kv_heads,
         c.d,
         if c.causal { "causal" } else { "bidirectional" },
+        if c.bias { ", relative bias" } else { "" },
         c.lens
     )
 }
 
 fn cases() -> Vec<Case> {
-    vec![
+    let mut cases = vec![
         // BERT-like: one-token, single-tile, ragged multi-tile sequences.
         Case {
             heads: 4,
@@ -183,6 +202,7 @@ fn cases() -> Vec<Case> {
             d: 32,
             causal: false,
             lens: vec![1, 12, 17, 40, 5],
+            bias: false,
         },
         // Qwen3-like: causal, two query heads per key/value head.
         Case {
@@ -191,6 +211,7 @@ fn cases() -> Vec<Case> {
             d: 64,
             causal: true,
             lens: vec![3, 33, 16, 70],
+            bias: false,
         },
         // A head of 96: three warps' columns, six k-steps of Q Kᵀ, twelve n-blocks of P V.
         Case {
@@ -199,6 +220,7 @@ fn cases() -> Vec<Case> {
             d: 96,
             causal: false,
             lens: vec![20, 9],
+            bias: false,
         },
         // The widest head, both ways, one key/value head for two query heads; 70 keys span several warps' tiles.
         Case {
@@ -207,6 +229,7 @@ fn cases() -> Vec<Case> {
             d: 128,
             causal: false,
             lens: vec![70, 2],
+            bias: false,
         },
         Case {
             heads: 2,
@@ -214,8 +237,21 @@ fn cases() -> Vec<Case> {
             d: 128,
             causal: true,
             lens: vec![2, 70],
+            bias: false,
         },
-    ]
+    ];
+    // MPNet's relative position bias on the BERT-like case, and with the Qwen3-like causal mask and grouped heads
+    // (no model has both today; the op allows it).
+    let biased: Vec<Case> = cases[..2]
+        .iter()
+        .map(|c| Case {
+            lens: c.lens.clone(),
+            bias: true,
+            ..*c
+        })
+        .collect();
+    cases.extend(biased);
+    cases
 }
 
 fn run(kernel: Kernel, tolerance: f64) {

@@ -28,15 +28,34 @@ pub fn scratch_floats(isa: Isa, max_len: usize, d: usize, bf16: bool) -> usize {
     f32_need.max(keys * d.div_ceil(2) + d.div_ceil(nr) * nr * lp + mr * keys + mr * lp)
 }
 
-/// `ctx[:, head] = softmax(Q Kᵀ / √d) V` for every sequence and head, from the fused `[Q | K | V]` projection
-/// `qkv` in f32, or (`qkv16`) rounded to bf16 for the bf16 tiles. One task per (sequence, key/value head) packs
-/// that head's keys and values once and serves every query head of its group (grouped-query attention).
+/// A relative position bias ([`crate::backend::ops::RelativeBias`]): `2·reach − 1` floats per head, the one
+/// for key `j` of query `i` at `(j − i) + reach − 1`.
+#[derive(Clone, Copy)]
+pub struct Bias<'a> {
+    pub table: &'a [f32],
+    pub reach: usize,
+}
+
+impl<'a> Bias<'a> {
+    /// Head `head`'s bias for query `q` against keys `0..`: indexed by the key.
+    fn row(self, head: usize, q: usize) -> &'a [f32] {
+        let start = head * (2 * self.reach - 1) + self.reach - 1 - q;
+        &self.table[start..start + self.reach + q]
+    }
+}
+
+/// `ctx[:, head] = softmax(Q Kᵀ / √d + bias) V` for every sequence and head, from the fused `[Q | K | V]`
+/// projection `qkv` in f32, or (`qkv16`) rounded to bf16 for the bf16 tiles. One task per (sequence, key/value
+/// head) packs that head's keys and values once and serves every query head of its group (grouped-query
+/// attention).
+#[allow(clippy::too_many_arguments)]
 pub fn attention(
     par: &dyn Par,
     offsets: &[usize],
     qkv: Mat,
     qkv16: Option<Mat<u16>>,
     shape: AttentionShape,
+    bias: Option<Bias>,
     ctx: Mat,
     scratch: &Scratch,
 ) {
@@ -67,6 +86,12 @@ pub fn attention(
         ctx.cols
     );
     let max_len = offsets.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
+    assert!(
+        bias.is_none_or(|b| max_len <= b.reach
+            && b.reach > 0
+            && b.table.len() == shape.heads * (2 * b.reach - 1)),
+        "attention: the bias table does not cover these heads and lengths"
+    );
     match qkv16 {
         #[cfg(target_arch = "x86_64")]
         Some(q16) => {
@@ -82,7 +107,7 @@ pub fn attention(
                 "attention: scratch too small"
             );
             to_bf16_rows(par, qkv, q16);
-            attention_bf16(par, offsets, q16, shape, ctx, scratch)
+            attention_bf16(par, offsets, q16, shape, bias, ctx, scratch)
         }
         #[cfg(not(target_arch = "x86_64"))]
         Some(_) => unreachable!("bf16 operands are only made where AVX512-BF16 exists"),
@@ -91,7 +116,7 @@ pub fn attention(
                 scratch.floats_per_slab() >= scratch_floats(Isa::detect(), max_len, d, false),
                 "attention: scratch too small"
             );
-            attention_f32(par, offsets, qkv, shape, ctx, scratch)
+            attention_f32(par, offsets, qkv, shape, bias, ctx, scratch)
         }
     }
 }
@@ -118,6 +143,7 @@ fn attention_f32(
     offsets: &[usize],
     qkv: Mat,
     shape: AttentionShape,
+    bias: Option<Bias>,
     ctx: Mat,
     scratch: &Scratch,
 ) {
@@ -159,6 +185,7 @@ fn attention_f32(
                             visible(shape, q0 + r, len),
                             seen,
                             scale,
+                            bias.map(|b| b.row(head, q0 + r)),
                         );
                     }
                     for p in 0..d.div_ceil(nr) {
@@ -172,10 +199,18 @@ fn attention_f32(
     });
 }
 
-/// Softmax over a score row's first `visible` keys, and zero probability for the rest of the `seen` keys the
-/// value product reads.
-fn softmax_visible(row: &mut [f32], visible: usize, seen: usize, scale: f32) {
-    kernels::softmax_rows(&mut row[..visible], visible, scale);
+/// Softmax of `scale ·` a score row's first `visible` keys, plus `bias` (by key) when given, and zero probability
+/// for the rest of the `seen` keys the value product reads.
+fn softmax_visible(row: &mut [f32], visible: usize, seen: usize, scale: f32, bias: Option<&[f32]>) {
+    match bias {
+        Some(bias) => {
+            for (v, b) in row[..visible].iter_mut().zip(bias) {
+                *v = *v * scale + b;
+            }
+            kernels::softmax_rows(&mut row[..visible], visible, 1.0);
+        }
+        None => kernels::softmax_rows(&mut row[..visible], visible, scale),
+    }
     row[visible..seen].fill(0.0);
 }
 
@@ -204,6 +239,7 @@ fn attention_bf16(
     offsets: &[usize],
     qkv: Mat<u16>,
     shape: AttentionShape,
+    bias: Option<Bias>,
     ctx: Mat,
     scratch: &Scratch,
 ) {
@@ -254,7 +290,8 @@ fn attention_bf16(
                     }
                     for r in 0..rows {
                         let probs = scores.row_mut(r);
-                        softmax_visible(probs, visible(shape, q0 + r, len), seen, scale);
+                        let b = bias.map(|b| b.row(head, q0 + r));
+                        softmax_visible(probs, visible(shape, q0 + r, len), seen, scale, b);
                         gemm::to_bf16(&probs[..seen], &mut p_tile[r * 2 * lp..(r + 1) * 2 * lp]);
                     }
                     for p in 0..d.div_ceil(nr) {
@@ -282,7 +319,12 @@ mod tests {
     use rand::{Rng, SeedableRng};
 
     /// Attention by its definition, in f64, one sequence and query head at a time.
-    fn reference(offsets: &[usize], qkv: &[f32], shape: AttentionShape) -> Vec<f32> {
+    fn reference(
+        offsets: &[usize],
+        qkv: &[f32],
+        shape: AttentionShape,
+        bias: Option<Bias>,
+    ) -> Vec<f32> {
         let (d, w) = (shape.head_dim, shape.qkv_width());
         let h = shape.heads * d;
         let mut out = vec![0.0; offsets[offsets.len() - 1] * h];
@@ -301,6 +343,9 @@ mod tests {
                                 })
                                 .sum::<f64>()
                                 / (d as f64).sqrt()
+                                + bias.map_or(0.0, |b| {
+                                    b.table[head * (2 * b.reach - 1) + k + b.reach - 1 - i] as f64
+                                })
                         })
                         .collect();
                     let max = scores.iter().cloned().fold(f64::MIN, f64::max);
@@ -318,7 +363,7 @@ mod tests {
     }
 
     #[test]
-    fn ragged_attention_matches_the_definition_bidirectional_causal_and_grouped() {
+    fn ragged_attention_matches_the_definition_bidirectional_causal_grouped_and_biased() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(9);
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(2)
@@ -349,9 +394,23 @@ mod tests {
                 let w = shape.qkv_width();
                 let mut qkv: Vec<f32> = (0..t * w).map(|_| rng.gen_range(-2.0..2.0)).collect();
                 let max_len = *lens.iter().max().unwrap();
-                let expect = reference(&offsets, &qkv, shape);
+                // A relative position bias (MPNet's) for sequences a little longer than the longest here.
+                let reach = max_len + 2;
+                let table: Vec<f32> = (0..heads * (2 * reach - 1))
+                    .map(|_| rng.gen_range(-3.0..3.0))
+                    .collect();
+                let bias = Bias {
+                    table: &table,
+                    reach,
+                };
                 // bf16 rounds Q, K, V and the probabilities to 8 significant bits; f32 only reorders sums.
-                for (bf16, tolerance) in [(false, 1e-5), (true, 3e-2)] {
+                for (bf16, tolerance, bias) in [
+                    (false, 1e-5, None),
+                    (true, 3e-2, None),
+                    (false, 1e-5, Some(bias)),
+                    (true, 3e-2, Some(bias)),
+                ] {
+                    let expect = reference(&offsets, &qkv, shape, bias);
                     if bf16 && !gemm::bf16_supported() {
                         eprintln!("SKIPPED: bf16 attention (this CPU has no AVX512-BF16)");
                         continue;
@@ -363,11 +422,13 @@ mod tests {
                     let q16 = bf16.then(|| Mat::new(&mut qkv16, t, w));
                     let c = Mat::new(&mut ctx, t, heads * head_dim);
                     let q = Mat::new(&mut qkv, t, w);
-                    attention(&Eager { pool: &pool }, &offsets, q, q16, shape, c, &scratch);
+                    let par = Eager { pool: &pool };
+                    attention(&par, &offsets, q, q16, shape, bias, c, &scratch);
                     for (i, (a, e)) in ctx.iter().zip(&expect).enumerate() {
                         assert!(
                             (a - e).abs() < tolerance,
-                            "bf16={bf16} {shape:?} [{i}]: {a} vs {e}"
+                            "bf16={bf16} bias={} {shape:?} [{i}]: {a} vs {e}",
+                            bias.is_some()
                         );
                     }
                 }

@@ -8,7 +8,7 @@ use super::gemm::{self, Epilogue, Isa, PackedB};
 use super::kernels;
 use super::par::{Mat, Par, Scratch};
 use crate::backend::ops::{
-    Activation, AttentionShape, Device, Embedding, LayerNormWeights, Matrix, Ops,
+    Activation, AttentionShape, Device, Embedding, LayerNormWeights, Matrix, Ops, RelativeBias,
 };
 use crate::batch::{Batch, Readout};
 use crate::dtype::Dtype;
@@ -275,14 +275,26 @@ impl<'a> Ops for CpuPass<'a> {
         });
     }
 
-    fn attention(&self, batch: &Batch, qkv: Mat<'a>, shape: AttentionShape, ctx: Mat<'a>) {
+    fn attention(
+        &self,
+        batch: &Batch,
+        qkv: Mat<'a>,
+        shape: AttentionShape,
+        bias: Option<&RelativeBias<Cpu>>,
+        ctx: Mat<'a>,
+    ) {
         let qkv16 = self.qkv16.map(|m| m.top(qkv.rows));
+        let bias = bias.map(|b| attention::Bias {
+            table: b.table.data(),
+            reach: b.reach,
+        });
         attention::attention(
             self.par,
             batch.offsets(),
             qkv,
             qkv16,
             shape,
+            bias,
             ctx,
             self.scratch,
         );

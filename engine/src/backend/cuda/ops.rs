@@ -17,7 +17,7 @@ use super::device::{Cuda, CudaLinear, CudaParam};
 use super::gemm::Gemm;
 use super::mat::{CudaMat, Shadow};
 use crate::backend::ops::{
-    Activation, AttentionShape, Embedding, LayerNormWeights, Ops, PositionIds,
+    Activation, AttentionShape, Embedding, LayerNormWeights, Ops, PositionIds, RelativeBias,
 };
 use crate::batch::Batch;
 use crate::config::GpuAttention;
@@ -455,7 +455,14 @@ impl<'a> Ops for CudaPass<'a> {
         }
     }
 
-    fn attention(&self, _batch: &Batch, qkv: CudaMat, shape: AttentionShape, ctx: CudaMat) {
+    fn attention(
+        &self,
+        batch: &Batch,
+        qkv: CudaMat,
+        shape: AttentionShape,
+        bias: Option<&RelativeBias<Cuda>>,
+        ctx: CudaMat,
+    ) {
         f32_views("attention", &[qkv, ctx]);
         let AttentionShape {
             heads,
@@ -473,7 +480,14 @@ impl<'a> Ops for CudaPass<'a> {
             qkv.cols,
             ctx.cols
         );
+        assert!(
+            bias.is_none_or(
+                |b| b.reach >= batch.max_len() && b.table.data.len() == heads * b.row_len()
+            ),
+            "attention: the bias table does not cover these heads and lengths"
+        );
         let (kernel, threads, smem) = attention_launch(self.device.attention, d);
+        let s = &self.device.stream;
         self.launch_producing(
             kernel,
             LaunchConfig {
@@ -494,6 +508,8 @@ impl<'a> Ops for CudaPass<'a> {
                 Self::i(d),
                 Arg::I32(causal as i32),
                 Arg::F32(1.0 / (d as f32).sqrt()),
+                Arg::Ptr(bias.map_or(0, |b| ptr(&b.table.data, s))),
+                Self::i(bias.map_or(0, |b| b.reach)),
             ],
             ctx,
         );

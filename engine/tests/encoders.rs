@@ -1,7 +1,9 @@
-//! The RoBERTa family (BERT's network, positions numbered after the padding id) against sentence-transformers,
-//! on the tiny random-weight models `scripts/make_roberta_fixtures.py` made: XLM-RoBERTa with an XLM-R-style
-//! Unigram tokenizer, mean pooling and Normalize (multilingual-e5's shape), and RoBERTa with a byte-level BPE and
-//! `RobertaProcessing`, CLS pooling, no Normalize. Their texts put `<pad>` inside sequences (it takes the padding
+//! The BERT family beyond BERT against sentence-transformers, on the tiny random-weight models
+//! `scripts/make_encoder_fixtures.py` made: XLM-RoBERTa with an XLM-R-style Unigram tokenizer, mean pooling and
+//! Normalize (multilingual-e5's shape); RoBERTa with a byte-level BPE and `RobertaProcessing`, CLS pooling, no
+//! Normalize; MPNet (all-mpnet-base-v2's architecture: a relative position bias on every attention score, no token
+//! types) with a WordPiece, mean pooling and Normalize, on sequences long enough to reach its last distance bucket.
+//! All three number positions after the padding id: their texts put `<pad>` inside sequences (it takes the padding
 //! row and does not advance the positions after it), `<mask>` after whitespace it strips, and run past
 //! max_seq_length; the default, in-house tokenizer must give sentence-transformers' ids.
 
@@ -10,7 +12,7 @@ use engine::Dtype;
 mod common;
 use common::models::{assert_batch_invariant_and_replay_bitwise, bf16_runs, check};
 
-const MODELS: [&str; 2] = ["xlmr_mean", "roberta_cls"];
+const MODELS: [&str; 3] = ["xlmr_mean", "roberta_cls", "mpnet_mean"];
 
 #[test]
 fn f32_matches_sentence_transformers() {

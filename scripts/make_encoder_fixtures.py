@@ -1,21 +1,26 @@
 #!/usr/bin/env python3
-"""Tiny random-weight RoBERTa-family models and their sentence-transformers embeddings, for the engine's tests.
+"""Tiny random-weight encoders of the BERT family beyond BERT, and their sentence-transformers embeddings.
 
-Two complete sentence-transformers directories under engine/tests/fixtures/:
+Three complete sentence-transformers directories under engine/tests/fixtures/:
   - xlmr_mean: XLMRobertaModel (multilingual-e5's and paraphrase-multilingual's family) with the shipped
     XLM-R-style Unigram tokenizer (workloads/vocab/xlmr_style_unigram_1k_tokenizer.json) given XLM-R's special
     tokens (`<s> <pad> </s> <unk>`, and `<mask>` taking in the whitespace before it), mean pooling, Normalize;
   - roberta_cls: RobertaModel with a byte-level BPE of RoBERTa's pipeline (ByteLevel pre-tokenizer, RobertaProcessing
-    post-processor, the same special tokens), trained here on the shipped corpora, CLS pooling, no Normalize.
+    post-processor, the same special tokens), trained here on the shipped corpora, CLS pooling, no Normalize;
+  - mpnet_mean: MPNetModel (all-mpnet-base-v2's architecture: RoBERTa's positions, no token types, a relative
+    position bias on every attention score) with a WordPiece of MPNet's pipeline (BERT's normaliser and
+    pre-tokeniser, `<s> $A </s>`), mean pooling, Normalize, and sequences of up to 160 tokens, so that distances past
+    MPNet's 128 (its last, capped bucket) occur. Also writes mpnet_mean/buckets.json: transformers' own
+    relative_position_bucket for every distance from -300 to 300.
 
-Both number positions as RoBERTa does (from pad_token_id + 1, a `<pad>` inside a text taking the padding row and
+All number positions as RoBERTa does (from pad_token_id + 1, a `<pad>` inside a text taking the padding row and
 not advancing the count), so the texts include `<pad>`, `<mask>` and `<s>` among runs of whitespace, and texts
 past max_seq_length. Weights are seeded random, every row of every table (the padding rows too) perturbed so that
 reading a wrong row shows.
 
 Writes each directory plus reference.jsonl (text, ids as sentence-transformers tokenizes them, embedding as base64
 little-endian f32). Needs the peers venv (bash scripts/setup_peers.sh). Run from the repository root:
-  ~/.cache/embedding-workbench/peers-venv/bin/python scripts/make_roberta_fixtures.py
+  ~/.cache/embedding-workbench/peers-venv/bin/python scripts/make_encoder_fixtures.py
 """
 import base64
 import json
@@ -25,13 +30,15 @@ from pathlib import Path
 
 import torch
 from sentence_transformers import SentenceTransformer, models
-from tokenizers import AddedToken, Tokenizer, decoders, models as tok_models, pre_tokenizers, processors, trainers
-from transformers import PreTrainedTokenizerFast, RobertaConfig, RobertaModel, XLMRobertaConfig, XLMRobertaModel
+from tokenizers import (AddedToken, Tokenizer, decoders, models as tok_models, normalizers, pre_tokenizers, processors,
+                        trainers)
+from transformers import (MPNetConfig, MPNetModel, PreTrainedTokenizerFast, RobertaConfig, RobertaModel,
+                          XLMRobertaConfig, XLMRobertaModel)
+from transformers.models.mpnet.modeling_mpnet import MPNetEncoder
 
 import fixture_texts  # scripts/fixture_texts.py
 
 OUT = Path("engine/tests/fixtures")
-MAX_SEQ = 64
 SPECIALS = ["<s>", "<pad>", "</s>", "<unk>"]
 
 
@@ -66,6 +73,22 @@ def roberta_tokenizer():
     return tok
 
 
+def mpnet_tokenizer():
+    tok = Tokenizer(tok_models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    trainer = trainers.WordPieceTrainer(vocab_size=700, limit_alphabet=300,
+                                        special_tokens=["<s>", "<pad>", "</s>", "[UNK]", "<mask>"],
+                                        show_progress=False)
+    tok.train_from_iterator(corpus(), trainer)
+    tok.add_special_tokens(["<s>", "<pad>", "</s>", "[UNK]"])
+    tok.add_special_tokens([AddedToken("<mask>", lstrip=True, rstrip=False, normalized=False, special=True)])
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A </s>", special_tokens=[
+        ("<s>", tok.token_to_id("<s>")), ("</s>", tok.token_to_id("</s>"))])
+    tok.decoder = decoders.WordPiece()
+    return tok
+
+
 def texts():
     picks = fixture_texts.sample(20261206)
     # Special tokens' text inside texts: a `<pad>` id mid-sequence, `<mask>` eating the whitespace before it.
@@ -80,7 +103,7 @@ def texts():
     return picks
 
 
-def make(name, arch, tok, pooling, normalize, seed):
+def make(name, arch, tok, pooling, normalize, seed, max_seq):
     d = OUT / name
     shutil.rmtree(d, ignore_errors=True)
     work = OUT / f"{name}_hf"
@@ -89,20 +112,23 @@ def make(name, arch, tok, pooling, normalize, seed):
     config_class, model_class = arch
     pad = tok.token_to_id("<pad>")
     config = config_class(vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=128,
-                          num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=MAX_SEQ + pad + 1,
+                          num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=max_seq + pad + 1,
                           type_vocab_size=1, layer_norm_eps=1e-5, pad_token_id=pad,
                           bos_token_id=tok.token_to_id("<s>"), eos_token_id=tok.token_to_id("</s>"),
                           attn_implementation="eager")
     model = model_class(config, add_pooling_layer=False).eval()
     with torch.no_grad():
         for n, p in model.named_parameters():
-            # Every row random, the padding rows nn.Embedding zeroes included.
-            p.copy_(0.1 * torch.randn_like(p) + (1.0 if n.endswith("LayerNorm.weight") else 0.0))
+            # Every row random, the padding rows nn.Embedding zeroes included; MPNet's relative bias at the scale of
+            # the scores, so that a wrong bucket shows.
+            std = 1.0 if "relative_attention_bias" in n else 0.1
+            p.copy_(std * torch.randn_like(p) + (1.0 if n.endswith("LayerNorm.weight") else 0.0))
     model.save_pretrained(work, safe_serialization=True)
+    unk = "[UNK]" if tok.token_to_id("[UNK]") is not None else "<unk>"
     PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
-                            unk_token="<unk>", mask_token="<mask>", cls_token="<s>",
+                            unk_token=unk, mask_token="<mask>", cls_token="<s>",
                             sep_token="</s>").save_pretrained(work)
-    transformer = models.Transformer(str(work), max_seq_length=MAX_SEQ)
+    transformer = models.Transformer(str(work), max_seq_length=max_seq)
     modules = [transformer, models.Pooling(64, pooling_mode=pooling)]
     if normalize:
         modules.append(models.Normalize())
@@ -117,7 +143,7 @@ def make(name, arch, tok, pooling, normalize, seed):
     emb = st.encode(batch, batch_size=4, convert_to_numpy=True)
     ids = [st.tokenize([t])["input_ids"][0].tolist() for t in batch]
     assert any(pad in i[1:-1] for i in ids), "no text puts <pad> inside a sequence"
-    assert any(len(i) == MAX_SEQ for i in ids), "no text reaches max_seq_length"
+    assert any(len(i) == max_seq for i in ids), "no text reaches max_seq_length"
     with open(d / "reference.jsonl", "w", encoding="utf-8") as f:
         for t, i, e in zip(batch, ids, emb):
             b64 = base64.b64encode(struct.pack(f"<{len(e)}f", *e.tolist())).decode()
@@ -127,8 +153,12 @@ def make(name, arch, tok, pooling, normalize, seed):
 
 def main():
     torch.set_num_threads(2)
-    make("xlmr_mean", (XLMRobertaConfig, XLMRobertaModel), xlmr_tokenizer(), "mean", True, 3)
-    make("roberta_cls", (RobertaConfig, RobertaModel), roberta_tokenizer(), "cls", False, 4)
+    make("xlmr_mean", (XLMRobertaConfig, XLMRobertaModel), xlmr_tokenizer(), "mean", True, 3, 64)
+    make("roberta_cls", (RobertaConfig, RobertaModel), roberta_tokenizer(), "cls", False, 4, 64)
+    make("mpnet_mean", (MPNetConfig, MPNetModel), mpnet_tokenizer(), "mean", True, 5, 160)
+    distances = torch.arange(-300, 301)
+    buckets = MPNetEncoder.relative_position_bucket(distances).tolist()
+    (OUT / "mpnet_mean/buckets.json").write_text(json.dumps({"distances": distances.tolist(), "buckets": buckets}))
 
 
 if __name__ == "__main__":
