@@ -1,4 +1,4 @@
-"""The texts the tiny-model fixture scripts (make_qwen3_fixtures.py, make_roberta_fixtures.py) embed: a seeded
+"""The texts the tiny-model fixture scripts (make_qwen3_fixtures.py, make_encoder_fixtures.py) embed: a seeded
 sample of the shipped corpora, every length regime and script, nasty unicode included."""
 import json
 import random

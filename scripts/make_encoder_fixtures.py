@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Tiny random-weight encoders of the BERT family beyond BERT, and their sentence-transformers embeddings.
 
-Three complete sentence-transformers directories under engine/tests/fixtures/:
+Four complete sentence-transformers directories under engine/tests/fixtures/:
   - xlmr_mean: XLMRobertaModel (multilingual-e5's and paraphrase-multilingual's family) with the shipped
     XLM-R-style Unigram tokenizer (workloads/vocab/xlmr_style_unigram_1k_tokenizer.json) given XLM-R's special
     tokens (`<s> <pad> </s> <unk>`, and `<mask>` taking in the whitespace before it), mean pooling, Normalize;
@@ -11,12 +11,18 @@ Three complete sentence-transformers directories under engine/tests/fixtures/:
     position bias on every attention score) with a WordPiece of MPNet's pipeline (BERT's normaliser and
     pre-tokeniser, `<s> $A </s>`), mean pooling, Normalize, and sequences of up to 160 tokens, so that distances past
     MPNet's 128 (its last, capped bucket) occur. Also writes mpnet_mean/buckets.json: transformers' own
-    relative_position_bucket for every distance from -300 to 300.
+    relative_position_bucket for every distance from -300 to 300;
+  - distilbert_mean: DistilBertModel (msmarco-distilbert's and multi-qa-distilbert's) with a WordPiece of BERT's
+    special tokens and its own post-processor (BertProcessing), mean pooling, no Normalize.
 
-All number positions as RoBERTa does (from pad_token_id + 1, a `<pad>` inside a text taking the padding row and
+The first three number positions as RoBERTa does (from pad_token_id + 1, a `<pad>` inside a text taking the padding row and
 not advancing the count), so the texts include `<pad>`, `<mask>` and `<s>` among runs of whitespace, and texts
 past max_seq_length. Weights are seeded random, every row of every table (the padding rows too) perturbed so that
 reading a wrong row shows.
+
+The WordPiece trainer breaks ties between equally frequent pieces in hash order, so a rerun may give mpnet_mean
+and distilbert_mean another vocabulary; a run's files (tokenizer, ids, embeddings) always agree among themselves,
+which is what the tests need. The other two come out byte for byte the same.
 
 Writes each directory plus reference.jsonl (text, ids as sentence-transformers tokenizes them, embedding as base64
 little-endian f32). Needs the peers venv (bash scripts/setup_peers.sh). Run from the repository root:
@@ -32,8 +38,8 @@ import torch
 from sentence_transformers import SentenceTransformer, models
 from tokenizers import (AddedToken, Tokenizer, decoders, models as tok_models, normalizers, pre_tokenizers, processors,
                         trainers)
-from transformers import (MPNetConfig, MPNetModel, PreTrainedTokenizerFast, RobertaConfig, RobertaModel,
-                          XLMRobertaConfig, XLMRobertaModel)
+from transformers import (DistilBertConfig, DistilBertModel, MPNetConfig, MPNetModel, PreTrainedTokenizerFast,
+                          RobertaConfig, RobertaModel, XLMRobertaConfig, XLMRobertaModel)
 from transformers.models.mpnet.modeling_mpnet import MPNetEncoder
 
 import fixture_texts  # scripts/fixture_texts.py
@@ -73,20 +79,59 @@ def roberta_tokenizer():
     return tok
 
 
-def mpnet_tokenizer():
+def wordpiece(specials, mask):
+    """A WordPiece of BERT's pipeline (normaliser, pre-tokeniser), `specials` first in its vocabulary and added,
+    `mask` added taking in the whitespace before it."""
     tok = Tokenizer(tok_models.WordPiece(unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    trainer = trainers.WordPieceTrainer(vocab_size=700, limit_alphabet=300,
-                                        special_tokens=["<s>", "<pad>", "</s>", "[UNK]", "<mask>"],
+    trainer = trainers.WordPieceTrainer(vocab_size=700, limit_alphabet=300, special_tokens=specials + [mask],
                                         show_progress=False)
     tok.train_from_iterator(corpus(), trainer)
-    tok.add_special_tokens(["<s>", "<pad>", "</s>", "[UNK]"])
-    tok.add_special_tokens([AddedToken("<mask>", lstrip=True, rstrip=False, normalized=False, special=True)])
-    tok.post_processor = processors.TemplateProcessing(single="<s> $A </s>", special_tokens=[
-        ("<s>", tok.token_to_id("<s>")), ("</s>", tok.token_to_id("</s>"))])
+    tok.add_special_tokens(specials)
+    tok.add_special_tokens([AddedToken(mask, lstrip=True, rstrip=False, normalized=False, special=True)])
     tok.decoder = decoders.WordPiece()
     return tok
+
+
+def mpnet_tokenizer():
+    tok = wordpiece(["<s>", "<pad>", "</s>", "[UNK]"], "<mask>")
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A </s>", special_tokens=[
+        ("<s>", tok.token_to_id("<s>")), ("</s>", tok.token_to_id("</s>"))])
+    return tok
+
+
+def bert_tokenizer():
+    """BERT's special tokens and its own post-processor (BertProcessing), as older BERT tokenizer.json files have."""
+    tok = wordpiece(["[PAD]", "[UNK]", "[CLS]", "[SEP]"], "[MASK]")
+    tok.post_processor = processors.BertProcessing(("[SEP]", tok.token_to_id("[SEP]")),
+                                                   ("[CLS]", tok.token_to_id("[CLS]")))
+    return tok
+
+
+ROBERTA_SPECIALS = dict(bos_token="<s>", eos_token="</s>", pad_token="<pad>", mask_token="<mask>", cls_token="<s>",
+                        sep_token="</s>")
+BERT_SPECIALS = dict(pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
+
+
+def roberta_like(config_class, model_class):
+    """RoBERTa's, XLM-R's and MPNet's configs: positions after the padding id, so the table is 1 + pad longer."""
+    def build(tok, max_seq):
+        pad = tok.token_to_id("<pad>")
+        config = config_class(vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=128,
+                              num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=max_seq + pad + 1,
+                              type_vocab_size=1, layer_norm_eps=1e-5, pad_token_id=pad,
+                              bos_token_id=tok.token_to_id("<s>"), eos_token_id=tok.token_to_id("</s>"),
+                              attn_implementation="eager")
+        return model_class(config, add_pooling_layer=False).eval()
+    return build
+
+
+def distilbert(tok, max_seq):
+    config = DistilBertConfig(vocab_size=tok.get_vocab_size(), dim=64, n_layers=2, n_heads=4, hidden_dim=128,
+                              max_position_embeddings=max_seq, activation="gelu", pad_token_id=tok.token_to_id("[PAD]"),
+                              attn_implementation="eager")
+    return DistilBertModel(config).eval()
 
 
 def texts():
@@ -103,31 +148,23 @@ def texts():
     return picks
 
 
-def make(name, arch, tok, pooling, normalize, seed, max_seq):
+def make(name, build, tok, specials, pooling, normalize, seed, max_seq):
     d = OUT / name
     shutil.rmtree(d, ignore_errors=True)
     work = OUT / f"{name}_hf"
     shutil.rmtree(work, ignore_errors=True)
     torch.manual_seed(seed)
-    config_class, model_class = arch
-    pad = tok.token_to_id("<pad>")
-    config = config_class(vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=128,
-                          num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=max_seq + pad + 1,
-                          type_vocab_size=1, layer_norm_eps=1e-5, pad_token_id=pad,
-                          bos_token_id=tok.token_to_id("<s>"), eos_token_id=tok.token_to_id("</s>"),
-                          attn_implementation="eager")
-    model = model_class(config, add_pooling_layer=False).eval()
+    model = build(tok, max_seq)
     with torch.no_grad():
         for n, p in model.named_parameters():
             # Every row random, the padding rows nn.Embedding zeroes included; MPNet's relative bias at the scale of
             # the scores, so that a wrong bucket shows.
             std = 1.0 if "relative_attention_bias" in n else 0.1
-            p.copy_(std * torch.randn_like(p) + (1.0 if n.endswith("LayerNorm.weight") else 0.0))
+            norm = n.endswith("LayerNorm.weight") or n.endswith("layer_norm.weight")
+            p.copy_(std * torch.randn_like(p) + (1.0 if norm else 0.0))
     model.save_pretrained(work, safe_serialization=True)
     unk = "[UNK]" if tok.token_to_id("[UNK]") is not None else "<unk>"
-    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
-                            unk_token=unk, mask_token="<mask>", cls_token="<s>",
-                            sep_token="</s>").save_pretrained(work)
+    PreTrainedTokenizerFast(tokenizer_object=tok, **{"unk_token": unk, **specials}).save_pretrained(work)
     transformer = models.Transformer(str(work), max_seq_length=max_seq)
     modules = [transformer, models.Pooling(64, pooling_mode=pooling)]
     if normalize:
@@ -142,7 +179,8 @@ def make(name, arch, tok, pooling, normalize, seed, max_seq):
     batch = texts()
     emb = st.encode(batch, batch_size=4, convert_to_numpy=True)
     ids = [st.tokenize([t])["input_ids"][0].tolist() for t in batch]
-    assert any(pad in i[1:-1] for i in ids), "no text puts <pad> inside a sequence"
+    pad = tok.token_to_id("<pad>")
+    assert pad is None or any(pad in i[1:-1] for i in ids), "no text puts <pad> inside a sequence"
     assert any(len(i) == max_seq for i in ids), "no text reaches max_seq_length"
     with open(d / "reference.jsonl", "w", encoding="utf-8") as f:
         for t, i, e in zip(batch, ids, emb):
@@ -153,9 +191,13 @@ def make(name, arch, tok, pooling, normalize, seed, max_seq):
 
 def main():
     torch.set_num_threads(2)
-    make("xlmr_mean", (XLMRobertaConfig, XLMRobertaModel), xlmr_tokenizer(), "mean", True, 3, 64)
-    make("roberta_cls", (RobertaConfig, RobertaModel), roberta_tokenizer(), "cls", False, 4, 64)
-    make("mpnet_mean", (MPNetConfig, MPNetModel), mpnet_tokenizer(), "mean", True, 5, 160)
+    make("xlmr_mean", roberta_like(XLMRobertaConfig, XLMRobertaModel), xlmr_tokenizer(), ROBERTA_SPECIALS, "mean",
+         True, 3, 64)
+    make("roberta_cls", roberta_like(RobertaConfig, RobertaModel), roberta_tokenizer(), ROBERTA_SPECIALS, "cls",
+         False, 4, 64)
+    make("mpnet_mean", roberta_like(MPNetConfig, MPNetModel), mpnet_tokenizer(), ROBERTA_SPECIALS, "mean", True, 5,
+         160)
+    make("distilbert_mean", distilbert, bert_tokenizer(), BERT_SPECIALS, "mean", False, 6, 64)
     distances = torch.arange(-300, 301)
     buckets = MPNetEncoder.relative_position_bucket(distances).tolist()
     (OUT / "mpnet_mean/buckets.json").write_text(json.dumps({"distances": distances.tolist(), "buckets": buckets}))

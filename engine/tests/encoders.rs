@@ -2,17 +2,19 @@
 //! `scripts/make_encoder_fixtures.py` made: XLM-RoBERTa with an XLM-R-style Unigram tokenizer, mean pooling and
 //! Normalize (multilingual-e5's shape); RoBERTa with a byte-level BPE and `RobertaProcessing`, CLS pooling, no
 //! Normalize; MPNet (all-mpnet-base-v2's architecture: a relative position bias on every attention score, no token
-//! types) with a WordPiece, mean pooling and Normalize, on sequences long enough to reach its last distance bucket.
-//! All three number positions after the padding id: their texts put `<pad>` inside sequences (it takes the padding
-//! row and does not advance the positions after it), `<mask>` after whitespace it strips, and run past
-//! max_seq_length; the default, in-house tokenizer must give sentence-transformers' ids.
+//! types) with a WordPiece, mean pooling and Normalize, on sequences long enough to reach its last distance bucket;
+//! DistilBERT (no token types, its own tensor and config names) with BERT's special tokens and `BertProcessing`,
+//! mean pooling, no Normalize. The first three number positions after the padding id: their texts put `<pad>`
+//! inside sequences (it takes the padding row and does not advance the positions after it), `<mask>` after
+//! whitespace it strips, and run past max_seq_length; the default, in-house tokenizer must give
+//! sentence-transformers' ids.
 
 use engine::Dtype;
 
 mod common;
 use common::models::{assert_batch_invariant_and_replay_bitwise, bf16_runs, check};
 
-const MODELS: [&str; 3] = ["xlmr_mean", "roberta_cls", "mpnet_mean"];
+const MODELS: [&str; 4] = ["xlmr_mean", "roberta_cls", "mpnet_mean", "distilbert_mean"];
 
 #[test]
 fn f32_matches_sentence_transformers() {

@@ -483,8 +483,9 @@ fn both_sentence_transformers_config_formats_are_read() {
     assert_eq!(open().expect("opens").max_seq_length, spec.max_seq_length);
     std::fs::remove_file(d.join("sentence_bert_config.json")).expect("rm");
     assert_eq!(open().expect("opens").max_seq_length, spec.max_positions);
-    // The second tokenizer limit is transformers' "none" (10^30); a config named after RoBERTa is read when no
-    // sentence_bert_config.json is there; one saying only do_lower_case leaves the limit to the tokenizer.
+    // The second tokenizer limit is transformers' "none" (10^30), the third a whole float; a config named after
+    // RoBERTa is read when no (non-empty) sentence_bert_config.json is there; one saying only do_lower_case leaves
+    // the limit to the tokenizer.
     for (file, json, want) in [
         ("tokenizer_config.json", json!({"model_max_length": 20}), 20),
         (
@@ -493,6 +494,13 @@ fn both_sentence_transformers_config_formats_are_read() {
             spec.max_positions,
         ),
         (
+            "tokenizer_config.json",
+            json!({"model_max_length": 30.0}),
+            30,
+        ),
+        // An empty config is passed over, as sentence-transformers does.
+        ("sentence_bert_config.json", json!({}), 30),
+        (
             "sentence_roberta_config.json",
             json!({"max_seq_length": 17}),
             17,
@@ -500,7 +508,7 @@ fn both_sentence_transformers_config_formats_are_read() {
         (
             "sentence_bert_config.json",
             json!({"do_lower_case": true}),
-            spec.max_positions,
+            30,
         ),
     ] {
         write(file, json);

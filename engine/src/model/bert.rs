@@ -3,8 +3,9 @@
 //! Mirrors Hugging Face transformers' `modeling_bert.py` (BertEmbeddings, BertSelfAttention, BertSelfOutput,
 //! BertIntermediate, BertOutput, BertLayer) block for block, and sentence-transformers' Pooling and Normalize
 //! modules after it. The same network runs RoBERTa and XLM-RoBERTa (`modeling_roberta.py`: positions after the
-//! padding id) and MPNet (`modeling_mpnet.py`: those positions, no token types, other tensor names, and
-//! MPNetEncoder's relative position bias on every layer's attention scores): [`BertFamily`]. Differences, all exact in real arithmetic: sequences are concatenated without padding, so
+//! padding id), MPNet (`modeling_mpnet.py`: those positions, no token types, other tensor names, and
+//! MPNetEncoder's relative position bias on every layer's attention scores) and DistilBERT
+//! (`modeling_distilbert.py`: no token types, other tensor names): [`BertFamily`]. Differences, all exact in real arithmetic: sequences are concatenated without padding, so
 //! attention runs per sequence and needs no mask; Q, K and V are one fused projection; the residual of each
 //! block is added in its output projection's epilogue, before the LayerNorm.
 
@@ -83,7 +84,7 @@ impl<D: Device> Embeddings<D> {
     pub fn load(w: &Weights, d: &D, c: &BertConfig) -> Result<Self> {
         let h = c.hidden_size;
         let row = match c.family() {
-            BertFamily::Mpnet => None,
+            BertFamily::Mpnet | BertFamily::DistilBert => None,
             BertFamily::Bert | BertFamily::Roberta => {
                 let token_type = w.get(
                     "embeddings.token_type_embeddings.weight",
@@ -150,29 +151,15 @@ pub struct Layer<D: Device> {
 impl<D: Device> Layer<D> {
     pub fn load(w: &Weights, d: &D, c: &BertConfig, i: usize) -> Result<Self> {
         let (h, f) = (c.hidden_size, c.intermediate_size);
-        let p = format!("encoder.layer.{i}");
-        // The attention block's tensors: BertSelfAttention + BertSelfOutput, or MPNetAttention's `attn` (q, k, v, o)
-        // and LayerNorm.
-        let (qkv, out, norm) = match c.family() {
-            BertFamily::Bert | BertFamily::Roberta => (
-                ["query", "key", "value"].map(|n| format!("{p}.attention.self.{n}")),
-                format!("{p}.attention.output.dense"),
-                format!("{p}.attention.output.LayerNorm"),
-            ),
-            BertFamily::Mpnet => (
-                ["q", "k", "v"].map(|n| format!("{p}.attention.attn.{n}")),
-                format!("{p}.attention.attn.o"),
-                format!("{p}.attention.LayerNorm"),
-            ),
-        };
+        let n = LayerNames::of(c.family(), i);
         let eps = c.layer_norm_eps;
         Ok(Layer {
-            qkv: Linear::load_stacked(w, d, &qkv.each_ref().map(String::as_str), h, h)?,
-            attn_out: Linear::load(w, d, &out, h, h)?,
-            attn_norm: layer_norm(w, d, &norm, h, eps)?,
-            intermediate: Linear::load(w, d, &format!("{p}.intermediate.dense"), f, h)?,
-            output: Linear::load(w, d, &format!("{p}.output.dense"), h, f)?,
-            out_norm: layer_norm(w, d, &format!("{p}.output.LayerNorm"), h, eps)?,
+            qkv: Linear::load_stacked(w, d, &n.qkv.each_ref().map(String::as_str), h, h)?,
+            attn_out: Linear::load(w, d, &n.attn_out, h, h)?,
+            attn_norm: layer_norm(w, d, &n.attn_norm, h, eps)?,
+            intermediate: Linear::load(w, d, &n.intermediate, f, h)?,
+            output: Linear::load(w, d, &n.output, h, f)?,
+            out_norm: layer_norm(w, d, &n.out_norm, h, eps)?,
             attention: attention_shape(c),
         })
     }
@@ -196,6 +183,77 @@ impl<D: Device> Layer<D> {
         self.output
             .forward(ops, a.inter, Activation::None, Some(a.tmp), a.hidden);
         ops.layer_norm(a.hidden, &self.out_norm);
+    }
+}
+
+/// Layer `i`'s tensors in each family's checkpoints.
+struct LayerNames {
+    qkv: [String; 3],
+    attn_out: String,
+    attn_norm: String,
+    intermediate: String,
+    output: String,
+    out_norm: String,
+}
+
+impl LayerNames {
+    fn of(family: BertFamily, i: usize) -> Self {
+        // Q, K, V, the attention's output projection and LayerNorm, the feed-forward's two projections and its
+        // LayerNorm.
+        let (block, names) = match family {
+            // BertSelfAttention + BertSelfOutput, BertIntermediate + BertOutput.
+            BertFamily::Bert | BertFamily::Roberta => (
+                "encoder.layer",
+                [
+                    "attention.self.query",
+                    "attention.self.key",
+                    "attention.self.value",
+                    "attention.output.dense",
+                    "attention.output.LayerNorm",
+                    "intermediate.dense",
+                    "output.dense",
+                    "output.LayerNorm",
+                ],
+            ),
+            // MPNetAttention's `attn` (q, k, v, o) and LayerNorm; BERT's feed-forward.
+            BertFamily::Mpnet => (
+                "encoder.layer",
+                [
+                    "attention.attn.q",
+                    "attention.attn.k",
+                    "attention.attn.v",
+                    "attention.attn.o",
+                    "attention.LayerNorm",
+                    "intermediate.dense",
+                    "output.dense",
+                    "output.LayerNorm",
+                ],
+            ),
+            // DistilBERT's TransformerBlock: MultiHeadSelfAttention, sa_layer_norm, FFN, output_layer_norm.
+            BertFamily::DistilBert => (
+                "transformer.layer",
+                [
+                    "attention.q_lin",
+                    "attention.k_lin",
+                    "attention.v_lin",
+                    "attention.out_lin",
+                    "sa_layer_norm",
+                    "ffn.lin1",
+                    "ffn.lin2",
+                    "output_layer_norm",
+                ],
+            ),
+        };
+        let [q, k, v, attn_out, attn_norm, intermediate, output, out_norm] =
+            names.map(|n| format!("{block}.{i}.{n}"));
+        LayerNames {
+            qkv: [q, k, v],
+            attn_out,
+            attn_norm,
+            intermediate,
+            output,
+            out_norm,
+        }
     }
 }
 
@@ -284,7 +342,7 @@ impl<D: Device> Bert<D> {
                 .collect::<Result<_>>()?,
             bias: match c.family() {
                 BertFamily::Mpnet => Some(mpnet_bias(&w, device, c, dir.positions.max(1))?),
-                BertFamily::Bert | BertFamily::Roberta => None,
+                BertFamily::Bert | BertFamily::Roberta | BertFamily::DistilBert => None,
             },
             config: c.clone(),
             head: Head::load(dir),

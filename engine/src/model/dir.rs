@@ -9,8 +9,8 @@ use serde::Deserialize;
 use crate::backend::ops::PositionIds;
 use crate::error::{Error, Result};
 
-/// The subset of a Hugging Face `config.json` that a BERT-family encoder needs: BERT's, or RoBERTa's and
-/// XLM-RoBERTa's (the same network; only their position ids differ, [`BertConfig::position_ids`]).
+/// The subset of a Hugging Face `config.json` that a BERT-family encoder needs: BERT's, RoBERTa's and
+/// XLM-RoBERTa's, MPNet's, DistilBERT's (the same network: [`BertFamily`] says how they differ).
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 pub struct BertConfig {
     #[serde(default)]
@@ -18,16 +18,22 @@ pub struct BertConfig {
     #[serde(default)]
     pub model_type: String,
     pub vocab_size: usize,
+    // The aliases are DistilBERT's names for the same sizes.
+    #[serde(alias = "dim")]
     pub hidden_size: usize,
+    #[serde(alias = "n_layers")]
     pub num_hidden_layers: usize,
+    #[serde(alias = "n_heads")]
     pub num_attention_heads: usize,
+    #[serde(alias = "hidden_dim")]
     pub intermediate_size: usize,
     pub max_position_embeddings: usize,
     #[serde(default = "default_type_vocab")]
     pub type_vocab_size: usize,
+    /// DistilBERT has none in its config (its LayerNorms use BERT's 1e-12).
     #[serde(default = "default_eps")]
     pub layer_norm_eps: f64,
-    #[serde(default = "default_act")]
+    #[serde(default = "default_act", alias = "activation")]
     pub hidden_act: String,
     #[serde(default = "default_pos")]
     pub position_embedding_type: String,
@@ -42,18 +48,19 @@ fn default_buckets() -> usize {
     32
 }
 
-/// The encoders that run as BERT's network: BERT itself, RoBERTa (and XLM-RoBERTa), whose position ids count
-/// after the padding id, and MPNet, which numbers positions as RoBERTa, has no token types, and adds a relative
-/// position bias to its attention scores.
+/// The encoders that run as BERT's network: BERT itself; RoBERTa (and XLM-RoBERTa), whose position ids count
+/// after the padding id; MPNet, which numbers positions as RoBERTa, has no token types, and adds a relative
+/// position bias to its attention scores; DistilBERT, BERT without token types under other names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BertFamily {
     Bert,
     Roberta,
     Mpnet,
+    DistilBert,
 }
 
 /// Each family's `model_type`s and architecture names.
-const FAMILIES: [(BertFamily, &str, &[&str]); 4] = [
+const FAMILIES: [(BertFamily, &str, &[&str]); 5] = [
     (BertFamily::Bert, "bert", &["BertModel", "BertForMaskedLM"]),
     (
         BertFamily::Roberta,
@@ -69,6 +76,11 @@ const FAMILIES: [(BertFamily, &str, &[&str]); 4] = [
         BertFamily::Mpnet,
         "mpnet",
         &["MPNetModel", "MPNetForMaskedLM"],
+    ),
+    (
+        BertFamily::DistilBert,
+        "distilbert",
+        &["DistilBertModel", "DistilBertForMaskedLM"],
     ),
 ];
 
@@ -89,14 +101,15 @@ impl BertConfig {
         BertFamily::of(&self.model_type, &self.architectures).unwrap_or(BertFamily::Bert)
     }
 
-    /// Which row of the position table each token reads: its index (BERT), or RoBERTa's numbering after the
-    /// padding id (RoBERTa, MPNet).
+    /// Which row of the position table each token reads: its index (BERT, DistilBERT), or RoBERTa's numbering
+    /// after the padding id (RoBERTa's from its config; MPNetEmbeddings fixes its own at 1, whatever the config says).
     pub fn position_ids(&self) -> PositionIds {
         match self.family() {
-            BertFamily::Bert => PositionIds::Index,
-            BertFamily::Roberta | BertFamily::Mpnet => PositionIds::AfterPadding {
+            BertFamily::Bert | BertFamily::DistilBert => PositionIds::Index,
+            BertFamily::Roberta => PositionIds::AfterPadding {
                 pad: self.pad_token_id.unwrap_or(1),
             },
+            BertFamily::Mpnet => PositionIds::AfterPadding { pad: 1 },
         }
     }
 
@@ -358,8 +371,8 @@ const SENTENCE_CONFIGS: [&str; 7] = [
 ];
 
 /// The tokenizer's `model_max_length` from `tokenizer_config.json`: where sentence-transformers takes the
-/// sequence limit from when its own config names none. transformers writes 10^30 for "no limit" (too big for
-/// an integer), read as unbounded.
+/// sequence limit from when its own config names none. transformers writes 10^30 for "no limit" (too big for an
+/// integer), read as unbounded; a whole number written as a float (`512.0`) is that number.
 fn tokenizer_max_length(root: &Path) -> Result<Option<usize>> {
     let path = root.join("tokenizer_config.json");
     if !path.is_file() {
@@ -370,7 +383,13 @@ fn tokenizer_max_length(root: &Path) -> Result<Option<usize>> {
     Ok(limit
         .as_u64()
         .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
-        .or_else(|| limit.as_f64().filter(|n| *n > 0.0).map(|_| usize::MAX)))
+        .or_else(|| {
+            limit
+                .as_f64()
+                .filter(|n| *n >= 1.0 && n.fract() == 0.0)
+                // A float cast saturates: 10^30 becomes usize::MAX.
+                .map(|n| n as usize)
+        }))
 }
 
 /// Whether `tokenizer.json`'s normaliser lowercases (BERT's with `lowercase`, or a `Lowercase` step): then
@@ -436,7 +455,7 @@ impl ModelDir {
                 &config_path,
                 format!(
                     "unsupported architecture {:?} (model_type {:?}): expected a BERT-family encoder (BertModel, \
-                     RobertaModel, XLMRobertaModel, MPNetModel) or a Qwen3 model (Qwen3Model)",
+                     RobertaModel, XLMRobertaModel, MPNetModel, DistilBertModel) or a Qwen3 model (Qwen3Model)",
                     kind.architectures, kind.model_type
                 ),
             ));
@@ -471,14 +490,25 @@ impl ModelDir {
         }
         let positions = config.max_positions().min(MAX_POSITIONS);
         // As sentence-transformers: the limit its config names, else the tokenizer's, within the positions.
-        let sentence = match SENTENCE_CONFIGS
-            .iter()
-            .map(|name| root.join(name))
-            .find(|path| path.is_file())
-        {
-            Some(path) => Some((read_json::<SentenceBertFile>(&path)?, path)),
-            None => None,
-        };
+        // sentence-transformers reads the first of these names that exists and is not empty (`{}`).
+        let mut sentence = None;
+        for path in SENTENCE_CONFIGS.iter().map(|name| root.join(name)) {
+            if path.is_file() {
+                let value: serde_json::Value = read_json(&path)?;
+                if value.as_object().is_some_and(|o| o.is_empty()) {
+                    continue;
+                }
+                let config =
+                    serde_json::from_value::<SentenceBertFile>(value).map_err(|source| {
+                        Error::Json {
+                            path: path.clone(),
+                            source,
+                        }
+                    })?;
+                sentence = Some((config, path));
+                break;
+            }
+        }
         if let Some((s, path)) = &sentence {
             if s.do_lower_case && !tokenizer_lowercases(&tokenizer_path)? {
                 return Err(Error::model(
@@ -658,5 +688,72 @@ fn read_pooling(path: &Path) -> Result<Pooling> {
                 "unsupported pooling: modes {modes:?} (concatenated); expected one of mean, cls or lasttoken"
             ),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(json: serde_json::Value) -> BertConfig {
+        let base = serde_json::json!({"vocab_size": 10, "hidden_size": 8, "num_hidden_layers": 1,
+            "num_attention_heads": 2, "intermediate_size": 16, "max_position_embeddings": 40});
+        let mut merged = base.as_object().expect("object").clone();
+        merged.extend(json.as_object().expect("object").clone());
+        serde_json::from_value(serde_json::Value::Object(merged)).expect("a BERT-family config")
+    }
+
+    /// Each family numbers positions as transformers does: BERT and DistilBERT by index, RoBERTa after its
+    /// config's padding id, MPNet after 1 whatever its config says (MPNetEmbeddings fixes `padding_idx = 1`).
+    #[test]
+    fn position_ids_follow_each_family() {
+        use serde_json::json;
+        let cases = [
+            (
+                json!({"model_type": "bert", "pad_token_id": 0}),
+                PositionIds::Index,
+                40,
+            ),
+            (
+                json!({"model_type": "roberta"}),
+                PositionIds::AfterPadding { pad: 1 },
+                38,
+            ),
+            (
+                json!({"architectures": ["XLMRobertaModel"], "pad_token_id": 5}),
+                PositionIds::AfterPadding { pad: 5 },
+                34,
+            ),
+            (
+                json!({"model_type": "mpnet", "pad_token_id": 0}),
+                PositionIds::AfterPadding { pad: 1 },
+                38,
+            ),
+            (json!({"model_type": "distilbert"}), PositionIds::Index, 40),
+        ];
+        for (json, ids, positions) in cases {
+            let c = config(json.clone());
+            assert_eq!(c.position_ids(), ids, "{json}");
+            assert_eq!(c.max_positions(), positions, "{json}");
+        }
+    }
+
+    /// DistilBERT's config names the same sizes otherwise.
+    #[test]
+    fn distilbert_config_names_are_read() {
+        let c: BertConfig = serde_json::from_value(serde_json::json!({"model_type": "distilbert",
+            "vocab_size": 10, "dim": 8, "n_layers": 3, "n_heads": 2, "hidden_dim": 16,
+            "max_position_embeddings": 40, "activation": "gelu"}))
+        .expect("a DistilBERT config");
+        assert_eq!(
+            (
+                c.family(),
+                c.hidden_size,
+                c.num_hidden_layers,
+                c.num_attention_heads
+            ),
+            (BertFamily::DistilBert, 8, 3, 2)
+        );
+        assert_eq!((c.intermediate_size, c.hidden_act.as_str()), (16, "gelu"));
     }
 }

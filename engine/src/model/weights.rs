@@ -74,8 +74,8 @@ pub struct Weights {
 
 /// The prefixes tensor names may carry: none, or the base model's attribute in a checkpoint saved from a model
 /// with a head (`BertForMaskedLM`'s `bert.`, `XLMRobertaForMaskedLM`'s `roberta.`, `MPNetForMaskedLM`'s `mpnet.`,
-/// `Qwen3ForCausalLM`'s `model.`).
-const PREFIXES: [&str; 5] = ["", "bert.", "roberta.", "mpnet.", "model."];
+/// `DistilBertForMaskedLM`'s `distilbert.`, `Qwen3ForCausalLM`'s `model.`).
+const PREFIXES: [&str; 6] = ["", "bert.", "roberta.", "mpnet.", "distilbert.", "model."];
 
 impl Weights {
     /// Opens `path` and finds the prefix its tensor names carry (one of [`PREFIXES`]) by looking for

@@ -481,9 +481,9 @@ impl<'a> Ops for CudaPass<'a> {
             ctx.cols
         );
         assert!(
-            bias.is_none_or(
-                |b| b.reach >= batch.max_len() && b.table.data.len() == heads * b.row_len()
-            ),
+            bias.is_none_or(|b| b.reach > 0
+                && b.reach >= batch.max_len()
+                && b.table.data.len() == heads * b.row_len()),
             "attention: the bias table does not cover these heads and lengths"
         );
         let (kernel, threads, smem) = attention_launch(self.device.attention, d);

@@ -130,6 +130,18 @@ impl AddedTokens {
             map.insert(content.into(), Added { id, lstrip, rstrip });
         }
         let mut tokens: Vec<_> = map.into_iter().collect();
+        // The crate goes on searching where an rstrip token's match ended, not where its whitespace did, so a
+        // token that begins with whitespace can match inside what the rstrip one took: overlapping pieces, which
+        // we do not reproduce. No tokenizer we know has both.
+        if tokens.iter().any(|(_, a)| a.rstrip)
+            && tokens
+                .iter()
+                .any(|(t, _)| t.starts_with(char::is_whitespace))
+        {
+            return Err(bad(
+                "added tokens: one strips the whitespace after it (rstrip) and another begins with whitespace",
+            ));
+        }
         tokens.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then_with(|| a.0.cmp(&b.0)));
         let mut first_byte = [false; 256];
         for (t, _) in &tokens {
@@ -541,6 +553,10 @@ mod tests {
         let mut j = minilm();
         j["added_tokens"][0]["single_word"] = true.into();
         refused(j, "single_word");
+        let mut j = minilm();
+        j["added_tokens"][0]["rstrip"] = true.into();
+        j["added_tokens"][1]["content"] = "\n\n".into();
+        refused(j, "rstrip");
         let mut j = minilm();
         j["added_tokens"][0]["normalized"] = true.into();
         refused(j, "normalised");
