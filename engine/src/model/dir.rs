@@ -60,7 +60,7 @@ pub enum BertFamily {
 }
 
 /// Each family's `model_type`s and architecture names.
-const FAMILIES: [(BertFamily, &str, &[&str]); 5] = [
+const FAMILIES: [(BertFamily, &str, &[&str]); 6] = [
     (BertFamily::Bert, "bert", &["BertModel", "BertForMaskedLM"]),
     (
         BertFamily::Roberta,
@@ -71,6 +71,12 @@ const FAMILIES: [(BertFamily, &str, &[&str]); 5] = [
         BertFamily::Roberta,
         "xlm-roberta",
         &["XLMRobertaModel", "XLMRobertaForMaskedLM"],
+    ),
+    // transformers' CamemBERT is RoBERTa's code under another name.
+    (
+        BertFamily::Roberta,
+        "camembert",
+        &["CamembertModel", "CamembertForMaskedLM"],
     ),
     (
         BertFamily::Mpnet,
@@ -455,7 +461,8 @@ impl ModelDir {
                 &config_path,
                 format!(
                     "unsupported architecture {:?} (model_type {:?}): expected a BERT-family encoder (BertModel, \
-                     RobertaModel, XLMRobertaModel, MPNetModel, DistilBertModel) or a Qwen3 model (Qwen3Model)",
+                     RobertaModel, XLMRobertaModel, CamembertModel, MPNetModel, DistilBertModel) or a Qwen3 model \
+                     (Qwen3Model)",
                     kind.architectures, kind.model_type
                 ),
             ));
@@ -723,6 +730,11 @@ mod tests {
                 json!({"architectures": ["XLMRobertaModel"], "pad_token_id": 5}),
                 PositionIds::AfterPadding { pad: 5 },
                 34,
+            ),
+            (
+                json!({"model_type": "camembert"}),
+                PositionIds::AfterPadding { pad: 1 },
+                38,
             ),
             (
                 json!({"model_type": "mpnet", "pad_token_id": 0}),
