@@ -78,8 +78,8 @@ pub struct Weights {
 const PREFIXES: [&str; 6] = ["", "bert.", "roberta.", "mpnet.", "distilbert.", "model."];
 
 impl Weights {
-    /// Opens `path` and finds the prefix its tensor names carry (one of [`PREFIXES`]) by looking for
-    /// `probe`, a tensor every checkpoint of the architecture has.
+    /// Opens `path` and finds the prefix its tensor names carry (none, or a head's base-model prefix such as
+    /// `bert.`) by looking for `probe`, a tensor every checkpoint of the architecture has.
     pub fn open(path: &Path, probe: &str) -> Result<Self> {
         let file = std::fs::File::open(path).map_err(Error::io(path))?;
         // SAFETY: the file is opened read-only and we never hand out a view past the map's lifetime (Arc).
