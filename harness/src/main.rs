@@ -60,7 +60,7 @@ enum Command {
     /// budget that reaches 95% of the peak.
     Curve(curve::CurveArgs),
     /// Find where the engine saturates: step the load (open-loop rate, or batch concurrency) from low to past
-    /// saturation for each knob combination; write results/<run-id>/ and reports/<run-id>/. Exit status 0 when
+    /// saturation for each knob combination; write `results/<run-id>/` and `reports/<run-id>/`. Exit status 0 when
     /// it ran (verdicts in the report), 1 on an error, 2 when the target is unreachable, 3 when no request was
     /// answered.
     Sweep(sweep::SweepArgs),
@@ -75,7 +75,7 @@ enum Command {
     Gate(gate::GateArgs),
     /// Draw the report of a results directory (or result.json) again.
     Report {
-        /// results/<run-id>/ or its result.json.
+        /// `results/<run-id>/` or its result.json.
         results: PathBuf,
         #[arg(long, default_value = "reports")]
         reports_dir: PathBuf,

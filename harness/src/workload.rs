@@ -34,7 +34,7 @@ pub struct Corpus {
     by_len: Vec<usize>,
 }
 
-/// [CLS] and [SEP]: the shipped corpora's `n_tok_minilm` counts leave them out.
+/// `[CLS]` and `[SEP]`: the shipped corpora's `n_tok_minilm` counts leave them out.
 const SPECIAL_TOKENS: u32 = 2;
 
 impl Corpus {

@@ -2,7 +2,7 @@
 //! committed baselines; `timing` runs a same-run, interleaved A/B comparison of two binaries (or two knob
 //! settings) with a confidence interval per benchmark. Exit status: 0 pass, 1 regression, 2 could not measure
 //! (or could not decide). Each run writes `report.md` (a pull-request comment) and `gate.json` to
-//! results/<run-id>/.
+//! `results/<run-id>/`.
 
 pub mod counts;
 pub mod host;

@@ -104,7 +104,7 @@ pub fn gate_model() -> Result<PathBuf> {
     Ok(dir)
 }
 
-/// `words` words of the gate model's vocabulary: `words + 2` tokens with [CLS] and [SEP].
+/// `words` words of the gate model's vocabulary: `words + 2` tokens with `[CLS]` and `[SEP]`.
 fn text(words: usize, salt: usize) -> String {
     const W: [&str; 10] = [
         "the", "search", "query", "of", "and", "embed", "to", "in", "is", "a",

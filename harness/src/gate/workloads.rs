@@ -275,7 +275,7 @@ impl Drop for TempDir {
     }
 }
 
-/// `words` words of the tiny vocabulary: with [CLS] and [SEP], `words + 2` tokens.
+/// `words` words of the tiny vocabulary: with `[CLS]` and `[SEP]`, `words + 2` tokens.
 fn tiny_text(words: usize, salt: usize) -> String {
     const W: [&str; 10] = [
         "the", "search", "query", "of", "and", "embed", "to", "in", "is", "a",

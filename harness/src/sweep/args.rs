@@ -30,7 +30,7 @@ pub struct Common {
     #[arg(long = "set", value_name = "NAME=VALUE")]
     pub sets: Vec<String>,
     /// Arrivals of the online class: uniform, poisson, gamma:CV, azure-conv, azure-code, mooncake,
-    /// servegen[:client=N][,window=S], or a trace file.
+    /// `servegen[:client=N][,window=S]`, or a trace file.
     #[arg(long, default_value = "azure-conv")]
     pub arrivals: String,
     /// Pick queries whose token counts match the trace's (when it has them) instead of random ones.
@@ -79,10 +79,10 @@ pub struct Common {
     /// Name of the run's directories (default: UTC time and workload).
     #[arg(long)]
     pub run_id: Option<String>,
-    /// Where results/<run-id>/ goes (relative to the current directory).
+    /// Where `results/<run-id>/` goes (relative to the current directory).
     #[arg(long, default_value = "results")]
     pub results_dir: PathBuf,
-    /// Where reports/<run-id>/ goes.
+    /// Where `reports/<run-id>/` goes.
     #[arg(long, default_value = "reports")]
     pub reports_dir: PathBuf,
     /// Write results only, no plots or page.
