@@ -109,13 +109,7 @@ impl<D: Device> Embeddings<D> {
                 position_ids: c.position_ids(),
                 row,
                 dim: h,
-                norm: Some(layer_norm(
-                    w,
-                    d,
-                    "embeddings.LayerNorm",
-                    h,
-                    c.layer_norm_eps,
-                )?),
+                norm: Some(layer_norm(w, d, "embeddings.LayerNorm", h, c.norm_eps())?),
             },
         })
     }
@@ -152,7 +146,7 @@ impl<D: Device> Layer<D> {
     pub fn load(w: &Weights, d: &D, c: &BertConfig, i: usize) -> Result<Self> {
         let (h, f) = (c.hidden_size, c.intermediate_size);
         let n = LayerNames::of(c.family(), i);
-        let eps = c.layer_norm_eps;
+        let eps = c.norm_eps();
         Ok(Layer {
             qkv: Linear::load_stacked(w, d, &n.qkv.each_ref().map(String::as_str), h, h)?,
             attn_out: Linear::load(w, d, &n.attn_out, h, h)?,

@@ -30,7 +30,7 @@ pub struct BertConfig {
     pub max_position_embeddings: usize,
     #[serde(default = "default_type_vocab")]
     pub type_vocab_size: usize,
-    /// DistilBERT has none in its config (its LayerNorms use BERT's 1e-12).
+    /// Read through [`BertConfig::norm_eps`] (DistilBERT's is fixed).
     #[serde(default = "default_eps")]
     pub layer_norm_eps: f64,
     #[serde(default = "default_act", alias = "activation")]
@@ -116,6 +116,14 @@ impl BertConfig {
                 pad: self.pad_token_id.unwrap_or(1),
             },
             BertFamily::Mpnet => PositionIds::AfterPadding { pad: 1 },
+        }
+    }
+
+    /// The LayerNorms' eps: the config's, but DistilBERT's modules fix theirs at 1e-12 whatever it says.
+    pub fn norm_eps(&self) -> f64 {
+        match self.family() {
+            BertFamily::DistilBert => 1e-12,
+            _ => self.layer_norm_eps,
         }
     }
 
@@ -567,7 +575,7 @@ fn read_bert(config_path: &Path) -> Result<BertConfig> {
         return Err(Error::model(
             config_path,
             format!(
-                "unsupported hidden_act {:?}: expected \"gelu\"",
+                "unsupported hidden_act {:?} (DistilBERT's `activation`): expected \"gelu\"",
                 config.hidden_act
             ),
         ));
@@ -767,5 +775,10 @@ mod tests {
             (BertFamily::DistilBert, 8, 3, 2)
         );
         assert_eq!((c.intermediate_size, c.hidden_act.as_str()), (16, "gelu"));
+        // Its modules fix their LayerNorm eps, whatever a config says; the other families read theirs.
+        let with_eps = |family: &str| {
+            config(serde_json::json!({"model_type": family, "layer_norm_eps": 1e-5})).norm_eps()
+        };
+        assert_eq!((with_eps("distilbert"), with_eps("roberta")), (1e-12, 1e-5));
     }
 }
