@@ -1,6 +1,7 @@
 // Scaled dot-product attention over a ragged batch (Ops::attention): ctx[:, head] = softmax(Q K^T / sqrt(d)) V per
 // sequence and head, from the fused [Q | K | V] projection; query head h reads key/value head h / (heads /
-// kv_heads); causal: query i sees keys 0..=i of its own sequence. Sequences never see each other.
+// kv_heads); causal: query i sees keys 0..=i of its own sequence; window >= 0: only keys at most `window` from
+// it (a sliding window, ModernBERT's local layers). Sequences never see each other.
 //
 // `shadow` (may be null): ctx's bf16 rounding for the output projection (common.cuh).
 //
@@ -28,8 +29,8 @@ static_assert(HEAD_DIM_MAX % 32 == 0, "a lane accumulates HEAD_DIM_MAX / 32 colu
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32)
     attention(const float* qkv, int ld_qkv, float* ctx, int ld_ctx, const int* offsets, const int* tiles,
-              const int* meta, int heads, int kv_heads, int head_dim, int causal, float scale,
-              const float* bias, int reach, unsigned short* shadow) {
+              const int* meta, int heads, int kv_heads, int head_dim, int causal, int window,
+              float scale, const float* bias, int reach, unsigned short* shadow) {
     AttentionTile tile;
     if (!attention_tile(offsets, tiles, meta, heads, kv_heads, head_dim, &tile)) {
         return;
@@ -66,10 +67,10 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     }
 
     // Keys any query row of this tile sees.
-    const int last_q = min(len, q0 + QUERIES) - 1;
-    const int key_end = causal ? last_q + 1 : len;
+    int key_begin, key_end;
+    tile_keys(q0, min(len, q0 + QUERIES) - 1, len, causal, window, KEYS, &key_begin, &key_end);
     const float* qw = qs + warp * QPW * d;
-    for (int k0 = 0; k0 < key_end; k0 += KEYS) {
+    for (int k0 = key_begin; k0 < key_end; k0 += KEYS) {
         __syncthreads();
         for (int j = warp; j < KEYS; j += WARPS) {
             const bool in = k0 + j < len;
@@ -100,7 +101,7 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
 #pragma unroll
         for (int i = 0; i < QPW; i++) {
             const int row = row0 + i;
-            const bool visible = key < len && row < len && (!causal || key <= row);
+            const bool visible = key_visible(row, key, len, causal, window);
             score[i] = visible ? score[i] * scale + relative_bias(bias, reach, row, key) : NEG_INF;
             tile_max[i] = score[i];
         }

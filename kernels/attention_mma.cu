@@ -37,8 +37,8 @@ __device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
 
 extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32)
     attention_mma(const float* qkv, int ld_qkv, float* ctx, int ld_ctx, const int* offsets, const int* tiles,
-                  const int* meta, int heads, int kv_heads, int head_dim, int causal, float scale,
-                  const float* bias, int reach, unsigned short* shadow) {
+                  const int* meta, int heads, int kv_heads, int head_dim, int causal, int window,
+                  float scale, const float* bias, int reach, unsigned short* shadow) {
     AttentionTile tile;
     if (!attention_tile(offsets, tiles, meta, heads, kv_heads, head_dim, &tile)) {
         return;
@@ -78,9 +78,9 @@ extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32)
         acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
     }
 
-    const int last_q = min(len, q0 + QUERIES) - 1;
-    const int key_end = causal ? last_q + 1 : len;
-    for (int k0 = warp * MMA_KEYS; k0 < key_end; k0 += MMA_WARPS * MMA_KEYS) {
+    int key_begin, key_end;
+    tile_keys(q0, min(len, q0 + QUERIES) - 1, len, causal, window, MMA_KEYS, &key_begin, &key_end);
+    for (int k0 = key_begin + warp * MMA_KEYS; k0 < key_end; k0 += MMA_WARPS * MMA_KEYS) {
         // Stage the tile; keys past the sequence are zeros (a probability of 0 times a stale NaN would be NaN).
         // Lane e takes head column e (then e + 32, ...) of all MMA_KEYS keys: the tile's 2 x MMA_KEYS loads are
         // issued before any is used (a load at a time would wait out the memory latency per key), each key's row
@@ -132,7 +132,7 @@ extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32)
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 const int row = q0 + g + 8 * (i >> 1), key = k0 + 8 * nb + 2 * tq + (i & 1);
-                const bool visible = key < len && row < len && (!causal || key <= row);
+                const bool visible = key_visible(row, key, len, causal, window);
                 sc[nb][i] = visible ? sc[nb][i] * scale + relative_bias(bias, reach, row, key) : NEG_INF;
                 tile_max[i >> 1] = fmaxf(tile_max[i >> 1], sc[nb][i]);
             }

@@ -79,6 +79,23 @@ __device__ __forceinline__ float relative_bias(const float* bias, int reach, int
     return bias ? bias[(size_t)blockIdx.y * (2 * reach - 1) + (key - row) + reach - 1] : 0.0f;
 }
 
+// Whether query `row` of a `len`-token sequence sees `key` (Ops::attention, AttentionShape::keys): within the
+// sequence, not after the row when causal, at most `window` away when window >= 0 (a sliding window).
+__device__ __forceinline__ bool key_visible(int row, int key, int len, int causal, int window) {
+    return key < len && row < len && (!causal || key <= row) && (window < 0 || abs(key - row) <= window);
+}
+
+// The keys the query rows q0 .. last of a `len`-token sequence see, from `*begin` (rounded down to a multiple of
+// `align`, the key tile) to `*end`: a row's first and last visible keys ascend with the row.
+__device__ __forceinline__ void tile_keys(int q0, int last, int len, int causal, int window, int align, int* begin,
+                                          int* end) {
+    *begin = window < 0 ? 0 : max(0, q0 - window) / align * align;
+    *end = causal ? last + 1 : len;
+    if (window >= 0) {
+        *end = min(*end, last + window + 1);
+    }
+}
+
 __device__ __forceinline__ bool attention_tile(const int* offsets, const int* tiles, const int* meta, int heads,
                                                int kv_heads, int d, AttentionTile* tile) {
     const int t = blockIdx.x, h = blockIdx.y;

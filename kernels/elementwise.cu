@@ -1,5 +1,6 @@
-// Element-wise operations: the GEMM epilogue where cuBLASLt's does not cover it, SwiGLU's gate, rotary embedding,
-// and the bf16 rounding of GEMM operands (`to_bf16`, where the producer did not write them: bias_act and silu_gate
+// Element-wise operations: the GEMM epilogue where cuBLASLt's does not cover it, the gated units' gates (SwiGLU,
+// GeGLU), rotary embedding,
+// and the bf16 rounding of GEMM operands (`to_bf16`, where the producer did not write them: bias_act and glu
 // take a `shadow` as the norms do, see common.cuh). A 2-D grid: blockIdx.x is the row (a bucket's rows may pass the
 // 65,535 a grid's y allows), y-blocks cover the columns.
 
@@ -49,32 +50,32 @@ extern "C" __global__ void bias_act_bf16(unsigned short* y, int ld, int cols, co
     *p = f32_to_bf16(v);
 }
 
-// SwiGLU's product: silu(g) * u, silu(g) = g / (1 + e^-g).
-__device__ __forceinline__ float silu_mul(float g, float u) {
-    return g / (1.0f + expf(-g)) * u;
+// A gated linear unit's product: act(g) * u, act 0 SiLU (SwiGLU: g / (1 + e^-g)), 1 exact GELU (GeGLU).
+__device__ __forceinline__ float glu_mul(float g, float u, int act) {
+    return (act == 1 ? gelu(g) : g / (1.0f + expf(-g))) * u;
 }
 
-// SwiGLU: out = silu(x[:, ..f]) * x[:, f..].
-extern "C" __global__ void silu_gate(const float* x, int ldx, float* out, int ldo, int f, const int* meta,
-                                     unsigned short* shadow) {
+// out = act(x[:, ..f]) * x[:, f..].
+extern "C" __global__ void glu(const float* x, int ldx, float* out, int ldo, int f, const int* meta, int act,
+                               unsigned short* shadow) {
     const int r = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
     if (r >= META_TOKENS(meta) || c >= f) {
         return;
     }
-    const float v = silu_mul(x[(size_t)r * ldx + c], x[(size_t)r * ldx + f + c]);
+    const float v = glu_mul(x[(size_t)r * ldx + c], x[(size_t)r * ldx + f + c], act);
     out[(size_t)r * ldo + c] = v;
     shadow_store(shadow, f, r, c, v);
 }
 
 // The same between bf16 operand slots (--gpu-intermediate bf16): bf16 in, f32 math, bf16 out.
-extern "C" __global__ void silu_gate_bf16(const unsigned short* x, int ldx, unsigned short* out, int ldo, int f,
-                                          const int* meta) {
+extern "C" __global__ void glu_bf16(const unsigned short* x, int ldx, unsigned short* out, int ldo, int f,
+                                    const int* meta, int act) {
     const int r = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
     if (r >= META_TOKENS(meta) || c >= f) {
         return;
     }
     const unsigned short* row = x + (size_t)r * ldx;
-    out[(size_t)r * ldo + c] = f32_to_bf16(silu_mul(bf16_to_f32(row[c]), bf16_to_f32(row[f + c])));
+    out[(size_t)r * ldo + c] = f32_to_bf16(glu_mul(bf16_to_f32(row[c]), bf16_to_f32(row[f + c]), act));
 }
 
 // Rotary embedding in place, rotate-half layout: for every head of `head_dim` columns and i < head_dim / 2,

@@ -2,22 +2,26 @@
 // LayerNorm's mean, then the mean of squared deviations; RMSNorm over the row. Each also writes its
 // output's bf16 rounding to `shadow` when given (common.cuh: the next GEMM's operand).
 
-extern "C" __global__ void layer_norm(float* x, int ld, int cols, const int* meta, const float* gamma,
-                                      const float* beta, float eps, unsigned short* shadow) {
+// `out` may be `x` itself (in place): each thread copies the columns it then normalises, so no barrier is needed.
+extern "C" __global__ void layer_norm(const float* x, int ldx, float* out, int ldo, int cols, const int* meta,
+                                      const float* gamma, const float* beta, float eps, unsigned short* shadow) {
     __shared__ float scratch[32];
     const int r = blockIdx.x;
     if (r >= META_TOKENS(meta)) {
         return;
     }
-    float* row = x + (size_t)r * ld;
+    const float* in = x + (size_t)r * ldx;
+    float* row = out + (size_t)r * ldo;
     float s = 0.0f;
     for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-        s += row[c];
+        const float v = in[c];
+        row[c] = v;
+        s += v;
     }
     layer_norm_row(row, cols, r, s, gamma, beta, eps, shadow, scratch);
 }
 
-// `out` may be `x` itself (in place); each row is scaled by its root mean square and by `weight` (a value per
+// Each row is scaled by its root mean square and by `weight` (a value per
 // column). Per-head norms (Qwen3's q/k norms) run with rotary, in elementwise.cu.
 extern "C" __global__ void rms_norm(const float* x, int ldx, float* out, int ldo, int cols, const int* meta,
                                     const float* weight, float eps, unsigned short* shadow) {

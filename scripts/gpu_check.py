@@ -31,7 +31,9 @@ VARIANTS = [
 TOKENIZER = os.path.join(REPO, "workloads", "vocab", "all-MiniLM-L6-v2", "tokenizer.json")
 
 # Real shapes (their config.json's); --dry keeps the widths and cuts the layers, so a 2-core CPU runs it. MPNet
-# (all-mpnet-base-v2's shape: its relative position bias in both attention kernels) is checked for correctness only.
+# (all-mpnet-base-v2's shape: its relative position bias in both attention kernels) and ModernBERT
+# (ModernBERT-base's, as gte-modernbert-base: sliding-window layers, GeGLU, LayerNorm into another matrix) are
+# checked for correctness only.
 SHAPES = {
     "minilm-l6": dict(arch="bert", hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
                       intermediate_size=1536, pooling="mean", dry_layers=6),
@@ -39,6 +41,9 @@ SHAPES = {
                       intermediate_size=4096, pooling="cls", dry_layers=2),
     "mpnet-base": dict(arch="mpnet", hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                        intermediate_size=3072, pooling="mean", dry_layers=2),
+    # Three dry layers: a global one, then two sliding-window ones.
+    "modernbert-base": dict(arch="modernbert", hidden_size=768, num_hidden_layers=22, num_attention_heads=12,
+                            intermediate_size=1152, pooling="mean", dry_layers=3),
 }
 
 
@@ -49,7 +54,7 @@ def write_json(path, value):
 
 def cmd_models(a):
     import torch
-    from transformers import BertConfig, BertModel, MPNetConfig, MPNetModel
+    from transformers import BertConfig, BertModel, ModernBertConfig, ModernBertModel, MPNetConfig, MPNetModel
 
     for name, s in SHAPES.items():
         out = os.path.join(a.out, name)
@@ -66,6 +71,13 @@ def cmd_models(a):
             with torch.no_grad():
                 # Trained MPNets' bias is of the scores' order; the default init (std 0.02) would hide a wrong bucket.
                 model.encoder.relative_attention_bias.weight.normal_(0.0, 1.0)
+        elif s["arch"] == "modernbert":
+            # Its own activation key; the defaults otherwise (a global layer every third, windows of 64 either
+            # side, rotary bases 160,000 and 10,000, no biases). The WordPiece's ids: [PAD] 0, [CLS] 101, [SEP] 102.
+            shape["hidden_activation"] = shape.pop("hidden_act")
+            config = ModernBertConfig(**shape, max_position_embeddings=8192, pad_token_id=0, cls_token_id=101,
+                                      sep_token_id=102, bos_token_id=101, eos_token_id=102)
+            model = ModernBertModel(config).eval()
         else:
             config = BertConfig(**shape, max_position_embeddings=512, layer_norm_eps=1e-12)
             model = BertModel(config, add_pooling_layer=False).eval()

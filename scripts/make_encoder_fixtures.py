@@ -13,7 +13,13 @@ Four complete sentence-transformers directories under engine/tests/fixtures/:
     MPNet's 128 (its last, capped bucket) occur. Also writes mpnet_mean/buckets.json: transformers' own
     relative_position_bucket for every distance from -300 to 300;
   - distilbert_mean: DistilBertModel (msmarco-distilbert's and multi-qa-distilbert's) with a WordPiece of BERT's
-    special tokens and its own post-processor (BertProcessing), mean pooling, no Normalize.
+    special tokens and its own post-processor (BertProcessing), mean pooling, no Normalize;
+  - modernbert_mean: ModernBertModel (gte-modernbert's, modernbert-embed's, granite-embedding r2's) with a
+    byte-level BPE of ModernBERT's pipeline (ByteLevel pre-tokenizer, `[CLS] $A [SEP]`, `[MASK]` taking in the
+    whitespace before it), mean pooling, Normalize; no biases (ModernBERT's default), a global layer every third,
+    local layers seeing 8 tokens either side, so sequences of up to 96 tokens run well past the window;
+  - modernbert_cls: the same with every bias (norm_bias, attention_bias, mlp_bias), a global layer every second,
+    other rotary bases, a window of 5 either side, CLS pooling, no Normalize.
 
 The first three number positions as RoBERTa does (from pad_token_id + 1, a `<pad>` inside a text taking the padding row and
 not advancing the count), so the texts include `<pad>`, `<mask>` and `<s>` among runs of whitespace, and texts
@@ -38,8 +44,11 @@ import torch
 from sentence_transformers import SentenceTransformer, models
 from tokenizers import (AddedToken, Tokenizer, decoders, models as tok_models, normalizers, pre_tokenizers, processors,
                         trainers)
-from transformers import (DistilBertConfig, DistilBertModel, MPNetConfig, MPNetModel, PreTrainedTokenizerFast,
-                          RobertaConfig, RobertaModel, XLMRobertaConfig, XLMRobertaModel)
+import sys
+
+from transformers import (DistilBertConfig, DistilBertModel, ModernBertConfig, ModernBertModel, MPNetConfig,
+                          MPNetModel, PreTrainedTokenizerFast, RobertaConfig, RobertaModel, XLMRobertaConfig,
+                          XLMRobertaModel)
 from transformers.models.mpnet.modeling_mpnet import MPNetEncoder
 
 import fixture_texts  # scripts/fixture_texts.py
@@ -66,14 +75,18 @@ def xlmr_tokenizer():
     return tok
 
 
-def roberta_tokenizer():
+def byte_level_bpe(specials):
     tok = Tokenizer(tok_models.BPE(unk_token=None))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=700, special_tokens=SPECIALS + ["<mask>"],
+    trainer = trainers.BpeTrainer(vocab_size=700, special_tokens=specials,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tok.train_from_iterator(corpus(), trainer)
-    tok = with_specials(tok)
+    return tok
+
+
+def roberta_tokenizer():
+    tok = with_specials(byte_level_bpe(SPECIALS + ["<mask>"]))
     tok.post_processor = processors.RobertaProcessing(("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>")),
                                                       trim_offsets=True, add_prefix_space=False)
     return tok
@@ -109,6 +122,17 @@ def bert_tokenizer():
     return tok
 
 
+def modernbert_tokenizer():
+    """ModernBERT's pipeline: byte-level BPE, BERT's special tokens, `[CLS] $A [SEP]`, `[MASK]` with lstrip."""
+    specials = ["[CLS]", "[SEP]", "[PAD]", "[UNK]"]
+    tok = byte_level_bpe(specials + ["[MASK]"])
+    tok.add_special_tokens(specials)
+    tok.add_special_tokens([AddedToken("[MASK]", lstrip=True, rstrip=False, normalized=False, special=True)])
+    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[
+        ("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))])
+    return tok
+
+
 ROBERTA_SPECIALS = dict(bos_token="<s>", eos_token="</s>", pad_token="<pad>", mask_token="<mask>", cls_token="<s>",
                         sep_token="</s>")
 BERT_SPECIALS = dict(pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
@@ -134,6 +158,17 @@ def distilbert(tok, max_seq):
     return DistilBertModel(config).eval()
 
 
+def modernbert(**extra):
+    def build(tok, max_seq):
+        config = ModernBertConfig(vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=96,
+                                  num_hidden_layers=4, num_attention_heads=4, max_position_embeddings=max_seq,
+                                  pad_token_id=tok.token_to_id("[PAD]"), cls_token_id=tok.token_to_id("[CLS]"),
+                                  sep_token_id=tok.token_to_id("[SEP]"), bos_token_id=tok.token_to_id("[CLS]"),
+                                  eos_token_id=tok.token_to_id("[SEP]"), attn_implementation="eager", **extra)
+        return ModernBertModel(config).eval()
+    return build
+
+
 def texts():
     picks = fixture_texts.sample(20261206)
     # Special tokens' text inside texts: a `<pad>` id mid-sequence, `<mask>` eating the whitespace before it.
@@ -141,6 +176,7 @@ def texts():
         "hello <pad> world",
         "<pad><pad> two pads first",
         "a  <mask> b\t<mask>c <s> d </s> e",
+        "a  [MASK] b\t[MASK]c [CLS] d [SEP] e",
         "trailing pad <pad>",
         " ".join(["word <pad>"] * 40),
         "",
@@ -160,7 +196,7 @@ def make(name, build, tok, specials, pooling, normalize, seed, max_seq):
             # Every row random, the padding rows nn.Embedding zeroes included; MPNet's relative bias at the scale of
             # the scores, so that a wrong bucket shows.
             std = 1.0 if "relative_attention_bias" in n else 0.1
-            norm = n.endswith("LayerNorm.weight") or n.endswith("layer_norm.weight")
+            norm = n.endswith("Norm.weight") or n.endswith("norm.weight")
             p.copy_(std * torch.randn_like(p) + (1.0 if norm else 0.0))
     model.save_pretrained(work, safe_serialization=True)
     unk = "[UNK]" if tok.token_to_id("[UNK]") is not None else "<unk>"
@@ -180,7 +216,7 @@ def make(name, build, tok, specials, pooling, normalize, seed, max_seq):
     emb = st.encode(batch, batch_size=4, convert_to_numpy=True)
     ids = [st.tokenize([t])["input_ids"][0].tolist() for t in batch]
     pad = tok.token_to_id("<pad>")
-    assert pad is None or any(pad in i[1:-1] for i in ids), "no text puts <pad> inside a sequence"
+    assert pad is None or any(pad in i[1:-1] for i in ids) or "modernbert" in name, "no <pad> inside a sequence"
     assert any(len(i) == max_seq for i in ids), "no text reaches max_seq_length"
     with open(d / "reference.jsonl", "w", encoding="utf-8") as f:
         for t, i, e in zip(batch, ids, emb):
@@ -189,8 +225,22 @@ def make(name, build, tok, specials, pooling, normalize, seed, max_seq):
     print(f"{d}: {len(batch)} texts, vocab {tok.get_vocab_size()}, {sum(len(i) for i in ids)} tokens")
 
 
+MODERNBERT_SPECIALS = dict(BERT_SPECIALS, unk_token="[UNK]")
+
+
 def main():
     torch.set_num_threads(2)
+    only = set(sys.argv[1:])  # names to make; all when none are given
+    if not only or "modernbert_mean" in only:
+        make("modernbert_mean", modernbert(global_attn_every_n_layers=3, local_attention=16), modernbert_tokenizer(),
+             MODERNBERT_SPECIALS, "mean", True, 7, 96)
+    if not only or "modernbert_cls" in only:
+        make("modernbert_cls", modernbert(global_attn_every_n_layers=2, local_attention=10, norm_bias=True,
+                                          attention_bias=True, mlp_bias=True, global_rope_theta=5e4,
+                                          local_rope_theta=300.0), modernbert_tokenizer(), MODERNBERT_SPECIALS, "cls",
+             False, 8, 96)
+    if only:
+        return
     make("xlmr_mean", roberta_like(XLMRobertaConfig, XLMRobertaModel), xlmr_tokenizer(), ROBERTA_SPECIALS, "mean",
          True, 3, 64)
     make("roberta_cls", roberta_like(RobertaConfig, RobertaModel), roberta_tokenizer(), ROBERTA_SPECIALS, "cls",

@@ -4,7 +4,9 @@
 //! Normalize; MPNet (all-mpnet-base-v2's architecture: a relative position bias on every attention score, no token
 //! types) with a WordPiece, mean pooling and Normalize, on sequences long enough to reach its last distance bucket;
 //! DistilBERT (no token types, its own tensor and config names) with BERT's special tokens and `BertProcessing`,
-//! mean pooling, no Normalize. The first three number positions after the padding id: their texts put `<pad>`
+//! mean pooling, no Normalize; ModernBERT (rotary positions, pre-norm layers, GeGLU, global layers between
+//! sliding-window ones) with a byte-level BPE of its pipeline, without biases (mean pooling, Normalize) and with
+//! every bias, other rotary bases and a narrower window (CLS pooling), on sequences many windows long. The first three number positions after the padding id: their texts put `<pad>`
 //! inside sequences (it takes the padding row and does not advance the positions after it), `<mask>` after
 //! whitespace it strips, and run past max_seq_length; the default, in-house tokenizer must give
 //! sentence-transformers' ids.
@@ -14,7 +16,14 @@ use engine::Dtype;
 mod common;
 use common::models::{assert_batch_invariant_and_replay_bitwise, bf16_runs, check};
 
-const MODELS: [&str; 4] = ["xlmr_mean", "roberta_cls", "mpnet_mean", "distilbert_mean"];
+const MODELS: [&str; 6] = [
+    "xlmr_mean",
+    "roberta_cls",
+    "mpnet_mean",
+    "distilbert_mean",
+    "modernbert_mean",
+    "modernbert_cls",
+];
 
 #[test]
 fn f32_matches_sentence_transformers() {

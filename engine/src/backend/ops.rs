@@ -28,20 +28,43 @@ pub enum Activation {
     Gelu,
 }
 
-/// The attention of one layer: query heads, key/value heads (fewer for grouped-query attention), head width and
-/// whether a token sees only the tokens before it (decoders) or the whole sequence (encoders).
+/// The activation of a gated linear unit's gate ([`Ops::glu`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Glu {
+    /// SwiGLU (Qwen3's MLP): `silu(g) = g / (1 + e⁻ᵍ)`.
+    Silu,
+    /// GeGLU with the exact (erf) GELU (ModernBERT's MLP).
+    Gelu,
+}
+
+/// The attention of one layer: query heads, key/value heads (fewer for grouped-query attention), head width,
+/// whether a token sees only the tokens before it (decoders) or the whole sequence (encoders), and how far it
+/// sees.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AttentionShape {
     pub heads: usize,
     pub kv_heads: usize,
     pub head_dim: usize,
     pub causal: bool,
+    /// A sliding window (ModernBERT's local layers): a token sees only the tokens at most this many positions
+    /// from it, on either side (before it only, when causal). `None`: the whole sequence.
+    pub window: Option<usize>,
 }
 
 impl AttentionShape {
     /// Columns of the fused `[Q | K | V]` projection this attention reads.
     pub fn qkv_width(&self) -> usize {
         (self.heads + 2 * self.kv_heads) * self.head_dim
+    }
+
+    /// The keys query `q` of a `len`-token sequence sees: never empty (a token sees itself), and both ends
+    /// ascend with `q`.
+    pub fn keys(&self, q: usize, len: usize) -> Range<usize> {
+        let end = if self.causal { q + 1 } else { len };
+        match self.window {
+            Some(w) => q.saturating_sub(w)..end.min(q.saturating_add(w).saturating_add(1)),
+            None => 0..end,
+        }
     }
 }
 
@@ -53,10 +76,21 @@ pub struct Slot {
     pub region: usize,
     pub offset: usize,
     pub width: usize,
-    /// Only [`Ops::linear`] (as its input, or as an output with no residual) and [`Ops::silu_gate`] touch this
+    /// Only [`Ops::linear`] (as its input, or as an output with no residual) and [`Ops::glu`] touch this
     /// matrix: a backend may hold it in its GEMMs' operand precision instead of f32, within the slot's own memory
     /// (the CUDA backend's bf16 feed-forward intermediate, [`crate::config::GpuIntermediate`]).
     pub operand: bool,
+}
+
+impl Slot {
+    pub const fn new(region: usize, offset: usize, width: usize, operand: bool) -> Self {
+        Slot {
+            region,
+            offset,
+            width,
+            operand,
+        }
+    }
 }
 
 /// The activation memory an architecture needs, declared once; the backend allocates it (an arena per plan on
@@ -236,8 +270,8 @@ pub trait Ops {
         residual: Option<Self::Mat>,
         out: Self::Mat,
     );
-    /// LayerNorm of every row, in place.
-    fn layer_norm(&self, x: Self::Mat, norm: &LayerNormWeights<Self::Device>);
+    /// LayerNorm of every row of `x` into `out` (`x` itself for in place).
+    fn layer_norm(&self, x: Self::Mat, out: Self::Mat, norm: &LayerNormWeights<Self::Device>);
     /// RMSNorm of every row of `x`, scaled by `weight` (one value per column), into `out` (`x` itself for in place).
     fn rms_norm(
         &self,
@@ -257,8 +291,8 @@ pub trait Ops {
         head_dim: usize,
         norm: Option<(&<Self::Device as Device>::Param, f32)>,
     );
-    /// SwiGLU's gate: `out = silu(x[:, ..f]) · x[:, f..]` for `x` of `2f` columns.
-    fn silu_gate(&self, x: Self::Mat, out: Self::Mat);
+    /// A gated feed-forward's gate: `out = act(x[:, ..f]) · x[:, f..]` for `x` of `2f` columns.
+    fn glu(&self, x: Self::Mat, act: Glu, out: Self::Mat);
     /// `ctx = softmax(Q Kᵀ / √d + bias) V` per sequence and head, from the fused `[Q | K | V]` projection; query
     /// head `h` reads key/value head `h / (heads / kv_heads)`; `bias`, when given, by head and distance.
     fn attention(

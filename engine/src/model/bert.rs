@@ -9,7 +9,9 @@
 //! attention runs per sequence and needs no mask; Q, K and V are one fused projection; the residual of each
 //! block is added in its output projection's epilogue, before the LayerNorm.
 
-use super::{BertConfig, BertFamily, Head, ModelConfig, ModelDir, Weights};
+use super::{
+    layer_norm, stacked_linear, BertConfig, BertFamily, Head, ModelConfig, ModelDir, Weights,
+};
 use crate::backend::ops::{
     Activation, Architecture, AttentionShape, Device, Embedding, LayerNormWeights, Layout, Matrix,
     Ops, RelativeBias, Slot,
@@ -35,14 +37,9 @@ impl<D: Device> Linear<D> {
         out_dim: usize,
         in_dim: usize,
     ) -> Result<Self> {
-        let (mut weight, mut bias) = (Vec::new(), Vec::new());
-        for p in prefixes {
-            weight.extend_from_slice(w.get(&format!("{p}.weight"), &[out_dim, in_dim])?.data());
-            bias.extend_from_slice(w.get(&format!("{p}.bias"), &[out_dim])?.data());
-        }
-        let n = out_dim * prefixes.len();
+        let names: Vec<_> = prefixes.iter().map(|p| (p.to_string(), out_dim)).collect();
         Ok(Linear {
-            inner: d.linear(&weight, Some(&bias), n, in_dim)?,
+            inner: stacked_linear(w, d, &names, in_dim, true)?,
         })
     }
 
@@ -57,21 +54,6 @@ impl<D: Device> Linear<D> {
     ) {
         ops.linear(x, &self.inner, act, residual, out);
     }
-}
-
-/// BERT's LayerNorm `prefix` over rows of `dim` columns.
-fn layer_norm<D: Device>(
-    w: &Weights,
-    d: &D,
-    prefix: &str,
-    dim: usize,
-    eps: f64,
-) -> Result<LayerNormWeights<D>> {
-    Ok(LayerNormWeights {
-        weight: d.param(w.get(&format!("{prefix}.weight"), &[dim])?)?,
-        bias: d.param(w.get(&format!("{prefix}.bias"), &[dim])?)?,
-        eps: eps as f32,
-    })
 }
 
 /// BertEmbeddings: word + absolute position + token type (always type 0 for single sentences; MPNet has none),
@@ -109,7 +91,14 @@ impl<D: Device> Embeddings<D> {
                 position_ids: c.position_ids(),
                 row,
                 dim: h,
-                norm: Some(layer_norm(w, d, "embeddings.LayerNorm", h, c.norm_eps())?),
+                norm: Some(layer_norm(
+                    w,
+                    d,
+                    "embeddings.LayerNorm",
+                    h,
+                    c.norm_eps(),
+                    true,
+                )?),
             },
         })
     }
@@ -150,11 +139,11 @@ impl<D: Device> Layer<D> {
         Ok(Layer {
             qkv: Linear::load_stacked(w, d, &n.qkv.each_ref().map(String::as_str), h, h)?,
             attn_out: Linear::load(w, d, &n.attn_out, h, h)?,
-            attn_norm: layer_norm(w, d, &n.attn_norm, h, eps)?,
+            attn_norm: layer_norm(w, d, &n.attn_norm, h, eps, true)?,
             intermediate: Linear::load(w, d, &n.intermediate, f, h)?,
             output: Linear::load(w, d, &n.output, h, f)?,
-            out_norm: layer_norm(w, d, &n.out_norm, h, eps)?,
-            attention: attention_shape(c),
+            out_norm: layer_norm(w, d, &n.out_norm, h, eps, true)?,
+            attention: c.attention(),
         })
     }
 
@@ -171,12 +160,12 @@ impl<D: Device> Layer<D> {
         ops.attention(batch, a.qkv, self.attention, bias, a.ctx);
         self.attn_out
             .forward(ops, a.ctx, Activation::None, Some(a.hidden), a.tmp);
-        ops.layer_norm(a.tmp, &self.attn_norm);
+        ops.layer_norm(a.tmp, a.tmp, &self.attn_norm);
         self.intermediate
             .forward(ops, a.tmp, Activation::Gelu, None, a.inter);
         self.output
             .forward(ops, a.inter, Activation::None, Some(a.tmp), a.hidden);
-        ops.layer_norm(a.hidden, &self.out_norm);
+        ops.layer_norm(a.hidden, a.hidden, &self.out_norm);
     }
 }
 
@@ -248,15 +237,6 @@ impl LayerNames {
             output,
             out_norm,
         }
-    }
-}
-
-fn attention_shape(c: &BertConfig) -> AttentionShape {
-    AttentionShape {
-        heads: c.num_attention_heads,
-        kv_heads: c.num_attention_heads,
-        head_dim: c.hidden_size / c.num_attention_heads,
-        causal: false,
     }
 }
 
@@ -350,12 +330,7 @@ impl<D: Device> Architecture<D> for Bert<D> {
     /// share a third with the feed-forward activations, which are only live once both are dead.
     fn layout(&self) -> Layout {
         let (h, f) = (self.config.hidden_size, self.config.intermediate_size);
-        let slot = |region, offset, width, operand| Slot {
-            region,
-            offset,
-            width,
-            operand,
-        };
+        let slot = Slot::new;
         Layout {
             slots: vec![
                 slot(0, 0, h, false),
@@ -365,7 +340,7 @@ impl<D: Device> Architecture<D> for Bert<D> {
                 // The GELU's input and output, read only by the output projection.
                 slot(2, 0, f, true),
             ],
-            attention: attention_shape(&self.config),
+            attention: self.config.attention(),
             max_positions: self.positions,
         }
     }

@@ -1,14 +1,14 @@
 //! Every architecture's claim about its operand slots ([`Slot::operand`]), checked by running its forward over an
 //! op set that only records which matrices each op is given: a backend holds an operand slot in bf16 (the CUDA
-//! backend under `--gpu-intermediate bf16`), and any op but `linear` and `silu_gate` would read it as f32.
+//! backend under `--gpu-intermediate bf16`), and any op but `linear` and `glu` would read it as f32.
 
 use std::cell::RefCell;
 use std::ops::Range;
 
 use super::{Model, ModelDir, Pooling, Tensor};
 use crate::backend::ops::{
-    Activation, Architecture, AttentionShape, Device, Embedding, LayerNormWeights, Matrix, Ops,
-    RelativeBias, Slot,
+    Activation, Architecture, AttentionShape, Device, Embedding, Glu, LayerNormWeights, Matrix,
+    Ops, RelativeBias, Slot,
 };
 use crate::batch::Batch;
 use crate::error::Result;
@@ -91,8 +91,8 @@ impl Ops for Recorder {
         }
     }
 
-    fn layer_norm(&self, x: View, _: &LayerNormWeights<Shapes>) {
-        self.f32_only("layer_norm", &[x]);
+    fn layer_norm(&self, x: View, out: View, _: &LayerNormWeights<Shapes>) {
+        self.f32_only("layer_norm", &[x, out]);
     }
 
     fn rms_norm(&self, x: View, out: View, _: &(), _: f32) {
@@ -103,10 +103,10 @@ impl Ops for Recorder {
         self.f32_only("rotary", &[x]);
     }
 
-    fn silu_gate(&self, x: View, out: View) {
+    fn glu(&self, x: View, _: Glu, out: View) {
         // Both sides of one precision.
         if x.operand != out.operand {
-            self.misuse.borrow_mut().push("silu_gate across precisions");
+            self.misuse.borrow_mut().push("glu across precisions");
         }
     }
 
@@ -158,7 +158,10 @@ fn operand_slots_reach_only_linear_layers_and_the_gate() {
     let qwen3 = tmp.path().join("qwen3");
     let tiny = super::synthetic::MODELS[2].1;
     super::synthetic::write_qwen3(&qwen3, tiny).unwrap();
-    for dir in [bert, qwen3] {
+    // ModernBERT: the fixture scripts/make_encoder_fixtures.py made.
+    let modernbert =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/modernbert_mean");
+    for dir in [bert, qwen3, modernbert] {
         let (misuse, used) = record(&dir);
         assert!(misuse.is_empty(), "{}: {misuse:?}", dir.display());
         // Not vacuous: each architecture declares an operand slot and its feed-forward uses it.

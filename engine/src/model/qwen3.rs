@@ -10,28 +10,16 @@
 //! Q's and K's heads; residuals are added in the output projections' epilogues. The language-model head is never
 //! used, so tied or untied embeddings load the same.
 
-use super::{Head, ModelConfig, ModelDir, Qwen3Config, Tensor, Weights};
+use super::{
+    pre_norm_layout, stacked_linear, Head, ModelConfig, ModelDir, PreNormActs, Qwen3Config, Tensor,
+    Weights,
+};
 use crate::backend::ops::{
-    Activation, Architecture, AttentionShape, Device, Embedding, Layout, Matrix, Ops, PositionIds,
-    Slot,
+    Activation, Architecture, AttentionShape, Device, Embedding, Glu, Layout, Matrix, Ops,
+    PositionIds,
 };
 use crate::batch::Batch;
 use crate::error::{Error, Result};
-
-/// A bias-free linear layer (Qwen3 has none), several projections of one input stacked into one GEMM.
-fn stacked<D: Device>(
-    w: &Weights,
-    d: &D,
-    names: &[(String, usize)],
-    inp: usize,
-) -> Result<D::Linear> {
-    let mut weight = Vec::new();
-    for (name, out) in names {
-        weight.extend_from_slice(w.get(&format!("{name}.weight"), &[*out, inp])?.data());
-    }
-    let out = names.iter().map(|(_, o)| o).sum();
-    d.linear(&weight, None, out, inp)
-}
 
 /// Qwen3RMSNorm: `x · weight / √(mean(x²) + eps)` over each row.
 pub struct RmsNorm<D: Device> {
@@ -93,17 +81,6 @@ impl<D: Device> QkNormRotary<D> {
     }
 }
 
-/// The activation matrices of one forward pass, in the order of [`Qwen3::layout`]'s slots.
-struct Acts<M> {
-    hidden: M,
-    normed: M,
-    qkv: M,
-    ctx: M,
-    /// The MLP's gate and up projections, in the memory of QKV and the context once both are dead.
-    gate_up: M,
-    act: M,
-}
-
 /// Qwen3DecoderLayer: pre-norm attention (fused QKV, per-head q/k RMSNorm, rotary, grouped-query attention) and
 /// pre-norm SwiGLU MLP, each with its residual.
 pub struct Layer<D: Device> {
@@ -120,7 +97,7 @@ pub struct Layer<D: Device> {
 impl<D: Device> Layer<D> {
     pub fn load(w: &Weights, d: &D, c: &Qwen3Config, i: usize) -> Result<Self> {
         let (h, f, hd) = (c.hidden_size, c.intermediate_size, c.head_dim());
-        let attention = attention_shape(c);
+        let attention = c.attention();
         let (q, kv) = (attention.heads * hd, attention.kv_heads * hd);
         let p = format!("layers.{i}");
         let a = format!("{p}.self_attn");
@@ -128,7 +105,7 @@ impl<D: Device> Layer<D> {
         let eps = c.rms_norm_eps;
         Ok(Layer {
             input_norm: RmsNorm::load(w, d, &format!("{p}.input_layernorm"), h, eps)?,
-            qkv: stacked(
+            qkv: stacked_linear(
                 w,
                 d,
                 &[
@@ -137,17 +114,19 @@ impl<D: Device> Layer<D> {
                     (format!("{a}.v_proj"), kv),
                 ],
                 h,
+                false,
             )?,
             qk_norm_rotary: QkNormRotary::load(w, d, &a, attention, eps)?,
-            o_proj: stacked(w, d, &[(format!("{a}.o_proj"), h)], q)?,
+            o_proj: stacked_linear(w, d, &[(format!("{a}.o_proj"), h)], q, false)?,
             post_norm: RmsNorm::load(w, d, &format!("{p}.post_attention_layernorm"), h, eps)?,
-            gate_up: stacked(
+            gate_up: stacked_linear(
                 w,
                 d,
                 &[(format!("{m}.gate_proj"), f), (format!("{m}.up_proj"), f)],
                 h,
+                false,
             )?,
-            down: stacked(w, d, &[(format!("{m}.down_proj"), h)], f)?,
+            down: stacked_linear(w, d, &[(format!("{m}.down_proj"), h)], f, false)?,
             attention,
         })
     }
@@ -158,7 +137,7 @@ impl<D: Device> Layer<D> {
         ops: &O,
         batch: &Batch,
         rotary: &D::Param,
-        a: &Acts<O::Mat>,
+        a: &PreNormActs<O::Mat>,
     ) {
         self.input_norm.forward(ops, a.hidden, a.normed);
         ops.linear(a.normed, &self.qkv, Activation::None, None, a.qkv);
@@ -174,7 +153,7 @@ impl<D: Device> Layer<D> {
         // `normed` now holds the attention block's output (with its residual); the MLP reads its norm.
         self.post_norm.forward(ops, a.normed, a.hidden);
         ops.linear(a.hidden, &self.gate_up, Activation::None, None, a.gate_up);
-        ops.silu_gate(a.gate_up, a.act);
+        ops.glu(a.gate_up, Glu::Silu, a.act);
         ops.linear(
             a.act,
             &self.down,
@@ -182,15 +161,6 @@ impl<D: Device> Layer<D> {
             Some(a.normed),
             a.hidden,
         );
-    }
-}
-
-fn attention_shape(c: &Qwen3Config) -> AttentionShape {
-    AttentionShape {
-        heads: c.num_attention_heads,
-        kv_heads: c.num_key_value_heads,
-        head_dim: c.head_dim(),
-        causal: c.is_causal,
     }
 }
 
@@ -246,32 +216,14 @@ impl<D: Device> Qwen3<D> {
 }
 
 impl<D: Device> Architecture<D> for Qwen3<D> {
-    /// The residual stream and the normed copy each in a region of their own; QKV and the attention context
-    /// share a third with the MLP's gate/up projections and its activation, live only once both are dead.
     fn layout(&self) -> Layout {
         let c = &self.config;
-        let shape = attention_shape(c);
-        let (h, f) = (c.hidden_size, c.intermediate_size);
-        let (w, q) = (shape.qkv_width(), shape.heads * shape.head_dim);
-        let slot = |region, offset, width, operand| Slot {
-            region,
-            offset,
-            width,
-            operand,
-        };
-        Layout {
-            slots: vec![
-                slot(0, 0, h, false),
-                slot(1, 0, h, false),
-                slot(2, 0, w, false),
-                slot(2, w, q, false),
-                // The gate/up projections and SwiGLU's output, read only by the gate and the down projection.
-                slot(2, 0, 2 * f, true),
-                slot(2, 2 * f, f, true),
-            ],
-            attention: shape,
-            max_positions: self.positions,
-        }
+        pre_norm_layout(
+            c.hidden_size,
+            c.attention(),
+            c.intermediate_size,
+            self.positions,
+        )
     }
 
     fn dim(&self) -> usize {
@@ -287,18 +239,7 @@ impl<D: Device> Architecture<D> for Qwen3<D> {
     }
 
     fn forward<O: Ops<Device = D>>(&self, ops: &O, batch: &Batch, acts: &[O::Mat], out: O::Mat) {
-        let t = batch.tokens();
-        let [hidden, normed, qkv, ctx, gate_up, act] = acts else {
-            panic!("Qwen3's layout has six slots, got {}", acts.len());
-        };
-        let a = Acts {
-            hidden: hidden.top(t),
-            normed: normed.top(t),
-            qkv: qkv.top(t),
-            ctx: ctx.top(t),
-            gate_up: gate_up.top(t),
-            act: act.top(t),
-        };
+        let a = PreNormActs::of(acts, batch.tokens());
         ops.embed(batch, &self.embeddings, a.hidden);
         for layer in &self.layers {
             layer.forward(ops, batch, &self.rotary, &a);

@@ -1,7 +1,7 @@
 // Launches one attention kernel (KERNEL: `attention` or `attention_mma`, same signature) under the host emulation,
 // for engine/tests/kernels_on_host/. Compiled after cuda_host.h and the kernel's NVRTC program text.
 //
-// argv[1], the input, all 32-bit little-endian: ints {heads, kv_heads, head_dim, causal, threads, smem_bytes,
+// argv[1], the input, all 32-bit little-endian: ints {heads, kv_heads, head_dim, causal, window (-1: none), threads, smem_bytes,
 // grid_x, seqs, tokens, ld_qkv, ld_ctx}, meta[3], offsets[seqs + 1], tiles[2 * grid_x], then floats {scale},
 // int reach (0: no relative bias), floats {bias[heads * (2 reach - 1)], qkv[tokens * ld_qkv]}. argv[2], the output: ctx[tokens * ld_ctx] floats, NaN where the kernel wrote nothing, then
 // the shadow (ctx's bf16 rounding, dense: tokens * heads * head_dim 16-bit values, 0xffff where not written).
@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
     std::ofstream out;
     Reader r = Reader::from_args(argc, argv, out);
     const int heads = r.next<int>(), kv_heads = r.next<int>(), d = r.next<int>(), causal = r.next<int>();
+    const int window = r.next<int>();
     const int threads = r.next<int>(), smem = r.next<int>(), grid_x = r.next<int>(), seqs = r.next<int>();
     const int tokens = r.next<int>(), ld_qkv = r.next<int>(), ld_ctx = r.next<int>();
     const auto meta = r.many<int>(3);
@@ -26,7 +27,7 @@ int main(int argc, char** argv) {
 
     emu::launch(dim3{(unsigned)grid_x, (unsigned)heads, 1}, (unsigned)threads, (size_t)smem, [&] {
         KERNEL(qkv.data(), ld_qkv, ctx.data(), ld_ctx, offsets.data(), tiles.data(), meta.data(), heads, kv_heads, d,
-               causal, scale, reach > 0 ? bias.data() : nullptr, reach, shadow.data());
+               causal, window, scale, reach > 0 ? bias.data() : nullptr, reach, shadow.data());
     });
 
     put(out, ctx);

@@ -2,11 +2,11 @@
 // as the backend launches them (engine/src/backend/cuda/ops.rs: 256 threads; a block per row for the norms, per
 // sequence for pooling; rows x 256-column blocks for the element-wise kernels) over `rows` bucket rows of which
 // `tokens` are the batch's, and a grid of two sequences more than the batch's. The program is picked by a define:
-//   EW_PROGRAM_NORM (norm.cu): layer_norm(x, gamma a, beta b) in place, then rms_norm(x, weight a) into
-//     a fresh matrix;
-//   EW_PROGRAM_ELEMENTWISE (elementwise.cu): bias_act(y, bias a, GELU, residual x) in place, silu_gate(x) (f =
-//     cols / 2) into a fresh matrix, to_bf16(x), bias_act_bf16 (bias a, GELU) and silu_gate_bf16 on x rounded to
-//     bf16 in rows of 2 ld (0xffff past ld), then rotary(x) in place (heads of `group`, table rows by pos),
+//   EW_PROGRAM_NORM (norm.cu): layer_norm(x, gamma a, beta b) into a fresh matrix, then in place, then
+//     rms_norm(x, weight a) into a fresh matrix;
+//   EW_PROGRAM_ELEMENTWISE (elementwise.cu): bias_act(y, bias a, GELU, residual x) in place, glu(x) (f = cols / 2)
+//     with SiLU then with GELU, each into a fresh matrix, to_bf16(x), bias_act_bf16 (bias a, GELU) and glu_bf16
+//     (SiLU, then GELU) on x rounded to bf16 in rows of 2 ld (0xffff past ld), then rotary(x) in place (heads of `group`, table rows by pos),
 //     then rotary with per-head RMSNorm (weight a) on copies of bias_act's output, heads of `group` and of
 //     `group / 4` (the table read as rows of that width); rotary's blocks are 4 warps, one per head, as the
 //     backend's;
@@ -20,7 +20,7 @@
 // argv[1], the input (32-bit little-endian): ints {rows, tokens, cols, ld, group, seqs}, pos[rows],
 // offsets[seqs + 1], out_offsets[seqs + 1], readouts[seqs], floats {eps, x[rows * ld], y[rows * ld], a[cols],
 // b[cols], table[8 * group]}. argv[2], the outputs in the order above: an f32 matrix of rows x ld (NaN where not
-// written; pooled: out_offsets[seqs] rows), each norm's, bias_act's and silu_gate's followed by its shadow (rows
+// written; pooled: out_offsets[seqs] rows), each norm's, bias_act's and glu's followed by its shadow (rows
 // x its columns, bf16 bits, 0xffff where not written); to_bf16's rows x cols bf16; the bf16 kernels' rows x 2 ld
 // bf16; the normalising pool's
 // norms[seqs]; int8 matrices of tokens x cols and the scales[tokens].
@@ -51,9 +51,17 @@ int main(int argc, char** argv) {
     (void)eps, (void)group, (void)col_blocks, (void)seq_blocks, (void)b, (void)y, (void)n, (void)pos, (void)table;
 
 #ifdef EW_PROGRAM_NORM
+    auto o0 = nans(n);
+    auto sh0 = unwritten((size_t)rows * cols);
+    emu::launch(dim3{(unsigned)rows, 1, 1}, THREADS, 0, [&] {
+        layer_norm(x.data(), ld, o0.data(), ld, cols, meta, a.data(), b.data(), eps, sh0.data());
+    });
+    put(out, o0);
+    put(out, sh0);
     auto sh1 = unwritten((size_t)rows * cols);
-    emu::launch(dim3{(unsigned)rows, 1, 1}, THREADS, 0,
-                [&] { layer_norm(x.data(), ld, cols, meta, a.data(), b.data(), eps, sh1.data()); });
+    emu::launch(dim3{(unsigned)rows, 1, 1}, THREADS, 0, [&] {
+        layer_norm(x.data(), ld, x.data(), ld, cols, meta, a.data(), b.data(), eps, sh1.data());
+    });
     put(out, x);
     put(out, sh1);
     // rms_norm reads the LayerNorm's output: any finite input serves.
@@ -72,12 +80,14 @@ int main(int argc, char** argv) {
     put(out, y);
     put(out, sh1);
     const int f = cols / 2;
-    auto o2 = nans(n);
-    auto sh2 = unwritten((size_t)rows * f);
-    emu::launch(dim3{(unsigned)rows, (unsigned)((f + THREADS - 1) / THREADS), 1}, THREADS, 0,
-                [&] { silu_gate(x.data(), ld, o2.data(), ld, f, meta, sh2.data()); });
-    put(out, o2);
-    put(out, sh2);
+    for (int act : {0, 1}) {
+        auto o2 = nans(n);
+        auto sh2 = unwritten((size_t)rows * f);
+        emu::launch(dim3{(unsigned)rows, (unsigned)((f + THREADS - 1) / THREADS), 1}, THREADS, 0,
+                    [&] { glu(x.data(), ld, o2.data(), ld, f, meta, act, sh2.data()); });
+        put(out, o2);
+        put(out, sh2);
+    }
     auto o3 = unwritten((size_t)rows * cols);
     emu::launch(dim3{(unsigned)rows, col_blocks, 1}, THREADS, 0,
                 [&] { to_bf16(x.data(), ld, cols, meta, o3.data()); });
@@ -95,10 +105,12 @@ int main(int argc, char** argv) {
     emu::launch(dim3{(unsigned)rows, col_blocks, 1}, THREADS, 0,
                 [&] { bias_act_bf16(ab.data(), (int)ld2, cols, meta, a.data(), 1); });
     put(out, ab);
-    auto gb = unwritten(rows * ld2);
-    emu::launch(dim3{(unsigned)rows, (unsigned)((f + THREADS - 1) / THREADS), 1}, THREADS, 0,
-                [&] { silu_gate_bf16(xb.data(), (int)ld2, gb.data(), (int)ld2, f, meta); });
-    put(out, gb);
+    for (int act : {0, 1}) {
+        auto gb = unwritten(rows * ld2);
+        emu::launch(dim3{(unsigned)rows, (unsigned)((f + THREADS - 1) / THREADS), 1}, THREADS, 0,
+                    [&] { glu_bf16(xb.data(), (int)ld2, gb.data(), (int)ld2, f, meta, act); });
+        put(out, gb);
+    }
     const auto rotate = [&](float* m, int head_dim, const float* weight) {
         const unsigned warps = 4, heads = (unsigned)(cols / head_dim);
         emu::launch(dim3{(unsigned)rows, (heads + warps - 1) / warps, 1}, warps * 32, 0, [&] {

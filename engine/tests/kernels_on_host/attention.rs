@@ -4,6 +4,7 @@ use std::path::Path;
 
 use engine::backend::cuda::inputs::{Extent, InputLayout};
 use engine::backend::cuda::ops::attention_launch;
+use engine::backend::ops::AttentionShape;
 use engine::config::GpuAttention;
 use engine::Batch;
 use rand::{Rng, SeedableRng};
@@ -32,6 +33,8 @@ struct Case {
     kv_heads: usize,
     d: usize,
     causal: bool,
+    /// A sliding window (ModernBERT's local layers).
+    window: Option<usize>,
     lens: Vec<usize>,
     /// With a relative position bias (MPNet's) on every score.
     bias: bool,
@@ -45,9 +48,17 @@ fn check(binary: &Path, kernel: Kernel, case: &Case, seed: u64) -> f64 {
         kv_heads,
         d,
         causal,
+        window,
         ref lens,
         bias,
     } = *case;
+    let shape = AttentionShape {
+        heads,
+        kv_heads,
+        head_dim: d,
+        causal,
+        window,
+    };
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let seqs: Vec<Vec<u32>> = lens.iter().map(|&n| vec![7; n]).collect();
     let batch = Batch::from_sequences(seqs.iter().map(|s| s.as_slice()));
@@ -86,6 +97,7 @@ fn check(binary: &Path, kernel: Kernel, case: &Case, seed: u64) -> f64 {
         .collect();
 
     let mut input: Vec<u8> = Vec::new();
+    // usize::MAX is -1: no window.
     let mut int = |v: usize| input.extend_from_slice(&(v as i32).to_le_bytes());
     let (_, threads, smem) = attention_launch(kernel.0, d);
     for v in [
@@ -93,6 +105,7 @@ fn check(binary: &Path, kernel: Kernel, case: &Case, seed: u64) -> f64 {
         kv_heads,
         d,
         causal as usize,
+        window.map_or(usize::MAX, |w| w),
         threads as usize,
         smem,
         grid_x,
@@ -142,8 +155,9 @@ fn check(binary: &Path, kernel: Kernel, case: &Case, seed: u64) -> f64 {
             let (qc, kc, vc) = (h * d, heads * d + kv * d, (heads + kv_heads) * d + kv * d);
             for i in 0..len {
                 let at = |t: usize, c: usize| operand(qkv[(start + t) * ld_qkv + c]);
-                let visible = if causal { i + 1 } else { len };
-                let scores: Vec<f64> = (0..visible)
+                let visible = shape.keys(i, len);
+                let scores: Vec<f64> = visible
+                    .clone()
                     .map(|j| {
                         (0..d).map(|e| at(i, qc + e) * at(j, kc + e)).sum::<f64>() * scale as f64
                             + if bias {
@@ -157,7 +171,12 @@ fn check(binary: &Path, kernel: Kernel, case: &Case, seed: u64) -> f64 {
                 let p: Vec<f64> = scores.iter().map(|s| (s - top).exp()).collect();
                 let sum: f64 = p.iter().sum();
                 for e in 0..d {
-                    let want = (0..visible).map(|j| p[j] * at(j, vc + e)).sum::<f64>() / sum;
+                    let want = visible
+                        .clone()
+                        .zip(&p)
+                        .map(|(j, p)| p * at(j, vc + e))
+                        .sum::<f64>()
+                        / sum;
                     let got = ctx[(start + i) * ld_ctx + qc + e] as f64;
                     assert!(
                         got.is_finite(),
@@ -183,11 +202,12 @@ fn check(binary: &Path, kernel: Kernel, case: &Case, seed: u64) -> f64 {
 
 fn describe(c: &Case) -> String {
     format!(
-        "{} heads / {} kv, d {}, {}{}, lengths {:?}",
+        "{} heads / {} kv, d {}, {}{}{}, lengths {:?}",
         c.heads,
         c.kv_heads,
         c.d,
         if c.causal { "causal" } else { "bidirectional" },
+        c.window.map_or(String::new(), |w| format!(", window {w}")),
         if c.bias { ", relative bias" } else { "" },
         c.lens
     )
@@ -201,6 +221,7 @@ fn cases() -> Vec<Case> {
             kv_heads: 4,
             d: 32,
             causal: false,
+            window: None,
             lens: vec![1, 12, 17, 40, 5],
             bias: false,
         },
@@ -210,6 +231,7 @@ fn cases() -> Vec<Case> {
             kv_heads: 2,
             d: 64,
             causal: true,
+            window: None,
             lens: vec![3, 33, 16, 70],
             bias: false,
         },
@@ -219,6 +241,7 @@ fn cases() -> Vec<Case> {
             kv_heads: 2,
             d: 96,
             causal: false,
+            window: None,
             lens: vec![20, 9],
             bias: false,
         },
@@ -228,6 +251,7 @@ fn cases() -> Vec<Case> {
             kv_heads: 1,
             d: 128,
             causal: false,
+            window: None,
             lens: vec![70, 2],
             bias: false,
         },
@@ -236,6 +260,7 @@ fn cases() -> Vec<Case> {
             kv_heads: 1,
             d: 128,
             causal: true,
+            window: None,
             lens: vec![2, 70],
             bias: false,
         },
@@ -251,6 +276,25 @@ fn cases() -> Vec<Case> {
         })
         .collect();
     cases.extend(biased);
+    // ModernBERT's local layers: windows narrower than a key tile and wider than one, over sequences many windows
+    // long, and one past every sequence; with a causal mask and grouped heads too (Mistral-style; the op allows
+    // it).
+    for (window, causal, kv_heads, d) in [
+        (4, false, 4, 32),
+        (20, false, 4, 64),
+        (1000, false, 4, 32),
+        (9, true, 2, 64),
+    ] {
+        cases.push(Case {
+            heads: 4,
+            kv_heads,
+            d,
+            causal,
+            window: Some(window),
+            lens: vec![1, 12, 150, 5, 77],
+            bias: false,
+        });
+    }
     cases
 }
 

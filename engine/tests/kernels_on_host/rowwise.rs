@@ -137,6 +137,8 @@ fn emulated_cuda_norms_match_f64_and_write_their_shadow() {
     let Some((inp, mut out)) = run_rowwise("norm.cu", "EW_PROGRAM_NORM") else {
         return;
     };
+    let ln_out = out.f32s(ROWS * LD);
+    let ln_out_shadow = out.bf16s(ROWS * COLS);
     let ln = out.f32s(ROWS * LD);
     let ln_shadow = out.bf16s(ROWS * COLS);
     let rms = out.f32s(ROWS * LD);
@@ -149,14 +151,20 @@ fn emulated_cuda_norms_match_f64_and_write_their_shadow() {
             (mean, 1.0 / (var + EPS as f64).sqrt())
         })
         .collect();
+    let want = |r: usize, c: usize| {
+        (x(r, c) - stats[r].0) * stats[r].1 * inp.a[c] as f64 + inp.b[c] as f64
+    };
     check_rows(
-        "layer_norm",
-        &ln,
-        &ln_shadow,
+        "layer_norm into another matrix",
+        &ln_out,
+        &ln_out_shadow,
         COLS,
-        |r, c| (x(r, c) - stats[r].0) * stats[r].1 * inp.a[c] as f64 + inp.b[c] as f64,
-        |i| inp.x[i],
+        want,
+        |_| f32::NAN,
     );
+    check_rows("layer_norm in place", &ln, &ln_shadow, COLS, want, |i| {
+        inp.x[i]
+    });
     // rms_norm ran on the LayerNorm's output, over whole rows with weight a.
     let l = |r: usize, c: usize| ln[r * LD + c] as f64;
     check_rows(
@@ -190,30 +198,36 @@ fn emulated_cuda_elementwise_kernels_match_f64_and_write_their_shadow() {
     let f = COLS / 2;
     let act = out.f32s(ROWS * LD);
     let act_shadow = out.bf16s(ROWS * COLS);
-    let gate = out.f32s(ROWS * LD);
-    let gate_shadow = out.bf16s(ROWS * f);
+    let silu = out.f32s(ROWS * LD);
+    let silu_shadow = out.bf16s(ROWS * f);
+    let gelu_gate = out.f32s(ROWS * LD);
+    let gelu_shadow = out.bf16s(ROWS * f);
     let rounded = out.bf16s(ROWS * COLS);
     let x = |r: usize, c: usize| inp.x[r * LD + c] as f64;
+    let silu_of = |g: f64| g / (1.0 + (-g).exp());
+    let gelu_of = |g: f64| 0.5 * g * (1.0 + erf(g / 2f64.sqrt()));
     check_rows(
         "bias_act (GELU, residual)",
         &act,
         &act_shadow,
         COLS,
-        |r, c| {
-            let u = inp.y[r * LD + c] as f64 + inp.a[c] as f64;
-            0.5 * u * (1.0 + erf(u / 2f64.sqrt())) + x(r, c)
-        },
+        |r, c| gelu_of(inp.y[r * LD + c] as f64 + inp.a[c] as f64) + x(r, c),
         |i| inp.y[i],
     );
     check_rows(
-        "silu_gate",
-        &gate,
-        &gate_shadow,
+        "glu (SiLU)",
+        &silu,
+        &silu_shadow,
         f,
-        |r, c| {
-            let g = x(r, c);
-            g / (1.0 + (-g).exp()) * x(r, f + c)
-        },
+        |r, c| silu_of(x(r, c)) * x(r, f + c),
+        |_| f32::NAN,
+    );
+    check_rows(
+        "glu (GELU)",
+        &gelu_gate,
+        &gelu_shadow,
+        f,
+        |r, c| gelu_of(x(r, c)) * x(r, f + c),
         |_| f32::NAN,
     );
     // to_bf16 rounds the batch's rows and zeroes the bucket's rows past them.
@@ -267,21 +281,22 @@ fn emulated_cuda_elementwise_kernels_match_f64_and_write_their_shadow() {
         &out.bf16s(ROWS * ld2),
         COLS,
         &xb,
-        &|r, c| {
-            let u = xr(r, c) + inp.a[c] as f64;
-            0.5 * u * (1.0 + erf(u / 2f64.sqrt()))
-        },
+        &|r, c| gelu_of(xr(r, c) + inp.a[c] as f64),
     );
     let fresh = vec![0xffffu16; ROWS * ld2];
     check_bf16(
-        "silu_gate_bf16",
+        "glu_bf16 (SiLU)",
         &out.bf16s(ROWS * ld2),
         f,
         &fresh,
-        &|r, c| {
-            let g = xr(r, c);
-            g / (1.0 + (-g).exp()) * xr(r, f + c)
-        },
+        &|r, c| silu_of(xr(r, c)) * xr(r, f + c),
+    );
+    check_bf16(
+        "glu_bf16 (GELU)",
+        &out.bf16s(ROWS * ld2),
+        f,
+        &fresh,
+        &|r, c| gelu_of(xr(r, c)) * xr(r, f + c),
     );
     check_rotary(&inp, "rotary", &out.f32s(ROWS * LD), &inp.x, GROUP, None);
     for head_dim in [GROUP, GROUP / 4] {

@@ -11,6 +11,8 @@
 use super::gemm::{self, Isa, Out};
 use super::kernels;
 use super::par::{Mat, Par, Scratch};
+use std::ops::Range;
+
 use crate::backend::ops::AttentionShape;
 
 /// Scratch floats one task needs for sequences of up to `max_len` tokens and heads of width `d`.
@@ -121,13 +123,18 @@ pub fn attention(
     }
 }
 
-/// Which keys query row `q` of a `len`-token sequence sees: all of them, or (causal) those up to itself.
-fn visible(shape: AttentionShape, q: usize, len: usize) -> usize {
-    if shape.causal {
-        q + 1
-    } else {
-        len
-    }
+/// The keys any row of the query tile `q0..q0 + rows` sees, as a range of key panels `nr` wide: the first
+/// panel's first key, and the end of the last row's keys (both ends of a row's keys ascend with the row). Keys
+/// outside are never computed.
+fn tile_keys(
+    shape: AttentionShape,
+    q0: usize,
+    rows: usize,
+    len: usize,
+    nr: usize,
+) -> (usize, usize) {
+    let first = shape.keys(q0, len).start / nr * nr;
+    (first, shape.keys(q0 + rows - 1, len).end)
 }
 
 /// Columns of query head `head`, and of the key and value heads it reads, in the fused projection.
@@ -172,26 +179,27 @@ fn attention_f32(
                 let (qc, _, _) = columns(shape, head);
                 for q0 in (0..len).step_by(mr) {
                     let rows = mr.min(len - q0);
-                    // Keys any row of this tile sees: the rest of the sequence is never computed.
-                    let seen = visible(shape, q0 + rows - 1, len);
+                    let (first, seen) = tile_keys(shape, q0, rows, len, nr);
                     let q = qkv.at(start + q0, qc);
-                    for p in 0..seen.div_ceil(nr) {
+                    for p in first / nr..seen.div_ceil(nr) {
                         let out = Out::plain(scores, 0, p * nr, nr.min(len - p * nr));
                         gemm::tile_f32(isa, q, qkv.ld, rows, kt.as_ptr().add(p * nr * d), d, &out);
                     }
                     for r in 0..rows {
                         softmax_visible(
                             scores.row_mut(r),
-                            visible(shape, q0 + r, len),
-                            seen,
+                            shape.keys(q0 + r, len),
+                            first..seen,
                             scale,
                             bias.map(|b| b.row(head, q0 + r)),
                         );
                     }
                     for p in 0..d.div_ceil(nr) {
-                        let panel = v.as_ptr().add(p * nr * len);
+                        // Value rows `first..seen` of the panel (`nr` floats per row).
+                        let panel = v.as_ptr().add(p * nr * len + first * nr);
                         let out = Out::plain(ctx, start + q0, qc + p * nr, nr.min(d - p * nr));
-                        gemm::tile_f32(isa, scores.ptr(), scores.ld, rows, panel, seen, &out);
+                        let probs = scores.ptr().add(first);
+                        gemm::tile_f32(isa, probs, scores.ld, rows, panel, seen - first, &out);
                     }
                 }
             }
@@ -199,19 +207,28 @@ fn attention_f32(
     });
 }
 
-/// Softmax of `scale ·` a score row's first `visible` keys, plus `bias` (by key) when given, and zero probability
-/// for the rest of the `seen` keys the value product reads.
-fn softmax_visible(row: &mut [f32], visible: usize, seen: usize, scale: f32, bias: Option<&[f32]>) {
+/// Softmax of `scale ·` a score row's `visible` keys, plus `bias` (by key) when given, and zero probability for
+/// the rest of the `seen` keys the value product reads (`visible` lies within `seen`).
+fn softmax_visible(
+    row: &mut [f32],
+    visible: Range<usize>,
+    seen: Range<usize>,
+    scale: f32,
+    bias: Option<&[f32]>,
+) {
+    let n = visible.len();
+    let keys = &mut row[visible.clone()];
     match bias {
         Some(bias) => {
-            for (v, b) in row[..visible].iter_mut().zip(bias) {
+            for (v, b) in keys.iter_mut().zip(&bias[visible.clone()]) {
                 *v = *v * scale + b;
             }
-            kernels::softmax_rows(&mut row[..visible], visible, 1.0);
+            kernels::softmax_rows(keys, n, 1.0);
         }
-        None => kernels::softmax_rows(&mut row[..visible], visible, scale),
+        None => kernels::softmax_rows(keys, n, scale),
     }
-    row[visible..seen].fill(0.0);
+    row[seen.start..visible.start].fill(0.0);
+    row[visible.end..seen.end].fill(0.0);
 }
 
 /// Rounds the fused projection to bf16, whole rows per task.
@@ -282,8 +299,9 @@ fn attention_bf16(
                 let (qc, _, _) = columns(shape, head);
                 for q0 in (0..len).step_by(mr) {
                     let rows = mr.min(len - q0);
-                    let seen = visible(shape, q0 + rows - 1, len);
-                    for p in 0..seen.div_ceil(nr) {
+                    // `first` is a multiple of the (even) panel width: it starts a value pair.
+                    let (first, seen) = tile_keys(shape, q0, rows, len, nr);
+                    for p in first / nr..seen.div_ceil(nr) {
                         let out = Out::plain(scores, 0, p * nr, nr.min(len - p * nr));
                         let panel = (k_panels.as_ptr() as *const u16).add(p * nr * d);
                         gemm::tile_bf16(at(q0, qc), qkv.ld, rows, panel, dp, &out);
@@ -291,18 +309,20 @@ fn attention_bf16(
                     for r in 0..rows {
                         let probs = scores.row_mut(r);
                         let b = bias.map(|b| b.row(head, q0 + r));
-                        softmax_visible(probs, visible(shape, q0 + r, len), seen, scale, b);
-                        gemm::to_bf16(&probs[..seen], &mut p_tile[r * 2 * lp..(r + 1) * 2 * lp]);
+                        softmax_visible(probs, shape.keys(q0 + r, len), first..seen, scale, b);
+                        let dst = &mut p_tile[r * 2 * lp..(r + 1) * 2 * lp];
+                        gemm::to_bf16(&probs[first..seen], dst);
                     }
                     for p in 0..d.div_ceil(nr) {
-                        let panel = v16.as_ptr().add(p * lp * 2 * nr);
+                        // Value pairs from key `first` on.
+                        let panel = v16.as_ptr().add((p * lp + first / 2) * 2 * nr);
                         let out = Out::plain(ctx, start + q0, qc + p * nr, nr.min(d - p * nr));
                         gemm::tile_bf16(
                             p_tile.as_ptr(),
                             2 * lp,
                             rows,
                             panel,
-                            seen.div_ceil(2),
+                            (seen - first).div_ceil(2),
                             &out,
                         );
                     }
@@ -333,8 +353,9 @@ mod tests {
             for head in 0..shape.heads {
                 let (qc, kc, vc) = columns(shape, head);
                 for i in 0..len {
-                    let seen = visible(shape, i, len);
-                    let scores: Vec<f64> = (0..seen)
+                    let seen = shape.keys(i, len);
+                    let scores: Vec<f64> = seen
+                        .clone()
                         .map(|k| {
                             (0..d)
                                 .map(|j| {
@@ -351,8 +372,10 @@ mod tests {
                     let max = scores.iter().cloned().fold(f64::MIN, f64::max);
                     let z: f64 = scores.iter().map(|x| (x - max).exp()).sum();
                     for j in 0..d {
-                        out[(s + i) * h + head * d + j] = (0..seen)
-                            .map(|k| (scores[k] - max).exp() / z * qkv[(s + k) * w + vc + j] as f64)
+                        out[(s + i) * h + head * d + j] = seen
+                            .clone()
+                            .zip(&scores)
+                            .map(|(k, x)| (x - max).exp() / z * qkv[(s + k) * w + vc + j] as f64)
                             .sum::<f64>()
                             as f32;
                     }
@@ -363,7 +386,7 @@ mod tests {
     }
 
     #[test]
-    fn ragged_attention_matches_the_definition_bidirectional_causal_grouped_and_biased() {
+    fn ragged_attention_matches_the_definition_bidirectional_causal_windowed_grouped_and_biased() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(9);
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(2)
@@ -378,13 +401,19 @@ mod tests {
             (8, 4, 16, vec![29, 1, 14]),
             (4, 1, 64, vec![17, 40]),
         ];
+        // Sliding windows narrower than a tile, wider than a panel, and past the longest sequence.
+        let windows = [None, Some(3), Some(40), Some(1000)];
         for (heads, kv_heads, head_dim, lens) in cases {
-            for causal in [false, true] {
+            for (causal, window) in [false, true]
+                .into_iter()
+                .flat_map(|c| windows.map(|w| (c, w)))
+            {
                 let shape = AttentionShape {
                     heads,
                     kv_heads,
                     head_dim,
                     causal,
+                    window,
                 };
                 let mut offsets = vec![0];
                 for l in &lens {

@@ -235,6 +235,15 @@ simd_fn! {
 }
 
 simd_fn! {
+    /// GeGLU's gate of one row: `out = gelu(gate) · up`, with the exact (erf) GELU.
+    pub fn gelu_gate(gate: &[f32], up: &[f32], out: &mut [f32]) {
+        for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+            *o = 0.5 * g * (1.0 + erf(g * std::f32::consts::FRAC_1_SQRT_2)) * u;
+        }
+    }
+}
+
+simd_fn! {
     /// Rotary embedding of one head, in place, in the rotate-half layout: `(x₁, x₂) ← (x₁·cos − x₂·sin,
     /// x₂·cos + x₁·sin)` for the head's two halves.
     pub fn rotary(head: &mut [f32], cos: &[f32], sin: &[f32]) {
@@ -302,7 +311,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn rms_norm_silu_gate_and_rotary_match_definitions() {
+    fn rms_norm_gates_and_rotary_match_definitions() {
         let mut x: Vec<f32> = (0..8).map(|i| (i as f32 * 0.71).cos() * 3.0).collect();
         let w: Vec<f32> = (0..8).map(|i| 0.5 + i as f32 * 0.1).collect();
         let ms = x.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / 8.0;
@@ -325,6 +334,16 @@ pub(crate) mod tests {
             assert!(
                 (out[i] as f64 - e).abs() < 1e-5 * (1.0 + e.abs()),
                 "silu_gate({g}): {} vs {e}",
+                out[i]
+            );
+        }
+        gelu_gate(&gate, &up, &mut out);
+        for i in 0..7 {
+            let g = gate[i] as f64;
+            let e = 0.5 * g * (1.0 + erf64(g / std::f64::consts::SQRT_2)) * up[i] as f64;
+            assert!(
+                (out[i] as f64 - e).abs() < 1e-5 * (1.0 + e.abs()),
+                "gelu_gate({g}): {} vs {e}",
                 out[i]
             );
         }

@@ -8,7 +8,7 @@ use super::gemm::{self, Epilogue, Isa, PackedB};
 use super::kernels;
 use super::par::{Mat, Par, Scratch};
 use crate::backend::ops::{
-    Activation, AttentionShape, Device, Embedding, LayerNormWeights, Matrix, Ops, RelativeBias,
+    Activation, AttentionShape, Device, Embedding, Glu, LayerNormWeights, Matrix, Ops, RelativeBias,
 };
 use crate::batch::{Batch, Readout};
 use crate::dtype::Dtype;
@@ -22,6 +22,35 @@ const ROWS_PER_TASK: usize = 16;
 fn for_rows(par: &dyn Par, rows: usize, f: &(dyn Fn(usize) + Sync)) {
     par.run(rows.div_ceil(ROWS_PER_TASK), &|task, _| {
         (task * ROWS_PER_TASK..((task + 1) * ROWS_PER_TASK).min(rows)).for_each(f)
+    });
+}
+
+/// A row-wise norm of `x` (weights `weight`, one per column) into `out` (`x` itself for in place): each row of
+/// `out` takes `x`'s row, then `norm` in place.
+fn norm_rows(
+    par: &dyn Par,
+    op: &str,
+    x: Mat,
+    out: Mat,
+    weight: &[f32],
+    norm: &(dyn Fn(&mut [f32]) + Sync),
+) {
+    assert!(
+        weight.len() == x.cols && out.rows >= x.rows && out.cols == x.cols,
+        "{op}: {} weights over {} columns, output {}",
+        weight.len(),
+        x.cols,
+        out.cols
+    );
+    let in_place = x.ptr() == out.ptr();
+    for_rows(par, x.rows, &|r| {
+        // SAFETY: each task owns its rows of `out`; out of place, `x` is another matrix, read only.
+        let dst = unsafe { out.row_mut(r) };
+        if !in_place {
+            // SAFETY: as above.
+            dst.copy_from_slice(unsafe { x.row(r) });
+        }
+        norm(dst);
     });
 }
 
@@ -191,36 +220,18 @@ impl<'a> Ops for CpuPass<'a> {
         gemm::linear(self.par, x, &w.weight, epi, out, self.scratch);
     }
 
-    fn layer_norm(&self, x: Mat<'a>, norm: &LayerNormWeights<Cpu>) {
+    fn layer_norm(&self, x: Mat<'a>, out: Mat<'a>, norm: &LayerNormWeights<Cpu>) {
         let (g, b) = (norm.weight.data(), norm.bias.data());
-        assert!(
-            g.len() == x.cols && b.len() == x.cols,
-            "layer_norm: weight shape"
-        );
-        for_rows(self.par, x.rows, &|r| {
-            // SAFETY: each task owns its rows.
-            kernels::layer_norm(unsafe { x.row_mut(r) }, g, b, norm.eps);
+        assert!(b.len() == x.cols, "layer_norm: bias shape");
+        norm_rows(self.par, "layer_norm", x, out, g, &|row| {
+            kernels::layer_norm(row, g, b, norm.eps)
         });
     }
 
     fn rms_norm(&self, x: Mat<'a>, out: Mat<'a>, weight: &Tensor, eps: f32) {
         let g = weight.data();
-        assert!(
-            g.len() == x.cols && out.rows >= x.rows && out.cols == x.cols,
-            "rms_norm: {} weights over {} columns, output {}",
-            g.len(),
-            x.cols,
-            out.cols
-        );
-        let in_place = x.ptr() == out.ptr();
-        for_rows(self.par, x.rows, &|r| {
-            // SAFETY: each task owns its rows of `out`; out of place, `x` is another matrix, read only.
-            let dst = unsafe { out.row_mut(r) };
-            if !in_place {
-                // SAFETY: as above.
-                dst.copy_from_slice(unsafe { x.row(r) });
-            }
-            kernels::rms_norm(dst, g, eps);
+        norm_rows(self.par, "rms_norm", x, out, g, &|row| {
+            kernels::rms_norm(row, g, eps)
         });
     }
 
@@ -265,13 +276,17 @@ impl<'a> Ops for CpuPass<'a> {
         });
     }
 
-    fn silu_gate(&self, x: Mat<'a>, out: Mat<'a>) {
+    fn glu(&self, x: Mat<'a>, act: Glu, out: Mat<'a>) {
         let f = out.cols;
-        assert!(x.cols == 2 * f && out.rows >= x.rows, "silu_gate: shapes");
+        assert!(x.cols == 2 * f && out.rows >= x.rows, "glu: shapes");
+        let gate = match act {
+            Glu::Silu => kernels::silu_gate,
+            Glu::Gelu => kernels::gelu_gate,
+        };
         for_rows(self.par, x.rows, &|r| {
             // SAFETY: each task owns its rows of `out`; `x` is read only.
             let (row, dst) = unsafe { (x.row(r), out.row_mut(r)) };
-            kernels::silu_gate(&row[..f], &row[f..], dst);
+            gate(&row[..f], &row[f..], dst);
         });
     }
 

@@ -40,8 +40,8 @@ pub const SOURCES: &[Source] = &[
         functions: &[
             "bias_act",
             "bias_act_bf16",
-            "silu_gate",
-            "silu_gate_bf16",
+            "glu",
+            "glu_bf16",
             "rotary",
             "to_bf16",
         ],

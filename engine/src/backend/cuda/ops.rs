@@ -17,7 +17,7 @@ use super::device::{Cuda, CudaLinear, CudaParam};
 use super::gemm::Gemm;
 use super::mat::{CudaMat, Shadow};
 use crate::backend::ops::{
-    Activation, AttentionShape, Embedding, LayerNormWeights, Ops, PositionIds, RelativeBias,
+    Activation, AttentionShape, Embedding, Glu, LayerNormWeights, Ops, PositionIds, RelativeBias,
 };
 use crate::batch::Batch;
 use crate::config::GpuAttention;
@@ -75,12 +75,12 @@ pub struct CudaPass<'a> {
     shadow: Shadow,
 }
 
-/// The ops other than `linear` and `silu_gate` read and write f32: an architecture gives operand slots (bf16 under
+/// The ops other than `linear` and `glu` read and write f32: an architecture gives operand slots (bf16 under
 /// `--gpu-intermediate bf16`, [`crate::backend::ops::Slot::operand`]) to those two alone.
 fn f32_views(op: &str, views: &[CudaMat]) {
     assert!(
         views.iter().all(|v| !v.bf16),
-        "{op}: given an operand slot (bf16), which only linear and silu_gate take"
+        "{op}: given an operand slot (bf16), which only linear and glu take"
     );
 }
 
@@ -327,11 +327,14 @@ impl<'a> Ops for CudaPass<'a> {
         }
     }
 
-    fn layer_norm(&self, x: CudaMat, norm: &LayerNormWeights<Cuda>) {
-        f32_views("layer_norm", &[x]);
+    fn layer_norm(&self, x: CudaMat, out: CudaMat, norm: &LayerNormWeights<Cuda>) {
+        f32_views("layer_norm", &[x, out]);
         assert!(
-            norm.weight.data.len() == x.cols && norm.bias.data.len() == x.cols,
-            "layer_norm: weight shape"
+            norm.weight.data.len() == x.cols
+                && norm.bias.data.len() == x.cols
+                && out.rows >= x.rows
+                && out.cols == x.cols,
+            "layer_norm: weight or output shape"
         );
         let s = &self.device.stream;
         self.launch_producing(
@@ -344,13 +347,15 @@ impl<'a> Ops for CudaPass<'a> {
             &[
                 Arg::Ptr(x.ptr),
                 Self::i(x.ld),
+                Arg::Ptr(out.ptr),
+                Self::i(out.ld),
                 Self::i(x.cols),
                 Arg::Ptr(self.inputs.meta),
                 Arg::Ptr(ptr(&norm.weight.data, s)),
                 Arg::Ptr(ptr(&norm.bias.data, s)),
                 Arg::F32(norm.eps),
             ],
-            x,
+            out,
         );
     }
 
@@ -431,13 +436,10 @@ impl<'a> Ops for CudaPass<'a> {
         );
     }
 
-    fn silu_gate(&self, x: CudaMat, out: CudaMat) {
+    fn glu(&self, x: CudaMat, act: Glu, out: CudaMat) {
         let f = out.cols;
-        assert!(x.cols == 2 * f && out.rows >= x.rows, "silu_gate: shapes");
-        assert!(
-            x.bf16 == out.bf16,
-            "silu_gate: input and output of one precision"
-        );
+        assert!(x.cols == 2 * f && out.rows >= x.rows, "glu: shapes");
+        assert!(x.bf16 == out.bf16, "glu: input and output of one precision");
         let config = elementwise(self.inputs.tokens.min(x.rows), f);
         let args = [
             Arg::Ptr(x.ptr),
@@ -446,12 +448,17 @@ impl<'a> Ops for CudaPass<'a> {
             Self::i(out.ld),
             Self::i(f),
             Arg::Ptr(self.inputs.meta),
+            // The kernels' `act`: 0 SiLU, 1 GELU.
+            Arg::I32(match act {
+                Glu::Silu => 0,
+                Glu::Gelu => 1,
+            }),
         ];
         if x.bf16 {
             // bf16 out is the down projection's operand as it is.
-            self.launch("silu_gate_bf16", config, &args);
+            self.launch("glu_bf16", config, &args);
         } else {
-            self.launch_producing("silu_gate", config, &args, out);
+            self.launch_producing("glu", config, &args, out);
         }
     }
 
@@ -469,6 +476,7 @@ impl<'a> Ops for CudaPass<'a> {
             kv_heads,
             head_dim: d,
             causal,
+            window,
         } = shape;
         assert!(
             heads > 0 && kv_heads > 0 && heads.is_multiple_of(kv_heads),
@@ -507,6 +515,8 @@ impl<'a> Ops for CudaPass<'a> {
                 Self::i(kv_heads),
                 Self::i(d),
                 Arg::I32(causal as i32),
+                // -1: no window; a window past i32 is none in practice (sequences are shorter).
+                Arg::I32(window.map_or(-1, |w| i32::try_from(w).unwrap_or(i32::MAX))),
                 Arg::F32(1.0 / (d as f32).sqrt()),
                 Arg::Ptr(bias.map_or(0, |b| ptr(&b.table.data, s))),
                 Self::i(bias.map_or(0, |b| b.reach)),
