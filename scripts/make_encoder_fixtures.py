@@ -15,8 +15,8 @@ Four complete sentence-transformers directories under engine/tests/fixtures/:
   - distilbert_mean: DistilBertModel (msmarco-distilbert's and multi-qa-distilbert's) with a WordPiece of BERT's
     special tokens and its own post-processor (BertProcessing), mean pooling, no Normalize;
   - modernbert_mean: ModernBertModel (gte-modernbert's, modernbert-embed's, granite-embedding r2's) with a
-    byte-level BPE of ModernBERT's pipeline (ByteLevel pre-tokenizer, `[CLS] $A [SEP]`, `[MASK]` taking in the
-    whitespace before it), mean pooling, Normalize; no biases (ModernBERT's default), a global layer every third,
+    byte-level BPE of ModernBERT's pipeline (NFC, ByteLevel pre-tokenizer, `[CLS] $A [SEP]`, `[MASK]` taking in the
+    whitespace before it, runs of spaces as added tokens matched on normalised text), mean pooling, Normalize; no biases (ModernBERT's default), a global layer every third,
     local layers seeing 8 tokens either side, so sequences of up to 96 tokens run well past the window;
   - modernbert_cls: the same with every bias (norm_bias, attention_bias, mlp_bias), a global layer every second,
     other rotary bases, a window of 5 either side, CLS pooling, no Normalize.
@@ -123,11 +123,14 @@ def bert_tokenizer():
 
 
 def modernbert_tokenizer():
-    """ModernBERT's pipeline: byte-level BPE, BERT's special tokens, `[CLS] $A [SEP]`, `[MASK]` with lstrip."""
+    """ModernBERT's pipeline (its OLMo / GPT-NeoX tokenizer's): byte-level BPE behind NFC, BERT's special tokens,
+    `[CLS] $A [SEP]`, `[MASK]` with lstrip, and runs of spaces as added tokens matched on normalised text."""
     specials = ["[CLS]", "[SEP]", "[PAD]", "[UNK]"]
     tok = byte_level_bpe(specials + ["[MASK]"])
+    tok.normalizer = normalizers.NFC()
     tok.add_special_tokens(specials)
     tok.add_special_tokens([AddedToken("[MASK]", lstrip=True, rstrip=False, normalized=False, special=True)])
+    tok.add_tokens([AddedToken(" " * n, normalized=True, special=False) for n in (2, 3, 4, 8)])
     tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[
         ("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))])
     return tok
@@ -177,6 +180,7 @@ def texts():
         "<pad><pad> two pads first",
         "a  <mask> b\t<mask>c <s> d </s> e",
         "a  [MASK] b\t[MASK]c [CLS] d [SEP] e",
+        "spaces:  two,   three,    four,        eight, cafe\u0301  [MASK]",
         "trailing pad <pad>",
         " ".join(["word <pad>"] * 40),
         "",

@@ -441,3 +441,91 @@ fn roberta_xlmr_and_bert_special_tokens_equal() {
         }
     }
 }
+
+/// GPT-NeoX's and ModernBERT's byte-level BPE pipeline: an NFC normaliser, BERT's special tokens with `[MASK]`
+/// taking in the whitespace before it, `[CLS] $A [SEP]`, and added tokens matched on normalised text
+/// (`normalized: true`: runs of spaces and tabs, a placeholder, and tokens whose text NFC composes), which the
+/// crate finds in a second pass, in the NFC form of the text between the first pass's matches. On random texts
+/// with all of them among whitespace and decomposed characters.
+#[test]
+fn neox_style_normalized_added_tokens_equal() {
+    let path = workloads()
+        .join("vocab")
+        .join("gpt2_style_bpe_4k_tokenizer.json");
+    let mut json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("vocab")).expect("JSON");
+    let token = |id: usize, content: &str, lstrip: bool, normalized: bool| {
+        serde_json::json!({"id": id, "content": content, "single_word": false, "lstrip": lstrip,
+            "rstrip": false, "normalized": normalized, "special": !normalized})
+    };
+    json["normalizer"] = serde_json::json!({"type": "NFC"});
+    json["added_tokens"] = serde_json::json!([
+        token(4000, "[CLS]", false, false),
+        token(4001, "[SEP]", false, false),
+        token(4002, "[MASK]", true, false),
+        token(4003, "|||IP_ADDRESS|||", false, true),
+        token(4004, "  ", false, true),
+        token(4005, "    ", false, true),
+        token(4006, "\t\t", false, true),
+        // Composed forms, which decomposed text ("cafe\u{301}", "c\u{327}\u{301}" or its marks out of canonical
+        // order) matches only once normalised. Ids in the file's order: a content the model's vocabulary holds
+        // would take the model's id in the crate ("\u{e9}" is byte 0xE9's own piece).
+        token(4007, "caf\u{e9}", false, true),
+        token(4008, "\u{1e09}", false, true),
+    ]);
+    json["post_processor"] = serde_json::json!({"type": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": "[CLS]", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                   {"SpecialToken": {"id": "[SEP]", "type_id": 0}}],
+        "pair": [], "special_tokens": {"[CLS]": {"id": "[CLS]", "ids": [4000], "tokens": ["[CLS]"]},
+                                       "[SEP]": {"id": "[SEP]", "ids": [4001], "tokens": ["[SEP]"]}}});
+    let mut rng = StdRng::seed_from_u64(0x00e0_be27);
+    let pieces = [
+        "[MASK]",
+        "[CLS]",
+        "|||IP_ADDRESS|||",
+        "cafe\u{301}",
+        "caf\u{e9}",
+        "c\u{327}\u{301}",
+        "c\u{301}\u{327}",
+        "\u{1e09}",
+        "\u{1e09}\u{301}",
+        "  ",
+        "     ",
+        "\t\t\t",
+        " \t\t",
+    ];
+    let texts: Vec<String> = (0..2000)
+        .map(|_| {
+            let mut s = random_text(&mut rng);
+            for _ in 0..rng.gen_range(0..5) {
+                let at = s
+                    .char_indices()
+                    .map(|(i, _)| i)
+                    .nth(rng.gen_range(0..s.chars().count() + 1))
+                    .unwrap_or(s.len());
+                s.insert_str(at, pieces[rng.gen_range(0..pieces.len())]);
+            }
+            s
+        })
+        .collect();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("neox.json");
+    std::fs::write(&file, json.to_string()).expect("write");
+    for truncation in [None, Some(Truncation::right(12))] {
+        let fast = tokenizer::load(&file, TokenizerKind::Fast, truncation).expect("fast loads");
+        let hf = tokenizer::load(&file, TokenizerKind::Hf, truncation).expect("hf loads");
+        let (mut scratch, mut a, mut b) = (Scratch::default(), Vec::new(), Vec::new());
+        let mut second_pass = 0;
+        for text in &texts {
+            fast.encode_with(text, &mut scratch, &mut a)
+                .expect("fast encodes");
+            hf.encode(text, &mut b).expect("hf encodes");
+            assert_eq!(a, b, "{truncation:?}: {text:?}");
+            second_pass += usize::from(b.iter().any(|&id| (4003..=4008).contains(&id)));
+        }
+        assert!(
+            second_pass > 500,
+            "only {second_pass} texts matched a normalised added token"
+        );
+    }
+}

@@ -337,6 +337,17 @@ impl Bpe {
         Ok(())
     }
 
+    /// `text` as the normaliser leaves it (NFC, or none).
+    pub(crate) fn normalize<'a>(&self, text: &'a str) -> std::borrow::Cow<'a, str> {
+        if self.nfc && !nfc::is_nfc(text) {
+            let mut out = String::new();
+            nfc::nfc(text, &mut out, &mut Vec::new(), &mut Vec::new());
+            out.into()
+        } else {
+            text.into()
+        }
+    }
+
     fn pair(&self, a: u32, b: u32) -> u64 {
         self.merges
             .get(&(u64::from(a) << 32 | u64::from(b)))

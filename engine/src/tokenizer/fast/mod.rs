@@ -81,8 +81,12 @@ enum Model {
     Bpe(Box<bpe::Bpe>),
 }
 
-/// Tokens matched in the raw text before normalisation (`added_tokens` with `normalized: false`), longest match
-/// at the leftmost position, as the crate's Aho-Corasick `LeftmostLongest` does.
+/// Encodes a piece of text onto ids.
+type Encode<'a> = dyn Fn(&str, &mut Scratch, &mut Vec<u32>) -> Result<()> + 'a;
+
+/// Added tokens of one of the crate's two passes, longest match at the leftmost position, as its Aho-Corasick
+/// `LeftmostLongest` does: those with `normalized: false` in the raw text, then those with `normalized: true` in
+/// the normalised text between the first pass's matches.
 struct AddedTokens {
     /// Contents with what they match as, longest first.
     tokens: Vec<(Box<str>, Added)>,
@@ -102,7 +106,8 @@ struct Added {
 }
 
 impl AddedTokens {
-    fn parse(json: &Value) -> Result<Self> {
+    /// The added tokens of the pass that matches on normalised text (`normalized`) or on the raw text.
+    fn parse(json: &Value, normalized: bool) -> Result<Self> {
         let mut map: FxMap<Box<str>, Added> = FxMap::default();
         for t in json.as_array().map(Vec::as_slice).unwrap_or_default() {
             let content = str_field(t, "content", "added_tokens")?;
@@ -119,15 +124,12 @@ impl AddedTokens {
             }
             let lstrip = bool_field(t, "lstrip", false, "added_tokens")?;
             let rstrip = bool_field(t, "rstrip", false, "added_tokens")?;
-            if bool_field(t, "normalized", !special, "added_tokens")? {
-                return Err(bad(format!(
-                    "added token {content:?}: matching on normalised text is not supported"
-                )));
-            }
             if content.is_empty() {
                 return Err(bad("an added token is empty"));
             }
-            map.insert(content.into(), Added { id, lstrip, rstrip });
+            if bool_field(t, "normalized", !special, "added_tokens")? == normalized {
+                map.insert(content.into(), Added { id, lstrip, rstrip });
+            }
         }
         let mut tokens: Vec<_> = map.into_iter().collect();
         // The crate goes on searching where an rstrip token's match ended, not where its whitespace did, so a
@@ -159,6 +161,28 @@ impl AddedTokens {
             first_byte,
             first_ascii,
         })
+    }
+
+    /// Encodes `text` onto `ids`: each match's id, and `gap` for the text before, between and after them; no
+    /// further match once `ids` holds `limit`.
+    fn split(
+        &self,
+        text: &str,
+        scratch: &mut Scratch,
+        ids: &mut Vec<u32>,
+        limit: usize,
+        gap: &Encode,
+    ) -> Result<()> {
+        let mut from = 0;
+        while let Some((s, e, id)) = self.find(text, from).filter(|_| ids.len() < limit) {
+            gap(&text[from..s], scratch, ids)?;
+            ids.push(id);
+            from = e;
+        }
+        if ids.len() < limit {
+            gap(&text[from..], scratch, ids)?;
+        }
+        Ok(())
     }
 
     /// The leftmost match at or after `from`: its start, end and id, the start and end taking in the whitespace
@@ -300,6 +324,9 @@ impl Template {
 pub struct FastTokenizer {
     model: Model,
     added: AddedTokens,
+    /// The added tokens matched on normalised text (GPT-NeoX's and ModernBERT's runs of spaces): only with
+    /// byte-level BPE, whose normaliser (NFC or none) we can apply to the text between `added`'s matches first.
+    normalized: AddedTokens,
     template: Template,
     truncation: Option<Truncation>,
     vocab_size: usize,
@@ -341,7 +368,15 @@ impl FastTokenizer {
             )?)),
             other => return Err(bad(format!("model type {other:?} is not supported"))),
         };
-        let added = AddedTokens::parse(section("added_tokens"))?;
+        let added = AddedTokens::parse(section("added_tokens"), false)?;
+        let normalized = AddedTokens::parse(section("added_tokens"), true)?;
+        if let Some((t, _)) = normalized.tokens.first() {
+            if !matches!(model, Model::Bpe(_)) {
+                return Err(bad(format!(
+                    "added token {t:?}: matching on normalised text is supported with BPE only"
+                )));
+            }
+        }
         let template = Template::parse(section("post_processor"))?;
         if let Some(t) = truncation {
             if t.max_length < template.len() {
@@ -358,10 +393,17 @@ impl FastTokenizer {
             Model::Unigram(m) => (m.vocab_size(), &|t| m.contains(t)),
             Model::Bpe(m) => (m.vocab_size(), &|t| m.contains(t)),
         };
-        let vocab_size = model_size + added.tokens.iter().filter(|(t, _)| !in_model(t)).count();
+        let vocab_size = model_size
+            + added
+                .tokens
+                .iter()
+                .chain(&normalized.tokens)
+                .filter(|(t, _)| !in_model(t))
+                .count();
         Ok(FastTokenizer {
             model,
             added,
+            normalized,
             template,
             truncation,
             vocab_size,
@@ -381,6 +423,30 @@ impl FastTokenizer {
             Model::Unigram(m) => m.encode(text, scratch, ids, limit),
             Model::Bpe(m) => m.encode(text, scratch, ids, limit),
         }
+    }
+
+    /// Encodes the text between two raw-text added tokens: the second pass's added tokens, found in its
+    /// normalised form, and the model's pieces between them.
+    fn encode_gap(
+        &self,
+        text: &str,
+        scratch: &mut Scratch,
+        ids: &mut Vec<u32>,
+        limit: usize,
+    ) -> Result<()> {
+        let Model::Bpe(bpe) = &self.model else {
+            // Only BPE has second-pass tokens (checked at load).
+            return self.encode_segment(text, scratch, ids, limit);
+        };
+        if self.normalized.tokens.is_empty() {
+            return self.encode_segment(text, scratch, ids, limit);
+        }
+        // The pieces of normalised text are normalised already: the model's own NFC passes over them.
+        let text = bpe.normalize(text);
+        self.normalized
+            .split(&text, scratch, ids, limit, &|piece, scratch, ids| {
+                self.encode_segment(piece, scratch, ids, limit)
+            })
     }
 
     /// Where encoding may stop: with right truncation, once one id more than those to keep is there (so a cut
@@ -407,15 +473,10 @@ impl Tokenizer for FastTokenizer {
         ids.extend_from_slice(&self.template.prefix);
         let start = ids.len();
         let limit = self.limit(start);
-        let mut from = 0;
-        while let Some((s, e, id)) = self.added.find(text, from).filter(|_| ids.len() < limit) {
-            self.encode_segment(&text[from..s], scratch, ids, limit)?;
-            ids.push(id);
-            from = e;
-        }
-        if ids.len() < limit {
-            self.encode_segment(&text[from..], scratch, ids, limit)?;
-        }
+        self.added
+            .split(text, scratch, ids, limit, &|gap, scratch, ids| {
+                self.encode_gap(gap, scratch, ids, limit)
+            })?;
         let mut cut = false;
         if let Some(t) = self.truncation {
             let keep = t.max_length - self.template.len();
@@ -559,7 +620,7 @@ mod tests {
         refused(j, "rstrip");
         let mut j = minilm();
         j["added_tokens"][0]["normalized"] = true.into();
-        refused(j, "normalised");
+        refused(j, "normalised text is supported with BPE only");
         let mut j = vocab_json("xlmr_style_unigram_1k_tokenizer.json");
         j["pre_tokenizer"]["prepend_scheme"] = "first".into();
         refused(j, "first");
