@@ -9,8 +9,13 @@ __device__ __forceinline__ float gelu(float u) {
     return 0.5f * u * (1.0f + erff(u * 0.70710678118654752f));
 }
 
+// A linear layer's activation (Ops::linear): 0 none, 1 exact GELU, 2 tanh (sentence-transformers' Dense).
+__device__ __forceinline__ float activate(float v, int act) {
+    return act == 1 ? gelu(v) : act == 2 ? tanhf(v) : v;
+}
+
 // out = act(y + bias) + residual, in place on `y` (the GEMM's output); `bias` and `residual` may be null, `act`
-// is 0 (none) or 1 (GELU).
+// as `activate`.
 extern "C" __global__ void bias_act(float* y, int ld, int cols, const int* meta, const float* bias, int act,
                                     const float* residual, int ldr, unsigned short* shadow) {
     const int r = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
@@ -21,9 +26,7 @@ extern "C" __global__ void bias_act(float* y, int ld, int cols, const int* meta,
     if (bias) {
         v += bias[c];
     }
-    if (act == 1) {
-        v = gelu(v);
-    }
+    v = activate(v, act);
     if (residual) {
         v += residual[(size_t)r * ldr + c];
     }
@@ -32,7 +35,7 @@ extern "C" __global__ void bias_act(float* y, int ld, int cols, const int* meta,
 }
 
 // out = act(y + bias), in place on a bf16 GEMM output (an operand slot under --gpu-intermediate bf16), in f32
-// between the roundings; `bias` may be null, `act` is 0 (none) or 1 (GELU). What the next GEMM reads as it is.
+// between the roundings; `bias` may be null, `act` as `activate`. What the next GEMM reads as it is.
 extern "C" __global__ void bias_act_bf16(unsigned short* y, int ld, int cols, const int* meta, const float* bias,
                                          int act) {
     const int r = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
@@ -44,9 +47,7 @@ extern "C" __global__ void bias_act_bf16(unsigned short* y, int ld, int cols, co
     if (bias) {
         v += bias[c];
     }
-    if (act == 1) {
-        v = gelu(v);
-    }
+    v = activate(v, act);
     *p = f32_to_bf16(v);
 }
 

@@ -41,6 +41,10 @@ SHAPES = {
                       intermediate_size=4096, pooling="cls", dry_layers=2),
     "mpnet-base": dict(arch="mpnet", hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                        intermediate_size=3072, pooling="mean", dry_layers=2),
+    # LaBSE's head on the MiniLM shape: CLS pooling, a tanh Dense with bias, Normalize (the host normalizes after
+    # the Dense module on a GPU).
+    "minilm-dense": dict(arch="bert", hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
+                         intermediate_size=1536, pooling="cls", dry_layers=2, dense=[(384, True, "Tanh")]),
     # Three dry layers: a global one, then two sliding-window ones.
     "modernbert-base": dict(arch="modernbert", hidden_size=768, num_hidden_layers=22, num_attention_heads=12,
                             intermediate_size=1152, pooling="mean", dry_layers=3),
@@ -83,11 +87,29 @@ def cmd_models(a):
             model = BertModel(config, add_pooling_layer=False).eval()
         model.save_pretrained(out, safe_serialization=True)
         shutil.copy(TOKENIZER, os.path.join(out, "tokenizer.json"))
-        write_json(os.path.join(out, "modules.json"), [
+        modules = [
             {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
             {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
-            {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
-        ])
+        ]
+        width = s["hidden_size"]
+        for out_features, bias, act in s.get("dense", []):
+            from safetensors.torch import save_file
+
+            folder = f"{len(modules)}_Dense"
+            os.makedirs(os.path.join(out, folder), exist_ok=True)
+            weights = {"linear.weight": torch.randn(out_features, width) / width ** 0.5}
+            if bias:
+                weights["linear.bias"] = 0.1 * torch.randn(out_features)
+            save_file(weights, os.path.join(out, folder, "model.safetensors"))
+            write_json(os.path.join(out, folder, "config.json"), {
+                "in_features": width, "out_features": out_features, "bias": bias,
+                "activation_function": f"torch.nn.modules.{'activation.Tanh' if act == 'Tanh' else 'linear.Identity'}"})
+            modules.append({"idx": len(modules), "name": str(len(modules)), "path": folder,
+                            "type": "sentence_transformers.models.Dense"})
+            width = out_features
+        modules.append({"idx": len(modules), "name": str(len(modules)), "path": f"{len(modules)}_Normalize",
+                        "type": "sentence_transformers.models.Normalize"})
+        write_json(os.path.join(out, "modules.json"), modules)
         mode = s["pooling"]
         write_json(os.path.join(out, "1_Pooling", "config.json"), {
             "word_embedding_dimension": s["hidden_size"],
@@ -99,11 +121,16 @@ def cmd_models(a):
 
 
 def model_meta(model_dir):
-    """The pooling mode and whether the model ends in Normalize, from its sentence-transformers files."""
+    """The pooling mode, the Dense modules after it (folder, activation name) and whether the model ends in
+    Normalize, from its sentence-transformers files."""
     modules = json.load(open(os.path.join(model_dir, "modules.json")))
-    pooling, normalize = "mean", False
+    pooling, dense, normalize = "mean", [], False
     for m in modules:
         kind = m["type"].rsplit(".", 1)[-1]
+        if kind == "Dense":
+            c = json.load(open(os.path.join(model_dir, m["path"], "config.json")))
+            act = c.get("activation_function", "torch.nn.modules.activation.Tanh").rsplit(".", 1)[-1]
+            dense.append((os.path.join(model_dir, m["path"]), act))
         if kind == "Pooling":
             p = json.load(open(os.path.join(model_dir, m["path"], "config.json")))
             if p.get("pooling_mode_cls_token"):
@@ -112,7 +139,7 @@ def model_meta(model_dir):
                 pooling = "last"
         if kind == "Normalize":
             normalize = True
-    return pooling, normalize
+    return pooling, dense, normalize
 
 
 def read_texts(path, limit):
@@ -142,8 +169,9 @@ def load(model_dir, device):
     return tok, model
 
 
-def embed(model, ids_list, pooling, normalize, device):
-    """Padded fp32 forward of a list of id lists, pooled as the model's Pooling module, normalized if it says."""
+def embed(model, ids_list, pooling, dense, normalize, device):
+    """Padded fp32 forward of a list of id lists, pooled as the model's Pooling module, through its Dense modules,
+    normalized if it says."""
     import torch
 
     n = max(len(i) for i in ids_list)
@@ -162,6 +190,12 @@ def embed(model, ids_list, pooling, normalize, device):
         e = h[torch.arange(h.shape[0], device=h.device), lens - 1]
     else:
         e = (h * mask.unsqueeze(-1)).sum(1) / lens.unsqueeze(-1)
+    for folder, act in dense:
+        from safetensors.torch import load_file
+
+        w = load_file(os.path.join(folder, "model.safetensors"), device=str(e.device))
+        e = e @ w["linear.weight"].T + (w["linear.bias"] if "linear.bias" in w else 0.0)
+        e = torch.tanh(e) if act == "Tanh" else e
     if normalize:
         e = torch.nn.functional.normalize(e, dim=-1)
     return e.cpu()
@@ -172,14 +206,15 @@ def cmd_reference(a):
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tok, model = load(a.model, device)
-    pooling, normalize = model_meta(a.model)
+    pooling, dense, normalize = model_meta(a.model)
     texts = read_texts(a.texts, a.limit)
     with open(a.out, "w") as f:
         for i in range(0, len(texts), 32):
             chunk = [e.ids for e in tok.encode_batch(texts[i : i + 32])]
-            for row in embed(model, chunk, pooling, normalize, device).tolist():
+            for row in embed(model, chunk, pooling, dense, normalize, device).tolist():
                 f.write(json.dumps({"embedding": row}) + "\n")
-    print(f"reference: {len(texts)} texts, {pooling} pooling, normalize {normalize}, on {device}", file=sys.stderr)
+    print(f"reference: {len(texts)} texts, {pooling} pooling, {len(dense)} Dense, normalize {normalize}, on {device}",
+          file=sys.stderr)
 
 
 def read_embeddings(path):

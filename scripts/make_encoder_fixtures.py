@@ -18,6 +18,10 @@ Four complete sentence-transformers directories under engine/tests/fixtures/:
     byte-level BPE of ModernBERT's pipeline (NFC, ByteLevel pre-tokenizer, `[CLS] $A [SEP]`, `[MASK]` taking in the
     whitespace before it, runs of spaces as added tokens matched on normalised text), mean pooling, Normalize; no biases (ModernBERT's default), a global layer every third,
     local layers seeing 8 tokens either side, so sequences of up to 96 tokens run well past the window;
+  - bert_dense_cls: BertModel with the WordPiece of distilbert_mean, CLS pooling, a Dense module (tanh, with bias,
+    64 to 64) and Normalize: LaBSE's head;
+  - distilbert_dense_mean: DistilBertModel, mean pooling, two Dense modules without bias or activation (64 to 256
+    to 48) and Normalize: EmbeddingGemma's head, the embedding narrower than the hidden states;
   - modernbert_cls: the same with every bias (norm_bias, attention_bias, mlp_bias), a global layer every second,
     other rotary bases, a window of 5 either side, CLS pooling, no Normalize.
 
@@ -46,9 +50,9 @@ from tokenizers import (AddedToken, Tokenizer, decoders, models as tok_models, n
                         trainers)
 import sys
 
-from transformers import (DistilBertConfig, DistilBertModel, ModernBertConfig, ModernBertModel, MPNetConfig,
-                          MPNetModel, PreTrainedTokenizerFast, RobertaConfig, RobertaModel, XLMRobertaConfig,
-                          XLMRobertaModel)
+from transformers import (BertConfig, BertModel, DistilBertConfig, DistilBertModel, ModernBertConfig,
+                          ModernBertModel, MPNetConfig, MPNetModel, PreTrainedTokenizerFast, RobertaConfig,
+                          RobertaModel, XLMRobertaConfig, XLMRobertaModel)
 from transformers.models.mpnet.modeling_mpnet import MPNetEncoder
 
 import fixture_texts  # scripts/fixture_texts.py
@@ -154,6 +158,13 @@ def roberta_like(config_class, model_class):
     return build
 
 
+def bert(tok, max_seq):
+    config = BertConfig(vocab_size=tok.get_vocab_size(), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=128, max_position_embeddings=max_seq, pad_token_id=tok.token_to_id("[PAD]"),
+                        attn_implementation="eager")
+    return BertModel(config, add_pooling_layer=False).eval()
+
+
 def distilbert(tok, max_seq):
     config = DistilBertConfig(vocab_size=tok.get_vocab_size(), dim=64, n_layers=2, n_heads=4, hidden_dim=128,
                               max_position_embeddings=max_seq, activation="gelu", pad_token_id=tok.token_to_id("[PAD]"),
@@ -188,7 +199,8 @@ def texts():
     return picks
 
 
-def make(name, build, tok, specials, pooling, normalize, seed, max_seq):
+def make(name, build, tok, specials, pooling, normalize, seed, max_seq, dense=()):
+    """`dense`: (out_features, bias, activation) of each Dense module after pooling."""
     d = OUT / name
     shutil.rmtree(d, ignore_errors=True)
     work = OUT / f"{name}_hf"
@@ -207,6 +219,10 @@ def make(name, build, tok, specials, pooling, normalize, seed, max_seq):
     PreTrainedTokenizerFast(tokenizer_object=tok, **{"unk_token": unk, **specials}).save_pretrained(work)
     transformer = models.Transformer(str(work), max_seq_length=max_seq)
     modules = [transformer, models.Pooling(64, pooling_mode=pooling)]
+    width = 64
+    for out, bias, act in dense:
+        modules.append(models.Dense(width, out, bias=bias, activation_function=act))
+        width = out
     if normalize:
         modules.append(models.Normalize())
     st = SentenceTransformer(modules=modules, device="cpu")
@@ -243,6 +259,12 @@ def main():
                                           attention_bias=True, mlp_bias=True, global_rope_theta=5e4,
                                           local_rope_theta=300.0), modernbert_tokenizer(), MODERNBERT_SPECIALS, "cls",
              False, 8, 96)
+    if not only or "bert_dense_cls" in only:
+        make("bert_dense_cls", bert, bert_tokenizer(), BERT_SPECIALS, "cls", True, 9, 64,
+             dense=[(64, True, torch.nn.Tanh())])
+    if not only or "distilbert_dense_mean" in only:
+        make("distilbert_dense_mean", distilbert, bert_tokenizer(), BERT_SPECIALS, "mean", True, 10, 64,
+             dense=[(256, False, torch.nn.Identity()), (48, False, torch.nn.Identity())])
     if only:
         return
     make("xlmr_mean", roberta_like(XLMRobertaConfig, XLMRobertaModel), xlmr_tokenizer(), ROBERTA_SPECIALS, "mean",

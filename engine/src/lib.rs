@@ -74,6 +74,9 @@ pub struct ModelInfo {
     pub layers: usize,
     pub max_seq_length: usize,
     pub pooling: model::Pooling,
+    /// The output widths of the sentence-transformers Dense modules after pooling, in order (none: the embedding
+    /// is the pooled hidden states, and token states are served).
+    pub dense: Vec<usize>,
     pub normalize: bool,
     pub prompts: Vec<(String, String)>,
     /// The architecture and its settings, as read from config.json.
@@ -118,10 +121,11 @@ impl ModelFront {
         }
         let info = ModelInfo {
             path: dir.root.clone(),
-            dim: dir.config.hidden_size(),
+            dim: dir.dim(),
             layers: dir.config.layers(),
             max_seq_length,
             pooling: dir.pooling,
+            dense: dir.dense.iter().map(|d| d.out_features).collect(),
             normalize: dir.normalize,
             prompts: dir.prompts.clone(),
             config: dir.config.clone(),

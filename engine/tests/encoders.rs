@@ -6,7 +6,9 @@
 //! DistilBERT (no token types, its own tensor and config names) with BERT's special tokens and `BertProcessing`,
 //! mean pooling, no Normalize; ModernBERT (rotary positions, pre-norm layers, GeGLU, global layers between
 //! sliding-window ones) with a byte-level BPE of its pipeline, without biases (mean pooling, Normalize) and with
-//! every bias, other rotary bases and a narrower window (CLS pooling), on sequences many windows long. The first three number positions after the padding id: their texts put `<pad>`
+//! every bias, other rotary bases and a narrower window (CLS pooling), on sequences many windows long; and
+//! sentence-transformers' Dense modules after pooling: LaBSE's head (BERT, CLS, a tanh Dense with bias, Normalize)
+//! and EmbeddingGemma's (two Dense without bias or activation, 64 to 256 to 48, Normalize). The first three number positions after the padding id: their texts put `<pad>`
 //! inside sequences (it takes the padding row and does not advance the positions after it), `<mask>` after
 //! whitespace it strips, and run past max_seq_length; the default, in-house tokenizer must give
 //! sentence-transformers' ids.
@@ -16,13 +18,15 @@ use engine::Dtype;
 mod common;
 use common::models::{assert_batch_invariant_and_replay_bitwise, bf16_runs, check};
 
-const MODELS: [&str; 6] = [
+const MODELS: [&str; 8] = [
     "xlmr_mean",
     "roberta_cls",
     "mpnet_mean",
     "distilbert_mean",
     "modernbert_mean",
     "modernbert_cls",
+    "bert_dense_cls",
+    "distilbert_dense_mean",
 ];
 
 #[test]

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use crate::batch::Batch;
+use crate::batch::{Batch, Readout};
 use crate::config::EngineConfig;
 use crate::error::{Error, Result};
 
@@ -58,6 +58,12 @@ impl Backend for Threaded {
     fn submit(&self, batch: Batch) -> Handle {
         if let Err(e) = batch.validate(self.info.vocab_size, self.info.max_positions) {
             return Handle::ready(Err(e));
+        }
+        if !self.info.token_states && (0..batch.len()).any(|i| batch.readout(i) == Readout::Tokens)
+        {
+            return Handle::ready(Err(Error::Batch(
+                "token states are not served for a model with Dense modules after pooling".into(),
+            )));
         }
         if batch.is_empty() {
             return Handle::ready(Ok(Output {
@@ -122,6 +128,9 @@ pub struct BackendInfo {
     pub dim: usize,
     pub vocab_size: usize,
     pub max_positions: usize,
+    /// Whether it serves token states ([`crate::Readout::Tokens`]): not for a model with Dense modules after
+    /// pooling, whose embedding is not the hidden states' width or space.
+    pub token_states: bool,
     /// Precision the weights run in (bf16 falls back to f32 where the device cannot run it).
     pub dtype: crate::dtype::Dtype,
     /// Why `dtype` differs from the configured one, in words (`None`: it runs what was asked).

@@ -26,6 +26,8 @@ pub enum Activation {
     None,
     /// Exact (erf) GELU, BERT's `hidden_act = "gelu"`.
     Gelu,
+    /// tanh, sentence-transformers' Dense default (LaBSE's, distiluse's).
+    Tanh,
 }
 
 /// The activation of a gated linear unit's gate ([`Ops::glu`]).
@@ -319,6 +321,9 @@ pub trait Architecture<D: Device>: Send + Sync {
     /// the backend normalizes them (the CPU as it hands them over, the GPU in its pooling kernel), keeping each
     /// row's norm, so a client can have the pooled vector back (TEI's `normalize: false`).
     fn normalizes(&self) -> bool;
+    /// Whether the pooled rows are the embedding (no sentence-transformers Dense module after pooling): only then
+    /// may a backend normalize them as it pools (the GPU's pooling kernel); otherwise it normalizes the output.
+    fn pools_last(&self) -> bool;
     /// Runs `batch` and writes each sequence's answer (its pooled embedding, or its token states when its readout
     /// asks) into its rows of `out` ([`Batch::out_offsets`]). `acts` holds one view per
     /// slot of [`Architecture::layout`], each with at least `batch.tokens()` rows. The batch has passed

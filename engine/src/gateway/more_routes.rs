@@ -52,6 +52,12 @@ pub(super) async fn embed_all(
 ) -> Response {
     let result = async {
         let req: EmbedAllRequest = parse(&headers, body)?;
+        if !gw.front().info().dense.is_empty() {
+            return Err(ApiError::unprocessable(
+                "unsupported",
+                "this model's embeddings pass Dense modules after pooling: its token states are not served",
+            ));
+        }
         let options = Options {
             prompt_name: req.prompt_name,
             truncate: req.truncate.unwrap_or(gw.config().auto_truncate),

@@ -293,7 +293,7 @@ fn mpnet_bias<D: Device>(
 /// A sentence-embedding BERT: encoder, pooling and optional L2 normalisation.
 pub struct Bert<D: Device> {
     pub config: BertConfig,
-    pub head: Head,
+    pub head: Head<D>,
     embeddings: Embeddings<D>,
     layers: Vec<Layer<D>>,
     /// MPNet's relative position bias, shared by every layer.
@@ -319,7 +319,7 @@ impl<D: Device> Bert<D> {
                 BertFamily::Bert | BertFamily::Roberta | BertFamily::DistilBert => None,
             },
             config: c.clone(),
-            head: Head::load(dir),
+            head: Head::load(dir, device)?,
             positions: dir.positions,
         })
     }
@@ -331,7 +331,7 @@ impl<D: Device> Architecture<D> for Bert<D> {
     fn layout(&self) -> Layout {
         let (h, f) = (self.config.hidden_size, self.config.intermediate_size);
         let slot = Slot::new;
-        Layout {
+        let mut layout = Layout {
             slots: vec![
                 slot(0, 0, h, false),
                 slot(1, 0, h, false),
@@ -342,11 +342,13 @@ impl<D: Device> Architecture<D> for Bert<D> {
             ],
             attention: self.config.attention(),
             max_positions: self.positions,
-        }
+        };
+        self.head.extend(&mut layout);
+        layout
     }
 
     fn dim(&self) -> usize {
-        self.config.hidden_size
+        self.head.dim()
     }
 
     fn vocab_size(&self) -> usize {
@@ -357,11 +359,15 @@ impl<D: Device> Architecture<D> for Bert<D> {
         self.head.normalize
     }
 
+    fn pools_last(&self) -> bool {
+        self.head.pools_last()
+    }
+
     // Never inlined: `bench gate counts` collects instructions inside this function (one call per pass).
     #[inline(never)]
     fn forward<O: Ops<Device = D>>(&self, ops: &O, batch: &Batch, acts: &[O::Mat], out: O::Mat) {
         let t = batch.tokens();
-        let [hidden, tmp, qkv, ctx, inter] = acts else {
+        let Some([hidden, tmp, qkv, ctx, inter]) = acts.first_chunk() else {
             panic!("BERT's layout has five slots, got {}", acts.len());
         };
         let a = Acts {
@@ -375,7 +381,7 @@ impl<D: Device> Architecture<D> for Bert<D> {
         for layer in &self.layers {
             layer.forward(ops, batch, self.bias.as_ref(), &a);
         }
-        self.head.forward(ops, batch, a.hidden, out);
+        self.head.forward(ops, batch, a.hidden, &acts[5..], out);
     }
 }
 

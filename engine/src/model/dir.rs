@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use super::config::{read_json, ModelConfig};
+use crate::backend::ops::Activation;
 use crate::error::{Error, Result};
 
 /// How token states become one sentence embedding.
@@ -41,8 +42,91 @@ pub struct ModelDir {
     pub positions: usize,
     /// Prompt prefixes by name from `config_sentence_transformers.json` (e.g. `query` → `"query: "`).
     pub prompts: Vec<(String, String)>,
+    /// sentence-transformers' Dense modules after pooling, in order.
+    pub dense: Vec<DenseModule>,
     pub weights_path: PathBuf,
     pub tokenizer_path: PathBuf,
+}
+
+/// A sentence-transformers Dense module: `act(x · Wᵀ + b)` on each pooled row (LaBSE's, distiluse's, EmbeddingGemma's
+/// projections), its weights in its own folder.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DenseModule {
+    pub weights_path: PathBuf,
+    pub in_features: usize,
+    pub out_features: usize,
+    pub bias: bool,
+    pub activation: Activation,
+}
+
+/// A Dense module's `config.json`.
+#[derive(Deserialize)]
+struct DenseFile {
+    in_features: usize,
+    out_features: usize,
+    #[serde(default = "default_true")]
+    bias: bool,
+    /// A torch class path; sentence-transformers' default is tanh.
+    #[serde(default = "default_dense_activation")]
+    activation_function: String,
+    /// What it reads and writes (sentence-transformers ≥ 6): the sentence embedding, unless set otherwise.
+    module_input_name: Option<String>,
+    module_output_name: Option<String>,
+}
+
+fn default_dense_activation() -> String {
+    "torch.nn.modules.activation.Tanh".into()
+}
+
+impl DenseModule {
+    /// Reads the module in `folder`, whose input must be `inp` wide (the previous module's output).
+    fn read(folder: &Path, inp: usize) -> Result<Self> {
+        let config_path = folder.join("config.json");
+        let f: DenseFile = read_json(&config_path)?;
+        let activation = match f.activation_function.rsplit('.').next().unwrap_or_default() {
+            "Tanh" => Activation::Tanh,
+            "Identity" => Activation::None,
+            _ => {
+                return Err(Error::model(
+                    &config_path,
+                    format!(
+                        "unsupported activation_function {:?}: expected Tanh or Identity",
+                        f.activation_function
+                    ),
+                ))
+            }
+        };
+        let names = [&f.module_input_name, &f.module_output_name];
+        if let Some(name) = names
+            .into_iter()
+            .flatten()
+            .find(|n| *n != "sentence_embedding")
+        {
+            return Err(Error::model(
+                &config_path,
+                format!("unsupported: a Dense module on {name:?} (on the sentence embedding only)"),
+            ));
+        }
+        if f.in_features != inp || f.out_features == 0 {
+            return Err(Error::model(
+                &config_path,
+                format!(
+                    "a Dense module of {} to {} features after a module of {inp}",
+                    f.in_features, f.out_features
+                ),
+            ));
+        }
+        Ok(DenseModule {
+            weights_path: require(
+                folder.join("model.safetensors"),
+                "the Dense module's weights as model.safetensors (pytorch_model.bin is not read)",
+            )?,
+            in_features: f.in_features,
+            out_features: f.out_features,
+            bias: f.bias,
+            activation,
+        })
+    }
 }
 
 #[derive(Deserialize)]
@@ -175,20 +259,37 @@ impl ModelDir {
 
         // Without modules.json the directory is a bare transformers model: sentence-transformers then defaults to
         // mean pooling without normalisation, and so do we.
-        let (mut pooling, mut normalize) = (Pooling::Mean, false);
+        let (mut pooling, mut normalize, mut pooled) = (Pooling::Mean, false, false);
+        let mut dense: Vec<DenseModule> = Vec::new();
         let modules_path = root.join("modules.json");
         if modules_path.is_file() {
             let modules: Vec<Module> = read_json(&modules_path)?;
             for m in &modules {
                 match m.kind.rsplit('.').next().unwrap_or_default() {
                     "Transformer" => {}
-                    "Pooling" => pooling = read_pooling(&root.join(&m.path).join("config.json"))?,
+                    "Pooling" => {
+                        pooling = read_pooling(&root.join(&m.path).join("config.json"))?;
+                        pooled = true;
+                    }
+                    "Dense" if pooled && !normalize => {
+                        let inp = dense
+                            .last()
+                            .map_or(config.hidden_size(), |d| d.out_features);
+                        dense.push(DenseModule::read(&root.join(&m.path), inp)?);
+                    }
+                    "Dense" => {
+                        return Err(Error::model(
+                            &modules_path,
+                            "unsupported: a Dense module before Pooling or after Normalize",
+                        ))
+                    }
                     "Normalize" => normalize = true,
                     other => {
                         return Err(Error::model(
                             &modules_path,
                             format!(
-                                "unsupported module {other:?}: expected Transformer, Pooling and Normalize modules"
+                                "unsupported module {other:?}: expected Transformer, Pooling, Dense and Normalize \
+                                 modules"
                             ),
                         ))
                     }
@@ -247,6 +348,7 @@ impl ModelDir {
             normalize,
             max_seq_length,
             prompts,
+            dense,
             weights_path,
             tokenizer_path,
         })
@@ -254,6 +356,13 @@ impl ModelDir {
 }
 
 impl ModelDir {
+    /// Width of the sentence embedding: the last Dense module's output, else the hidden states'.
+    pub fn dim(&self) -> usize {
+        self.dense
+            .last()
+            .map_or(self.config.hidden_size(), |d| d.out_features)
+    }
+
     /// The directory as an engine that truncates every input to `max_len` tokens runs it.
     pub fn serving(mut self, max_len: usize) -> Self {
         self.positions = self.positions.min(max_len);
@@ -310,5 +419,118 @@ fn read_pooling(path: &Path) -> Result<Pooling> {
                 "unsupported pooling: modes {modes:?} (concatenated); expected one of mean, cls or lasttoken"
             ),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fixture with EmbeddingGemma's head (Pooling, Dense, Dense, Normalize), copied where a test may edit it.
+    fn dense_fixture() -> tempfile::TempDir {
+        let from =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/distilbert_dense_mean");
+        let dir = tempfile::tempdir().expect("tempdir");
+        for entry in walk(&from) {
+            let to = dir.path().join(entry.strip_prefix(&from).expect("inside"));
+            std::fs::create_dir_all(to.parent().expect("parent")).expect("mkdir");
+            std::fs::copy(&entry, to).expect("copy");
+        }
+        dir
+    }
+
+    fn walk(dir: &Path) -> Vec<PathBuf> {
+        std::fs::read_dir(dir)
+            .expect("read_dir")
+            .flat_map(|e| {
+                let p = e.expect("entry").path();
+                if p.is_dir() {
+                    walk(&p)
+                } else {
+                    vec![p]
+                }
+            })
+            .collect()
+    }
+
+    fn edit(path: &Path, f: impl FnOnce(&mut serde_json::Value)) {
+        let mut json: serde_json::Value = read_json(path).expect("JSON");
+        f(&mut json);
+        std::fs::write(path, json.to_string()).expect("write");
+    }
+
+    /// Dense modules load in order, their widths chained; what would run wrong is refused, naming the cause.
+    #[test]
+    fn dense_modules_chain_and_what_cannot_run_is_refused() {
+        let dir = dense_fixture();
+        let model = ModelDir::open(dir.path()).expect("loads");
+        let shape: Vec<_> = model
+            .dense
+            .iter()
+            .map(|d| (d.in_features, d.out_features, d.bias, d.activation))
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                (64, 256, false, Activation::None),
+                (256, 48, false, Activation::None)
+            ]
+        );
+        assert_eq!(model.dim(), 48);
+        type Edit = fn(&Path);
+        let cases: [(Edit, &str); 6] = [
+            (
+                |d| {
+                    edit(&d.join("2_Dense/config.json"), |j| {
+                        j["activation_function"] = "torch.nn.modules.activation.ReLU".into()
+                    })
+                },
+                "activation_function",
+            ),
+            (
+                |d| {
+                    edit(&d.join("3_Dense/config.json"), |j| {
+                        j["in_features"] = 64.into()
+                    })
+                },
+                "after a module of 256",
+            ),
+            (
+                |d| {
+                    edit(&d.join("2_Dense/config.json"), |j| {
+                        j["module_input_name"] = "token_embeddings".into()
+                    })
+                },
+                "token_embeddings",
+            ),
+            (
+                |d| std::fs::remove_file(d.join("3_Dense/model.safetensors")).expect("rm"),
+                "pytorch_model.bin is not read",
+            ),
+            // Normalize before a Dense module.
+            (
+                |d| {
+                    edit(&d.join("modules.json"), |j| {
+                        j.as_array_mut().expect("list").swap(3, 4)
+                    })
+                },
+                "after Normalize",
+            ),
+            // A Dense module before Pooling.
+            (
+                |d| {
+                    edit(&d.join("modules.json"), |j| {
+                        j.as_array_mut().expect("list").swap(1, 2)
+                    })
+                },
+                "before Pooling",
+            ),
+        ];
+        for (change, cause) in cases {
+            let dir = dense_fixture();
+            change(dir.path());
+            let err = ModelDir::open(dir.path()).expect_err(cause).to_string();
+            assert!(err.contains(cause), "{cause}: {err}");
+        }
     }
 }

@@ -5,6 +5,7 @@ pub mod bert;
 mod config;
 mod dir;
 pub mod fetch;
+mod head;
 pub mod modernbert;
 #[cfg(test)]
 mod operand_slots;
@@ -14,7 +15,8 @@ pub mod tiny;
 mod weights;
 
 pub use config::{BertConfig, BertFamily, ModelConfig, ModernBertConfig, Qwen3Config};
-pub use dir::{ModelDir, Pooling, MAX_POSITIONS};
+pub use dir::{DenseModule, ModelDir, Pooling, MAX_POSITIONS};
+pub use head::Head;
 pub use weights::{Tensor, Weights};
 
 use crate::backend::ops::{
@@ -83,7 +85,7 @@ pub(crate) struct PreNormActs<M> {
 impl<M: Matrix> PreNormActs<M> {
     /// The views of a pass over `tokens` tokens, from the backend's views of the layout's slots.
     pub fn of(acts: &[M], tokens: usize) -> Self {
-        let [hidden, normed, qkv, ctx, gate_up, act] = acts else {
+        let Some([hidden, normed, qkv, ctx, gate_up, act]) = acts.first_chunk() else {
             panic!("a pre-norm layout has six slots, got {}", acts.len());
         };
         PreNormActs {
@@ -120,29 +122,6 @@ pub(crate) fn pre_norm_layout(
         ],
         attention,
         max_positions,
-    }
-}
-
-/// sentence-transformers' Pooling and Normalize modules: one embedding per sequence from the last hidden states.
-/// The forward pools; the backend applies Normalize ([`Architecture::normalizes`]).
-#[derive(Clone, Copy, Debug)]
-pub struct Head {
-    pub pooling: Pooling,
-    pub normalize: bool,
-}
-
-impl Head {
-    pub fn load(dir: &ModelDir) -> Self {
-        Head {
-            pooling: dir.pooling,
-            normalize: dir.normalize,
-        }
-    }
-
-    /// Pools `x` (one row per token) into the first `batch.out_rows()` rows of `out` (a sequence that asked for
-    /// its token states gets them copied instead).
-    pub fn forward<O: Ops>(&self, ops: &O, batch: &Batch, x: O::Mat, out: O::Mat) {
-        ops.pool(batch, x, self.pooling, out.top(batch.out_rows()));
     }
 }
 
@@ -195,6 +174,14 @@ impl<D: Device> Architecture<D> for Model<D> {
             Model::Bert(m) => m.normalizes(),
             Model::Qwen3(m) => m.normalizes(),
             Model::ModernBert(m) => m.normalizes(),
+        }
+    }
+
+    fn pools_last(&self) -> bool {
+        match self {
+            Model::Bert(m) => m.pools_last(),
+            Model::Qwen3(m) => m.pools_last(),
+            Model::ModernBert(m) => m.pools_last(),
         }
     }
 

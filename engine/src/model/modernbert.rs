@@ -108,7 +108,7 @@ impl<D: Device> Layer<D> {
 /// A sentence-embedding ModernBERT: embeddings, encoder layers, final norm, pooling and optional normalisation.
 pub struct ModernBert<D: Device> {
     pub config: ModernBertConfig,
-    pub head: Head,
+    pub head: Head<D>,
     embeddings: Embedding<D>,
     /// Rotary tables of the global and of the local layers (their bases differ).
     global_rotary: D::Param,
@@ -160,7 +160,7 @@ impl<D: Device> ModernBert<D> {
                 .collect::<Result<_>>()?,
             final_norm: layer_norm(&w, device, "final_norm", h, c.norm_eps, c.norm_bias)?,
             config: c.clone(),
-            head: Head::load(dir),
+            head: Head::load(dir, device)?,
             positions: dir.positions,
         })
     }
@@ -174,16 +174,18 @@ impl<D: Device> Architecture<D> for ModernBert<D> {
             window: None,
             ..c.attention(0)
         };
-        pre_norm_layout(
+        let mut layout = pre_norm_layout(
             c.hidden_size,
             attention,
             c.intermediate_size,
             self.positions,
-        )
+        );
+        self.head.extend(&mut layout);
+        layout
     }
 
     fn dim(&self) -> usize {
-        self.config.hidden_size
+        self.head.dim()
     }
 
     fn vocab_size(&self) -> usize {
@@ -192,6 +194,10 @@ impl<D: Device> Architecture<D> for ModernBert<D> {
 
     fn normalizes(&self) -> bool {
         self.head.normalize
+    }
+
+    fn pools_last(&self) -> bool {
+        self.head.pools_last()
     }
 
     fn forward<O: Ops<Device = D>>(&self, ops: &O, batch: &Batch, acts: &[O::Mat], out: O::Mat) {
@@ -205,6 +211,6 @@ impl<D: Device> Architecture<D> for ModernBert<D> {
             layer.forward(ops, batch, rotary, &a);
         }
         ops.layer_norm(a.hidden, a.hidden, &self.final_norm);
-        self.head.forward(ops, batch, a.hidden, out);
+        self.head.forward(ops, batch, a.hidden, &acts[6..], out);
     }
 }

@@ -167,7 +167,7 @@ impl<D: Device> Layer<D> {
 /// A Qwen3 embedding model: token embeddings, decoder layers, final norm, pooling and optional normalisation.
 pub struct Qwen3<D: Device> {
     pub config: Qwen3Config,
-    pub head: Head,
+    pub head: Head<D>,
     embeddings: Embedding<D>,
     rotary: D::Param,
     layers: Vec<Layer<D>>,
@@ -209,7 +209,7 @@ impl<D: Device> Qwen3<D> {
                 .collect::<Result<_>>()?,
             norm: RmsNorm::load(&w, device, "norm", h, c.rms_norm_eps)?,
             config: c.clone(),
-            head: Head::load(dir),
+            head: Head::load(dir, device)?,
             positions: dir.positions,
         })
     }
@@ -218,16 +218,18 @@ impl<D: Device> Qwen3<D> {
 impl<D: Device> Architecture<D> for Qwen3<D> {
     fn layout(&self) -> Layout {
         let c = &self.config;
-        pre_norm_layout(
+        let mut layout = pre_norm_layout(
             c.hidden_size,
             c.attention(),
             c.intermediate_size,
             self.positions,
-        )
+        );
+        self.head.extend(&mut layout);
+        layout
     }
 
     fn dim(&self) -> usize {
-        self.config.hidden_size
+        self.head.dim()
     }
 
     fn vocab_size(&self) -> usize {
@@ -238,6 +240,10 @@ impl<D: Device> Architecture<D> for Qwen3<D> {
         self.head.normalize
     }
 
+    fn pools_last(&self) -> bool {
+        self.head.pools_last()
+    }
+
     fn forward<O: Ops<Device = D>>(&self, ops: &O, batch: &Batch, acts: &[O::Mat], out: O::Mat) {
         let a = PreNormActs::of(acts, batch.tokens());
         ops.embed(batch, &self.embeddings, a.hidden);
@@ -245,6 +251,6 @@ impl<D: Device> Architecture<D> for Qwen3<D> {
             layer.forward(ops, batch, &self.rotary, &a);
         }
         self.norm.forward(ops, a.hidden, a.hidden);
-        self.head.forward(ops, batch, a.hidden, out);
+        self.head.forward(ops, batch, a.hidden, &acts[6..], out);
     }
 }

@@ -34,6 +34,7 @@ impl Backend for Manual {
             dim: DIM,
             vocab_size: 100,
             max_positions: 100,
+            token_states: true,
             dtype: crate::Dtype::F32,
             dtype_note: None,
             capture: crate::CaptureMode::Off,

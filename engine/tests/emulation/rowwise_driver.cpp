@@ -4,7 +4,8 @@
 // `tokens` are the batch's, and a grid of two sequences more than the batch's. The program is picked by a define:
 //   EW_PROGRAM_NORM (norm.cu): layer_norm(x, gamma a, beta b) into a fresh matrix, then in place, then
 //     rms_norm(x, weight a) into a fresh matrix;
-//   EW_PROGRAM_ELEMENTWISE (elementwise.cu): bias_act(y, bias a, GELU, residual x) in place, glu(x) (f = cols / 2)
+//   EW_PROGRAM_ELEMENTWISE (elementwise.cu): bias_act(y, bias a, GELU, residual x) in place, bias_act(y, bias a,
+//     tanh) on a copy of y, glu(x) (f = cols / 2)
 //     with SiLU then with GELU, each into a fresh matrix, to_bf16(x), bias_act_bf16 (bias a, GELU) and glu_bf16
 //     (SiLU, then GELU) on x rounded to bf16 in rows of 2 ld (0xffff past ld), then rotary(x) in place (heads of `group`, table rows by pos),
 //     then rotary with per-head RMSNorm (weight a) on copies of bias_act's output, heads of `group` and of
@@ -74,11 +75,17 @@ int main(int argc, char** argv) {
 #endif
 
 #ifdef EW_PROGRAM_ELEMENTWISE
+    auto yt = y;
     auto sh1 = unwritten((size_t)rows * cols);
     emu::launch(dim3{(unsigned)rows, col_blocks, 1}, THREADS, 0,
                 [&] { bias_act(y.data(), ld, cols, meta, a.data(), 1, x.data(), ld, sh1.data()); });
     put(out, y);
     put(out, sh1);
+    auto sht = unwritten((size_t)rows * cols);
+    emu::launch(dim3{(unsigned)rows, col_blocks, 1}, THREADS, 0,
+                [&] { bias_act(yt.data(), ld, cols, meta, a.data(), 2, nullptr, 0, sht.data()); });
+    put(out, yt);
+    put(out, sht);
     const int f = cols / 2;
     for (int act : {0, 1}) {
         auto o2 = nans(n);

@@ -347,3 +347,51 @@ async fn models_lists_the_served_names() {
         "method_not_allowed"
     );
 }
+
+/// A model with sentence-transformers Dense modules after pooling (the fixture with EmbeddingGemma's head: 64 to
+/// 256 to 48, then Normalize): embeddings at the last Dense module's width, normalized, the pooled-and-projected
+/// vector back with `normalize: false`; its token states are refused with a 422, not answered in the wrong space.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dense_models_embed_at_their_width_and_refuse_token_states() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/distilbert_dense_mean");
+    let config = EngineConfig {
+        threads: 1,
+        ..EngineConfig::default()
+    };
+    let e = Engine::load(&dir, config).unwrap();
+    assert_eq!(e.dim(), 48);
+    let router = Gateway::new(vec![e], GatewayConfig::default())
+        .unwrap()
+        .router();
+    let unit = post(&router, "/embed", json!({ "inputs": TEXTS })).await;
+    assert_eq!(unit.status, StatusCode::OK, "{}", unit.body);
+    let raw = post(
+        &router,
+        "/embed",
+        json!({ "inputs": TEXTS, "normalize": false }),
+    )
+    .await;
+    for i in 0..TEXTS.len() {
+        let (u, r) = (floats(&unit.body[i]), floats(&raw.body[i]));
+        assert_eq!((u.len(), r.len()), (48, 48));
+        let norm = r.iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((u.iter().map(|x| x * x).sum::<f32>() - 1.0).abs() < 1e-5);
+        assert!(
+            (norm - 1.0).abs() > 1e-3,
+            "the raw vector is the Dense output, not normalized"
+        );
+        for (a, b) in u.iter().zip(&r) {
+            assert!(
+                (a - b / norm).abs() < 1e-6,
+                "input {i}: {a} vs {}",
+                b / norm
+            );
+        }
+    }
+    let all = post(&router, "/embed_all", json!({ "inputs": TEXTS })).await;
+    assert_eq!(
+        error_code(&all, StatusCode::UNPROCESSABLE_ENTITY),
+        "validation"
+    );
+}

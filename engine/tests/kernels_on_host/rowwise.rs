@@ -198,6 +198,8 @@ fn emulated_cuda_elementwise_kernels_match_f64_and_write_their_shadow() {
     let f = COLS / 2;
     let act = out.f32s(ROWS * LD);
     let act_shadow = out.bf16s(ROWS * COLS);
+    let tanh = out.f32s(ROWS * LD);
+    let tanh_shadow = out.bf16s(ROWS * COLS);
     let silu = out.f32s(ROWS * LD);
     let silu_shadow = out.bf16s(ROWS * f);
     let gelu_gate = out.f32s(ROWS * LD);
@@ -212,6 +214,14 @@ fn emulated_cuda_elementwise_kernels_match_f64_and_write_their_shadow() {
         &act_shadow,
         COLS,
         |r, c| gelu_of(inp.y[r * LD + c] as f64 + inp.a[c] as f64) + x(r, c),
+        |i| inp.y[i],
+    );
+    check_rows(
+        "bias_act (tanh)",
+        &tanh,
+        &tanh_shadow,
+        COLS,
+        |r, c| (inp.y[r * LD + c] as f64 + inp.a[c] as f64).tanh(),
         |i| inp.y[i],
     );
     check_rows(

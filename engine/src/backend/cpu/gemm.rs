@@ -13,6 +13,7 @@
 
 use super::kernels;
 use super::par::{Mat, Par, Scratch};
+use crate::backend::ops::Activation;
 use crate::dtype::Dtype;
 
 /// The instruction set the kernels run on, detected once per process.
@@ -298,12 +299,12 @@ pub unsafe fn pack_cols(
     }
 }
 
-/// What is applied to `x · Wᵀ` on its way out, in BERT's order: bias, then GELU or the residual (never both in
-/// BERT).
+/// What is applied to `x · Wᵀ` on its way out, in BERT's order: bias, then an activation or the residual (never
+/// both in the architectures).
 #[derive(Clone, Copy, Default)]
 pub struct Epilogue<'a> {
     pub bias: Option<&'a [f32]>,
-    pub gelu: bool,
+    pub act: Activation,
     /// A matrix of the output's shape added at the end (the residual connection).
     pub residual: Option<Mat<'a>>,
 }
@@ -328,8 +329,8 @@ pub fn linear(par: &dyn Par, x: Mat, w: &PackedB, epi: Epilogue, out: Mat, scrat
     );
     assert!(epi.bias.is_none_or(|b| b.len() == n), "linear: bias length");
     assert!(
-        !(epi.gelu && epi.residual.is_some()),
-        "linear: GELU and residual together"
+        epi.act == Activation::None || epi.residual.is_none(),
+        "linear: an activation and a residual together"
     );
     if let Some(r) = epi.residual {
         assert!(r.rows >= m && r.cols == n, "linear: residual shape");
@@ -425,11 +426,16 @@ pub fn linear(par: &dyn Par, x: Mat, w: &PackedB, epi: Epilogue, out: Mat, scrat
                     }
                 }
             }
-            if epi.gelu {
+            let act = match epi.act {
+                Activation::None => None,
+                Activation::Gelu => Some(kernels::gelu as fn(&mut [f32])),
+                Activation::Tanh => Some(kernels::tanh as fn(&mut [f32])),
+            };
+            if let Some(act) = act {
                 // Once per row of the task's block, while it is still in L2: per tile would be a call per 32 values.
                 let cols = panels.start * nr..(panels.end * nr).min(n);
                 for r in rows {
-                    kernels::gelu(&mut out.row_mut(r)[cols.clone()]);
+                    act(&mut out.row_mut(r)[cols.clone()]);
                 }
             }
         }

@@ -96,6 +96,13 @@ simd_fn! {
     }
 }
 
+/// tanh in place (sentence-transformers' Dense default): only on pooled rows, so the standard library's.
+pub fn tanh(x: &mut [f32]) {
+    for v in x.iter_mut() {
+        *v = v.tanh();
+    }
+}
+
 /// erf as a rational approximation on [-4, 4] (the form XLA and Eigen use for f32: max error a few ulp), branch-free
 /// so that it vectorises.
 #[inline(always)]
@@ -271,7 +278,15 @@ pub(crate) mod tests {
             let b: Vec<f32> = (0..n).map(|_| rng.gen_range(-1.0..1.0)).collect();
             let mut out = vec![0.0; m * n];
             linear(&x, m, k, &w, &b, &mut out, Parallelism::Rayon(2));
-            for (a, e) in out.iter().zip(reference(&x, m, k, &w, &b, false, &[])) {
+            for (a, e) in out.iter().zip(reference(
+                &x,
+                m,
+                k,
+                &w,
+                &b,
+                crate::backend::ops::Activation::None,
+                &[],
+            )) {
                 assert!((a - e).abs() < 1e-4, "{m}x{k}x{n}: {a} vs {e}");
             }
         }

@@ -89,6 +89,7 @@ pub(crate) fn start<M: Architecture<Cpu> + 'static>(
         dim: compute.model.dim(),
         vocab_size: compute.model.vocab_size(),
         max_positions: compute.layout.max_positions,
+        token_states: compute.model.pools_last(),
         dtype,
         dtype_note: (dtype != config.dtype).then_some("this CPU lacks AVX512-BF16"),
         capture: config.capture,

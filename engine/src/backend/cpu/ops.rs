@@ -214,7 +214,7 @@ impl<'a> Ops for CpuPass<'a> {
     ) {
         let epi = Epilogue {
             bias: w.bias.as_deref(),
-            gelu: act == Activation::Gelu,
+            act,
             residual,
         };
         gemm::linear(self.par, x, &w.weight, epi, out, self.scratch);

@@ -275,6 +275,7 @@ impl Compute {
             dim: compute.dim,
             vocab_size: compute.model.vocab_size(),
             max_positions: compute.layout.max_positions,
+            token_states: compute.model.pools_last(),
             dtype: crate::dtype::Dtype::Bf16,
             dtype_note: (config.dtype != crate::dtype::Dtype::Bf16)
                 .then_some("the CUDA backend's GEMMs run in bf16"),
@@ -300,11 +301,11 @@ impl Compute {
         b
     }
 
-    /// Enqueues the whole forward (and Normalize, which pooling applies as it writes the rows) on the compute
-    /// stream, on `buffers`.
+    /// Enqueues the whole forward (and Normalize, which pooling applies as it writes the rows when they are the
+    /// embedding; after Dense modules the completion thread applies it) on the compute stream, on `buffers`.
     fn forward(&self, buffers: &Buffers, batch: &Batch) -> Result<()> {
         let s = &self.device.stream;
-        let normalizes = self.model.normalizes();
+        let normalizes = self.model.normalizes() && self.model.pools_last();
         let pass = CudaPass::new(&self.device, buffers.inputs(s, normalizes));
         let (acts, out) = buffers.views(s, &self.layout, self.dim, self.device.intermediate);
         self.model.forward(&pass, batch, &acts, out);
@@ -475,12 +476,17 @@ impl Compute {
     fn serve(&mut self, rx: mpsc::Receiver<Job>, results: Arc<BufferPool>) {
         let (done_tx, done_rx) = mpsc::channel::<(Job, InFlight)>();
         let pinned = self.pinned.clone();
-        let (dim, normalizes) = (self.dim, self.model.normalizes());
+        let dim = self.dim;
+        let normalize = match (self.model.normalizes(), self.model.pools_last()) {
+            (false, _) => Normalize::No,
+            (true, true) => Normalize::InPooling,
+            (true, false) => Normalize::OnHost,
+        };
         let completion = std::thread::Builder::new()
             .name("engine-cuda-done".into())
             .spawn(move || {
                 for (job, f) in done_rx {
-                    complete(job, f, dim, normalizes, &results, &pinned);
+                    complete(job, f, dim, normalize, &results, &pinned);
                 }
             });
         if let Err(e) = completion {
@@ -514,11 +520,20 @@ struct InFlight {
 }
 
 /// Waits (sleeping) for a batch's copy out, fills its result from the pinned buffer and resolves its handle.
+/// Where sentence-transformers' Normalize runs: not at all, in the pooling kernel (which writes each row's norm
+/// beside the rows), or on the host once the rows are back (after Dense modules, which pooling precedes).
+#[derive(Clone, Copy)]
+enum Normalize {
+    No,
+    InPooling,
+    OnHost,
+}
+
 fn complete(
     job: Job,
     f: InFlight,
     dim: usize,
-    normalizes: bool,
+    normalize: Normalize,
     results: &Arc<BufferPool>,
     pinned: &Mutex<Pool<Pinned>>,
 ) {
@@ -536,10 +551,14 @@ fn complete(
             let mut emb = results.take(&job.batch, dim);
             let rows = job.batch.out_rows() * dim;
             emb.data_mut().copy_from_slice(&h[..rows]);
-            if normalizes {
-                // -1 marks a Tokens sequence, which Normalize leaves alone.
-                let norms = &h[rows..rows + job.batch.len()];
-                emb.set_norms(norms.iter().map(|&n| (n >= 0.0).then_some(n)).collect());
+            match normalize {
+                Normalize::No => {}
+                Normalize::InPooling => {
+                    // -1 marks a Tokens sequence, which Normalize leaves alone.
+                    let norms = &h[rows..rows + job.batch.len()];
+                    emb.set_norms(norms.iter().map(|&n| (n >= 0.0).then_some(n)).collect());
+                }
+                Normalize::OnHost => emb.normalize(&job.batch),
             }
             Ok(emb)
         });

@@ -286,9 +286,15 @@ impl<'a> Ops for CudaPass<'a> {
         let s = &self.device.stream;
         let (xb, x_ld) = self.operand(x);
         let bias = w.bias.as_ref().map(|b| ptr(b, s));
-        // GELU is our kernel's (exact erf; see gemm.rs): the GEMM then adds only the bias, and the residual goes
-        // after the activation, in the same kernel. A bf16 output takes the bias in that kernel too, in f32.
-        let gelu = act == Activation::Gelu;
+        // Activations are our kernel's (GELU exact erf, see gemm.rs; tanh): the GEMM then adds only the bias, and
+        // the residual goes after the activation, in the same kernel. A bf16 output takes the bias in that kernel
+        // too, in f32. The kernels' `act`: 0 none, 1 GELU, 2 tanh.
+        let act = match act {
+            Activation::None => 0,
+            Activation::Gelu => 1,
+            Activation::Tanh => 2,
+        };
+        let activates = act != 0;
         let gemm = Gemm {
             m,
             n: w.out,
@@ -297,7 +303,7 @@ impl<'a> Ops for CudaPass<'a> {
             x_ld,
             w: ptr(&w.weight, s),
             bias: bias.filter(|_| !out.bf16),
-            residual: residual.filter(|_| !gelu).map(|r| (r.ptr, r.ld)),
+            residual: residual.filter(|_| !activates).map(|r| (r.ptr, r.ld)),
             out: (out.ptr, out.ld),
             out_bf16: out.bf16,
         };
@@ -316,13 +322,13 @@ impl<'a> Ops for CudaPass<'a> {
         ];
         if out.bf16 {
             // In place on the GEMM's bf16 output, which the next GEMM reads as it is: no shadow.
-            if gelu || bias.is_some() {
-                let rest = [Arg::Ptr(bias.unwrap_or(0)), Arg::I32(gelu as i32)];
+            if activates || bias.is_some() {
+                let rest = [Arg::Ptr(bias.unwrap_or(0)), Arg::I32(act)];
                 self.launch("bias_act_bf16", config, &[&y[..], &rest].concat());
             }
-        } else if gelu {
+        } else if activates {
             let res = residual.map_or((0, 0), |r| (r.ptr, r.ld));
-            let rest = [Arg::Ptr(0), Arg::I32(1), Arg::Ptr(res.0), Self::i(res.1)];
+            let rest = [Arg::Ptr(0), Arg::I32(act), Arg::Ptr(res.0), Self::i(res.1)];
             self.launch_producing("bias_act", config, &[&y[..], &rest].concat(), out);
         }
     }

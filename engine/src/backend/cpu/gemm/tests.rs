@@ -9,7 +9,7 @@ pub(crate) fn reference(
     k: usize,
     w: &[f32],
     bias: &[f32],
-    gelu: bool,
+    act: Activation,
     residual: &[f32],
 ) -> Vec<f32> {
     let n = bias.len();
@@ -20,10 +20,14 @@ pub(crate) fn reference(
             for l in 0..k {
                 s += x[i * k + l] as f64 * w[j * k + l] as f64;
             }
-            if gelu {
-                s = 0.5
-                    * s
-                    * (1.0 + super::super::kernels::tests::erf64(s / std::f64::consts::SQRT_2));
+            match act {
+                Activation::None => {}
+                Activation::Gelu => {
+                    s = 0.5
+                        * s
+                        * (1.0 + super::super::kernels::tests::erf64(s / std::f64::consts::SQRT_2))
+                }
+                Activation::Tanh => s = s.tanh(),
             }
             if !residual.is_empty() {
                 s += residual[i * n + j] as f64;
@@ -58,7 +62,7 @@ fn run_linear(
     m: usize,
     w: &PackedB,
     bias: &[f32],
-    gelu: bool,
+    act: Activation,
     residual: &mut [f32],
     threads: usize,
 ) -> Vec<f32> {
@@ -72,7 +76,7 @@ fn run_linear(
     let mut out = vec![f32::NAN; m * n];
     let epi = Epilogue {
         bias: Some(bias),
-        gelu,
+        act,
         residual: (!residual.is_empty()).then(|| Mat::new(residual, m, n)),
     };
     let (xm, om) = (Mat::new(&mut x, m, k), Mat::new(&mut out, m, n));
@@ -108,19 +112,24 @@ fn check_against_reference(dtype: Dtype, isa: Isa, tolerance: f32) {
             }
         };
         let (xr, wr) = (round(&x), round(&w));
-        for (gelu, with_residual) in [(false, false), (true, false), (false, true)] {
+        for (act, with_residual) in [
+            (Activation::None, false),
+            (Activation::Gelu, false),
+            (Activation::Tanh, false),
+            (Activation::None, true),
+        ] {
             let mut residual = if with_residual {
                 random(&mut rng, m * n)
             } else {
                 Vec::new()
             };
-            let expect = reference(&xr, m, k, &wr, &b, gelu, &residual);
+            let expect = reference(&xr, m, k, &wr, &b, act, &residual);
             for threads in [1, 2] {
-                let got = run_linear(&x, m, &packed, &b, gelu, &mut residual, threads);
+                let got = run_linear(&x, m, &packed, &b, act, &mut residual, threads);
                 for (i, (a, e)) in got.iter().zip(&expect).enumerate() {
                     assert!(
                         (a - e).abs() <= tolerance * (1.0 + e.abs()),
-                        "{dtype} {isa:?} {m}x{k}x{n} gelu={gelu} residual={with_residual} \
+                        "{dtype} {isa:?} {m}x{k}x{n} {act:?} residual={with_residual} \
                          threads={threads} [{i}]: {a} vs {e}"
                     );
                 }

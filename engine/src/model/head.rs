@@ -1,0 +1,101 @@
+//! sentence-transformers' modules after the Transformer one, over the op set: Pooling, then any Dense modules
+//! (`act(x · Wᵀ + b)` per pooled row: LaBSE's and distiluse's tanh projection, EmbeddingGemma's two), then Normalize,
+//! which the backend applies ([`Architecture::normalizes`](crate::backend::ops::Architecture::normalizes)).
+
+use super::{stacked_linear, ModelDir, Pooling, Weights};
+use crate::backend::ops::{Activation, Device, Layout, Matrix, Ops, Slot};
+use crate::batch::Batch;
+use crate::error::Result;
+
+/// One Dense module, loaded onto the device.
+struct Dense<D: Device> {
+    linear: D::Linear,
+    act: Activation,
+    out: usize,
+}
+
+/// Pooling, Dense and Normalize: one embedding per sequence from the last hidden states.
+pub struct Head<D: Device> {
+    pub pooling: Pooling,
+    pub normalize: bool,
+    hidden: usize,
+    dense: Vec<Dense<D>>,
+}
+
+impl<D: Device> Head<D> {
+    pub fn load(dir: &ModelDir, device: &D) -> Result<Self> {
+        let dense = dir
+            .dense
+            .iter()
+            .map(|m| {
+                let w = Weights::open(&m.weights_path, "linear.weight")?;
+                let names = [("linear".to_string(), m.out_features)];
+                Ok(Dense {
+                    linear: stacked_linear(&w, device, &names, m.in_features, m.bias)?,
+                    act: m.activation,
+                    out: m.out_features,
+                })
+            })
+            .collect::<Result<_>>()?;
+        Ok(Head {
+            pooling: dir.pooling,
+            normalize: dir.normalize,
+            hidden: dir.config.hidden_size(),
+            dense,
+        })
+    }
+
+    /// Width of the sentence embedding.
+    pub fn dim(&self) -> usize {
+        self.dense.last().map_or(self.hidden, |d| d.out)
+    }
+
+    /// Whether the pooled rows are the embedding (no Dense module after pooling): a backend may then normalize
+    /// them as it pools; a Dense module's input is the pooled vector as it is.
+    pub fn pools_last(&self) -> bool {
+        self.dense.is_empty()
+    }
+
+    /// Appends the slots the Dense modules read and write (the pooled rows, and each output but the last's, which
+    /// is the embedding) to an architecture's layout, in a region of their own.
+    pub fn extend(&self, layout: &mut Layout) {
+        let region = layout.region_widths().len();
+        let mut offset = 0;
+        let inputs = std::iter::once(self.hidden).chain(self.dense.iter().map(|d| d.out));
+        for width in inputs.take(self.dense.len()) {
+            layout.slots.push(Slot::new(region, offset, width, false));
+            offset += width;
+        }
+    }
+
+    /// Pools `x` (one row per token) into the first `batch.out_rows()` rows of `out` (a sequence that asked for
+    /// its token states gets them copied instead), through the Dense modules if any; `acts` are the views of the
+    /// slots [`Head::extend`] added. A backend serves token states only without Dense modules
+    /// ([`Head::pools_last`]).
+    pub fn forward<O: Ops<Device = D>>(
+        &self,
+        ops: &O,
+        batch: &Batch,
+        x: O::Mat,
+        acts: &[O::Mat],
+        out: O::Mat,
+    ) {
+        let rows = batch.out_rows();
+        let Some((last, inner)) = self.dense.split_last() else {
+            ops.pool(batch, x, self.pooling, out.top(rows));
+            return;
+        };
+        ops.pool(batch, x, self.pooling, acts[0].top(rows));
+        for (i, d) in inner.iter().enumerate() {
+            ops.linear(
+                acts[i].top(rows),
+                &d.linear,
+                d.act,
+                None,
+                acts[i + 1].top(rows),
+            );
+        }
+        let input = acts[inner.len()].top(rows);
+        ops.linear(input, &last.linear, last.act, None, out.top(rows));
+    }
+}
