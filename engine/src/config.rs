@@ -31,7 +31,8 @@ pub struct EngineConfig {
     /// Truncate inputs to this many tokens (special tokens included); `None` takes the model's `max_seq_length`.
     #[arg(long)]
     pub max_seq_length: Option<usize>,
-    /// Which tokenizer implementation reads the model's `tokenizer.json` (`hf` or `fast`; the same ids).
+    /// Which tokenizer implementation reads the model's `tokenizer.json` (`hf`, `fast`, or `auto`: `fast` where it
+    /// reproduces the file, else `hf`; the same ids).
     #[arg(long, value_enum, default_value_t = EngineConfig::default().tokenizer)]
     pub tokenizer: TokenizerKind,
     /// How long the scheduler may hold a partial batch waiting for more work, in milliseconds; 0 dispatches as soon
@@ -140,7 +141,7 @@ impl Default for EngineConfig {
             max_batch_tokens: 8192,
             max_batch_seqs: 512,
             max_seq_length: None,
-            tokenizer: TokenizerKind::Fast,
+            tokenizer: TokenizerKind::Auto,
             max_wait_ms: 0,
             overlap: true,
             // Several full batches: enough to keep the backend busy, short enough that queueing stays bounded.

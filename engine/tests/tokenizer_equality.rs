@@ -529,3 +529,26 @@ fn neox_style_normalized_added_tokens_equal() {
         );
     }
 }
+
+/// The default (`auto`) reads a `tokenizer.json` the in-house tokenizer refuses with the crate's, rather than
+/// refusing the model: here MiniLM's with a `single_word` added token, which `fast` refuses.
+#[test]
+fn auto_falls_back_to_the_crate_where_the_in_house_tokenizer_refuses() {
+    let path = workloads().join("vocab/all-MiniLM-L6-v2/tokenizer.json");
+    let mut json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("vocab")).expect("JSON");
+    json["added_tokens"][0]["single_word"] = true.into();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("tokenizer.json");
+    std::fs::write(&file, json.to_string()).expect("write");
+    let refusal = tokenizer::load(&file, TokenizerKind::Fast, None).err().expect("fast refuses");
+    assert!(refusal.to_string().contains("single_word"), "{refusal}");
+    let auto = tokenizer::load(&file, TokenizerKind::Auto, None).expect("auto loads");
+    let hf = tokenizer::load(&file, TokenizerKind::Hf, None).expect("hf loads");
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for text in ["a [PAD] b", "[PAD]x", "plain text, punctuated."] {
+        auto.encode(text, &mut a).expect("auto encodes");
+        hf.encode(text, &mut b).expect("hf encodes");
+        assert_eq!(a, b, "{text:?}");
+    }
+}

@@ -21,9 +21,13 @@ use crate::error::Result;
 pub enum TokenizerKind {
     /// The Hugging Face `tokenizers` crate.
     Hf,
-    /// The in-house WordPiece, Unigram and byte-level BPE tokenizer.
-    #[default]
+    /// The in-house WordPiece, Unigram and byte-level BPE tokenizer; a `tokenizer.json` it cannot reproduce
+    /// exactly is an error.
     Fast,
+    /// The in-house tokenizer where it reproduces the file exactly, else (a pipeline it refuses: SentencePiece
+    /// BPE with byte fallback, other split patterns) the crate's, with a warning naming why.
+    #[default]
+    Auto,
 }
 
 /// Which end of a too-long sequence is cut.
@@ -140,5 +144,15 @@ pub fn load(
     Ok(match kind {
         TokenizerKind::Hf => Box::new(HfTokenizer::from_file(path, truncation)?),
         TokenizerKind::Fast => Box::new(FastTokenizer::from_file(path, truncation)?),
+        TokenizerKind::Auto => {
+            match FastTokenizer::from_file(path, truncation) {
+                Ok(fast) => Box::new(fast),
+                Err(crate::Error::Tokenizer(why)) => {
+                    eprintln!("tokenizer: the in-house one refused it ({why}); using the tokenizers crate");
+                    Box::new(HfTokenizer::from_file(path, truncation)?)
+                }
+                Err(e) => return Err(e),
+            }
+        }
     })
 }

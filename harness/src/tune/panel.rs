@@ -77,7 +77,11 @@ fn engine_knobs(config: &EngineConfig) -> Result<Vec<Knob>> {
             KnobKind::Engine,
             choice(&["off", "lazy", "startup"]),
         ),
-        ("tokenizer", KnobKind::Engine, choice(&["fast", "hf"])),
+        (
+            "tokenizer",
+            KnobKind::Engine,
+            choice(&["auto", "fast", "hf"]),
+        ),
     ];
     for (name, kind, step) in steps {
         knobs.push(Knob {
