@@ -541,7 +541,9 @@ fn auto_falls_back_to_the_crate_where_the_in_house_tokenizer_refuses() {
     let dir = tempfile::tempdir().expect("temp dir");
     let file = dir.path().join("tokenizer.json");
     std::fs::write(&file, json.to_string()).expect("write");
-    let refusal = tokenizer::load(&file, TokenizerKind::Fast, None).err().expect("fast refuses");
+    let refusal = tokenizer::load(&file, TokenizerKind::Fast, None)
+        .err()
+        .expect("fast refuses");
     assert!(refusal.to_string().contains("single_word"), "{refusal}");
     let auto = tokenizer::load(&file, TokenizerKind::Auto, None).expect("auto loads");
     let hf = tokenizer::load(&file, TokenizerKind::Hf, None).expect("hf loads");

@@ -1,0 +1,278 @@
+//! BERT-family encoders' `config.json` (BERT, RoBERTa, XLM-RoBERTa, CamemBERT, MPNet, DistilBERT).
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+use super::{default_act, read_json};
+use crate::backend::ops::{AttentionShape, PositionIds};
+use crate::error::{Error, Result};
+
+/// The subset of a Hugging Face `config.json` that a BERT-family encoder needs: BERT's, RoBERTa's and
+/// XLM-RoBERTa's, MPNet's, DistilBERT's (the same network: [`BertFamily`] says how they differ).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+pub struct BertConfig {
+    #[serde(default)]
+    pub architectures: Vec<String>,
+    #[serde(default)]
+    pub model_type: String,
+    pub vocab_size: usize,
+    // The aliases are DistilBERT's names for the same sizes.
+    #[serde(alias = "dim")]
+    pub hidden_size: usize,
+    #[serde(alias = "n_layers")]
+    pub num_hidden_layers: usize,
+    #[serde(alias = "n_heads")]
+    pub num_attention_heads: usize,
+    #[serde(alias = "hidden_dim")]
+    pub intermediate_size: usize,
+    pub max_position_embeddings: usize,
+    #[serde(default = "default_type_vocab")]
+    pub type_vocab_size: usize,
+    /// Read through [`BertConfig::norm_eps`] (DistilBERT's is fixed).
+    #[serde(default = "default_eps")]
+    pub layer_norm_eps: f64,
+    #[serde(default = "default_act", alias = "activation")]
+    pub hidden_act: String,
+    #[serde(default = "default_pos")]
+    pub position_embedding_type: String,
+    /// The padding id, which RoBERTa's position ids count from (transformers' default for RoBERTa: 1).
+    pub pad_token_id: Option<u32>,
+    /// Rows of MPNet's relative attention bias table.
+    #[serde(default = "default_buckets")]
+    pub relative_attention_num_buckets: usize,
+}
+
+fn default_buckets() -> usize {
+    32
+}
+
+/// The encoders that run as BERT's network: BERT itself; RoBERTa (and XLM-RoBERTa), whose position ids count
+/// after the padding id; MPNet, which numbers positions as RoBERTa, has no token types, and adds a relative
+/// position bias to its attention scores; DistilBERT, BERT without token types under other names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BertFamily {
+    Bert,
+    Roberta,
+    Mpnet,
+    DistilBert,
+}
+
+/// Each family's `model_type`s and architecture names.
+const FAMILIES: [(BertFamily, &str, &[&str]); 6] = [
+    (BertFamily::Bert, "bert", &["BertModel", "BertForMaskedLM"]),
+    (
+        BertFamily::Roberta,
+        "roberta",
+        &["RobertaModel", "RobertaForMaskedLM"],
+    ),
+    (
+        BertFamily::Roberta,
+        "xlm-roberta",
+        &["XLMRobertaModel", "XLMRobertaForMaskedLM"],
+    ),
+    // transformers' CamemBERT is RoBERTa's code under another name.
+    (
+        BertFamily::Roberta,
+        "camembert",
+        &["CamembertModel", "CamembertForMaskedLM"],
+    ),
+    (
+        BertFamily::Mpnet,
+        "mpnet",
+        &["MPNetModel", "MPNetForMaskedLM"],
+    ),
+    (
+        BertFamily::DistilBert,
+        "distilbert",
+        &["DistilBertModel", "DistilBertForMaskedLM"],
+    ),
+];
+
+impl BertFamily {
+    /// The family a config's `model_type` or `architectures` name, if any.
+    pub(super) fn of(model_type: &str, architectures: &[String]) -> Option<BertFamily> {
+        FAMILIES
+            .iter()
+            .find(|(_, t, archs)| {
+                *t == model_type || architectures.iter().any(|a| archs.contains(&a.as_str()))
+            })
+            .map(|&(family, _, _)| family)
+    }
+}
+
+impl BertConfig {
+    pub fn family(&self) -> BertFamily {
+        BertFamily::of(&self.model_type, &self.architectures).unwrap_or(BertFamily::Bert)
+    }
+
+    /// Which row of the position table each token reads: its index (BERT, DistilBERT), or RoBERTa's numbering
+    /// after the padding id (RoBERTa's from its config; MPNetEmbeddings fixes its own at 1, whatever the config says).
+    pub fn position_ids(&self) -> PositionIds {
+        match self.family() {
+            BertFamily::Bert | BertFamily::DistilBert => PositionIds::Index,
+            BertFamily::Roberta => PositionIds::AfterPadding {
+                pad: self.pad_token_id.unwrap_or(1),
+            },
+            BertFamily::Mpnet => PositionIds::AfterPadding { pad: 1 },
+        }
+    }
+
+    /// The LayerNorms' eps: the config's, but DistilBERT's modules fix theirs at 1e-12 whatever it says.
+    pub fn norm_eps(&self) -> f64 {
+        match self.family() {
+            BertFamily::DistilBert => 1e-12,
+            _ => self.layer_norm_eps,
+        }
+    }
+
+    /// The longest sequence the position table serves.
+    pub fn max_positions(&self) -> usize {
+        self.max_position_embeddings
+            .saturating_sub(self.position_ids().rows_for(0))
+    }
+
+    /// Every layer's attention: bidirectional over the whole sequence.
+    pub fn attention(&self) -> AttentionShape {
+        AttentionShape {
+            heads: self.num_attention_heads,
+            kv_heads: self.num_attention_heads,
+            head_dim: self.hidden_size / self.num_attention_heads.max(1),
+            causal: false,
+            window: None,
+        }
+    }
+}
+
+fn default_type_vocab() -> usize {
+    2
+}
+fn default_eps() -> f64 {
+    1e-12
+}
+fn default_pos() -> String {
+    "absolute".into()
+}
+
+pub(super) fn read_bert(config_path: &Path) -> Result<BertConfig> {
+    let config: BertConfig = read_json(config_path)?;
+    if config.hidden_act != "gelu" {
+        return Err(Error::model(
+            config_path,
+            format!(
+                "unsupported hidden_act {:?} (DistilBERT's `activation`): expected \"gelu\"",
+                config.hidden_act
+            ),
+        ));
+    }
+    if config.position_embedding_type != "absolute" {
+        return Err(Error::model(
+            config_path,
+            format!(
+                "unsupported position_embedding_type {:?}: expected \"absolute\"",
+                config.position_embedding_type
+            ),
+        ));
+    }
+    if config.max_positions() == 0 {
+        return Err(Error::model(
+            config_path,
+            format!(
+                "max_position_embeddings {} leaves no position for a token after {} reserved rows",
+                config.max_position_embeddings,
+                config.position_ids().rows_for(0)
+            ),
+        ));
+    }
+    if config.num_attention_heads == 0
+        || !config
+            .hidden_size
+            .is_multiple_of(config.num_attention_heads)
+    {
+        return Err(Error::model(
+            config_path,
+            format!(
+                "hidden_size {} is not a multiple of num_attention_heads {}",
+                config.hidden_size, config.num_attention_heads
+            ),
+        ));
+    }
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(json: serde_json::Value) -> BertConfig {
+        let base = serde_json::json!({"vocab_size": 10, "hidden_size": 8, "num_hidden_layers": 1,
+            "num_attention_heads": 2, "intermediate_size": 16, "max_position_embeddings": 40});
+        let mut merged = base.as_object().expect("object").clone();
+        merged.extend(json.as_object().expect("object").clone());
+        serde_json::from_value(serde_json::Value::Object(merged)).expect("a BERT-family config")
+    }
+
+    /// Each family numbers positions as transformers does: BERT and DistilBERT by index, RoBERTa after its
+    /// config's padding id, MPNet after 1 whatever its config says (MPNetEmbeddings fixes `padding_idx = 1`).
+    #[test]
+    fn position_ids_follow_each_family() {
+        use serde_json::json;
+        let cases = [
+            (
+                json!({"model_type": "bert", "pad_token_id": 0}),
+                PositionIds::Index,
+                40,
+            ),
+            (
+                json!({"model_type": "roberta"}),
+                PositionIds::AfterPadding { pad: 1 },
+                38,
+            ),
+            (
+                json!({"architectures": ["XLMRobertaModel"], "pad_token_id": 5}),
+                PositionIds::AfterPadding { pad: 5 },
+                34,
+            ),
+            (
+                json!({"model_type": "camembert"}),
+                PositionIds::AfterPadding { pad: 1 },
+                38,
+            ),
+            (
+                json!({"model_type": "mpnet", "pad_token_id": 0}),
+                PositionIds::AfterPadding { pad: 1 },
+                38,
+            ),
+            (json!({"model_type": "distilbert"}), PositionIds::Index, 40),
+        ];
+        for (json, ids, positions) in cases {
+            let c = config(json.clone());
+            assert_eq!(c.position_ids(), ids, "{json}");
+            assert_eq!(c.max_positions(), positions, "{json}");
+        }
+    }
+
+    /// DistilBERT's config names the same sizes otherwise.
+    #[test]
+    fn distilbert_config_names_are_read() {
+        let c: BertConfig = serde_json::from_value(serde_json::json!({"model_type": "distilbert",
+            "vocab_size": 10, "dim": 8, "n_layers": 3, "n_heads": 2, "hidden_dim": 16,
+            "max_position_embeddings": 40, "activation": "gelu"}))
+        .expect("a DistilBERT config");
+        assert_eq!(
+            (
+                c.family(),
+                c.hidden_size,
+                c.num_hidden_layers,
+                c.num_attention_heads
+            ),
+            (BertFamily::DistilBert, 8, 3, 2)
+        );
+        assert_eq!((c.intermediate_size, c.hidden_act.as_str()), (16, "gelu"));
+        // Its modules fix their LayerNorm eps, whatever a config says; the other families read theirs.
+        let with_eps = |family: &str| {
+            config(serde_json::json!({"model_type": family, "layer_norm_eps": 1e-5})).norm_eps()
+        };
+        assert_eq!((with_eps("distilbert"), with_eps("roberta")), (1e-12, 1e-5));
+    }
+}

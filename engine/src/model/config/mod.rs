@@ -1,0 +1,166 @@
+//! The architectures' `config.json`s: which architecture a file describes ([`ModelConfig::read`]), and the
+//! subset of its keys each needs, checked for what the engine runs (one file per family).
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::backend::ops::AttentionShape;
+use crate::error::{Error, Result};
+
+mod bert;
+mod modernbert;
+mod qwen3;
+
+use bert::read_bert;
+pub use bert::{BertConfig, BertFamily};
+use modernbert::read_modernbert;
+pub use modernbert::ModernBertConfig;
+use qwen3::read_qwen3;
+pub use qwen3::Qwen3Config;
+
+/// One entry of `rope_parameters` (transformers 5), or the file's only one.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+struct RopeParameters {
+    rope_theta: Option<f64>,
+    #[serde(default = "default_rope_type")]
+    rope_type: String,
+}
+
+fn default_rope_type() -> String {
+    "default".into()
+}
+/// transformers' default activation name (the exact GELU).
+fn default_act() -> String {
+    "gelu".into()
+}
+
+/// A model directory's architecture and its configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ModelConfig {
+    Bert(BertConfig),
+    Qwen3(Qwen3Config),
+    ModernBert(ModernBertConfig),
+}
+
+/// The mean number of keys a query of a `seq_len`-token sequence sees under `shape`.
+fn mean_keys(shape: &AttentionShape, seq_len: usize) -> f64 {
+    let total: usize = (0..seq_len).map(|q| shape.keys(q, seq_len).len()).sum();
+    total as f64 / seq_len.max(1) as f64
+}
+
+impl ModelConfig {
+    /// Reads `config.json` as the architecture it names.
+    pub fn read(path: &Path) -> Result<Self> {
+        let kind: Kind = read_json(path)?;
+        let names = |names: &[&str]| {
+            names.contains(&kind.model_type.as_str())
+                || kind
+                    .architectures
+                    .iter()
+                    .any(|a| names.contains(&a.as_str()))
+        };
+        if BertFamily::of(&kind.model_type, &kind.architectures).is_some() {
+            Ok(ModelConfig::Bert(read_bert(path)?))
+        } else if names(&["qwen3", "Qwen3Model", "Qwen3ForCausalLM"]) {
+            Ok(ModelConfig::Qwen3(read_qwen3(path)?))
+        } else if names(&["modernbert", "ModernBertModel", "ModernBertForMaskedLM"]) {
+            Ok(ModelConfig::ModernBert(read_modernbert(path)?))
+        } else {
+            Err(Error::model(
+                path,
+                format!(
+                    "unsupported architecture {:?} (model_type {:?}): expected a BERT-family encoder (BertModel, \
+                     RobertaModel, XLMRobertaModel, CamembertModel, MPNetModel, DistilBertModel), ModernBertModel \
+                     or a Qwen3 model (Qwen3Model)",
+                    kind.architectures, kind.model_type
+                ),
+            ))
+        }
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        match self {
+            ModelConfig::Bert(c) => c.vocab_size,
+            ModelConfig::Qwen3(c) => c.vocab_size,
+            ModelConfig::ModernBert(c) => c.vocab_size,
+        }
+    }
+
+    /// Width of the hidden states, and so of the pooled embedding.
+    pub fn hidden_size(&self) -> usize {
+        match self {
+            ModelConfig::Bert(c) => c.hidden_size,
+            ModelConfig::Qwen3(c) => c.hidden_size,
+            ModelConfig::ModernBert(c) => c.hidden_size,
+        }
+    }
+
+    /// Multiply-adds ×2 of one token's forward pass in sequences of `seq_len`: the linear layers, and attention's
+    /// scores and weighted sum over the positions it sees (half of them on average when causal, a window's
+    /// worth in a sliding-window layer). The figure to set measured tokens/s against the machine's GEMM peak.
+    pub fn flops_per_token(&self, seq_len: usize) -> f64 {
+        // Each layer's weights (multiply-adds per token) and attention.
+        let layers: Vec<(usize, AttentionShape)> = match self {
+            ModelConfig::Bert(c) => {
+                let (h, f) = (c.hidden_size, c.intermediate_size);
+                vec![(4 * h * h + 2 * h * f, c.attention()); c.num_hidden_layers]
+            }
+            ModelConfig::Qwen3(c) => {
+                let (h, f) = (c.hidden_size, c.intermediate_size);
+                let (q, kv) = (
+                    c.num_attention_heads * c.head_dim(),
+                    c.num_key_value_heads * c.head_dim(),
+                );
+                vec![(2 * h * q + 2 * h * kv + 3 * h * f, c.attention()); c.num_hidden_layers]
+            }
+            ModelConfig::ModernBert(c) => {
+                let (h, f) = (c.hidden_size, c.intermediate_size);
+                (0..c.num_hidden_layers)
+                    .map(|i| (4 * h * h + 3 * h * f, c.attention(i)))
+                    .collect()
+            }
+        };
+        layers
+            .iter()
+            .map(|(weights, shape)| {
+                let width = (shape.heads * shape.head_dim) as f64;
+                2.0 * *weights as f64 + 4.0 * mean_keys(shape, seq_len) * width
+            })
+            .sum()
+    }
+
+    pub fn layers(&self) -> usize {
+        match self {
+            ModelConfig::Bert(c) => c.num_hidden_layers,
+            ModelConfig::Qwen3(c) => c.num_hidden_layers,
+            ModelConfig::ModernBert(c) => c.num_hidden_layers,
+        }
+    }
+
+    /// The longest sequence the model takes.
+    pub fn max_positions(&self) -> usize {
+        match self {
+            ModelConfig::Bert(c) => c.max_positions(),
+            ModelConfig::Qwen3(c) => c.max_position_embeddings,
+            ModelConfig::ModernBert(c) => c.max_position_embeddings,
+        }
+    }
+}
+
+/// Just enough of `config.json` to tell which architecture it describes.
+#[derive(Deserialize)]
+struct Kind {
+    #[serde(default)]
+    architectures: Vec<String>,
+    #[serde(default)]
+    model_type: String,
+}
+
+pub(super) fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
+    let text = std::fs::read_to_string(path).map_err(Error::io(path))?;
+    serde_json::from_str(&text).map_err(|source| Error::Json {
+        path: path.to_owned(),
+        source,
+    })
+}

@@ -1,0 +1,239 @@
+//! ModernBERT's `config.json`, either transformers generation's.
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+use std::collections::BTreeMap;
+
+use super::{default_act, read_json, RopeParameters};
+use crate::backend::ops::AttentionShape;
+use crate::error::{Error, Result};
+
+/// The subset of a Hugging Face `config.json` that ModernBERT needs (gte-modernbert, modernbert-embed, granite
+/// embedding r2): keys of transformers 4.48+ and of 5 (`layer_types`, `rope_parameters` by layer type).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+pub struct ModernBertConfig {
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub intermediate_size: usize,
+    pub max_position_embeddings: usize,
+    #[serde(default = "default_modernbert_eps")]
+    pub norm_eps: f64,
+    /// Whether the LayerNorms, the attention's and the MLP's linear layers have biases (none by default).
+    #[serde(default)]
+    pub norm_bias: bool,
+    #[serde(default)]
+    pub attention_bias: bool,
+    #[serde(default)]
+    pub mlp_bias: bool,
+    #[serde(default = "default_act")]
+    pub hidden_activation: String,
+    /// The local layers' whole window: a token sees `local_attention / 2` tokens on either side.
+    #[serde(default = "default_local_attention")]
+    pub local_attention: usize,
+    /// `full_attention` or `sliding_attention` per layer (transformers 5); else every
+    /// `global_attn_every_n_layers`-th layer, from the first, is global.
+    layer_types: Option<Vec<String>>,
+    #[serde(default = "default_global_every")]
+    global_attn_every_n_layers: usize,
+    global_rope_theta: Option<f64>,
+    local_rope_theta: Option<f64>,
+    rope_parameters: Option<BTreeMap<String, RopeParameters>>,
+    /// Refused when set: rotary scaling (transformers 4's key).
+    #[serde(default)]
+    rope_scaling: Option<serde_json::Value>,
+}
+
+fn default_modernbert_eps() -> f64 {
+    1e-5
+}
+fn default_local_attention() -> usize {
+    128
+}
+fn default_global_every() -> usize {
+    3
+}
+
+impl ModernBertConfig {
+    /// Whether layer `i` attends to the whole sequence (else within its sliding window).
+    pub fn is_global(&self, i: usize) -> bool {
+        match &self.layer_types {
+            Some(types) => types.get(i).is_some_and(|t| t == "full_attention"),
+            None => i.is_multiple_of(self.global_attn_every_n_layers.max(1)),
+        }
+    }
+
+    /// The rotary base of the global layers (`global`) or of the local ones: transformers' defaults 160,000 and
+    /// 10,000.
+    pub fn rope_theta(&self, global: bool) -> f64 {
+        let (kind, old, default) = if global {
+            ("full_attention", self.global_rope_theta, 160_000.0)
+        } else {
+            ("sliding_attention", self.local_rope_theta, 10_000.0)
+        };
+        self.rope_parameters
+            .as_ref()
+            .and_then(|r| r.get(kind))
+            .and_then(|r| r.rope_theta)
+            .or(old)
+            .unwrap_or(default)
+    }
+
+    pub fn head_dim(&self) -> usize {
+        self.hidden_size / self.num_attention_heads.max(1)
+    }
+
+    /// Layer `i`'s attention.
+    pub fn attention(&self, i: usize) -> AttentionShape {
+        AttentionShape {
+            heads: self.num_attention_heads,
+            kv_heads: self.num_attention_heads,
+            head_dim: self.head_dim(),
+            causal: false,
+            window: (!self.is_global(i)).then_some(self.local_attention / 2),
+        }
+    }
+}
+
+pub(super) fn read_modernbert(config_path: &Path) -> Result<ModernBertConfig> {
+    let config: ModernBertConfig = read_json(config_path)?;
+    let fail = |message: String| Err(Error::model(config_path, message));
+    // transformers' ACT2FN["gelu"] is the exact (erf) GELU; the tanh forms would be silently different.
+    if config.hidden_activation != "gelu" {
+        return fail(format!(
+            "unsupported hidden_activation {:?}: expected \"gelu\"",
+            config.hidden_activation
+        ));
+    }
+    if let Some(r) = config
+        .rope_parameters
+        .iter()
+        .flatten()
+        .find(|(_, r)| r.rope_type != "default")
+    {
+        return fail(format!(
+            "unsupported rope_type {:?} for {}: expected \"default\" (no rotary scaling)",
+            r.1.rope_type, r.0
+        ));
+    }
+    if config.rope_scaling.as_ref().is_some_and(|r| !r.is_null()) {
+        return fail("rope_scaling is not supported (no rotary scaling)".into());
+    }
+    if let Some(types) = &config.layer_types {
+        if types.len() != config.num_hidden_layers
+            || types
+                .iter()
+                .any(|t| t != "full_attention" && t != "sliding_attention")
+        {
+            return fail(format!(
+                "layer_types {types:?}: expected \"full_attention\" or \"sliding_attention\" for each of the {} \
+                 layers",
+                config.num_hidden_layers
+            ));
+        }
+    }
+    let heads = config.num_attention_heads;
+    if heads == 0
+        || !config.hidden_size.is_multiple_of(heads)
+        || !config.head_dim().is_multiple_of(2)
+    {
+        return fail(format!(
+            "hidden_size {} must be an even width per each of num_attention_heads {heads} (rotary rotates pairs)",
+            config.hidden_size
+        ));
+    }
+    if config.global_attn_every_n_layers == 0 {
+        return fail("global_attn_every_n_layers must be at least 1".into());
+    }
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::ModelConfig;
+    use super::*;
+
+    fn modernbert(json: serde_json::Value) -> ModernBertConfig {
+        let base = serde_json::json!({"vocab_size": 10, "hidden_size": 8, "num_hidden_layers": 4,
+            "num_attention_heads": 2, "intermediate_size": 16, "max_position_embeddings": 40});
+        let mut merged = base.as_object().expect("object").clone();
+        merged.extend(json.as_object().expect("object").clone());
+        serde_json::from_value(serde_json::Value::Object(merged)).expect("a ModernBERT config")
+    }
+
+    /// Both generations of ModernBERT's config: transformers 4's pattern and thetas, transformers 5's
+    /// `layer_types` and `rope_parameters` by layer type; the window is half of `local_attention` on each side.
+    #[test]
+    fn modernbert_layers_windows_and_thetas_follow_either_config_generation() {
+        use serde_json::json;
+        let old = modernbert(
+            json!({"global_attn_every_n_layers": 2, "global_rope_theta": 8e4,
+            "local_rope_theta": 5e3, "local_attention": 64}),
+        );
+        let windows: Vec<_> = (0..4).map(|i| old.attention(i).window).collect();
+        assert_eq!(windows, [None, Some(32), None, Some(32)]);
+        assert_eq!((old.rope_theta(true), old.rope_theta(false)), (8e4, 5e3));
+        let defaults = modernbert(json!({}));
+        let windows: Vec<_> = (0..4).map(|i| defaults.attention(i).window).collect();
+        assert_eq!(windows, [None, Some(64), Some(64), None]);
+        assert_eq!(
+            (defaults.rope_theta(true), defaults.rope_theta(false)),
+            (160_000.0, 10_000.0)
+        );
+        let new = modernbert(
+            json!({"layer_types": ["sliding_attention", "full_attention",
+            "full_attention", "sliding_attention"], "rope_parameters": {
+            "full_attention": {"rope_theta": 1e5, "rope_type": "default"},
+            "sliding_attention": {"rope_theta": 2e4, "rope_type": "default"}}}),
+        );
+        let windows: Vec<_> = (0..4).map(|i| new.attention(i).window).collect();
+        assert_eq!(windows, [Some(64), None, None, Some(64)]);
+        assert_eq!((new.rope_theta(true), new.rope_theta(false)), (1e5, 2e4));
+    }
+
+    /// What would run silently wrong is refused, naming the key.
+    #[test]
+    fn modernbert_configs_it_cannot_run_are_refused() {
+        use serde_json::json;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let base = json!({"model_type": "modernbert", "vocab_size": 10, "hidden_size": 8,
+            "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 16,
+            "max_position_embeddings": 40});
+        let cases = [
+            (
+                json!({"hidden_activation": "gelu_pytorch_tanh"}),
+                "hidden_activation",
+            ),
+            (
+                json!({"rope_parameters": {"full_attention": {"rope_theta": 1e4, "rope_type": "linear"}}}),
+                "rope_type",
+            ),
+            (
+                json!({"rope_scaling": {"type": "linear", "factor": 2.0}}),
+                "rope_scaling",
+            ),
+            (json!({"layer_types": ["full_attention"]}), "layer_types"),
+            (json!({"num_attention_heads": 3}), "num_attention_heads"),
+            (
+                json!({"global_attn_every_n_layers": 0}),
+                "global_attn_every_n_layers",
+            ),
+        ];
+        for (patch, key) in cases {
+            let mut config = base.as_object().expect("object").clone();
+            config.extend(patch.as_object().expect("object").clone());
+            let path = dir.path().join("config.json");
+            std::fs::write(&path, serde_json::Value::Object(config).to_string()).expect("write");
+            let err = ModelConfig::read(&path).expect_err(key).to_string();
+            assert!(err.contains(key), "{key}: {err}");
+        }
+        std::fs::write(dir.path().join("config.json"), base.to_string()).expect("write");
+        assert!(matches!(
+            ModelConfig::read(&dir.path().join("config.json")),
+            Ok(ModelConfig::ModernBert(_))
+        ));
+    }
+}
