@@ -159,6 +159,8 @@ fn attention_f32(
     let d = shape.head_dim;
     let group = shape.heads / shape.kv_heads;
     let scale = 1.0 / (d as f32).sqrt();
+    // Every query sees every key (encoders without a window): no per-row key range to work out.
+    let all = !shape.causal && shape.window.is_none();
     let seqs = offsets.len() - 1;
     par.run(seqs * shape.kv_heads, &|task, worker| {
         let (s, kv) = (task / shape.kv_heads, task % shape.kv_heads);
@@ -186,13 +188,9 @@ fn attention_f32(
                         gemm::tile_f32(isa, q, qkv.ld, rows, kt.as_ptr().add(p * nr * d), d, &out);
                     }
                     for r in 0..rows {
-                        softmax_visible(
-                            scores.row_mut(r),
-                            shape.keys(q0 + r, len),
-                            first..seen,
-                            scale,
-                            bias.map(|b| b.row(head, q0 + r)),
-                        );
+                        let b = bias.map(|b| b.row(head, q0 + r));
+                        let (row, q) = (scores.row_mut(r), (q0 + r, len));
+                        softmax_row(row, shape, all, q, first..seen, scale, b);
                     }
                     for p in 0..d.div_ceil(nr) {
                         // Value rows `first..seen` of the panel (`nr` floats per row).
@@ -207,26 +205,43 @@ fn attention_f32(
     });
 }
 
-/// Softmax of `scale ·` a score row's `visible` keys, plus `bias` (by key) when given, and zero probability for
-/// the rest of the `seen` keys the value product reads (`visible` lies within `seen`).
-fn softmax_visible(
-    row: &mut [f32],
-    visible: Range<usize>,
-    seen: Range<usize>,
-    scale: f32,
-    bias: Option<&[f32]>,
-) {
-    let n = visible.len();
-    let keys = &mut row[visible.clone()];
+/// Softmax of `scale ·` the scores of `keys`, plus `bias` (by key) when given.
+#[inline(always)]
+fn softmax_keys(keys: &mut [f32], scale: f32, bias: Option<&[f32]>) {
+    let n = keys.len();
     match bias {
         Some(bias) => {
-            for (v, b) in keys.iter_mut().zip(&bias[visible.clone()]) {
+            for (v, b) in keys.iter_mut().zip(bias) {
                 *v = *v * scale + b;
             }
             kernels::softmax_rows(keys, n, 1.0);
         }
         None => kernels::softmax_rows(keys, n, scale),
     }
+}
+
+/// The probabilities of query row `q` of a `len`-token sequence over the tile's `seen` keys: all of them when
+/// every query sees every key (`all`), else its own keys' softmax and zeros for the rest. Inlined: it runs per
+/// query row, and a call with its arguments costs as much as the rest of the row's bookkeeping.
+#[inline(always)]
+fn softmax_row(
+    row: &mut [f32],
+    shape: AttentionShape,
+    all: bool,
+    (q, len): (usize, usize),
+    seen: Range<usize>,
+    scale: f32,
+    bias: Option<&[f32]>,
+) {
+    if all {
+        return softmax_keys(&mut row[..len], scale, bias);
+    }
+    let visible = shape.keys(q, len);
+    softmax_keys(
+        &mut row[visible.clone()],
+        scale,
+        bias.map(|b| &b[visible.clone()]),
+    );
     row[seen.start..visible.start].fill(0.0);
     row[visible.end..seen.end].fill(0.0);
 }
@@ -265,6 +280,8 @@ fn attention_bf16(
     let group = shape.heads / shape.kv_heads;
     let dp = d / 2;
     let scale = 1.0 / (d as f32).sqrt();
+    // Every query sees every key (encoders without a window): no per-row key range to work out.
+    let all = !shape.causal && shape.window.is_none();
     let seqs = offsets.len() - 1;
     par.run(seqs * shape.kv_heads, &|task, worker| {
         let (s, kv) = (task / shape.kv_heads, task % shape.kv_heads);
@@ -309,7 +326,7 @@ fn attention_bf16(
                     for r in 0..rows {
                         let probs = scores.row_mut(r);
                         let b = bias.map(|b| b.row(head, q0 + r));
-                        softmax_visible(probs, shape.keys(q0 + r, len), first..seen, scale, b);
+                        softmax_row(probs, shape, all, (q0 + r, len), first..seen, scale, b);
                         let dst = &mut p_tile[r * 2 * lp..(r + 1) * 2 * lp];
                         gemm::to_bf16(&probs[first..seen], dst);
                     }

@@ -426,17 +426,17 @@ pub fn linear(par: &dyn Par, x: Mat, w: &PackedB, epi: Epilogue, out: Mat, scrat
                     }
                 }
             }
-            let act = match epi.act {
-                Activation::None => None,
-                Activation::Gelu => Some(kernels::gelu as fn(&mut [f32])),
-                Activation::Tanh => Some(kernels::tanh as fn(&mut [f32])),
-            };
-            if let Some(act) = act {
-                // Once per row of the task's block, while it is still in L2: per tile would be a call per 32 values.
-                let cols = panels.start * nr..(panels.end * nr).min(n);
-                for r in rows {
+            // Once per row of the task's block, while it is still in L2: per tile would be a call per 32 values.
+            let cols = panels.start * nr..(panels.end * nr).min(n);
+            let rows_of = |act: fn(&mut [f32])| {
+                for r in rows.clone() {
                     act(&mut out.row_mut(r)[cols.clone()]);
                 }
+            };
+            match epi.act {
+                Activation::None => {}
+                Activation::Gelu => rows_of(kernels::gelu),
+                Activation::Tanh => rows_of(kernels::tanh),
             }
         }
     });
