@@ -1,5 +1,5 @@
 // Element-wise operations: the GEMM epilogue where cuBLASLt's does not cover it, the gated units' gates (SwiGLU,
-// GeGLU), rotary embedding,
+// GeGLU with either GELU), rotary embedding,
 // and the bf16 rounding of GEMM operands (`to_bf16`, where the producer did not write them: bias_act and glu
 // take a `shadow` as the norms do, see common.cuh). A 2-D grid: blockIdx.x is the row (a bucket's rows may pass the
 // 65,535 a grid's y allows), y-blocks cover the columns.
@@ -51,9 +51,15 @@ extern "C" __global__ void bias_act_bf16(unsigned short* y, int ld, int cols, co
     *p = f32_to_bf16(v);
 }
 
-// A gated linear unit's product: act(g) * u, act 0 SiLU (SwiGLU: g / (1 + e^-g)), 1 exact GELU (GeGLU).
+// GELU's tanh approximation (Gemma's `gelu_pytorch_tanh`): g/2 (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))).
+__device__ __forceinline__ float gelu_tanh(float g) {
+    return 0.5f * g * (1.0f + tanhf(0.7978845608f * (g + 0.044715f * g * g * g)));
+}
+
+// A gated linear unit's product: act(g) * u, act 0 SiLU (SwiGLU: g / (1 + e^-g)), 1 exact GELU, 2 GELU's tanh
+// approximation (GeGLU).
 __device__ __forceinline__ float glu_mul(float g, float u, int act) {
-    return (act == 1 ? gelu(g) : g / (1.0f + expf(-g))) * u;
+    return (act == 1 ? gelu(g) : act == 2 ? gelu_tanh(g) : g / (1.0f + expf(-g))) * u;
 }
 
 // out = act(x[:, ..f]) * x[:, f..].

@@ -21,10 +21,11 @@ extern "C" __global__ void layer_norm(const float* x, int ldx, float* out, int l
     layer_norm_row(row, cols, r, s, gamma, beta, eps, shadow, scratch);
 }
 
-// Each row is scaled by its root mean square and by `weight` (a value per
-// column). Per-head norms (Qwen3's q/k norms) run with rotary, in elementwise.cu.
+// Each row is scaled by its root mean square and by `weight` (a value per column) into `out` (`x` itself for in
+// place), or with `accumulate` added to `out` (another matrix: Gemma's norm of a block's output before its
+// residual). Per-head norms (Qwen3's q/k norms) run with rotary, in elementwise.cu.
 extern "C" __global__ void rms_norm(const float* x, int ldx, float* out, int ldo, int cols, const int* meta,
-                                    const float* weight, float eps, unsigned short* shadow) {
+                                    const float* weight, float eps, int accumulate, unsigned short* shadow) {
     __shared__ float scratch[32];
     const int r = blockIdx.x;
     if (r >= META_TOKENS(meta)) {
@@ -38,7 +39,7 @@ extern "C" __global__ void rms_norm(const float* x, int ldx, float* out, int ldo
     }
     const float inv = 1.0f / sqrtf(block_sum(s, scratch) / cols + eps);
     for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-        const float v = in[c] * inv * weight[c];
+        const float v = in[c] * inv * weight[c] + (accumulate ? o[c] : 0.0f);
         o[c] = v;
         shadow_store(shadow, cols, r, c, v);
     }

@@ -22,6 +22,11 @@ Four complete sentence-transformers directories under engine/tests/fixtures/:
     64 to 64) and Normalize: LaBSE's head;
   - distilbert_dense_mean: DistilBertModel, mean pooling, two Dense modules without bias or activation (64 to 256
     to 48) and Normalize: EmbeddingGemma's head, the embedding narrower than the hidden states;
+  - gemma3_mean: Gemma3TextModel as EmbeddingGemma uses it (bidirectional attention, global and sliding-window
+    layers with their rotary bases, four norms a layer, a score scale other than the head width's, GeGLU with
+    GELU's tanh approximation), with a tokenizer of Gemma's pipeline (SentencePiece-style BPE over '▁'-joined
+    text, byte fallback, `<bos> $A <eos>`: the in-house tokenizer refuses it, the engine's default then reads it
+    with the tokenizers crate), mean pooling, EmbeddingGemma's two Dense modules (64 to 128 to 64) and Normalize;
   - modernbert_cls: the same with every bias (norm_bias, attention_bias, mlp_bias), a global layer every second,
     other rotary bases, a window of 5 either side, CLS pooling, no Normalize.
 
@@ -50,7 +55,8 @@ from tokenizers import (AddedToken, Tokenizer, decoders, models as tok_models, n
                         trainers)
 import sys
 
-from transformers import (BertConfig, BertModel, DistilBertConfig, DistilBertModel, ModernBertConfig,
+from transformers import (BertConfig, BertModel, DistilBertConfig, DistilBertModel, Gemma3TextConfig,
+                          Gemma3TextModel, ModernBertConfig,
                           ModernBertModel, MPNetConfig, MPNetModel, PreTrainedTokenizerFast, RobertaConfig,
                           RobertaModel, XLMRobertaConfig, XLMRobertaModel)
 from transformers.models.mpnet.modeling_mpnet import MPNetEncoder
@@ -140,6 +146,41 @@ def modernbert_tokenizer():
     return tok
 
 
+def gemma_tokenizer():
+    """Gemma's pipeline: spaces to '▁', BPE with byte fallback (its <0xXX> pieces in the vocabulary), no
+    pre-tokenizer, `<bos> $A <eos>` (EmbeddingGemma's)."""
+    specials = ["<pad>", "<eos>", "<bos>", "<unk>"]
+    tok = Tokenizer(tok_models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    tok.normalizer = normalizers.Replace(" ", "\u2581")
+    # A small alphabet: the other characters take the byte fallback.
+    trainer = trainers.BpeTrainer(vocab_size=700, limit_alphabet=200, special_tokens=specials, show_progress=False)
+    tok.train_from_iterator(corpus(), trainer)
+    j = json.loads(tok.to_str())
+    vocab = j["model"]["vocab"]
+    for b in range(256):
+        vocab.setdefault(f"<0x{b:02X}>", len(vocab))
+    tok = Tokenizer.from_str(json.dumps(j))
+    tok.add_special_tokens(specials)
+    tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()])
+    tok.post_processor = processors.TemplateProcessing(single="<bos> $A <eos>", special_tokens=[
+        ("<bos>", tok.token_to_id("<bos>")), ("<eos>", tok.token_to_id("<eos>"))])
+    return tok
+
+
+GEMMA_SPECIALS = dict(bos_token="<bos>", eos_token="<eos>", pad_token="<pad>")
+
+
+def gemma3(tok, max_seq):
+    config = Gemma3TextConfig(vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=96,
+                              num_hidden_layers=4, num_attention_heads=2, num_key_value_heads=1, head_dim=32,
+                              max_position_embeddings=max_seq, query_pre_attn_scalar=24, sliding_window=16,
+                              sliding_window_pattern=3, use_bidirectional_attention=True, rope_theta=5e4,
+                              rope_local_base_freq=300.0, hidden_activation="gelu_pytorch_tanh",
+                              pad_token_id=tok.token_to_id("<pad>"), bos_token_id=tok.token_to_id("<bos>"),
+                              eos_token_id=tok.token_to_id("<eos>"), attn_implementation="eager")
+    return Gemma3TextModel(config).eval()
+
+
 ROBERTA_SPECIALS = dict(bos_token="<s>", eos_token="</s>", pad_token="<pad>", mask_token="<mask>", cls_token="<s>",
                         sep_token="</s>")
 BERT_SPECIALS = dict(pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
@@ -199,8 +240,9 @@ def texts():
     return picks
 
 
-def make(name, build, tok, specials, pooling, normalize, seed, max_seq, dense=()):
-    """`dense`: (out_features, bias, activation) of each Dense module after pooling."""
+def make(name, build, tok, specials, pooling, normalize, seed, max_seq, dense=(), norm_center=1.0):
+    """`dense`: (out_features, bias, activation) of each Dense module after pooling; `norm_center`: what the norms'
+    weights are drawn around (Gemma's scale by 1 + weight: 0)."""
     d = OUT / name
     shutil.rmtree(d, ignore_errors=True)
     work = OUT / f"{name}_hf"
@@ -213,7 +255,7 @@ def make(name, build, tok, specials, pooling, normalize, seed, max_seq, dense=()
             # the scores, so that a wrong bucket shows.
             std = 1.0 if "relative_attention_bias" in n else 0.1
             norm = n.endswith("Norm.weight") or n.endswith("norm.weight")
-            p.copy_(std * torch.randn_like(p) + (1.0 if norm else 0.0))
+            p.copy_(std * torch.randn_like(p) + (norm_center if norm else 0.0))
     model.save_pretrained(work, safe_serialization=True)
     unk = "[UNK]" if tok.token_to_id("[UNK]") is not None else "<unk>"
     PreTrainedTokenizerFast(tokenizer_object=tok, **{"unk_token": unk, **specials}).save_pretrained(work)
@@ -259,6 +301,9 @@ def main():
                                           attention_bias=True, mlp_bias=True, global_rope_theta=5e4,
                                           local_rope_theta=300.0), modernbert_tokenizer(), MODERNBERT_SPECIALS, "cls",
              False, 8, 96)
+    if not only or "gemma3_mean" in only:
+        make("gemma3_mean", gemma3, gemma_tokenizer(), GEMMA_SPECIALS, "mean", True, 11, 96,
+             dense=[(128, False, torch.nn.Identity()), (64, False, torch.nn.Identity())], norm_center=0.0)
     if not only or "bert_dense_cls" in only:
         make("bert_dense_cls", bert, bert_tokenizer(), BERT_SPECIALS, "cls", True, 9, 64,
              dense=[(64, True, torch.nn.Tanh())])

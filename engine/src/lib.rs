@@ -12,7 +12,8 @@
 //!   handle resolves exactly once to the batch's [`Embeddings`] (awaitable, pollable, or blocking).
 //!
 //! Behind the backend, the architectures in [`model`] (the BERT family: BERT, RoBERTa, XLM-RoBERTa, CamemBERT,
-//! MPNet, DistilBERT; Qwen3) are written once over the op set in [`backend::ops`]: a [`backend::ops::Device`]
+//! MPNet, DistilBERT; ModernBERT; Qwen3; Gemma 3's text model), each followed by its sentence-transformers head
+//! (pooling, Dense modules, Normalize), are written once over the op set in [`backend::ops`]: a [`backend::ops::Device`]
 //! holds the weights in its own form, a [`backend::ops::Ops`] runs one forward pass's operations, and an
 //! [`backend::ops::Architecture`] declares its activation memory and calls the ops. Only `backend/` knows a
 //! device; [`backend::start`] loads a model directory onto the configured one.

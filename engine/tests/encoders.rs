@@ -8,7 +8,10 @@
 //! sliding-window ones) with a byte-level BPE of its pipeline, without biases (mean pooling, Normalize) and with
 //! every bias, other rotary bases and a narrower window (CLS pooling), on sequences many windows long; and
 //! sentence-transformers' Dense modules after pooling: LaBSE's head (BERT, CLS, a tanh Dense with bias, Normalize)
-//! and EmbeddingGemma's (two Dense without bias or activation, 64 to 256 to 48, Normalize). The first three number positions after the padding id: their texts put `<pad>`
+//! and EmbeddingGemma's (two Dense without bias or activation, 64 to 256 to 48, Normalize); and Gemma 3's text
+//! model as EmbeddingGemma runs it (bidirectional, sliding-window and global layers, four norms a layer, a score
+//! scale of its own), its SentencePiece-style tokenizer read by the crate (the default falls back to it), with
+//! EmbeddingGemma's head. The first three number positions after the padding id: their texts put `<pad>`
 //! inside sequences (it takes the padding row and does not advance the positions after it), `<mask>` after
 //! whitespace it strips, and run past max_seq_length; the default, in-house tokenizer must give
 //! sentence-transformers' ids.
@@ -18,7 +21,7 @@ use engine::Dtype;
 mod common;
 use common::models::{assert_batch_invariant_and_replay_bitwise, bf16_runs, check};
 
-const MODELS: [&str; 8] = [
+const MODELS: [&str; 9] = [
     "xlmr_mean",
     "roberta_cls",
     "mpnet_mean",
@@ -27,6 +30,7 @@ const MODELS: [&str; 8] = [
     "modernbert_cls",
     "bert_dense_cls",
     "distilbert_dense_mean",
+    "gemma3_mean",
 ];
 
 #[test]

@@ -37,6 +37,8 @@ pub enum Glu {
     Silu,
     /// GeGLU with the exact (erf) GELU (ModernBERT's MLP).
     Gelu,
+    /// GeGLU with GELU's tanh approximation (Gemma's `gelu_pytorch_tanh`).
+    GeluTanh,
 }
 
 /// The attention of one layer: query heads, key/value heads (fewer for grouped-query attention), head width,
@@ -274,13 +276,16 @@ pub trait Ops {
     );
     /// LayerNorm of every row of `x` into `out` (`x` itself for in place).
     fn layer_norm(&self, x: Self::Mat, out: Self::Mat, norm: &LayerNormWeights<Self::Device>);
-    /// RMSNorm of every row of `x`, scaled by `weight` (one value per column), into `out` (`x` itself for in place).
+    /// RMSNorm of every row of `x`, scaled by `weight` (one value per column), into `out` (`x` itself for in
+    /// place); with `accumulate`, added to `out` instead (`x` another matrix): Gemma's norm of a block's output
+    /// before its residual.
     fn rms_norm(
         &self,
         x: Self::Mat,
         out: Self::Mat,
         weight: &<Self::Device as Device>::Param,
         eps: f32,
+        accumulate: bool,
     );
     /// Rotary embedding in place on every `head_dim`-wide head of `x`, at each token's position in its sequence.
     /// With `norm` (weights one per column of `x`, and eps), each head first takes its own RMSNorm, as Qwen3's

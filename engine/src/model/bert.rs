@@ -10,11 +10,12 @@
 //! block is added in its output projection's epilogue, before the LayerNorm.
 
 use super::{
-    layer_norm, stacked_linear, BertConfig, BertFamily, Head, ModelConfig, ModelDir, Weights,
+    layer_norm, stacked_linear, BertConfig, BertFamily, Encoder, Head, ModelConfig, ModelDir,
+    Weights,
 };
 use crate::backend::ops::{
-    Activation, Architecture, AttentionShape, Device, Embedding, LayerNormWeights, Layout, Matrix,
-    Ops, RelativeBias, Slot,
+    Activation, AttentionShape, Device, Embedding, LayerNormWeights, Layout, Matrix, Ops,
+    RelativeBias, Slot,
 };
 use crate::batch::Batch;
 use crate::error::{Error, Result};
@@ -293,7 +294,7 @@ fn mpnet_bias<D: Device>(
 /// A sentence-embedding BERT: encoder, pooling and optional L2 normalisation.
 pub struct Bert<D: Device> {
     pub config: BertConfig,
-    pub head: Head<D>,
+    head: Head<D>,
     embeddings: Embeddings<D>,
     layers: Vec<Layer<D>>,
     /// MPNet's relative position bias, shared by every layer.
@@ -325,13 +326,13 @@ impl<D: Device> Bert<D> {
     }
 }
 
-impl<D: Device> Architecture<D> for Bert<D> {
+impl<D: Device> Encoder<D> for Bert<D> {
     /// Hidden states and the block's intermediate each in a region of their own; QKV and the attention context
     /// share a third with the feed-forward activations, which are only live once both are dead.
     fn layout(&self) -> Layout {
         let (h, f) = (self.config.hidden_size, self.config.intermediate_size);
         let slot = Slot::new;
-        let mut layout = Layout {
+        Layout {
             slots: vec![
                 slot(0, 0, h, false),
                 slot(1, 0, h, false),
@@ -342,25 +343,15 @@ impl<D: Device> Architecture<D> for Bert<D> {
             ],
             attention: self.config.attention(),
             max_positions: self.positions,
-        };
-        self.head.extend(&mut layout);
-        layout
-    }
-
-    fn dim(&self) -> usize {
-        self.head.dim()
+        }
     }
 
     fn vocab_size(&self) -> usize {
         self.config.vocab_size
     }
 
-    fn normalizes(&self) -> bool {
-        self.head.normalize
-    }
-
-    fn pools_last(&self) -> bool {
-        self.head.pools_last()
+    fn head(&self) -> &Head<D> {
+        &self.head
     }
 
     // Never inlined: `bench gate counts` collects instructions inside this function (one call per pass).

@@ -5,6 +5,7 @@ pub mod bert;
 mod config;
 mod dir;
 pub mod fetch;
+pub mod gemma3;
 mod head;
 pub mod modernbert;
 #[cfg(test)]
@@ -14,7 +15,9 @@ pub mod synthetic;
 pub mod tiny;
 mod weights;
 
-pub use config::{BertConfig, BertFamily, ModelConfig, ModernBertConfig, Qwen3Config};
+pub use config::{
+    BertConfig, BertFamily, Gemma3Config, ModelConfig, ModernBertConfig, Qwen3Config,
+};
 pub use dir::{DenseModule, ModelDir, Pooling, MAX_POSITIONS};
 pub use head::Head;
 pub use weights::{Tensor, Weights};
@@ -99,6 +102,46 @@ impl<M: Matrix> PreNormActs<M> {
     }
 }
 
+/// The rotary tables of a model with global and sliding-window layers (ModernBERT, Gemma 3), each kind with its
+/// base, for positions `0..dir.positions`.
+pub(crate) struct LayerRotary<D: Device> {
+    global: D::Param,
+    local: D::Param,
+}
+
+impl<D: Device> LayerRotary<D> {
+    /// `theta(global)`: the base of the global layers' table, or of the local ones'.
+    pub fn load(
+        device: &D,
+        dir: &ModelDir,
+        head_dim: usize,
+        theta: impl Fn(bool) -> f64,
+    ) -> Result<Self> {
+        let table = |global| {
+            device
+                .rotary_table(head_dim, theta(global), dir.positions)
+                .map_err(|e| {
+                    crate::error::Error::model(
+                        &dir.root,
+                        format!("the rotary table for {} positions: {e}", dir.positions),
+                    )
+                })
+        };
+        Ok(LayerRotary {
+            global: table(true)?,
+            local: table(false)?,
+        })
+    }
+
+    /// The table of a layer whose attention is `shape`: the local one where it has a window.
+    pub fn of(&self, shape: &AttentionShape) -> &D::Param {
+        match shape.window {
+            None => &self.global,
+            Some(_) => &self.local,
+        }
+    }
+}
+
 /// The layout of [`PreNormActs`]: the residual stream and the normed copy each in a region of their own; QKV and the attention context
 /// share a third with the MLP's gate/up projections and the gate's output, live only once both are dead (the
 /// last two read only by the gate and the down projection: operand slots).
@@ -120,9 +163,25 @@ pub(crate) fn pre_norm_layout(
             slot(2, 0, 2 * f, true),
             slot(2, 2 * f, f, true),
         ],
-        attention,
+        // The widest of the layers' attentions: a window only narrows what a query reads.
+        attention: AttentionShape {
+            window: None,
+            ..attention
+        },
         max_positions,
     }
+}
+
+/// An architecture's own part, which [`Model`] completes into an [`Architecture`]: its activation layout (the head's
+/// slots follow it), its
+/// vocabulary, its head (the sentence-transformers modules after it, which give the embedding's width and its
+/// normalisation), and its forward pass, which ends in the head.
+pub trait Encoder<D: Device> {
+    fn layout(&self) -> Layout;
+    fn vocab_size(&self) -> usize;
+    fn head(&self) -> &Head<D>;
+    /// As [`Architecture::forward`].
+    fn forward<O: Ops<Device = D>>(&self, ops: &O, batch: &Batch, acts: &[O::Mat], out: O::Mat);
 }
 
 /// The architecture a model directory names, loaded onto a device.
@@ -130,6 +189,7 @@ pub enum Model<D: Device> {
     Bert(bert::Bert<D>),
     Qwen3(qwen3::Qwen3<D>),
     ModernBert(modernbert::ModernBert<D>),
+    Gemma3(gemma3::Gemma3<D>),
 }
 
 impl<D: Device> Model<D> {
@@ -140,25 +200,37 @@ impl<D: Device> Model<D> {
             ModelConfig::ModernBert(_) => {
                 Model::ModernBert(modernbert::ModernBert::load(dir, device)?)
             }
+            ModelConfig::Gemma3(_) => Model::Gemma3(gemma3::Gemma3::load(dir, device)?),
         })
     }
 }
 
-impl<D: Device> Architecture<D> for Model<D> {
-    fn layout(&self) -> Layout {
+impl<D: Device> Model<D> {
+    fn head(&self) -> &Head<D> {
         match self {
+            Model::Bert(m) => m.head(),
+            Model::Qwen3(m) => m.head(),
+            Model::ModernBert(m) => m.head(),
+            Model::Gemma3(m) => m.head(),
+        }
+    }
+}
+
+impl<D: Device> Architecture<D> for Model<D> {
+    /// The encoder's layout, and the slots of its head after it.
+    fn layout(&self) -> Layout {
+        let mut layout = match self {
             Model::Bert(m) => m.layout(),
             Model::Qwen3(m) => m.layout(),
             Model::ModernBert(m) => m.layout(),
-        }
+            Model::Gemma3(m) => m.layout(),
+        };
+        self.head().extend(&mut layout);
+        layout
     }
 
     fn dim(&self) -> usize {
-        match self {
-            Model::Bert(m) => m.dim(),
-            Model::Qwen3(m) => m.dim(),
-            Model::ModernBert(m) => m.dim(),
-        }
+        self.head().dim()
     }
 
     fn vocab_size(&self) -> usize {
@@ -166,23 +238,16 @@ impl<D: Device> Architecture<D> for Model<D> {
             Model::Bert(m) => m.vocab_size(),
             Model::Qwen3(m) => m.vocab_size(),
             Model::ModernBert(m) => m.vocab_size(),
+            Model::Gemma3(m) => m.vocab_size(),
         }
     }
 
     fn normalizes(&self) -> bool {
-        match self {
-            Model::Bert(m) => m.normalizes(),
-            Model::Qwen3(m) => m.normalizes(),
-            Model::ModernBert(m) => m.normalizes(),
-        }
+        self.head().normalize
     }
 
     fn pools_last(&self) -> bool {
-        match self {
-            Model::Bert(m) => m.pools_last(),
-            Model::Qwen3(m) => m.pools_last(),
-            Model::ModernBert(m) => m.pools_last(),
-        }
+        self.head().pools_last()
     }
 
     fn forward<O: Ops<Device = D>>(&self, ops: &O, batch: &Batch, acts: &[O::Mat], out: O::Mat) {
@@ -190,6 +255,7 @@ impl<D: Device> Architecture<D> for Model<D> {
             Model::Bert(m) => m.forward(ops, batch, acts, out),
             Model::Qwen3(m) => m.forward(ops, batch, acts, out),
             Model::ModernBert(m) => m.forward(ops, batch, acts, out),
+            Model::Gemma3(m) => m.forward(ops, batch, acts, out),
         }
     }
 }

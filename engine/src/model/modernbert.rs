@@ -10,12 +10,12 @@
 //! needs no padding mask; residuals are added in the output projections' epilogues.
 
 use super::{
-    layer_norm, pre_norm_layout, stacked_linear, Head, ModelConfig, ModelDir, ModernBertConfig,
-    PreNormActs, Weights,
+    layer_norm, pre_norm_layout, stacked_linear, Encoder, Head, LayerRotary, ModelConfig, ModelDir,
+    ModernBertConfig, PreNormActs, Weights,
 };
 use crate::backend::ops::{
-    Activation, Architecture, AttentionShape, Device, Embedding, Glu, LayerNormWeights, Layout,
-    Matrix, Ops, PositionIds,
+    Activation, AttentionShape, Device, Embedding, Glu, LayerNormWeights, Layout, Matrix, Ops,
+    PositionIds,
 };
 use crate::batch::Batch;
 use crate::error::{Error, Result};
@@ -108,11 +108,10 @@ impl<D: Device> Layer<D> {
 /// A sentence-embedding ModernBERT: embeddings, encoder layers, final norm, pooling and optional normalisation.
 pub struct ModernBert<D: Device> {
     pub config: ModernBertConfig,
-    pub head: Head<D>,
+    head: Head<D>,
     embeddings: Embedding<D>,
     /// Rotary tables of the global and of the local layers (their bases differ).
-    global_rotary: D::Param,
-    local_rotary: D::Param,
+    rotary: LayerRotary<D>,
     layers: Vec<Layer<D>>,
     final_norm: LayerNormWeights<D>,
     /// The longest sequence it runs, and the rotary tables' length ([`ModelDir::positions`]).
@@ -126,16 +125,6 @@ impl<D: Device> ModernBert<D> {
         };
         let w = Weights::open(&dir.weights_path, "embeddings.tok_embeddings.weight")?;
         let h = c.hidden_size;
-        let rotary = |global| {
-            device
-                .rotary_table(c.head_dim(), c.rope_theta(global), dir.positions)
-                .map_err(|e| {
-                    Error::model(
-                        &dir.root,
-                        format!("the rotary table for {} positions: {e}", dir.positions),
-                    )
-                })
-        };
         Ok(ModernBert {
             embeddings: Embedding {
                 word: device
@@ -153,8 +142,7 @@ impl<D: Device> ModernBert<D> {
                     c.norm_bias,
                 )?),
             },
-            global_rotary: rotary(true)?,
-            local_rotary: rotary(false)?,
+            rotary: LayerRotary::load(device, dir, c.head_dim(), |global| c.rope_theta(global))?,
             layers: (0..c.num_hidden_layers)
                 .map(|i| Layer::load(&w, device, c, i))
                 .collect::<Result<_>>()?,
@@ -166,49 +154,30 @@ impl<D: Device> ModernBert<D> {
     }
 }
 
-impl<D: Device> Architecture<D> for ModernBert<D> {
+impl<D: Device> Encoder<D> for ModernBert<D> {
     fn layout(&self) -> Layout {
         let c = &self.config;
-        // The global layers' attention (a window only narrows what a query reads).
-        let attention = AttentionShape {
-            window: None,
-            ..c.attention(0)
-        };
-        let mut layout = pre_norm_layout(
+        pre_norm_layout(
             c.hidden_size,
-            attention,
+            c.attention(0),
             c.intermediate_size,
             self.positions,
-        );
-        self.head.extend(&mut layout);
-        layout
-    }
-
-    fn dim(&self) -> usize {
-        self.head.dim()
+        )
     }
 
     fn vocab_size(&self) -> usize {
         self.config.vocab_size
     }
 
-    fn normalizes(&self) -> bool {
-        self.head.normalize
-    }
-
-    fn pools_last(&self) -> bool {
-        self.head.pools_last()
+    fn head(&self) -> &Head<D> {
+        &self.head
     }
 
     fn forward<O: Ops<Device = D>>(&self, ops: &O, batch: &Batch, acts: &[O::Mat], out: O::Mat) {
         let a = PreNormActs::of(acts, batch.tokens());
         ops.embed(batch, &self.embeddings, a.hidden);
         for layer in &self.layers {
-            let rotary = match layer.attention.window {
-                None => &self.global_rotary,
-                Some(_) => &self.local_rotary,
-            };
-            layer.forward(ops, batch, rotary, &a);
+            layer.forward(ops, batch, self.rotary.of(&layer.attention), &a);
         }
         ops.layer_norm(a.hidden, a.hidden, &self.final_norm);
         self.head.forward(ops, batch, a.hidden, &acts[6..], out);

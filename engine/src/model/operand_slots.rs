@@ -95,7 +95,7 @@ impl Ops for Recorder {
         self.f32_only("layer_norm", &[x, out]);
     }
 
-    fn rms_norm(&self, x: View, out: View, _: &(), _: f32) {
+    fn rms_norm(&self, x: View, out: View, _: &(), _: f32, _: bool) {
         self.f32_only("rms_norm", &[x, out]);
     }
 
@@ -158,10 +158,18 @@ fn operand_slots_reach_only_linear_layers_and_the_gate() {
     let qwen3 = tmp.path().join("qwen3");
     let tiny = super::synthetic::MODELS[2].1;
     super::synthetic::write_qwen3(&qwen3, tiny).unwrap();
-    // ModernBERT: the fixture scripts/make_encoder_fixtures.py made.
-    let modernbert =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/modernbert_mean");
-    for dir in [bert, qwen3, modernbert] {
+    // ModernBERT and Gemma 3 (with Dense modules): fixtures scripts/make_encoder_fixtures.py made.
+    let fixture = |name: &str| {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(name)
+    };
+    for dir in [
+        bert,
+        qwen3,
+        fixture("modernbert_mean"),
+        fixture("gemma3_mean"),
+    ] {
         let (misuse, used) = record(&dir);
         assert!(misuse.is_empty(), "{}: {misuse:?}", dir.display());
         // Not vacuous: each architecture declares an operand slot and its feed-forward uses it.

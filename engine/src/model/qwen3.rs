@@ -11,33 +11,40 @@
 //! used, so tied or untied embeddings load the same.
 
 use super::{
-    pre_norm_layout, stacked_linear, Head, ModelConfig, ModelDir, PreNormActs, Qwen3Config, Tensor,
-    Weights,
+    pre_norm_layout, stacked_linear, Encoder, Head, ModelConfig, ModelDir, PreNormActs,
+    Qwen3Config, Tensor, Weights,
 };
 use crate::backend::ops::{
-    Activation, Architecture, AttentionShape, Device, Embedding, Glu, Layout, Matrix, Ops,
-    PositionIds,
+    Activation, AttentionShape, Device, Embedding, Glu, Layout, Matrix, Ops, PositionIds,
 };
 use crate::batch::Batch;
 use crate::error::{Error, Result};
 
-/// Qwen3RMSNorm: `x · weight / √(mean(x²) + eps)` over each row.
+/// Qwen3RMSNorm: `x · weight / √(mean(x²) + eps)` over each row. Gemma's stores `weight − 1` (its norm scales by
+/// `1 + weight`): `offset` 1 adds it back at load, in f32 as torch does.
 pub struct RmsNorm<D: Device> {
     weight: D::Param,
     eps: f32,
 }
 
 impl<D: Device> RmsNorm<D> {
-    pub fn load(w: &Weights, d: &D, name: &str, dim: usize, eps: f64) -> Result<Self> {
+    pub fn load(w: &Weights, d: &D, name: &str, dim: usize, eps: f64, offset: f32) -> Result<Self> {
+        let weight = w.get(&format!("{name}.weight"), &[dim])?;
+        let weight = weight.data().iter().map(|v| v + offset).collect();
         Ok(RmsNorm {
-            weight: d.param(w.get(&format!("{name}.weight"), &[dim])?)?,
+            weight: d.param(Tensor::from_vec(weight))?,
             eps: eps as f32,
         })
     }
 
     /// `x`'s rows into `out` (`x` itself for in place).
-    fn forward<O: Ops<Device = D>>(&self, ops: &O, x: O::Mat, out: O::Mat) {
-        ops.rms_norm(x, out, &self.weight, self.eps);
+    pub(crate) fn forward<O: Ops<Device = D>>(&self, ops: &O, x: O::Mat, out: O::Mat) {
+        ops.rms_norm(x, out, &self.weight, self.eps, false);
+    }
+
+    /// `x`'s rows normed and added to `out` (another matrix): Gemma's norm of a block's output before its residual.
+    pub(crate) fn add_to<O: Ops<Device = D>>(&self, ops: &O, x: O::Mat, out: O::Mat) {
+        ops.rms_norm(x, out, &self.weight, self.eps, true);
     }
 }
 
@@ -51,13 +58,24 @@ pub struct QkNormRotary<D: Device> {
 }
 
 impl<D: Device> QkNormRotary<D> {
-    /// The norms of the attention block `attn`.
-    pub fn load(w: &Weights, d: &D, attn: &str, shape: AttentionShape, eps: f64) -> Result<Self> {
+    /// The norms of the attention block `attn`; `offset` as [`RmsNorm`]'s, and Q's weights times `q_scale`
+    /// (Gemma's score scale other than the head width's, moved into Q: rotary is linear).
+    pub fn load(
+        w: &Weights,
+        d: &D,
+        attn: &str,
+        shape: AttentionShape,
+        eps: f64,
+        offset: f32,
+        q_scale: f32,
+    ) -> Result<Self> {
         let hd = shape.head_dim;
         let q = w.get(&format!("{attn}.q_norm.weight"), &[hd])?;
         let k = w.get(&format!("{attn}.k_norm.weight"), &[hd])?;
-        let weight: Vec<f32> = std::iter::repeat_n(q.data(), shape.heads)
-            .chain(std::iter::repeat_n(k.data(), shape.kv_heads))
+        let q: Vec<f32> = q.data().iter().map(|v| (v + offset) * q_scale).collect();
+        let k: Vec<f32> = k.data().iter().map(|v| v + offset).collect();
+        let weight: Vec<f32> = std::iter::repeat_n(q.as_slice(), shape.heads)
+            .chain(std::iter::repeat_n(k.as_slice(), shape.kv_heads))
             .flatten()
             .copied()
             .collect();
@@ -69,7 +87,13 @@ impl<D: Device> QkNormRotary<D> {
     }
 
     /// In place on the Q and K columns of `qkv`, at each token's position (`table`: the model's rotary table).
-    fn forward<O: Ops<Device = D>>(&self, ops: &O, batch: &Batch, qkv: O::Mat, table: &D::Param) {
+    pub(crate) fn forward<O: Ops<Device = D>>(
+        &self,
+        ops: &O,
+        batch: &Batch,
+        qkv: O::Mat,
+        table: &D::Param,
+    ) {
         let AttentionShape {
             heads,
             kv_heads,
@@ -104,7 +128,7 @@ impl<D: Device> Layer<D> {
         let m = format!("{p}.mlp");
         let eps = c.rms_norm_eps;
         Ok(Layer {
-            input_norm: RmsNorm::load(w, d, &format!("{p}.input_layernorm"), h, eps)?,
+            input_norm: RmsNorm::load(w, d, &format!("{p}.input_layernorm"), h, eps, 0.0)?,
             qkv: stacked_linear(
                 w,
                 d,
@@ -116,9 +140,9 @@ impl<D: Device> Layer<D> {
                 h,
                 false,
             )?,
-            qk_norm_rotary: QkNormRotary::load(w, d, &a, attention, eps)?,
+            qk_norm_rotary: QkNormRotary::load(w, d, &a, attention, eps, 0.0, 1.0)?,
             o_proj: stacked_linear(w, d, &[(format!("{a}.o_proj"), h)], q, false)?,
-            post_norm: RmsNorm::load(w, d, &format!("{p}.post_attention_layernorm"), h, eps)?,
+            post_norm: RmsNorm::load(w, d, &format!("{p}.post_attention_layernorm"), h, eps, 0.0)?,
             gate_up: stacked_linear(
                 w,
                 d,
@@ -167,7 +191,7 @@ impl<D: Device> Layer<D> {
 /// A Qwen3 embedding model: token embeddings, decoder layers, final norm, pooling and optional normalisation.
 pub struct Qwen3<D: Device> {
     pub config: Qwen3Config,
-    pub head: Head<D>,
+    head: Head<D>,
     embeddings: Embedding<D>,
     rotary: D::Param,
     layers: Vec<Layer<D>>,
@@ -207,7 +231,7 @@ impl<D: Device> Qwen3<D> {
             layers: (0..c.num_hidden_layers)
                 .map(|i| Layer::load(&w, device, c, i))
                 .collect::<Result<_>>()?,
-            norm: RmsNorm::load(&w, device, "norm", h, c.rms_norm_eps)?,
+            norm: RmsNorm::load(&w, device, "norm", h, c.rms_norm_eps, 0.0)?,
             config: c.clone(),
             head: Head::load(dir, device)?,
             positions: dir.positions,
@@ -215,33 +239,23 @@ impl<D: Device> Qwen3<D> {
     }
 }
 
-impl<D: Device> Architecture<D> for Qwen3<D> {
+impl<D: Device> Encoder<D> for Qwen3<D> {
     fn layout(&self) -> Layout {
         let c = &self.config;
-        let mut layout = pre_norm_layout(
+        pre_norm_layout(
             c.hidden_size,
             c.attention(),
             c.intermediate_size,
             self.positions,
-        );
-        self.head.extend(&mut layout);
-        layout
-    }
-
-    fn dim(&self) -> usize {
-        self.head.dim()
+        )
     }
 
     fn vocab_size(&self) -> usize {
         self.config.vocab_size
     }
 
-    fn normalizes(&self) -> bool {
-        self.head.normalize
-    }
-
-    fn pools_last(&self) -> bool {
-        self.head.pools_last()
+    fn head(&self) -> &Head<D> {
+        &self.head
     }
 
     fn forward<O: Ops<Device = D>>(&self, ops: &O, batch: &Batch, acts: &[O::Mat], out: O::Mat) {

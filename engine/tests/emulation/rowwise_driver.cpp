@@ -3,11 +3,11 @@
 // sequence for pooling; rows x 256-column blocks for the element-wise kernels) over `rows` bucket rows of which
 // `tokens` are the batch's, and a grid of two sequences more than the batch's. The program is picked by a define:
 //   EW_PROGRAM_NORM (norm.cu): layer_norm(x, gamma a, beta b) into a fresh matrix, then in place, then
-//     rms_norm(x, weight a) into a fresh matrix;
+//     rms_norm(x, weight a) into a fresh matrix, then accumulating into y;
 //   EW_PROGRAM_ELEMENTWISE (elementwise.cu): bias_act(y, bias a, GELU, residual x) in place, bias_act(y, bias a,
 //     tanh) on a copy of y, glu(x) (f = cols / 2)
-//     with SiLU then with GELU, each into a fresh matrix, to_bf16(x), bias_act_bf16 (bias a, GELU) and glu_bf16
-//     (SiLU, then GELU) on x rounded to bf16 in rows of 2 ld (0xffff past ld), then rotary(x) in place (heads of `group`, table rows by pos),
+//     with SiLU, GELU and GELU's tanh approximation, each into a fresh matrix, to_bf16(x), bias_act_bf16 (bias a, GELU) and glu_bf16
+//     (SiLU, GELU, tanh GELU) on x rounded to bf16 in rows of 2 ld (0xffff past ld), then rotary(x) in place (heads of `group`, table rows by pos),
 //     then rotary with per-head RMSNorm (weight a) on copies of bias_act's output, heads of `group` and of
 //     `group / 4` (the table read as rows of that width); rotary's blocks are 4 warps, one per head, as the
 //     backend's;
@@ -69,9 +69,15 @@ int main(int argc, char** argv) {
     auto o2 = nans(n);
     auto sh2 = unwritten((size_t)rows * cols);
     emu::launch(dim3{(unsigned)rows, 1, 1}, THREADS, 0,
-                [&] { rms_norm(x.data(), ld, o2.data(), ld, cols, meta, a.data(), eps, sh2.data()); });
+                [&] { rms_norm(x.data(), ld, o2.data(), ld, cols, meta, a.data(), eps, 0, sh2.data()); });
     put(out, o2);
     put(out, sh2);
+    // Accumulating into y: y + rms_norm(x).
+    auto sh3 = unwritten((size_t)rows * cols);
+    emu::launch(dim3{(unsigned)rows, 1, 1}, THREADS, 0,
+                [&] { rms_norm(x.data(), ld, y.data(), ld, cols, meta, a.data(), eps, 1, sh3.data()); });
+    put(out, y);
+    put(out, sh3);
 #endif
 
 #ifdef EW_PROGRAM_ELEMENTWISE
@@ -87,7 +93,7 @@ int main(int argc, char** argv) {
     put(out, yt);
     put(out, sht);
     const int f = cols / 2;
-    for (int act : {0, 1}) {
+    for (int act : {0, 1, 2}) {
         auto o2 = nans(n);
         auto sh2 = unwritten((size_t)rows * f);
         emu::launch(dim3{(unsigned)rows, (unsigned)((f + THREADS - 1) / THREADS), 1}, THREADS, 0,
@@ -112,7 +118,7 @@ int main(int argc, char** argv) {
     emu::launch(dim3{(unsigned)rows, col_blocks, 1}, THREADS, 0,
                 [&] { bias_act_bf16(ab.data(), (int)ld2, cols, meta, a.data(), 1); });
     put(out, ab);
-    for (int act : {0, 1}) {
+    for (int act : {0, 1, 2}) {
         auto gb = unwritten(rows * ld2);
         emu::launch(dim3{(unsigned)rows, (unsigned)((f + THREADS - 1) / THREADS), 1}, THREADS, 0,
                     [&] { glu_bf16(xb.data(), (int)ld2, gb.data(), (int)ld2, f, meta, act); });

@@ -143,6 +143,8 @@ fn emulated_cuda_norms_match_f64_and_write_their_shadow() {
     let ln_shadow = out.bf16s(ROWS * COLS);
     let rms = out.f32s(ROWS * LD);
     let rms_shadow = out.bf16s(ROWS * COLS);
+    let rms_added = out.f32s(ROWS * LD);
+    let rms_added_shadow = out.bf16s(ROWS * COLS);
     let x = |r: usize, c: usize| inp.x[r * LD + c] as f64;
     let stats: Vec<(f64, f64)> = (0..ROWS)
         .map(|r| {
@@ -167,16 +169,18 @@ fn emulated_cuda_norms_match_f64_and_write_their_shadow() {
     });
     // rms_norm ran on the LayerNorm's output, over whole rows with weight a.
     let l = |r: usize, c: usize| ln[r * LD + c] as f64;
+    let rms_of = |r: usize, c: usize| {
+        let ms = (0..COLS).map(|k| l(r, k).powi(2)).sum::<f64>() / COLS as f64;
+        l(r, c) / (ms + EPS as f64).sqrt() * inp.a[c] as f64
+    };
+    check_rows("rms_norm", &rms, &rms_shadow, COLS, rms_of, |_| f32::NAN);
     check_rows(
-        "rms_norm",
-        &rms,
-        &rms_shadow,
+        "rms_norm accumulating",
+        &rms_added,
+        &rms_added_shadow,
         COLS,
-        |r, c| {
-            let ms = (0..COLS).map(|k| l(r, k).powi(2)).sum::<f64>() / COLS as f64;
-            l(r, c) / (ms + EPS as f64).sqrt() * inp.a[c] as f64
-        },
-        |_| f32::NAN,
+        |r, c| inp.y[r * LD + c] as f64 + rms_of(r, c),
+        |i| inp.y[i],
     );
 }
 
@@ -204,10 +208,15 @@ fn emulated_cuda_elementwise_kernels_match_f64_and_write_their_shadow() {
     let silu_shadow = out.bf16s(ROWS * f);
     let gelu_gate = out.f32s(ROWS * LD);
     let gelu_shadow = out.bf16s(ROWS * f);
+    let gelu_tanh_gate = out.f32s(ROWS * LD);
+    let gelu_tanh_shadow = out.bf16s(ROWS * f);
     let rounded = out.bf16s(ROWS * COLS);
     let x = |r: usize, c: usize| inp.x[r * LD + c] as f64;
     let silu_of = |g: f64| g / (1.0 + (-g).exp());
     let gelu_of = |g: f64| 0.5 * g * (1.0 + erf(g / 2f64.sqrt()));
+    let gelu_tanh_of = |g: f64| {
+        0.5 * g * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (g + 0.044715 * g.powi(3))).tanh())
+    };
     check_rows(
         "bias_act (GELU, residual)",
         &act,
@@ -238,6 +247,14 @@ fn emulated_cuda_elementwise_kernels_match_f64_and_write_their_shadow() {
         &gelu_shadow,
         f,
         |r, c| gelu_of(x(r, c)) * x(r, f + c),
+        |_| f32::NAN,
+    );
+    check_rows(
+        "glu (GELU, tanh)",
+        &gelu_tanh_gate,
+        &gelu_tanh_shadow,
+        f,
+        |r, c| gelu_tanh_of(x(r, c)) * x(r, f + c),
         |_| f32::NAN,
     );
     // to_bf16 rounds the batch's rows and zeroes the bucket's rows past them.
@@ -307,6 +324,13 @@ fn emulated_cuda_elementwise_kernels_match_f64_and_write_their_shadow() {
         f,
         &fresh,
         &|r, c| gelu_of(xr(r, c)) * xr(r, f + c),
+    );
+    check_bf16(
+        "glu_bf16 (GELU, tanh)",
+        &out.bf16s(ROWS * ld2),
+        f,
+        &fresh,
+        &|r, c| gelu_tanh_of(xr(r, c)) * xr(r, f + c),
     );
     check_rotary(&inp, "rotary", &out.f32s(ROWS * LD), &inp.x, GROUP, None);
     for head_dim in [GROUP, GROUP / 4] {

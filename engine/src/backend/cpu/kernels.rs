@@ -230,6 +230,16 @@ simd_fn! {
 }
 
 simd_fn! {
+    /// `out += rmsnorm(x) · weight` for one row.
+    pub fn rms_norm_add(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+        let inv = 1.0 / (sum_lanes(x, |v| v * v) / x.len() as f32 + eps).sqrt();
+        for ((o, &v), &g) in out.iter_mut().zip(x).zip(weight) {
+            *o += v * inv * g;
+        }
+    }
+}
+
+simd_fn! {
     /// SwiGLU's gate of one row: `out = silu(gate) · up`, `silu(g) = g / (1 + e^-g)`.
     pub fn silu_gate(gate: &[f32], up: &[f32], out: &mut [f32]) {
         for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
@@ -246,6 +256,17 @@ simd_fn! {
     pub fn gelu_gate(gate: &[f32], up: &[f32], out: &mut [f32]) {
         for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
             *o = 0.5 * g * (1.0 + erf(g * std::f32::consts::FRAC_1_SQRT_2)) * u;
+        }
+    }
+}
+
+simd_fn! {
+    /// GeGLU's gate of one row with GELU's tanh approximation (`gelu_pytorch_tanh`):
+    /// `out = ½ g (1 + tanh(√(2/π) (g + 0.044715 g³))) · up`.
+    pub fn gelu_tanh_gate(gate: &[f32], up: &[f32], out: &mut [f32]) {
+        const C: f32 = 0.797_884_6; // √(2/π)
+        for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+            *o = 0.5 * g * (1.0 + (C * (g + 0.044715 * g * g * g)).tanh()) * u;
         }
     }
 }
@@ -359,6 +380,17 @@ pub(crate) mod tests {
             assert!(
                 (out[i] as f64 - e).abs() < 1e-5 * (1.0 + e.abs()),
                 "gelu_gate({g}): {} vs {e}",
+                out[i]
+            );
+        }
+        gelu_tanh_gate(&gate, &up, &mut out);
+        for i in 0..7 {
+            let g = gate[i] as f64;
+            let inner = (2.0 / std::f64::consts::PI).sqrt() * (g + 0.044715 * g.powi(3));
+            let e = 0.5 * g * (1.0 + inner.tanh()) * up[i] as f64;
+            assert!(
+                (out[i] as f64 - e).abs() < 1e-5 * (1.0 + e.abs()),
+                "gelu_tanh_gate({g}): {} vs {e}",
                 out[i]
             );
         }

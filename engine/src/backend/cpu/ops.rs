@@ -27,13 +27,13 @@ fn for_rows(par: &dyn Par, rows: usize, f: &(dyn Fn(usize) + Sync)) {
 
 /// A row-wise norm of `x` (weights `weight`, one per column) into `out` (`x` itself for in place): each row of
 /// `out` takes `x`'s row, then `norm` in place.
-fn norm_rows(
+fn norm_rows<F: Fn(&mut [f32]) + Sync>(
     par: &dyn Par,
     op: &str,
     x: Mat,
     out: Mat,
     weight: &[f32],
-    norm: &(dyn Fn(&mut [f32]) + Sync),
+    norm: F,
 ) {
     assert!(
         weight.len() == x.cols && out.rows >= x.rows && out.cols == x.cols,
@@ -42,14 +42,15 @@ fn norm_rows(
         x.cols,
         out.cols
     );
-    let in_place = x.ptr() == out.ptr();
+    if x.ptr() == out.ptr() {
+        // SAFETY: each task owns its rows.
+        return for_rows(par, x.rows, &|r| norm(unsafe { out.row_mut(r) }));
+    }
     for_rows(par, x.rows, &|r| {
-        // SAFETY: each task owns its rows of `out`; out of place, `x` is another matrix, read only.
+        // SAFETY: each task owns its rows of `out`; `x` is another matrix, read only.
         let dst = unsafe { out.row_mut(r) };
-        if !in_place {
-            // SAFETY: as above.
-            dst.copy_from_slice(unsafe { x.row(r) });
-        }
+        // SAFETY: as above.
+        dst.copy_from_slice(unsafe { x.row(r) });
         norm(dst);
     });
 }
@@ -223,15 +224,26 @@ impl<'a> Ops for CpuPass<'a> {
     fn layer_norm(&self, x: Mat<'a>, out: Mat<'a>, norm: &LayerNormWeights<Cpu>) {
         let (g, b) = (norm.weight.data(), norm.bias.data());
         assert!(b.len() == x.cols, "layer_norm: bias shape");
-        norm_rows(self.par, "layer_norm", x, out, g, &|row| {
+        norm_rows(self.par, "layer_norm", x, out, g, |row| {
             kernels::layer_norm(row, g, b, norm.eps)
         });
     }
 
-    fn rms_norm(&self, x: Mat<'a>, out: Mat<'a>, weight: &Tensor, eps: f32) {
+    fn rms_norm(&self, x: Mat<'a>, out: Mat<'a>, weight: &Tensor, eps: f32, accumulate: bool) {
         let g = weight.data();
-        norm_rows(self.par, "rms_norm", x, out, g, &|row| {
-            kernels::rms_norm(row, g, eps)
+        if !accumulate {
+            return norm_rows(self.par, "rms_norm", x, out, g, |row| {
+                kernels::rms_norm(row, g, eps)
+            });
+        }
+        assert!(
+            g.len() == x.cols && out.rows >= x.rows && out.cols == x.cols && x.ptr() != out.ptr(),
+            "rms_norm: accumulating needs another matrix of x's shape"
+        );
+        for_rows(self.par, x.rows, &|r| {
+            // SAFETY: each task owns its rows of `out`; `x` is another matrix, read only.
+            let (src, dst) = unsafe { (x.row(r), out.row_mut(r)) };
+            kernels::rms_norm_add(src, g, eps, dst);
         });
     }
 
@@ -282,6 +294,7 @@ impl<'a> Ops for CpuPass<'a> {
         let gate = match act {
             Glu::Silu => kernels::silu_gate,
             Glu::Gelu => kernels::gelu_gate,
+            Glu::GeluTanh => kernels::gelu_tanh_gate,
         };
         for_rows(self.par, x.rows, &|r| {
             // SAFETY: each task owns its rows of `out`; `x` is read only.

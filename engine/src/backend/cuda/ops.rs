@@ -365,8 +365,12 @@ impl<'a> Ops for CudaPass<'a> {
         );
     }
 
-    fn rms_norm(&self, x: CudaMat, out: CudaMat, weight: &CudaParam, eps: f32) {
+    fn rms_norm(&self, x: CudaMat, out: CudaMat, weight: &CudaParam, eps: f32, accumulate: bool) {
         f32_views("rms_norm", &[x, out]);
+        assert!(
+            !accumulate || !super::mat::overlaps(x, out),
+            "rms_norm: accumulating needs another matrix"
+        );
         assert!(
             weight.data.len() == x.cols && out.rows >= x.rows && out.cols == x.cols,
             "rms_norm: {} weights over {} columns, output {}",
@@ -391,6 +395,7 @@ impl<'a> Ops for CudaPass<'a> {
                 Arg::Ptr(self.inputs.meta),
                 Arg::Ptr(ptr(&weight.data, s)),
                 Arg::F32(eps),
+                Arg::I32(accumulate as i32),
             ],
             out,
         );
@@ -454,10 +459,11 @@ impl<'a> Ops for CudaPass<'a> {
             Self::i(out.ld),
             Self::i(f),
             Arg::Ptr(self.inputs.meta),
-            // The kernels' `act`: 0 SiLU, 1 GELU.
+            // The kernels' `act`: 0 SiLU, 1 GELU, 2 GELU's tanh approximation.
             Arg::I32(match act {
                 Glu::Silu => 0,
                 Glu::Gelu => 1,
+                Glu::GeluTanh => 2,
             }),
         ];
         if x.bf16 {

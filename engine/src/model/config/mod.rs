@@ -1,6 +1,7 @@
 //! The architectures' `config.json`s: which architecture a file describes ([`ModelConfig::read`]), and the
 //! subset of its keys each needs, checked for what the engine runs (one file per family).
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Deserialize;
@@ -9,11 +10,14 @@ use crate::backend::ops::AttentionShape;
 use crate::error::{Error, Result};
 
 mod bert;
+mod gemma3;
 mod modernbert;
 mod qwen3;
 
 use bert::read_bert;
 pub use bert::{BertConfig, BertFamily};
+use gemma3::read_gemma3;
+pub use gemma3::Gemma3Config;
 use modernbert::read_modernbert;
 pub use modernbert::ModernBertConfig;
 use qwen3::read_qwen3;
@@ -30,6 +34,73 @@ struct RopeParameters {
 fn default_rope_type() -> String {
     "default".into()
 }
+/// What a model with global and sliding-window layers (ModernBERT, Gemma 3) says about them in transformers 5's
+/// keys: `layer_types`, and `rope_parameters` by layer type; each family reads its older keys itself.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+struct LayerKinds {
+    layer_types: Option<Vec<String>>,
+    rope_parameters: Option<BTreeMap<String, RopeParameters>>,
+    /// Refused when set: rotary scaling (transformers 4's key).
+    #[serde(default)]
+    rope_scaling: Option<serde_json::Value>,
+}
+
+impl LayerKinds {
+    /// Whether layer `i` is global: its `layer_types` entry, else `pattern` (the family's older rule).
+    fn is_global(&self, i: usize, pattern: bool) -> bool {
+        match &self.layer_types {
+            Some(types) => types.get(i).is_some_and(|t| t == "full_attention"),
+            None => pattern,
+        }
+    }
+
+    /// The rotary base of the global layers or of the local ones: `rope_parameters`' entry, else `old` (the
+    /// family's older key), else `default`.
+    fn rope_theta(&self, global: bool, old: Option<f64>, default: f64) -> f64 {
+        let kind = if global {
+            "full_attention"
+        } else {
+            "sliding_attention"
+        };
+        self.rope_parameters
+            .as_ref()
+            .and_then(|r| r.get(kind))
+            .and_then(|r| r.rope_theta)
+            .or(old)
+            .unwrap_or(default)
+    }
+
+    /// Why a model of `layers` layers cannot run as these keys say, if it cannot: a `layer_types` of another
+    /// length or with other kinds, rotary scaling.
+    fn refusal(&self, layers: usize) -> Option<String> {
+        if let Some((kind, r)) = self
+            .rope_parameters
+            .iter()
+            .flatten()
+            .find(|(_, r)| r.rope_type != "default")
+        {
+            return Some(format!(
+                "unsupported rope_type {:?} for {kind}: expected \"default\" (no rotary scaling)",
+                r.rope_type
+            ));
+        }
+        if self.rope_scaling.as_ref().is_some_and(|r| !r.is_null()) {
+            return Some("rope_scaling is not supported (no rotary scaling)".into());
+        }
+        let types = self.layer_types.as_ref()?;
+        (types.len() != layers
+            || types
+                .iter()
+                .any(|t| t != "full_attention" && t != "sliding_attention"))
+        .then(|| {
+            format!(
+                "layer_types {types:?}: expected \"full_attention\" or \"sliding_attention\" for each of the \
+                 {layers} layers"
+            )
+        })
+    }
+}
+
 /// transformers' default activation name (the exact GELU).
 fn default_act() -> String {
     "gelu".into()
@@ -41,6 +112,7 @@ pub enum ModelConfig {
     Bert(BertConfig),
     Qwen3(Qwen3Config),
     ModernBert(ModernBertConfig),
+    Gemma3(Gemma3Config),
 }
 
 /// The mean number of keys a query of a `seq_len`-token sequence sees under `shape`.
@@ -66,13 +138,15 @@ impl ModelConfig {
             Ok(ModelConfig::Qwen3(read_qwen3(path)?))
         } else if names(&["modernbert", "ModernBertModel", "ModernBertForMaskedLM"]) {
             Ok(ModelConfig::ModernBert(read_modernbert(path)?))
+        } else if names(&["gemma3_text", "Gemma3TextModel", "Gemma3ForCausalLM"]) {
+            Ok(ModelConfig::Gemma3(read_gemma3(path)?))
         } else {
             Err(Error::model(
                 path,
                 format!(
                     "unsupported architecture {:?} (model_type {:?}): expected a BERT-family encoder (BertModel, \
-                     RobertaModel, XLMRobertaModel, CamembertModel, MPNetModel, DistilBertModel), ModernBertModel \
-                     or a Qwen3 model (Qwen3Model)",
+                     RobertaModel, XLMRobertaModel, CamembertModel, MPNetModel, DistilBertModel), ModernBertModel, \
+                     a Qwen3 model (Qwen3Model) or Gemma 3's text model (Gemma3TextModel)",
                     kind.architectures, kind.model_type
                 ),
             ))
@@ -84,6 +158,7 @@ impl ModelConfig {
             ModelConfig::Bert(c) => c.vocab_size,
             ModelConfig::Qwen3(c) => c.vocab_size,
             ModelConfig::ModernBert(c) => c.vocab_size,
+            ModelConfig::Gemma3(c) => c.vocab_size,
         }
     }
 
@@ -93,6 +168,7 @@ impl ModelConfig {
             ModelConfig::Bert(c) => c.hidden_size,
             ModelConfig::Qwen3(c) => c.hidden_size,
             ModelConfig::ModernBert(c) => c.hidden_size,
+            ModelConfig::Gemma3(c) => c.hidden_size,
         }
     }
 
@@ -120,6 +196,16 @@ impl ModelConfig {
                     .map(|i| (4 * h * h + 3 * h * f, c.attention(i)))
                     .collect()
             }
+            ModelConfig::Gemma3(c) => {
+                let (h, f) = (c.hidden_size, c.intermediate_size);
+                let (q, kv) = (
+                    c.num_attention_heads * c.head_dim,
+                    c.num_key_value_heads * c.head_dim,
+                );
+                (0..c.num_hidden_layers)
+                    .map(|i| (2 * h * q + 2 * h * kv + 3 * h * f, c.attention(i)))
+                    .collect()
+            }
         };
         layers
             .iter()
@@ -135,6 +221,7 @@ impl ModelConfig {
             ModelConfig::Bert(c) => c.num_hidden_layers,
             ModelConfig::Qwen3(c) => c.num_hidden_layers,
             ModelConfig::ModernBert(c) => c.num_hidden_layers,
+            ModelConfig::Gemma3(c) => c.num_hidden_layers,
         }
     }
 
@@ -144,6 +231,7 @@ impl ModelConfig {
             ModelConfig::Bert(c) => c.max_positions(),
             ModelConfig::Qwen3(c) => c.max_position_embeddings,
             ModelConfig::ModernBert(c) => c.max_position_embeddings,
+            ModelConfig::Gemma3(c) => c.max_position_embeddings,
         }
     }
 }

@@ -4,9 +4,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use std::collections::BTreeMap;
-
-use super::{default_act, read_json, RopeParameters};
+use super::{default_act, read_json, LayerKinds};
 use crate::backend::ops::AttentionShape;
 use crate::error::{Error, Result};
 
@@ -36,15 +34,12 @@ pub struct ModernBertConfig {
     pub local_attention: usize,
     /// `full_attention` or `sliding_attention` per layer (transformers 5); else every
     /// `global_attn_every_n_layers`-th layer, from the first, is global.
-    layer_types: Option<Vec<String>>,
     #[serde(default = "default_global_every")]
     global_attn_every_n_layers: usize,
     global_rope_theta: Option<f64>,
     local_rope_theta: Option<f64>,
-    rope_parameters: Option<BTreeMap<String, RopeParameters>>,
-    /// Refused when set: rotary scaling (transformers 4's key).
-    #[serde(default)]
-    rope_scaling: Option<serde_json::Value>,
+    #[serde(flatten)]
+    kinds: LayerKinds,
 }
 
 fn default_modernbert_eps() -> f64 {
@@ -58,28 +53,23 @@ fn default_global_every() -> usize {
 }
 
 impl ModernBertConfig {
-    /// Whether layer `i` attends to the whole sequence (else within its sliding window).
+    /// Whether layer `i` attends to the whole sequence (else within its sliding window): `layer_types`, else every
+    /// `global_attn_every_n_layers`-th layer from the first.
     pub fn is_global(&self, i: usize) -> bool {
-        match &self.layer_types {
-            Some(types) => types.get(i).is_some_and(|t| t == "full_attention"),
-            None => i.is_multiple_of(self.global_attn_every_n_layers.max(1)),
-        }
+        let pattern = i.is_multiple_of(self.global_attn_every_n_layers.max(1));
+        self.kinds.is_global(i, pattern)
     }
 
     /// The rotary base of the global layers (`global`) or of the local ones: transformers' defaults 160,000 and
     /// 10,000.
     pub fn rope_theta(&self, global: bool) -> f64 {
-        let (kind, old, default) = if global {
-            ("full_attention", self.global_rope_theta, 160_000.0)
+        if global {
+            self.kinds
+                .rope_theta(true, self.global_rope_theta, 160_000.0)
         } else {
-            ("sliding_attention", self.local_rope_theta, 10_000.0)
-        };
-        self.rope_parameters
-            .as_ref()
-            .and_then(|r| r.get(kind))
-            .and_then(|r| r.rope_theta)
-            .or(old)
-            .unwrap_or(default)
+            self.kinds
+                .rope_theta(false, self.local_rope_theta, 10_000.0)
+        }
     }
 
     pub fn head_dim(&self) -> usize {
@@ -108,32 +98,8 @@ pub(super) fn read_modernbert(config_path: &Path) -> Result<ModernBertConfig> {
             config.hidden_activation
         ));
     }
-    if let Some(r) = config
-        .rope_parameters
-        .iter()
-        .flatten()
-        .find(|(_, r)| r.rope_type != "default")
-    {
-        return fail(format!(
-            "unsupported rope_type {:?} for {}: expected \"default\" (no rotary scaling)",
-            r.1.rope_type, r.0
-        ));
-    }
-    if config.rope_scaling.as_ref().is_some_and(|r| !r.is_null()) {
-        return fail("rope_scaling is not supported (no rotary scaling)".into());
-    }
-    if let Some(types) = &config.layer_types {
-        if types.len() != config.num_hidden_layers
-            || types
-                .iter()
-                .any(|t| t != "full_attention" && t != "sliding_attention")
-        {
-            return fail(format!(
-                "layer_types {types:?}: expected \"full_attention\" or \"sliding_attention\" for each of the {} \
-                 layers",
-                config.num_hidden_layers
-            ));
-        }
+    if let Some(why) = config.kinds.refusal(config.num_hidden_layers) {
+        return fail(why);
     }
     let heads = config.num_attention_heads;
     if heads == 0

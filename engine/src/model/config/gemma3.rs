@@ -1,0 +1,184 @@
+//! Gemma 3's text `config.json` (EmbeddingGemma's: bidirectional attention), either transformers generation's.
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+use super::{read_json, LayerKinds};
+use crate::backend::ops::AttentionShape;
+use crate::error::{Error, Result};
+
+/// The subset of a Hugging Face `config.json` that Gemma 3's text model needs as an embedding model.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+pub struct Gemma3Config {
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub num_key_value_heads: usize,
+    #[serde(default = "default_head_dim")]
+    pub head_dim: usize,
+    pub intermediate_size: usize,
+    pub max_position_embeddings: usize,
+    #[serde(default = "default_rms_eps")]
+    pub rms_norm_eps: f64,
+    #[serde(default = "default_activation")]
+    pub hidden_activation: String,
+    /// Attention scores are scaled by its inverse square root (not the head width's).
+    #[serde(default = "default_query_scalar")]
+    pub query_pre_attn_scalar: f64,
+    /// The local layers' window as the file stores it: bidirectional, a token sees half of it on either side;
+    /// causal, the `sliding_window − 1` tokens before it.
+    #[serde(default = "default_sliding_window")]
+    pub sliding_window: usize,
+    /// Whether attention sees the whole sequence (EmbeddingGemma) or only the tokens before (Gemma 3).
+    #[serde(default)]
+    pub use_bidirectional_attention: bool,
+    #[serde(default = "default_pattern")]
+    sliding_window_pattern: usize,
+    rope_theta: Option<f64>,
+    rope_local_base_freq: Option<f64>,
+    #[serde(flatten)]
+    kinds: LayerKinds,
+    /// Refused when set: score soft-capping, attention biases.
+    #[serde(default)]
+    attn_logit_softcapping: Option<f64>,
+    #[serde(default)]
+    attention_bias: bool,
+}
+
+fn default_head_dim() -> usize {
+    256
+}
+fn default_rms_eps() -> f64 {
+    1e-6
+}
+fn default_activation() -> String {
+    "gelu_pytorch_tanh".into()
+}
+fn default_query_scalar() -> f64 {
+    256.0
+}
+fn default_sliding_window() -> usize {
+    4096
+}
+fn default_pattern() -> usize {
+    6
+}
+
+impl Gemma3Config {
+    /// Whether layer `i` attends to the whole sequence (else within its sliding window): `layer_types`, else
+    /// every `sliding_window_pattern`-th layer, counting from 1.
+    pub fn is_global(&self, i: usize) -> bool {
+        let pattern = (i + 1).is_multiple_of(self.sliding_window_pattern.max(1));
+        self.kinds.is_global(i, pattern)
+    }
+
+    /// The rotary base of the global layers (`global`) or of the local ones: transformers' defaults 1,000,000 and
+    /// 10,000.
+    pub fn rope_theta(&self, global: bool) -> f64 {
+        if global {
+            self.kinds.rope_theta(true, self.rope_theta, 1_000_000.0)
+        } else {
+            self.kinds
+                .rope_theta(false, self.rope_local_base_freq, 10_000.0)
+        }
+    }
+
+    /// Layer `i`'s attention; the window as transformers 5 masks it (`|i − j| < sliding_window / 2 + 1`
+    /// bidirectional, `i − j < sliding_window` causal).
+    pub fn attention(&self, i: usize) -> AttentionShape {
+        let bidirectional = self.use_bidirectional_attention;
+        let window = if bidirectional {
+            self.sliding_window / 2
+        } else {
+            self.sliding_window.saturating_sub(1)
+        };
+        AttentionShape {
+            heads: self.num_attention_heads,
+            kv_heads: self.num_key_value_heads,
+            head_dim: self.head_dim,
+            causal: !bidirectional,
+            window: (!self.is_global(i)).then_some(window),
+        }
+    }
+}
+
+pub(super) fn read_gemma3(config_path: &Path) -> Result<Gemma3Config> {
+    let config: Gemma3Config = read_json(config_path)?;
+    let fail = |message: String| Err(Error::model(config_path, message));
+    if !["gelu_pytorch_tanh", "gelu"].contains(&config.hidden_activation.as_str()) {
+        return fail(format!(
+            "unsupported hidden_activation {:?}: expected \"gelu_pytorch_tanh\" or \"gelu\"",
+            config.hidden_activation
+        ));
+    }
+    if let Some(why) = config.kinds.refusal(config.num_hidden_layers) {
+        return fail(why);
+    }
+    if config.attn_logit_softcapping.is_some() {
+        return fail("attn_logit_softcapping is not supported".into());
+    }
+    if config.attention_bias {
+        return fail("attention_bias = true is not supported".into());
+    }
+    let (heads, kv) = (config.num_attention_heads, config.num_key_value_heads);
+    if heads == 0 || kv == 0 || !heads.is_multiple_of(kv) {
+        return fail(format!(
+            "num_attention_heads {heads} is not a multiple of num_key_value_heads {kv}"
+        ));
+    }
+    if config.head_dim == 0 || !config.head_dim.is_multiple_of(2) {
+        return fail(format!(
+            "head_dim {} must be even (rotary embedding rotates pairs)",
+            config.head_dim
+        ));
+    }
+    if config.sliding_window == 0 || config.query_pre_attn_scalar <= 0.0 {
+        return fail("sliding_window and query_pre_attn_scalar must be positive".into());
+    }
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gemma3(json: serde_json::Value) -> Gemma3Config {
+        let base = serde_json::json!({"vocab_size": 10, "hidden_size": 8, "num_hidden_layers": 6,
+            "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 4, "intermediate_size": 16,
+            "max_position_embeddings": 40, "sliding_window": 512});
+        let mut merged = base.as_object().expect("object").clone();
+        merged.extend(json.as_object().expect("object").clone());
+        serde_json::from_value(serde_json::Value::Object(merged)).expect("a Gemma 3 config")
+    }
+
+    /// Gemma 3's pattern (the sixth layer global) and rotary bases of transformers 4's keys, and EmbeddingGemma's
+    /// bidirectional window: 512 in the file, 256 either side; causal, the 511 before.
+    #[test]
+    fn gemma3_layers_windows_and_thetas() {
+        use serde_json::json;
+        let c = gemma3(
+            json!({"use_bidirectional_attention": true, "rope_theta": 5e5,
+            "rope_local_base_freq": 2e3}),
+        );
+        let windows: Vec<_> = (0..6).map(|i| c.attention(i).window).collect();
+        assert_eq!(
+            windows,
+            [Some(256), Some(256), Some(256), Some(256), Some(256), None]
+        );
+        assert!(!c.attention(0).causal);
+        assert_eq!((c.rope_theta(true), c.rope_theta(false)), (5e5, 2e3));
+        let causal = gemma3(
+            json!({"layer_types": ["full_attention", "sliding_attention",
+            "sliding_attention", "sliding_attention", "sliding_attention", "full_attention"]}),
+        );
+        assert_eq!(causal.attention(1).window, Some(511));
+        assert_eq!(causal.attention(0).window, None);
+        assert!(causal.attention(1).causal);
+        assert_eq!(
+            (causal.rope_theta(true), causal.rope_theta(false)),
+            (1e6, 1e4)
+        );
+    }
+}
