@@ -92,7 +92,8 @@ __device__ __forceinline__ void tile_keys(int q0, int last, int len, int causal,
     *begin = window < 0 ? 0 : max(0, q0 - window) / align * align;
     *end = causal ? last + 1 : len;
     if (window >= 0) {
-        *end = min(*end, last + window + 1);
+        // Clamped so that a window wider than any sequence (up to INT_MAX from the host) cannot overflow.
+        *end = min(*end, last + min(window, len) + 1);
     }
 }
 

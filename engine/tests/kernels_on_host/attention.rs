@@ -283,6 +283,8 @@ fn cases() -> Vec<Case> {
         (4, false, 4, 32),
         (20, false, 4, 64),
         (1000, false, 4, 32),
+        // The widest window the host passes (a config's absurd one): no overflow at the tile's end.
+        (i32::MAX as usize, false, 4, 32),
         (9, true, 2, 64),
     ] {
         cases.push(Case {
