@@ -72,6 +72,9 @@ struct DenseFile {
     /// What it reads and writes (sentence-transformers ≥ 6): the sentence embedding, unless set otherwise.
     module_input_name: Option<String>,
     module_output_name: Option<String>,
+    /// Refused when set: the input added back to the output (sentence-transformers ≥ 6).
+    #[serde(default)]
+    use_residual: bool,
 }
 
 fn default_dense_activation() -> String {
@@ -83,7 +86,12 @@ impl DenseModule {
     fn read(folder: &Path, inp: usize) -> Result<Self> {
         let config_path = folder.join("config.json");
         let f: DenseFile = read_json(&config_path)?;
-        let activation = match f.activation_function.rsplit('.').next().unwrap_or_default() {
+        // As sentence-transformers: a class outside torch is not imported (without trust_remote_code), tanh runs.
+        let class = match f.activation_function.strip_prefix("torch.") {
+            Some(path) => path.rsplit('.').next().unwrap_or_default(),
+            None => "Tanh",
+        };
+        let activation = match class {
             "Tanh" => Activation::Tanh,
             "Identity" => Activation::None,
             _ => {
@@ -96,6 +104,12 @@ impl DenseModule {
                 ))
             }
         };
+        if f.use_residual {
+            return Err(Error::model(
+                &config_path,
+                "unsupported: a Dense module with use_residual = true",
+            ));
+        }
         let names = [&f.module_input_name, &f.module_output_name];
         if let Some(name) = names
             .into_iter()
@@ -478,7 +492,7 @@ mod tests {
         );
         assert_eq!(model.dim(), 48);
         type Edit = fn(&Path);
-        let cases: [(Edit, &str); 6] = [
+        let cases: [(Edit, &str); 7] = [
             (
                 |d| {
                     edit(&d.join("2_Dense/config.json"), |j| {
@@ -486,6 +500,14 @@ mod tests {
                     })
                 },
                 "activation_function",
+            ),
+            (
+                |d| {
+                    edit(&d.join("2_Dense/config.json"), |j| {
+                        j["use_residual"] = true.into()
+                    })
+                },
+                "use_residual",
             ),
             (
                 |d| {

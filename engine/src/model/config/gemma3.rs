@@ -34,6 +34,9 @@ pub struct Gemma3Config {
     /// Whether attention sees the whole sequence (EmbeddingGemma) or only the tokens before (Gemma 3).
     #[serde(default)]
     pub use_bidirectional_attention: bool,
+    /// transformers' generic switch (5.2+): `false` makes both kinds of layer bidirectional, the sliding ones
+    /// seeing `|i − j| ≤` the window transformers holds.
+    is_causal: Option<bool>,
     #[serde(default = "default_pattern")]
     sliding_window_pattern: usize,
     rope_theta: Option<f64>,
@@ -85,14 +88,21 @@ impl Gemma3Config {
         }
     }
 
-    /// Layer `i`'s attention; the window as transformers 5 masks it (`|i − j| < sliding_window / 2 + 1`
-    /// bidirectional, `i − j < sliding_window` causal).
+    /// Layer `i`'s attention; the window as transformers 5 masks it. transformers holds `sliding_window / 2 + 1`
+    /// with `use_bidirectional_attention`, else the file's value `sw`; the sliding layers then see
+    /// `|i − j| < sw` (bidirectional), `i − j < sw` (causal), or `|i − j| ≤ sw` with `is_causal: false`.
     pub fn attention(&self, i: usize) -> AttentionShape {
-        let bidirectional = self.use_bidirectional_attention;
-        let window = if bidirectional {
-            self.sliding_window / 2
+        let held = if self.use_bidirectional_attention {
+            self.sliding_window / 2 + 1
         } else {
-            self.sliding_window.saturating_sub(1)
+            self.sliding_window
+        };
+        let not_causal = self.is_causal == Some(false);
+        let bidirectional = self.use_bidirectional_attention || not_causal;
+        let window = if not_causal {
+            held
+        } else {
+            held.saturating_sub(1)
         };
         AttentionShape {
             heads: self.num_attention_heads,
@@ -179,6 +189,17 @@ mod tests {
         assert_eq!(
             (causal.rope_theta(true), causal.rope_theta(false)),
             (1e6, 1e4)
+        );
+        // transformers' is_causal: false widens the sliding layers' mask to |i − j| ≤ what it holds.
+        let open = gemma3(json!({"is_causal": false}));
+        assert_eq!(
+            (open.attention(0).window, open.attention(0).causal),
+            (Some(512), false)
+        );
+        let both = gemma3(json!({"is_causal": false, "use_bidirectional_attention": true}));
+        assert_eq!(
+            (both.attention(0).window, both.attention(5).window),
+            (Some(257), None)
         );
     }
 }

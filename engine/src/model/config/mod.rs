@@ -27,7 +27,8 @@ pub use qwen3::Qwen3Config;
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 struct RopeParameters {
     rope_theta: Option<f64>,
-    #[serde(default = "default_rope_type")]
+    /// transformers reads the older `type` where `rope_type` is absent.
+    #[serde(default = "default_rope_type", alias = "type")]
     rope_type: String,
 }
 
