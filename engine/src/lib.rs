@@ -15,7 +15,8 @@
 //! MPNet, DistilBERT; ModernBERT; Qwen3; Gemma 3's text model), each followed by its sentence-transformers head
 //! (pooling, Dense modules, Normalize), are written once over the op set in [`backend::ops`]: a [`backend::ops::Device`]
 //! holds the weights in its own form, a [`backend::ops::Ops`] runs one forward pass's operations, and an
-//! [`backend::ops::Architecture`] declares its activation memory and calls the ops. Only `backend/` knows a
+//! [`backend::ops::Architecture`] (a [`model::Model`]: an architecture's [`model::Encoder`] and its head)
+//! declares its activation memory and calls the ops. Only `backend/` knows a
 //! device; [`backend::start`] loads a model directory onto the configured one.
 //!
 //! ```

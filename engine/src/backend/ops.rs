@@ -322,9 +322,10 @@ pub trait Architecture<D: Device>: Send + Sync {
     fn dim(&self) -> usize;
     /// Token ids the embedding table holds (a batch's ids are checked against it before a forward).
     fn vocab_size(&self) -> usize;
-    /// Whether the model ends in sentence-transformers' Normalize module. The forward writes the pooled rows;
-    /// the backend normalizes them (the CPU as it hands them over, the GPU in its pooling kernel), keeping each
-    /// row's norm, so a client can have the pooled vector back (TEI's `normalize: false`).
+    /// Whether the model ends in sentence-transformers' Normalize module. The forward writes the embedding rows;
+    /// the backend normalizes them (the CPU as it hands them over, the GPU in its pooling kernel where
+    /// [`Architecture::pools_last`], else on the host), keeping each row's norm, so a client can have the vector
+    /// before Normalize back (TEI's `normalize: false`).
     fn normalizes(&self) -> bool;
     /// Whether the pooled rows are the embedding (no sentence-transformers Dense module after pooling): only then
     /// may a backend normalize them as it pools (the GPU's pooling kernel); otherwise it normalizes the output.
