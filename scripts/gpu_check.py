@@ -31,9 +31,9 @@ VARIANTS = [
 TOKENIZER = os.path.join(REPO, "workloads", "vocab", "all-MiniLM-L6-v2", "tokenizer.json")
 
 # Real shapes (their config.json's); --dry keeps the widths and cuts the layers, so a 2-core CPU runs it. MPNet
-# (all-mpnet-base-v2's shape: its relative position bias in both attention kernels) and ModernBERT
-# (ModernBERT-base's, as gte-modernbert-base: sliding-window layers, GeGLU, LayerNorm into another matrix) are
-# checked for correctness only.
+# (all-mpnet-base-v2's shape: its relative position bias in both attention kernels), ModernBERT
+# (ModernBERT-base's, as gte-modernbert-base: sliding-window layers, GeGLU, LayerNorm into another matrix) and
+# Qwen2 (gte-Qwen2-1.5B's: Q/K/V biases, last-token pooling, a causal window) are checked for correctness only.
 SHAPES = {
     "minilm-l6": dict(arch="bert", hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
                       intermediate_size=1536, pooling="mean", dry_layers=6),
@@ -48,6 +48,11 @@ SHAPES = {
     # Three dry layers: a global one, then two sliding-window ones.
     "modernbert-base": dict(arch="modernbert", hidden_size=768, num_hidden_layers=22, num_attention_heads=12,
                             intermediate_size=1152, pooling="mean", dry_layers=3),
+    # gte-Qwen2-1.5B's widths (Q/K/V biases, 12 query / 2 K/V heads of 128, causal, last-token pooling), cut to 4
+    # layers on a GPU (its 28 would take minutes of a short lease to make and load); its sliding window switched
+    # on (64 tokens from the second layer on) so the causal-window path of the attention kernels runs.
+    "qwen2-1.5b": dict(arch="qwen2", hidden_size=1536, num_hidden_layers=4, num_attention_heads=12,
+                       num_key_value_heads=2, intermediate_size=8960, pooling="last", dry_layers=3),
 }
 
 
@@ -58,7 +63,8 @@ def write_json(path, value):
 
 def cmd_models(a):
     import torch
-    from transformers import BertConfig, BertModel, ModernBertConfig, ModernBertModel, MPNetConfig, MPNetModel
+    from transformers import (BertConfig, BertModel, ModernBertConfig, ModernBertModel, MPNetConfig, MPNetModel,
+                              Qwen2Config, Qwen2Model)
 
     for name, s in SHAPES.items():
         out = os.path.join(a.out, name)
@@ -82,6 +88,16 @@ def cmd_models(a):
             config = ModernBertConfig(**shape, max_position_embeddings=8192, pad_token_id=0, cls_token_id=101,
                                       sep_token_id=102, bos_token_id=101, eos_token_id=102)
             model = ModernBertModel(config).eval()
+        elif s["arch"] == "qwen2":
+            shape["hidden_act"] = "silu"
+            config = Qwen2Config(**shape, num_key_value_heads=s["num_key_value_heads"], max_position_embeddings=32768,
+                                 rope_theta=1e6, use_sliding_window=True, sliding_window=64, max_window_layers=1)
+            model = Qwen2Model(config).eval()
+            with torch.no_grad():
+                # transformers zeroes biases at init: random ones, so that a dropped Q/K/V bias shows.
+                for n, p in model.named_parameters():
+                    if n.endswith("bias"):
+                        p.normal_(0.0, 0.5)
         else:
             config = BertConfig(**shape, max_position_embeddings=512, layer_norm_eps=1e-12)
             model = BertModel(config, add_pooling_layer=False).eval()
@@ -115,6 +131,7 @@ def cmd_models(a):
             "word_embedding_dimension": s["hidden_size"],
             "pooling_mode_cls_token": mode == "cls", "pooling_mode_mean_tokens": mode == "mean",
             "pooling_mode_max_tokens": False, "pooling_mode_mean_sqrt_len_tokens": False,
+            "pooling_mode_lasttoken": mode == "last",
         })
         write_json(os.path.join(out, "sentence_bert_config.json"), {"max_seq_length": 512, "do_lower_case": False})
         print(f"models: {name} ({config.num_hidden_layers} layers) in {out}", file=sys.stderr)

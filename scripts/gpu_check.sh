@@ -7,8 +7,8 @@
 # Run there, from the repository root:
 #   scripts/gpu_check.sh ./bench-cuda "$OUT"            # BACKEND=cuda by default
 # It (a) writes random-weight models of real shapes (all-MiniLM-L6, a BGE-large-sized BERT and, for correctness
-# only, an all-mpnet-base-v2-sized MPNet, a ModernBERT-base-sized ModernBERT and LaBSE's Dense head on the MiniLM
-# shape with transformers; the Qwen3-0.6B shape with `bench`'s synthetic model) and
+# only, an all-mpnet-base-v2-sized MPNet, a ModernBERT-base-sized ModernBERT, LaBSE's Dense head on the MiniLM
+# shape and a gte-Qwen2-1.5B-wide Qwen2 with transformers; the Qwen3-0.6B shape with `bench`'s synthetic model) and
 # their fp32 reference embeddings with torch; (b) checks our
 # embeddings against them (cosine ≥ 0.999 in bf16) and against our CPU backend, with the defaults and with each
 # candidate setting (`gpu_check.py variants`: `--gpu-attention tensor-cores`, `--gpu-intermediate bf16`); (c)
@@ -102,7 +102,7 @@ else
 fi
 models=(minilm-l6 bge-large "$qwen")
 # Checked for correctness (cosine, every candidate setting), not measured: a lease is short.
-checked=("${models[@]}" mpnet-base modernbert-base minilm-dense)
+checked=("${models[@]}" mpnet-base modernbert-base minilm-dense qwen2-1.5b)
 texts="$out/texts.jsonl"
 head -n "$texts_n" workloads/text/passages_en.jsonl > "$texts"
 "$py" -c 'import json, sys

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Tiny random-weight encoders of the BERT family beyond BERT, and their sentence-transformers embeddings.
+"""Tiny random-weight models beyond BERT (encoders and decoders), and their sentence-transformers embeddings.
 
-Four complete sentence-transformers directories under engine/tests/fixtures/:
+Complete sentence-transformers directories under engine/tests/fixtures/:
   - xlmr_mean: XLMRobertaModel (multilingual-e5's and paraphrase-multilingual's family) with the shipped
     XLM-R-style Unigram tokenizer (workloads/vocab/xlmr_style_unigram_1k_tokenizer.json) given XLM-R's special
     tokens (`<s> <pad> </s> <unk>`, and `<mask>` taking in the whitespace before it), mean pooling, Normalize;
@@ -27,8 +27,18 @@ Four complete sentence-transformers directories under engine/tests/fixtures/:
     GELU's tanh approximation), with a tokenizer of Gemma's pipeline (SentencePiece-style BPE over '▁'-joined
     text, byte fallback, `<bos> $A <eos>`: the in-house tokenizer refuses it, the engine's default then reads it
     with the tokenizers crate), mean pooling, EmbeddingGemma's two Dense modules (64 to 128 to 64) and Normalize;
-  - modernbert_cls: the same with every bias (norm_bias, attention_bias, mlp_bias), a global layer every second,
-    other rotary bases, a window of 5 either side, CLS pooling, no Normalize.
+  - modernbert_cls: modernbert_mean's model with every bias (norm_bias, attention_bias, mlp_bias), a global layer every second,
+    other rotary bases, a window of 5 either side, CLS pooling, no Normalize;
+  - llama_last: LlamaModel (LLM2Vec's and NV-Retriever's backbone) with every bias (attention_bias, mlp_bias),
+    grouped-query attention, a tokenizer of Llama's pipeline (SentencePiece-style BPE with '▁' prepended, byte
+    fallback, `<s> $A </s>` as e5-mistral's appends its end token), last-token pooling, Normalize;
+  - mistral_last: MistralModel (e5-mistral's, SFR-Embedding's) with a head width other than hidden / heads, one
+    K/V head and a sliding window of 8 on every layer, the same tokenizer, last-token pooling, no Normalize;
+  - qwen2_dense_mean: Qwen2Model (gte-Qwen2's, stella_en_1.5B's) with its Q/K/V biases, sliding-window layers from
+    max_window_layers on, the Qwen-style byte-level BPE of make_qwen3_fixtures.py, mean pooling and stella's head
+    (a Dense module with bias, 64 to 32, Normalize);
+  - qwen3_window_mean: Qwen3Model with `is_causal: false` (transformers 5's bidirectional switch) and
+    sliding-window layers from layer_types (seeing |i - j| <= 6), mean pooling, no Normalize.
 
 The first three number positions as RoBERTa does (from pad_token_id + 1, a `<pad>` inside a text taking the padding row and
 not advancing the count), so the texts include `<pad>`, `<mask>` and `<s>` among runs of whitespace, and texts
@@ -56,12 +66,13 @@ from tokenizers import (AddedToken, Tokenizer, decoders, models as tok_models, n
 import sys
 
 from transformers import (BertConfig, BertModel, DistilBertConfig, DistilBertModel, Gemma3TextConfig,
-                          Gemma3TextModel, ModernBertConfig,
-                          ModernBertModel, MPNetConfig, MPNetModel, PreTrainedTokenizerFast, RobertaConfig,
-                          RobertaModel, XLMRobertaConfig, XLMRobertaModel)
+                          Gemma3TextModel, LlamaConfig, LlamaModel, MistralConfig, MistralModel, ModernBertConfig,
+                          ModernBertModel, MPNetConfig, MPNetModel, PreTrainedTokenizerFast, Qwen2Config, Qwen2Model,
+                          Qwen3Config, Qwen3Model, RobertaConfig, RobertaModel, XLMRobertaConfig, XLMRobertaModel)
 from transformers.models.mpnet.modeling_mpnet import MPNetEncoder
 
 import fixture_texts  # scripts/fixture_texts.py
+import make_qwen3_fixtures  # scripts/make_qwen3_fixtures.py: the Qwen-style tokenizer
 
 OUT = Path("engine/tests/fixtures")
 SPECIALS = ["<s>", "<pad>", "</s>", "<unk>"]
@@ -146,12 +157,13 @@ def modernbert_tokenizer():
     return tok
 
 
-def gemma_tokenizer():
-    """Gemma's pipeline: spaces to '▁', BPE with byte fallback (its <0xXX> pieces in the vocabulary), no
-    pre-tokenizer, `<bos> $A <eos>` (EmbeddingGemma's)."""
-    specials = ["<pad>", "<eos>", "<bos>", "<unk>"]
+def sentencepiece_bpe(specials, bos, eos, prepend):
+    """SentencePiece's BPE as tokenizer.json holds it: spaces to '▁' (after a '▁' put in front with `prepend`, as
+    Llama's and Mistral's), BPE with byte fallback (its <0xXX> pieces in the vocabulary), no pre-tokenizer,
+    `bos $A eos`."""
     tok = Tokenizer(tok_models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
-    tok.normalizer = normalizers.Replace(" ", "\u2581")
+    replace = normalizers.Replace(" ", "\u2581")
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), replace]) if prepend else replace
     # A small alphabet: the other characters take the byte fallback.
     trainer = trainers.BpeTrainer(vocab_size=700, limit_alphabet=200, special_tokens=specials, show_progress=False)
     tok.train_from_iterator(corpus(), trainer)
@@ -162,9 +174,34 @@ def gemma_tokenizer():
     tok = Tokenizer.from_str(json.dumps(j))
     tok.add_special_tokens(specials)
     tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()])
-    tok.post_processor = processors.TemplateProcessing(single="<bos> $A <eos>", special_tokens=[
-        ("<bos>", tok.token_to_id("<bos>")), ("<eos>", tok.token_to_id("<eos>"))])
+    tok.post_processor = processors.TemplateProcessing(single=f"{bos} $A {eos}", special_tokens=[
+        (bos, tok.token_to_id(bos)), (eos, tok.token_to_id(eos))])
     return tok
+
+
+def gemma_tokenizer():
+    """Gemma's pipeline (EmbeddingGemma's `<bos> $A <eos>`)."""
+    return sentencepiece_bpe(["<pad>", "<eos>", "<bos>", "<unk>"], "<bos>", "<eos>", prepend=False)
+
+
+def llama_tokenizer():
+    """Llama 2's and Mistral's pipeline, with the end token appended as e5-mistral's tokenizer does (last-token
+    pooling reads it)."""
+    return sentencepiece_bpe(["<unk>", "<s>", "</s>"], "<s>", "</s>", prepend=True)
+
+
+LLAMA_SPECIALS = dict(bos_token="<s>", eos_token="</s>", pad_token="</s>")
+QWEN_SPECIALS = dict(eos_token=make_qwen3_fixtures.EOS, pad_token=make_qwen3_fixtures.EOS)
+
+
+def decoder(config_class, model_class, **extra):
+    """A Llama-family decoder of 3 layers, 4 query heads; `extra`: what the fixture varies."""
+    def build(tok, max_seq):
+        config = config_class(vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=96,
+                              num_hidden_layers=3, num_attention_heads=4, max_position_embeddings=max_seq,
+                              attn_implementation="eager", **extra)
+        return model_class(config).eval()
+    return build
 
 
 GEMMA_SPECIALS = dict(bos_token="<bos>", eos_token="<eos>", pad_token="<pad>")
@@ -257,8 +294,9 @@ def make(name, build, tok, specials, pooling, normalize, seed, max_seq, dense=()
             norm = n.endswith("Norm.weight") or n.endswith("norm.weight")
             p.copy_(std * torch.randn_like(p) + (norm_center if norm else 0.0))
     model.save_pretrained(work, safe_serialization=True)
-    unk = "[UNK]" if tok.token_to_id("[UNK]") is not None else "<unk>"
-    PreTrainedTokenizerFast(tokenizer_object=tok, **{"unk_token": unk, **specials}).save_pretrained(work)
+    # The unknown token where the vocabulary has one (a byte-level BPE has none: naming one would add a token).
+    unk = {"unk_token": u for u in ("[UNK]", "<unk>") if tok.token_to_id(u) is not None}
+    PreTrainedTokenizerFast(tokenizer_object=tok, **{**unk, **specials}).save_pretrained(work)
     transformer = models.Transformer(str(work), max_seq_length=max_seq)
     modules = [transformer, models.Pooling(64, pooling_mode=pooling)]
     width = 64
@@ -304,6 +342,22 @@ def main():
     if not only or "gemma3_mean" in only:
         make("gemma3_mean", gemma3, gemma_tokenizer(), GEMMA_SPECIALS, "mean", True, 11, 96,
              dense=[(128, False, torch.nn.Identity()), (64, False, torch.nn.Identity())], norm_center=0.0)
+    if not only or "llama_last" in only:
+        make("llama_last", decoder(LlamaConfig, LlamaModel, num_key_value_heads=2, attention_bias=True, mlp_bias=True,
+                                   rope_theta=5e4), llama_tokenizer(), LLAMA_SPECIALS, "lasttoken", True, 12, 96)
+    if not only or "mistral_last" in only:
+        make("mistral_last", decoder(MistralConfig, MistralModel, num_key_value_heads=1, head_dim=32,
+                                     sliding_window=8), llama_tokenizer(), LLAMA_SPECIALS, "lasttoken", False, 13, 96)
+    if not only or "qwen2_dense_mean" in only:
+        make("qwen2_dense_mean", decoder(Qwen2Config, Qwen2Model, num_key_value_heads=2, use_sliding_window=True,
+                                         sliding_window=12, max_window_layers=1, rope_theta=2e4),
+             make_qwen3_fixtures.tokenizer(), QWEN_SPECIALS, "mean", True, 14, 96,
+             dense=[(32, True, torch.nn.Identity())])
+    if not only or "qwen3_window_mean" in only:
+        make("qwen3_window_mean", decoder(Qwen3Config, Qwen3Model, num_key_value_heads=4, head_dim=16, is_causal=False,
+                                          sliding_window=6, use_sliding_window=True,
+                                          layer_types=["sliding_attention", "full_attention", "sliding_attention"]),
+             make_qwen3_fixtures.tokenizer(), QWEN_SPECIALS, "mean", False, 15, 96)
     if not only or "bert_dense_cls" in only:
         make("bert_dense_cls", bert, bert_tokenizer(), BERT_SPECIALS, "cls", True, 9, 64,
              dense=[(64, True, torch.nn.Tanh())])

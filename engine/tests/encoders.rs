@@ -16,10 +16,7 @@
 //! whitespace it strips, and run past max_seq_length; the default, in-house tokenizer must give
 //! sentence-transformers' ids.
 
-use engine::Dtype;
-
 mod common;
-use common::models::{assert_batch_invariant_and_replay_bitwise, bf16_runs, check};
 
 const MODELS: [&str; 9] = [
     "xlmr_mean",
@@ -33,25 +30,4 @@ const MODELS: [&str; 9] = [
     "gemma3_mean",
 ];
 
-#[test]
-fn f32_matches_sentence_transformers() {
-    for name in MODELS {
-        check(name, Dtype::F32, 0.9999);
-    }
-}
-
-#[test]
-fn bf16_reaches_0_999() {
-    if bf16_runs("xlmr_mean") {
-        for name in MODELS {
-            check(name, Dtype::Bf16, 0.999);
-        }
-    }
-}
-
-#[test]
-fn batch_invariance_and_replay_are_bitwise() {
-    for name in MODELS {
-        assert_batch_invariant_and_replay_bitwise(name);
-    }
-}
+common::models::fixture_tests!(MODELS);

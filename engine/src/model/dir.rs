@@ -265,10 +265,17 @@ impl ModelDir {
         }
         let config_path = require(root.join("config.json"), "the model's config.json")?;
         let config = ModelConfig::read(&config_path)?;
-        let weights_path = require(
-            root.join("model.safetensors"),
-            "the weights as model.safetensors",
-        )?;
+        // One file, else a sharded checkpoint's index (transformers shards models past a few GB).
+        let single = root.join("model.safetensors");
+        let sharded = root.join("model.safetensors.index.json");
+        let weights_path = if sharded.is_file() && !single.is_file() {
+            sharded
+        } else {
+            require(
+                single,
+                "the weights as model.safetensors (or sharded, with model.safetensors.index.json)",
+            )?
+        };
         let tokenizer_path = require(root.join("tokenizer.json"), "a Hugging Face tokenizer.json")?;
 
         // Without modules.json the directory is a bare transformers model: sentence-transformers then defaults to

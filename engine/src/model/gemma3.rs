@@ -10,7 +10,7 @@
 //! `query_pre_attn_scalar^-½` (where it is not the head width's) into Q's norm, which rotary, being linear,
 //! carries through. Sequences are concatenated without padding, so attention needs no padding mask.
 
-use super::qwen3::{QkNormRotary, RmsNorm};
+use super::decoder::{QkNormRotary, RmsNorm};
 use super::{
     pre_norm_layout, stacked_linear, Encoder, Gemma3Config, Head, LayerRotary, ModelConfig,
     ModelDir, PreNormActs, Tensor, Weights,

@@ -3,6 +3,7 @@
 
 pub mod bert;
 mod config;
+pub mod decoder;
 mod dir;
 pub mod fetch;
 pub mod gemma3;
@@ -10,13 +11,12 @@ mod head;
 pub mod modernbert;
 #[cfg(test)]
 mod operand_slots;
-pub mod qwen3;
 pub mod synthetic;
 pub mod tiny;
 mod weights;
 
 pub use config::{
-    BertConfig, BertFamily, Gemma3Config, ModelConfig, ModernBertConfig, Qwen3Config,
+    BertConfig, BertFamily, DecoderConfig, Gemma3Config, ModelConfig, ModernBertConfig,
 };
 pub use dir::{DenseModule, ModelDir, Pooling, MAX_POSITIONS};
 pub use head::Head;
@@ -187,7 +187,7 @@ pub trait Encoder<D: Device> {
 /// The architecture a model directory names, loaded onto a device.
 pub enum Model<D: Device> {
     Bert(bert::Bert<D>),
-    Qwen3(qwen3::Qwen3<D>),
+    Decoder(decoder::Decoder<D>),
     ModernBert(modernbert::ModernBert<D>),
     Gemma3(gemma3::Gemma3<D>),
 }
@@ -196,7 +196,7 @@ impl<D: Device> Model<D> {
     pub fn load(dir: &ModelDir, device: &D) -> Result<Self> {
         Ok(match dir.config {
             ModelConfig::Bert(_) => Model::Bert(bert::Bert::load(dir, device)?),
-            ModelConfig::Qwen3(_) => Model::Qwen3(qwen3::Qwen3::load(dir, device)?),
+            ModelConfig::Decoder(_) => Model::Decoder(decoder::Decoder::load(dir, device)?),
             ModelConfig::ModernBert(_) => {
                 Model::ModernBert(modernbert::ModernBert::load(dir, device)?)
             }
@@ -209,7 +209,7 @@ impl<D: Device> Model<D> {
     fn head(&self) -> &Head<D> {
         match self {
             Model::Bert(m) => m.head(),
-            Model::Qwen3(m) => m.head(),
+            Model::Decoder(m) => m.head(),
             Model::ModernBert(m) => m.head(),
             Model::Gemma3(m) => m.head(),
         }
@@ -221,7 +221,7 @@ impl<D: Device> Architecture<D> for Model<D> {
     fn layout(&self) -> Layout {
         let mut layout = match self {
             Model::Bert(m) => m.layout(),
-            Model::Qwen3(m) => m.layout(),
+            Model::Decoder(m) => m.layout(),
             Model::ModernBert(m) => m.layout(),
             Model::Gemma3(m) => m.layout(),
         };
@@ -236,7 +236,7 @@ impl<D: Device> Architecture<D> for Model<D> {
     fn vocab_size(&self) -> usize {
         match self {
             Model::Bert(m) => m.vocab_size(),
-            Model::Qwen3(m) => m.vocab_size(),
+            Model::Decoder(m) => m.vocab_size(),
             Model::ModernBert(m) => m.vocab_size(),
             Model::Gemma3(m) => m.vocab_size(),
         }
@@ -253,7 +253,7 @@ impl<D: Device> Architecture<D> for Model<D> {
     fn forward<O: Ops<Device = D>>(&self, ops: &O, batch: &Batch, acts: &[O::Mat], out: O::Mat) {
         match self {
             Model::Bert(m) => m.forward(ops, batch, acts, out),
-            Model::Qwen3(m) => m.forward(ops, batch, acts, out),
+            Model::Decoder(m) => m.forward(ops, batch, acts, out),
             Model::ModernBert(m) => m.forward(ops, batch, acts, out),
             Model::Gemma3(m) => m.forward(ops, batch, acts, out),
         }

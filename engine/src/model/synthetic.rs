@@ -297,13 +297,13 @@ mod tests {
     /// attention over the positions it sees.
     #[test]
     fn flops_per_token_count_the_published_parameters() {
-        let config: crate::model::Qwen3Config = serde_json::from_value(json!({
+        let config: crate::model::DecoderConfig = serde_json::from_value(json!({
             "vocab_size": 151669, "hidden_size": 1024, "num_hidden_layers": 28, "num_attention_heads": 16,
             "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 3072,
             "max_position_embeddings": 32768
         }))
         .unwrap();
-        let config = crate::model::ModelConfig::Qwen3(config);
+        let config = crate::model::ModelConfig::Decoder(config);
         let params = config.flops_per_token(0) / 2.0;
         assert!((params / 0.4404e9 - 1.0).abs() < 1e-3, "{params}");
         // A causal token sees (128 + 1) / 2 positions on average: 4 FLOPs per position and query width (an empty

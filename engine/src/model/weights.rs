@@ -2,6 +2,7 @@
 //! tensors are widened once at load. (The linear layers' weights are then packed into the kernels' panel layout,
 //! a copy made once, by the backend's device.)
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -61,13 +62,45 @@ fn bytemuck_f32(bytes: &[u8]) -> &[f32] {
     body
 }
 
-/// The tensors of one safetensors file, found by name, with shapes checked.
-pub struct Weights {
+/// One memory-mapped safetensors file.
+struct Shard {
     path: PathBuf,
     map: Arc<Mmap>,
     /// The parsed header, and where the data section starts in the file.
     meta: Metadata,
     data_start: usize,
+}
+
+impl Shard {
+    fn open(path: &Path) -> Result<Self> {
+        let file = std::fs::File::open(path).map_err(Error::io(path))?;
+        // SAFETY: the file is opened read-only and we never hand out a view past the map's lifetime (Arc).
+        let map = unsafe { Mmap::map(&file) }.map_err(Error::io(path))?;
+        let (header, meta) = SafeTensors::read_metadata(&map)
+            .map_err(|e| Error::model(path, format!("not a valid safetensors file: {e}")))?;
+        Ok(Shard {
+            path: path.to_owned(),
+            map: Arc::new(map),
+            meta,
+            data_start: 8 + header,
+        })
+    }
+}
+
+/// transformers' `model.safetensors.index.json`: which file of a sharded checkpoint holds each tensor.
+#[derive(serde::Deserialize)]
+struct ShardIndex {
+    weight_map: HashMap<String, String>,
+}
+
+/// The tensors of a checkpoint, found by name, with shapes checked: one safetensors file, or the shards a
+/// `*.safetensors.index.json` lists (as transformers saves models past a few GB: gte-Qwen2, e5-mistral).
+pub struct Weights {
+    /// The file opened: the weights, or the shards' index.
+    path: PathBuf,
+    shards: Vec<Shard>,
+    /// For a sharded checkpoint, the shard of each tensor (by its full name).
+    index: Option<HashMap<String, usize>>,
     /// Prefix every tensor name carries in this file (`"bert."` or `"roberta."` in some checkpoints, `""` in others).
     prefix: String,
 }
@@ -78,17 +111,25 @@ pub struct Weights {
 const PREFIXES: [&str; 6] = ["", "bert.", "roberta.", "mpnet.", "distilbert.", "model."];
 
 impl Weights {
-    /// Opens `path` and finds the prefix its tensor names carry (none, or a head's base-model prefix such as
-    /// `bert.`) by looking for `probe`, a tensor every checkpoint of the architecture has.
+    /// Opens `path` (a safetensors file, or a sharded checkpoint's `.index.json`) and finds the prefix its tensor
+    /// names carry (none, or a head's base-model prefix such as `bert.`) by looking for `probe`, a tensor every
+    /// checkpoint of the architecture has.
     pub fn open(path: &Path, probe: &str) -> Result<Self> {
-        let file = std::fs::File::open(path).map_err(Error::io(path))?;
-        // SAFETY: the file is opened read-only and we never hand out a view past the map's lifetime (Arc).
-        let map = unsafe { Mmap::map(&file) }.map_err(Error::io(path))?;
-        let (header, meta) = SafeTensors::read_metadata(&map)
-            .map_err(|e| Error::model(path, format!("not a valid safetensors file: {e}")))?;
+        let (shards, index) = if path.to_string_lossy().ends_with(".index.json") {
+            let (shards, index) = open_shards(path)?;
+            (shards, Some(index))
+        } else {
+            (vec![Shard::open(path)?], None)
+        };
+        let mut weights = Weights {
+            path: path.to_owned(),
+            shards,
+            index,
+            prefix: String::new(),
+        };
         let prefix = PREFIXES
             .into_iter()
-            .find(|p| meta.info(&format!("{p}{probe}")).is_some())
+            .find(|p| weights.find(&format!("{p}{probe}")).is_some())
             .ok_or_else(|| {
                 Error::model(
                     path,
@@ -99,32 +140,37 @@ impl Weights {
                     ),
                 )
             })?;
-        Ok(Weights {
-            path: path.to_owned(),
-            map: Arc::new(map),
-            meta,
-            data_start: 8 + header,
-            prefix: prefix.to_owned(),
-        })
+        weights.prefix = prefix.to_owned();
+        Ok(weights)
     }
 
-    /// The file the tensors are read from.
+    /// The file the tensors are read from (a sharded checkpoint's index).
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The shard holding tensor `full` (its name with the prefix), and its header entry.
+    fn find(&self, full: &str) -> Option<(&Shard, &safetensors::tensor::TensorInfo)> {
+        let shard = match &self.index {
+            Some(index) => self.shards.get(*index.get(full)?)?,
+            None => self.shards.first()?,
+        };
+        Some((shard, shard.meta.info(full)?))
     }
 
     /// The tensor `name` (without the file's prefix), which must have exactly `shape`.
     pub fn get(&self, name: &str, shape: &[usize]) -> Result<Tensor> {
         let full = format!("{}{name}", self.prefix);
-        let info = self.meta.info(&full).ok_or_else(|| {
+        let (shard, info) = self.find(&full).ok_or_else(|| {
             Error::model(
                 &self.path,
                 format!("missing tensor `{full}` (expected shape {shape:?})"),
             )
         })?;
+        let path = &shard.path;
         if info.shape != shape {
             return Err(Error::model(
-                &self.path,
+                path,
                 format!(
                     "tensor `{full}` has shape {:?}, expected {shape:?}",
                     info.shape
@@ -132,27 +178,27 @@ impl Weights {
             ));
         }
         let (start, end) = (
-            self.data_start + info.data_offsets.0,
-            self.data_start + info.data_offsets.1,
+            shard.data_start + info.data_offsets.0,
+            shard.data_start + info.data_offsets.1,
         );
         let n: usize = shape.iter().product();
         let width = match info.dtype {
             Dtype::F32 => 4,
             _ => 2,
         };
-        let data = self
+        let data = shard
             .map
             .get(start..end)
             .filter(|d| d.len() == n * width)
             .ok_or_else(|| {
                 Error::model(
-                    &self.path,
+                    path,
                     format!("tensor `{full}`: data range does not match its shape"),
                 )
             })?;
         let storage = match info.dtype {
             Dtype::F32 if start % 4 == 0 => Storage::Mapped {
-                map: self.map.clone(),
+                map: shard.map.clone(),
                 start,
                 len: n,
             },
@@ -173,11 +219,48 @@ impl Weights {
             )),
             other => {
                 return Err(Error::model(
-                    &self.path,
+                    path,
                     format!("tensor `{full}` has dtype {other:?}, expected F32, F16 or BF16"),
                 ))
             }
         };
         Ok(Tensor { storage })
     }
+}
+
+/// The shards `index_path` lists, each opened once, and the shard of each tensor. Shard names are plain file
+/// names beside the index (as transformers writes them): a path elsewhere is refused, not followed.
+fn open_shards(index_path: &Path) -> Result<(Vec<Shard>, HashMap<String, usize>)> {
+    let text = std::fs::read_to_string(index_path).map_err(Error::io(index_path))?;
+    let index: ShardIndex = serde_json::from_str(&text).map_err(|source| Error::Json {
+        path: index_path.to_owned(),
+        source,
+    })?;
+    let dir = index_path.parent().unwrap_or(Path::new("."));
+    let mut files: Vec<&str> = index.weight_map.values().map(String::as_str).collect();
+    files.sort_unstable();
+    files.dedup();
+    if let Some(bad) = files
+        .iter()
+        .find(|f| Path::new(f).file_name().and_then(|n| n.to_str()) != Some(**f))
+    {
+        return Err(Error::model(
+            index_path,
+            format!("shard {bad:?}: expected a file name beside the index"),
+        ));
+    }
+    let shards = files
+        .iter()
+        .map(|f| Shard::open(&dir.join(f)))
+        .collect::<Result<Vec<_>>>()?;
+    let of = index
+        .weight_map
+        .iter()
+        .map(|(name, file)| {
+            // Every file is in `files`: the search finds it.
+            let i = files.binary_search(&file.as_str()).unwrap_or_default();
+            (name.clone(), i)
+        })
+        .collect();
+    Ok((shards, of))
 }

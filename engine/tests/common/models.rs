@@ -104,3 +104,36 @@ pub fn assert_batch_invariant_and_replay_bitwise(name: &str) {
         );
     }
 }
+
+/// The three tests every fixture list takes, as `#[test]` functions in the calling test crate: f32 reaches
+/// 0.9999 cosine against the reference, bf16 0.999 (where the CPU runs bf16), and batch invariance and replay
+/// are bitwise. (Not every test crate that compiles `common` uses it.)
+#[allow(unused_macros)]
+macro_rules! fixture_tests {
+    ($models:expr) => {
+        #[test]
+        fn f32_matches_the_reference() {
+            for name in $models {
+                common::models::check(name, engine::Dtype::F32, 0.9999);
+            }
+        }
+
+        #[test]
+        fn bf16_reaches_0_999() {
+            if common::models::bf16_runs($models[0]) {
+                for name in $models {
+                    common::models::check(name, engine::Dtype::Bf16, 0.999);
+                }
+            }
+        }
+
+        #[test]
+        fn batch_invariance_and_replay_are_bitwise() {
+            for name in $models {
+                common::models::assert_batch_invariant_and_replay_bitwise(name);
+            }
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use fixture_tests;

@@ -10,18 +10,18 @@ use crate::backend::ops::AttentionShape;
 use crate::error::{Error, Result};
 
 mod bert;
+mod decoder;
 mod gemma3;
 mod modernbert;
-mod qwen3;
 
 use bert::read_bert;
 pub use bert::{BertConfig, BertFamily};
+use decoder::read_decoder;
+pub use decoder::{DecoderConfig, DecoderFamily};
 use gemma3::read_gemma3;
 pub use gemma3::Gemma3Config;
 use modernbert::read_modernbert;
 pub use modernbert::ModernBertConfig;
-use qwen3::read_qwen3;
-pub use qwen3::Qwen3Config;
 
 /// One entry of `rope_parameters` (transformers 5), or the file's only one.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -111,7 +111,7 @@ fn default_act() -> String {
 #[derive(Clone, Debug, PartialEq)]
 pub enum ModelConfig {
     Bert(BertConfig),
-    Qwen3(Qwen3Config),
+    Decoder(DecoderConfig),
     ModernBert(ModernBertConfig),
     Gemma3(Gemma3Config),
 }
@@ -135,8 +135,8 @@ impl ModelConfig {
         };
         if BertFamily::of(&kind.model_type, &kind.architectures).is_some() {
             Ok(ModelConfig::Bert(read_bert(path)?))
-        } else if names(&["qwen3", "Qwen3Model", "Qwen3ForCausalLM"]) {
-            Ok(ModelConfig::Qwen3(read_qwen3(path)?))
+        } else if let Some((family, _)) = DecoderFamily::NAMES.iter().find(|(_, n)| names(n)) {
+            Ok(ModelConfig::Decoder(read_decoder(path, *family)?))
         } else if names(&["modernbert", "ModernBertModel", "ModernBertForMaskedLM"]) {
             Ok(ModelConfig::ModernBert(read_modernbert(path)?))
         } else if names(&["gemma3_text", "Gemma3TextModel", "Gemma3ForCausalLM"]) {
@@ -147,7 +147,8 @@ impl ModelConfig {
                 format!(
                     "unsupported architecture {:?} (model_type {:?}): expected a BERT-family encoder (BertModel, \
                      RobertaModel, XLMRobertaModel, CamembertModel, MPNetModel, DistilBertModel), ModernBertModel, \
-                     a Qwen3 model (Qwen3Model) or Gemma 3's text model (Gemma3TextModel)",
+                     a Llama-family decoder (LlamaModel, MistralModel, Qwen2Model, Qwen3Model) or Gemma 3's \
+                     text model (Gemma3TextModel)",
                     kind.architectures, kind.model_type
                 ),
             ))
@@ -157,7 +158,7 @@ impl ModelConfig {
     pub fn vocab_size(&self) -> usize {
         match self {
             ModelConfig::Bert(c) => c.vocab_size,
-            ModelConfig::Qwen3(c) => c.vocab_size,
+            ModelConfig::Decoder(c) => c.vocab_size,
             ModelConfig::ModernBert(c) => c.vocab_size,
             ModelConfig::Gemma3(c) => c.vocab_size,
         }
@@ -167,7 +168,7 @@ impl ModelConfig {
     pub fn hidden_size(&self) -> usize {
         match self {
             ModelConfig::Bert(c) => c.hidden_size,
-            ModelConfig::Qwen3(c) => c.hidden_size,
+            ModelConfig::Decoder(c) => c.hidden_size,
             ModelConfig::ModernBert(c) => c.hidden_size,
             ModelConfig::Gemma3(c) => c.hidden_size,
         }
@@ -183,13 +184,15 @@ impl ModelConfig {
                 let (h, f) = (c.hidden_size, c.intermediate_size);
                 vec![(4 * h * h + 2 * h * f, c.attention()); c.num_hidden_layers]
             }
-            ModelConfig::Qwen3(c) => {
+            ModelConfig::Decoder(c) => {
                 let (h, f) = (c.hidden_size, c.intermediate_size);
                 let (q, kv) = (
                     c.num_attention_heads * c.head_dim(),
-                    c.num_key_value_heads * c.head_dim(),
+                    c.kv_heads() * c.head_dim(),
                 );
-                vec![(2 * h * q + 2 * h * kv + 3 * h * f, c.attention()); c.num_hidden_layers]
+                (0..c.num_hidden_layers)
+                    .map(|i| (2 * h * q + 2 * h * kv + 3 * h * f, c.attention(i)))
+                    .collect()
             }
             ModelConfig::ModernBert(c) => {
                 let (h, f) = (c.hidden_size, c.intermediate_size);
@@ -220,7 +223,7 @@ impl ModelConfig {
     pub fn layers(&self) -> usize {
         match self {
             ModelConfig::Bert(c) => c.num_hidden_layers,
-            ModelConfig::Qwen3(c) => c.num_hidden_layers,
+            ModelConfig::Decoder(c) => c.num_hidden_layers,
             ModelConfig::ModernBert(c) => c.num_hidden_layers,
             ModelConfig::Gemma3(c) => c.num_hidden_layers,
         }
@@ -230,7 +233,7 @@ impl ModelConfig {
     pub fn max_positions(&self) -> usize {
         match self {
             ModelConfig::Bert(c) => c.max_positions(),
-            ModelConfig::Qwen3(c) => c.max_position_embeddings,
+            ModelConfig::Decoder(c) => c.max_position_embeddings,
             ModelConfig::ModernBert(c) => c.max_position_embeddings,
             ModelConfig::Gemma3(c) => c.max_position_embeddings,
         }

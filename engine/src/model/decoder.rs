@@ -1,18 +1,20 @@
-//! Qwen3 used as an embedding model, over the backend op set, for any device.
+//! The Llama family of decoders used as embedding models, over the backend op set, for any device.
 //!
-//! Mirrors Hugging Face transformers' `modeling_qwen3.py` (Qwen3RMSNorm, Qwen3Attention with its per-head q/k
-//! norms, Qwen3MLP, Qwen3DecoderLayer, Qwen3Model) block for block, then sentence-transformers' Pooling and
-//! Normalize. Two conventions, both read from the model directory: Qwen3-Embedding (causal attention, last-token
-//! pooling, the tokenizer appending its end-of-text token) and a bidirectional variant (`"is_causal": false` in
-//! config.json; full attention, and mean pooling from its Pooling module) as pplx-embed uses. Differences, exact in
-//! real arithmetic: sequences are concatenated without padding, so attention needs no padding mask; Q, K and V are
-//! one fused projection, and so are the MLP's gate and up projections; the q and k norms and rotary are one op over
-//! Q's and K's heads; residuals are added in the output projections' epilogues. The language-model head is never
-//! used, so tied or untied embeddings load the same.
+//! Mirrors Hugging Face transformers' `modeling_llama.py`, `modeling_mistral.py`, `modeling_qwen2.py` and
+//! `modeling_qwen3.py` (their RMSNorm, Attention, MLP, DecoderLayer and Model) block for block, then
+//! sentence-transformers' Pooling, Dense and Normalize: one layer, in which the family (read from config.json,
+//! [`DecoderFamily`](super::DecoderFamily)) decides the biases, Qwen3's per-head q/k norms and which layers attend
+//! within a sliding window. Two conventions, both read from the model directory: the decoder's own (causal
+//! attention, last-token pooling, the tokenizer appending its end token: Qwen3-Embedding, e5-mistral, gte-Qwen2)
+//! and a bidirectional one (`"is_causal": false` in config.json; full attention, mean pooling: pplx-embed).
+//! Differences, exact in real arithmetic: sequences are concatenated without padding, so attention needs no
+//! padding mask; Q, K and V are one fused projection, and so are the MLP's gate and up projections; the q and k
+//! norms and rotary are one op over Q's and K's heads; residuals are added in the output projections' epilogues.
+//! The language-model head is never used, so tied or untied embeddings load the same.
 
 use super::{
-    pre_norm_layout, stacked_linear, Encoder, Head, ModelConfig, ModelDir, PreNormActs,
-    Qwen3Config, Tensor, Weights,
+    pre_norm_layout, stacked_linear, DecoderConfig, Encoder, Head, ModelConfig, ModelDir,
+    PreNormActs, Tensor, Weights,
 };
 use crate::backend::ops::{
     Activation, AttentionShape, Device, Embedding, Glu, Layout, Matrix, Ops, PositionIds,
@@ -49,11 +51,11 @@ impl<D: Device> RmsNorm<D> {
 }
 
 /// Qwen3Attention's `q_norm` and `k_norm` (an RMSNorm per head) and the rotary embedding after them, as one op
-/// over Q's and K's heads, which are adjacent columns of the fused projection (one pass, one launch on a GPU).
+/// over Q's and K's heads, which are adjacent columns of the fused projection (one pass, one launch on a GPU);
+/// rotary alone where the family has no q/k norms.
 pub struct QkNormRotary<D: Device> {
-    /// Each norm's weights repeated over its heads: one value per column of Q and K.
-    weight: D::Param,
-    eps: f32,
+    /// Each norm's weights repeated over its heads (one value per column of Q and K), and its eps.
+    norm: Option<(D::Param, f32)>,
     shape: AttentionShape,
 }
 
@@ -80,10 +82,14 @@ impl<D: Device> QkNormRotary<D> {
             .copied()
             .collect();
         Ok(QkNormRotary {
-            weight: d.param(Tensor::from_vec(weight))?,
-            eps: eps as f32,
+            norm: Some((d.param(Tensor::from_vec(weight))?, eps as f32)),
             shape,
         })
+    }
+
+    /// Rotary alone (Llama, Mistral, Qwen2).
+    pub fn rotary(shape: AttentionShape) -> Self {
+        QkNormRotary { norm: None, shape }
     }
 
     /// In place on the Q and K columns of `qkv`, at each token's position (`table`: the model's rotary table).
@@ -101,12 +107,14 @@ impl<D: Device> QkNormRotary<D> {
             ..
         } = self.shape;
         let qk = qkv.columns(0..(heads + kv_heads) * head_dim);
-        ops.rotary(batch, qk, table, head_dim, Some((&self.weight, self.eps)));
+        let norm = self.norm.as_ref().map(|(w, eps)| (w, *eps));
+        ops.rotary(batch, qk, table, head_dim, norm);
     }
 }
 
-/// Qwen3DecoderLayer: pre-norm attention (fused QKV, per-head q/k RMSNorm, rotary, grouped-query attention) and
-/// pre-norm SwiGLU MLP, each with its residual.
+/// LlamaDecoderLayer (and Mistral's, Qwen2's, Qwen3's): pre-norm attention (fused QKV, Qwen3's per-head q/k
+/// RMSNorm, rotary, grouped-query attention, global or within a sliding window) and pre-norm SwiGLU MLP, each with
+/// its residual.
 pub struct Layer<D: Device> {
     input_norm: RmsNorm<D>,
     qkv: D::Linear,
@@ -119,9 +127,10 @@ pub struct Layer<D: Device> {
 }
 
 impl<D: Device> Layer<D> {
-    pub fn load(w: &Weights, d: &D, c: &Qwen3Config, i: usize) -> Result<Self> {
+    pub fn load(w: &Weights, d: &D, c: &DecoderConfig, i: usize) -> Result<Self> {
         let (h, f, hd) = (c.hidden_size, c.intermediate_size, c.head_dim());
-        let attention = c.attention();
+        let attention = c.attention(i);
+        let ((qkv_bias, o_bias), mlp_bias) = (c.attention_biases(), c.mlp_bias());
         let (q, kv) = (attention.heads * hd, attention.kv_heads * hd);
         let p = format!("layers.{i}");
         let a = format!("{p}.self_attn");
@@ -138,19 +147,23 @@ impl<D: Device> Layer<D> {
                     (format!("{a}.v_proj"), kv),
                 ],
                 h,
-                false,
+                qkv_bias,
             )?,
-            qk_norm_rotary: QkNormRotary::load(w, d, &a, attention, eps, 0.0, 1.0)?,
-            o_proj: stacked_linear(w, d, &[(format!("{a}.o_proj"), h)], q, false)?,
+            qk_norm_rotary: if c.qk_norm() {
+                QkNormRotary::load(w, d, &a, attention, eps, 0.0, 1.0)?
+            } else {
+                QkNormRotary::rotary(attention)
+            },
+            o_proj: stacked_linear(w, d, &[(format!("{a}.o_proj"), h)], q, o_bias)?,
             post_norm: RmsNorm::load(w, d, &format!("{p}.post_attention_layernorm"), h, eps, 0.0)?,
             gate_up: stacked_linear(
                 w,
                 d,
                 &[(format!("{m}.gate_proj"), f), (format!("{m}.up_proj"), f)],
                 h,
-                false,
+                mlp_bias,
             )?,
-            down: stacked_linear(w, d, &[(format!("{m}.down_proj"), h)], f, false)?,
+            down: stacked_linear(w, d, &[(format!("{m}.down_proj"), h)], f, mlp_bias)?,
             attention,
         })
     }
@@ -188,9 +201,10 @@ impl<D: Device> Layer<D> {
     }
 }
 
-/// A Qwen3 embedding model: token embeddings, decoder layers, final norm, pooling and optional normalisation.
-pub struct Qwen3<D: Device> {
-    pub config: Qwen3Config,
+/// A Llama-family decoder as an embedding model: token embeddings, decoder layers, final norm, and the
+/// sentence-transformers head.
+pub struct Decoder<D: Device> {
+    pub config: DecoderConfig,
     head: Head<D>,
     embeddings: Embedding<D>,
     rotary: D::Param,
@@ -200,14 +214,17 @@ pub struct Qwen3<D: Device> {
     positions: usize,
 }
 
-impl<D: Device> Qwen3<D> {
+impl<D: Device> Decoder<D> {
     pub fn load(dir: &ModelDir, device: &D) -> Result<Self> {
-        let ModelConfig::Qwen3(c) = &dir.config else {
-            return Err(Error::model(&dir.root, "not a Qwen3 model directory"));
+        let ModelConfig::Decoder(c) = &dir.config else {
+            return Err(Error::model(
+                &dir.root,
+                "not a Llama-family decoder's directory",
+            ));
         };
         let w = Weights::open(&dir.weights_path, "embed_tokens.weight")?;
         let h = c.hidden_size;
-        Ok(Qwen3 {
+        Ok(Decoder {
             embeddings: Embedding {
                 word: device.param(w.get("embed_tokens.weight", &[c.vocab_size, h])?)?,
                 position: None,
@@ -239,12 +256,12 @@ impl<D: Device> Qwen3<D> {
     }
 }
 
-impl<D: Device> Encoder<D> for Qwen3<D> {
+impl<D: Device> Encoder<D> for Decoder<D> {
     fn layout(&self) -> Layout {
         let c = &self.config;
         pre_norm_layout(
             c.hidden_size,
-            c.attention(),
+            c.attention(0),
             c.intermediate_size,
             self.positions,
         )
