@@ -9,9 +9,10 @@ __device__ __forceinline__ float gelu(float u) {
     return 0.5f * u * (1.0f + erff(u * 0.70710678118654752f));
 }
 
-// A linear layer's activation (Ops::linear): 0 none, 1 exact GELU, 2 tanh (sentence-transformers' Dense).
+// A linear layer's activation (Ops::linear): 0 none, 1 exact GELU, 2 tanh (sentence-transformers' Dense), 3 ReLU
+// (T5's feed-forward).
 __device__ __forceinline__ float activate(float v, int act) {
-    return act == 1 ? gelu(v) : act == 2 ? tanhf(v) : v;
+    return act == 1 ? gelu(v) : act == 2 ? tanhf(v) : act == 3 ? fmaxf(v, 0.0f) : v;
 }
 
 // out = act(y + bias) + residual, in place on `y` (the GEMM's output); `bias` and `residual` may be null, `act`

@@ -28,6 +28,8 @@ pub enum Activation {
     Gelu,
     /// tanh, sentence-transformers' Dense default (LaBSE's, distiluse's).
     Tanh,
+    /// `max(x, 0)`, T5's feed-forward (`feed_forward_proj = "relu"`).
+    Relu,
 }
 
 /// The activation of a gated linear unit's gate ([`Ops::glu`]).

@@ -204,6 +204,8 @@ fn emulated_cuda_elementwise_kernels_match_f64_and_write_their_shadow() {
     let act_shadow = out.bf16s(ROWS * COLS);
     let tanh = out.f32s(ROWS * LD);
     let tanh_shadow = out.bf16s(ROWS * COLS);
+    let relu = out.f32s(ROWS * LD);
+    let relu_shadow = out.bf16s(ROWS * COLS);
     let silu = out.f32s(ROWS * LD);
     let silu_shadow = out.bf16s(ROWS * f);
     let gelu_gate = out.f32s(ROWS * LD);
@@ -231,6 +233,14 @@ fn emulated_cuda_elementwise_kernels_match_f64_and_write_their_shadow() {
         &tanh_shadow,
         COLS,
         |r, c| (inp.y[r * LD + c] as f64 + inp.a[c] as f64).tanh(),
+        |i| inp.y[i],
+    );
+    check_rows(
+        "bias_act (ReLU)",
+        &relu,
+        &relu_shadow,
+        COLS,
+        |r, c| (inp.y[r * LD + c] as f64 + inp.a[c] as f64).max(0.0),
         |i| inp.y[i],
     );
     check_rows(

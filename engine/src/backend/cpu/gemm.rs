@@ -437,6 +437,7 @@ pub fn linear(par: &dyn Par, x: Mat, w: &PackedB, epi: Epilogue, out: Mat, scrat
                 Activation::None => {}
                 Activation::Gelu => rows_of(kernels::gelu),
                 Activation::Tanh => rows_of(kernels::tanh),
+                Activation::Relu => rows_of(kernels::relu),
             }
         }
     });

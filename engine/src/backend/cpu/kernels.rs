@@ -103,6 +103,13 @@ pub fn tanh(x: &mut [f32]) {
     }
 }
 
+/// ReLU in place (T5's feed-forward); the loop vectorises as it stands.
+pub fn relu(x: &mut [f32]) {
+    for v in x.iter_mut() {
+        *v = v.max(0.0);
+    }
+}
+
 /// erf as a rational approximation on [-4, 4] (the form XLA and Eigen use for f32: max error a few ulp), branch-free
 /// so that it vectorises.
 #[inline(always)]

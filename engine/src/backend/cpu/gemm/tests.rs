@@ -28,6 +28,7 @@ pub(crate) fn reference(
                         * (1.0 + super::super::kernels::tests::erf64(s / std::f64::consts::SQRT_2))
                 }
                 Activation::Tanh => s = s.tanh(),
+                Activation::Relu => s = s.max(0.0),
             }
             if !residual.is_empty() {
                 s += residual[i * n + j] as f64;
@@ -116,6 +117,7 @@ fn check_against_reference(dtype: Dtype, isa: Isa, tolerance: f32) {
             (Activation::None, false),
             (Activation::Gelu, false),
             (Activation::Tanh, false),
+            (Activation::Relu, false),
             (Activation::None, true),
         ] {
             let mut residual = if with_residual {
