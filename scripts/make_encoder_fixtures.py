@@ -38,7 +38,13 @@ Complete sentence-transformers directories under engine/tests/fixtures/:
     max_window_layers on, the Qwen-style byte-level BPE of make_qwen3_fixtures.py, mean pooling and stella's head
     (a Dense module with bias, 64 to 32, Normalize);
   - qwen3_window_mean: Qwen3Model with `is_causal: false` (transformers 5's bidirectional switch) and
-    sliding-window layers from layer_types (seeing |i - j| <= 6), mean pooling, no Normalize.
+    sliding-window layers from layer_types (seeing |i - j| <= 6), mean pooling, no Normalize;
+  - t5_gated_mean: T5EncoderModel as sentence-t5 and GTR (T5 v1.1's gated tanh-GELU feed-forward, heads of 24
+    columns, 16 relative-position buckets up to distance 40, so that 96-token texts reach the last), with T5's
+    pipeline on the shipped Unigram (`$A </s>`), mean pooling, a Dense module without bias (64 to 64) and Normalize:
+    sentence-t5's head; also its buckets.json (transformers' T5Attention._relative_position_bucket);
+  - t5_relu_cls: the same with T5 v1.0's ReLU feed-forward and the default 32 buckets up to 128, CLS pooling, no
+    Normalize.
 
 The first three number positions as RoBERTa does (from pad_token_id + 1, a `<pad>` inside a text taking the padding row and
 not advancing the count), so the texts include `<pad>`, `<mask>` and `<s>` among runs of whitespace, and texts
@@ -68,7 +74,9 @@ import sys
 from transformers import (BertConfig, BertModel, DistilBertConfig, DistilBertModel, Gemma3TextConfig,
                           Gemma3TextModel, LlamaConfig, LlamaModel, MistralConfig, MistralModel, ModernBertConfig,
                           ModernBertModel, MPNetConfig, MPNetModel, PreTrainedTokenizerFast, Qwen2Config, Qwen2Model,
-                          Qwen3Config, Qwen3Model, RobertaConfig, RobertaModel, XLMRobertaConfig, XLMRobertaModel)
+                          Qwen3Config, Qwen3Model, RobertaConfig, RobertaModel, T5Config, T5EncoderModel,
+                          XLMRobertaConfig, XLMRobertaModel)
+from transformers.models.t5.modeling_t5 import T5Attention
 from transformers.models.mpnet.modeling_mpnet import MPNetEncoder
 
 import fixture_texts  # scripts/fixture_texts.py
@@ -94,6 +102,37 @@ def with_specials(tok):
 def xlmr_tokenizer():
     tok = with_specials(Tokenizer.from_file("workloads/vocab/xlmr_style_unigram_1k_tokenizer.json"))
     return tok
+
+
+def t5_tokenizer():
+    """T5's pipeline on the shipped Unigram: Metaspace, `$A </s>` (no start token), `<pad>` `</s>` `<unk>`."""
+    tok = Tokenizer.from_file("workloads/vocab/xlmr_style_unigram_1k_tokenizer.json")
+    tok.add_special_tokens(["<pad>", "</s>", "<unk>"])
+    tok.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[
+        ("</s>", tok.token_to_id("</s>"))])
+    return tok
+
+
+T5_SPECIALS = dict(eos_token="</s>", pad_token="<pad>")
+
+
+def t5(**extra):
+    """T5's encoder (T5EncoderModel), 3 blocks of 4 heads 24 wide (96, not d_model's 64); `extra`: the feed-forward
+    and the relative position buckets."""
+    def build(tok, max_seq):
+        config = T5Config(vocab_size=tok.get_vocab_size(), d_model=64, d_kv=24, d_ff=96, num_layers=3, num_heads=4,
+                          pad_token_id=tok.token_to_id("<pad>"), eos_token_id=tok.token_to_id("</s>"),
+                          attn_implementation="eager", **extra)
+        return T5EncoderModel(config).eval()
+    return build
+
+
+def write_buckets(name, bucket_fn, num_buckets, max_distance):
+    """transformers' own bucket of every distance from -300 to 300, for the engine's unit test."""
+    distances = torch.arange(-300, 301)
+    buckets = bucket_fn(distances, num_buckets, max_distance).tolist()
+    (OUT / name / "buckets.json").write_text(json.dumps({"num_buckets": num_buckets, "max_distance": max_distance,
+                                                         "distances": distances.tolist(), "buckets": buckets}))
 
 
 def byte_level_bpe(specials):
@@ -358,6 +397,16 @@ def main():
                                           sliding_window=6, use_sliding_window=True,
                                           layer_types=["sliding_attention", "full_attention", "sliding_attention"]),
              make_qwen3_fixtures.tokenizer(), QWEN_SPECIALS, "mean", False, 15, 96)
+    t5_bucket = lambda d, n, m: T5Attention._relative_position_bucket(d, bidirectional=True, num_buckets=n,
+                                                                      max_distance=m)
+    if not only or "t5_gated_mean" in only:
+        make("t5_gated_mean", t5(feed_forward_proj="gated-gelu", relative_attention_num_buckets=16,
+                                 relative_attention_max_distance=40), t5_tokenizer(), T5_SPECIALS, "mean", True, 16,
+             96, dense=[(64, False, torch.nn.Identity())])
+        write_buckets("t5_gated_mean", t5_bucket, 16, 40)
+    if not only or "t5_relu_cls" in only:
+        make("t5_relu_cls", t5(feed_forward_proj="relu"), t5_tokenizer(), T5_SPECIALS, "cls", False, 17, 96)
+        write_buckets("t5_relu_cls", t5_bucket, 32, 128)
     if not only or "bert_dense_cls" in only:
         make("bert_dense_cls", bert, bert_tokenizer(), BERT_SPECIALS, "cls", True, 9, 64,
              dense=[(64, True, torch.nn.Tanh())])
@@ -373,9 +422,8 @@ def main():
     make("mpnet_mean", roberta_like(MPNetConfig, MPNetModel), mpnet_tokenizer(), ROBERTA_SPECIALS, "mean", True, 5,
          160)
     make("distilbert_mean", distilbert, bert_tokenizer(), BERT_SPECIALS, "mean", False, 6, 64)
-    distances = torch.arange(-300, 301)
-    buckets = MPNetEncoder.relative_position_bucket(distances).tolist()
-    (OUT / "mpnet_mean/buckets.json").write_text(json.dumps({"distances": distances.tolist(), "buckets": buckets}))
+    write_buckets("mpnet_mean", lambda d, n, m: MPNetEncoder.relative_position_bucket(d, num_buckets=n,
+                                                                                       max_distance=m), 32, 128)
 
 
 if __name__ == "__main__":

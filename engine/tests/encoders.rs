@@ -11,14 +11,15 @@
 //! and EmbeddingGemma's (two Dense without bias or activation, 64 to 256 to 48, Normalize); and Gemma 3's text
 //! model as EmbeddingGemma runs it (bidirectional, sliding-window and global layers, four norms a layer, a score
 //! scale of its own), its SentencePiece-style tokenizer read by the crate (the default falls back to it), with
-//! EmbeddingGemma's head. The first three number positions after the padding id: their texts put `<pad>`
-//! inside sequences (it takes the padding row and does not advance the positions after it), `<mask>` after
-//! whitespace it strips, and run past max_seq_length; the default, in-house tokenizer must give
-//! sentence-transformers' ids.
+//! EmbeddingGemma's head; and T5's encoder (relative position buckets other than the default, 4 heads of 24
+//! columns against d_model 64, the gated tanh-GELU feed-forward with sentence-t5's Dense head, and the ReLU
+//! one). The first three number positions after the padding id: their texts put `<pad>` inside sequences (it
+//! takes the padding row and does not advance the positions after it), `<mask>` after whitespace it strips, and
+//! run past max_seq_length; the default tokenizer must give sentence-transformers' ids.
 
 mod common;
 
-const MODELS: [&str; 9] = [
+const MODELS: [&str; 11] = [
     "xlmr_mean",
     "roberta_cls",
     "mpnet_mean",
@@ -28,6 +29,8 @@ const MODELS: [&str; 9] = [
     "bert_dense_cls",
     "distilbert_dense_mean",
     "gemma3_mean",
+    "t5_gated_mean",
+    "t5_relu_cls",
 ];
 
 common::models::fixture_tests!(MODELS);

@@ -10,8 +10,8 @@
 //! block is added in its output projection's epilogue, before the LayerNorm.
 
 use super::{
-    layer_norm, stacked_linear, BertConfig, BertFamily, Encoder, Head, ModelConfig, ModelDir,
-    Weights,
+    layer_norm, relative::relative_bias, stacked_linear, BertConfig, BertFamily, Encoder, Head,
+    ModelConfig, ModelDir, Weights,
 };
 use crate::backend::ops::{
     Activation, AttentionShape, Device, Embedding, LayerNormWeights, Layout, Matrix, Ops,
@@ -241,56 +241,6 @@ impl LayerNames {
     }
 }
 
-/// MPNetEncoder's `relative_position_bucket` (its defaults: 32 buckets, distances up to 128): half the buckets
-/// for keys before the query, half after; distances under 8 exact, the rest logarithmic. In f32, as torch
-/// computes it.
-fn mpnet_bucket(relative: i64) -> usize {
-    const HALF: i64 = 16;
-    const EXACT: i64 = HALF / 2;
-    const MAX_DISTANCE: f32 = 128.0;
-    let n = -relative;
-    let side = if n < 0 { HALF } else { 0 };
-    let n = n.abs();
-    let within = if n < EXACT {
-        n
-    } else {
-        let log = (n as f32 / EXACT as f32).ln() / (MAX_DISTANCE / EXACT as f32).ln();
-        (EXACT + (log * (HALF - EXACT) as f32) as i64).min(HALF - 1)
-    };
-    (side + within) as usize
-}
-
-/// MPNet's relative position bias, as the op set takes it: the encoder's `relative_attention_bias` table
-/// (`[buckets, heads]`) laid out per head and distance for sequences of up to `reach` tokens.
-fn mpnet_bias<D: Device>(
-    w: &Weights,
-    d: &D,
-    c: &BertConfig,
-    reach: usize,
-) -> Result<RelativeBias<D>> {
-    let heads = c.num_attention_heads;
-    let buckets = c.relative_attention_num_buckets;
-    let weights = w.get("encoder.relative_attention_bias.weight", &[buckets, heads])?;
-    let width = 2 * reach - 1;
-    let mut table = Vec::with_capacity(heads * width);
-    for h in 0..heads {
-        for distance in -(reach as i64 - 1)..reach as i64 {
-            let bucket = mpnet_bucket(distance);
-            let v = weights.data().get(bucket * heads + h).ok_or_else(|| {
-                Error::model(
-                    w.path(),
-                    format!("relative_attention_num_buckets {buckets}: MPNet's attention uses 32"),
-                )
-            })?;
-            table.push(*v);
-        }
-    }
-    Ok(RelativeBias {
-        table: d.param(super::Tensor::from_vec(table))?,
-        reach,
-    })
-}
-
 /// A sentence-embedding BERT: encoder, pooling and optional L2 normalisation.
 pub struct Bert<D: Device> {
     pub config: BertConfig,
@@ -316,7 +266,15 @@ impl<D: Device> Bert<D> {
                 .map(|i| Layer::load(&w, device, c, i))
                 .collect::<Result<_>>()?,
             bias: match c.family() {
-                BertFamily::Mpnet => Some(mpnet_bias(&w, device, c, dir.positions.max(1))?),
+                BertFamily::Mpnet => Some(relative_bias(
+                    &w,
+                    device,
+                    "encoder.relative_attention_bias.weight",
+                    (c.relative_attention_num_buckets, c.num_attention_heads),
+                    // MPNet's attention calls the bucket function with its defaults, whatever the config says.
+                    (32, 128),
+                    dir.positions.max(1),
+                )?),
                 BertFamily::Bert | BertFamily::Roberta | BertFamily::DistilBert => None,
             },
             config: c.clone(),
@@ -373,36 +331,5 @@ impl<D: Device> Encoder<D> for Bert<D> {
             layer.forward(ops, batch, self.bias.as_ref(), &a);
         }
         self.head.forward(ops, batch, a.hidden, &acts[5..], out);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    /// Every distance from -300 to 300 falls in transformers' own bucket (`scripts/make_encoder_fixtures.py` wrote
-    /// them from `MPNetEncoder.relative_position_bucket`): the exact ones, the logarithmic ones, and the last one
-    /// past 128 on either side.
-    #[test]
-    fn mpnet_buckets_are_transformers_buckets() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/mpnet_mean/buckets.json");
-        let json: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(path).expect("buckets.json"))
-                .expect("JSON");
-        let (distances, buckets) = (&json["distances"], &json["buckets"]);
-        let pairs: Vec<(i64, u64)> = distances
-            .as_array()
-            .expect("distances")
-            .iter()
-            .zip(buckets.as_array().expect("buckets"))
-            .map(|(d, b)| (d.as_i64().expect("distance"), b.as_u64().expect("bucket")))
-            .collect();
-        assert_eq!(pairs.len(), 601);
-        for (distance, bucket) in pairs {
-            assert_eq!(
-                super::mpnet_bucket(distance) as u64,
-                bucket,
-                "distance {distance}"
-            );
-        }
     }
 }

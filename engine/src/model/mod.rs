@@ -11,12 +11,15 @@ mod head;
 pub mod modernbert;
 #[cfg(test)]
 mod operand_slots;
+mod relative;
 pub mod synthetic;
+pub mod t5;
 pub mod tiny;
 mod weights;
 
 pub use config::{
-    BertConfig, BertFamily, DecoderConfig, Gemma3Config, ModelConfig, ModernBertConfig,
+    BertConfig, BertFamily, DecoderConfig, DecoderFamily, Gemma3Config, ModelConfig,
+    ModernBertConfig, T5Config, T5FeedForward,
 };
 pub use dir::{DenseModule, ModelDir, Pooling, MAX_POSITIONS};
 pub use head::Head;
@@ -190,6 +193,7 @@ pub enum Model<D: Device> {
     Decoder(decoder::Decoder<D>),
     ModernBert(modernbert::ModernBert<D>),
     Gemma3(gemma3::Gemma3<D>),
+    T5(t5::T5<D>),
 }
 
 impl<D: Device> Model<D> {
@@ -201,6 +205,7 @@ impl<D: Device> Model<D> {
                 Model::ModernBert(modernbert::ModernBert::load(dir, device)?)
             }
             ModelConfig::Gemma3(_) => Model::Gemma3(gemma3::Gemma3::load(dir, device)?),
+            ModelConfig::T5(_) => Model::T5(t5::T5::load(dir, device)?),
         })
     }
 }
@@ -212,6 +217,7 @@ impl<D: Device> Model<D> {
             Model::Decoder(m) => m.head(),
             Model::ModernBert(m) => m.head(),
             Model::Gemma3(m) => m.head(),
+            Model::T5(m) => m.head(),
         }
     }
 }
@@ -224,6 +230,7 @@ impl<D: Device> Architecture<D> for Model<D> {
             Model::Decoder(m) => m.layout(),
             Model::ModernBert(m) => m.layout(),
             Model::Gemma3(m) => m.layout(),
+            Model::T5(m) => m.layout(),
         };
         self.head().extend(&mut layout);
         layout
@@ -239,6 +246,7 @@ impl<D: Device> Architecture<D> for Model<D> {
             Model::Decoder(m) => m.vocab_size(),
             Model::ModernBert(m) => m.vocab_size(),
             Model::Gemma3(m) => m.vocab_size(),
+            Model::T5(m) => m.vocab_size(),
         }
     }
 
@@ -256,6 +264,7 @@ impl<D: Device> Architecture<D> for Model<D> {
             Model::Decoder(m) => m.forward(ops, batch, acts, out),
             Model::ModernBert(m) => m.forward(ops, batch, acts, out),
             Model::Gemma3(m) => m.forward(ops, batch, acts, out),
+            Model::T5(m) => m.forward(ops, batch, acts, out),
         }
     }
 }

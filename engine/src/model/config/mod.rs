@@ -13,6 +13,7 @@ mod bert;
 mod decoder;
 mod gemma3;
 mod modernbert;
+mod t5;
 
 use bert::read_bert;
 pub use bert::{BertConfig, BertFamily};
@@ -22,6 +23,8 @@ use gemma3::read_gemma3;
 pub use gemma3::Gemma3Config;
 use modernbert::read_modernbert;
 pub use modernbert::ModernBertConfig;
+use t5::read_t5;
+pub use t5::{T5Config, T5FeedForward};
 
 /// One entry of `rope_parameters` (transformers 5), or the file's only one.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -114,6 +117,7 @@ pub enum ModelConfig {
     Decoder(DecoderConfig),
     ModernBert(ModernBertConfig),
     Gemma3(Gemma3Config),
+    T5(T5Config),
 }
 
 /// The mean number of keys a query of a `seq_len`-token sequence sees under `shape`.
@@ -141,14 +145,25 @@ impl ModelConfig {
             Ok(ModelConfig::ModernBert(read_modernbert(path)?))
         } else if names(&["gemma3_text", "Gemma3TextModel", "Gemma3ForCausalLM"]) {
             Ok(ModelConfig::Gemma3(read_gemma3(path)?))
+        } else if names(&[
+            "t5",
+            "mt5",
+            "T5EncoderModel",
+            "T5Model",
+            "T5ForConditionalGeneration",
+            "MT5EncoderModel",
+            "MT5Model",
+            "MT5ForConditionalGeneration",
+        ]) {
+            Ok(ModelConfig::T5(read_t5(path)?))
         } else {
             Err(Error::model(
                 path,
                 format!(
                     "unsupported architecture {:?} (model_type {:?}): expected a BERT-family encoder (BertModel, \
                      RobertaModel, XLMRobertaModel, CamembertModel, MPNetModel, DistilBertModel), ModernBertModel, \
-                     a Llama-family decoder (LlamaModel, MistralModel, Qwen2Model, Qwen3Model) or Gemma 3's \
-                     text model (Gemma3TextModel)",
+                     a Llama-family decoder (LlamaModel, MistralModel, Qwen2Model, Qwen3Model), Gemma 3's \
+                     text model (Gemma3TextModel) or T5's encoder (T5EncoderModel, MT5EncoderModel)",
                     kind.architectures, kind.model_type
                 ),
             ))
@@ -161,6 +176,7 @@ impl ModelConfig {
             ModelConfig::Decoder(c) => c.vocab_size,
             ModelConfig::ModernBert(c) => c.vocab_size,
             ModelConfig::Gemma3(c) => c.vocab_size,
+            ModelConfig::T5(c) => c.vocab_size,
         }
     }
 
@@ -171,6 +187,7 @@ impl ModelConfig {
             ModelConfig::Decoder(c) => c.hidden_size,
             ModelConfig::ModernBert(c) => c.hidden_size,
             ModelConfig::Gemma3(c) => c.hidden_size,
+            ModelConfig::T5(c) => c.d_model,
         }
     }
 
@@ -210,6 +227,14 @@ impl ModelConfig {
                     .map(|i| (2 * h * q + 2 * h * kv + 3 * h * f, c.attention(i)))
                     .collect()
             }
+            ModelConfig::T5(c) => {
+                let (h, f, inner) = (c.d_model, c.d_ff, c.num_heads * c.d_kv);
+                let projections = match c.feed_forward() {
+                    Some(T5FeedForward::Gated(_)) => 3,
+                    _ => 2,
+                };
+                vec![(4 * h * inner + projections * h * f, c.attention()); c.num_layers]
+            }
         };
         layers
             .iter()
@@ -226,6 +251,7 @@ impl ModelConfig {
             ModelConfig::Decoder(c) => c.num_hidden_layers,
             ModelConfig::ModernBert(c) => c.num_hidden_layers,
             ModelConfig::Gemma3(c) => c.num_hidden_layers,
+            ModelConfig::T5(c) => c.num_layers,
         }
     }
 
@@ -236,6 +262,7 @@ impl ModelConfig {
             ModelConfig::Decoder(c) => c.max_position_embeddings,
             ModelConfig::ModernBert(c) => c.max_position_embeddings,
             ModelConfig::Gemma3(c) => c.max_position_embeddings,
+            ModelConfig::T5(c) => c.n_positions,
         }
     }
 }

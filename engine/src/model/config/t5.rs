@@ -1,0 +1,116 @@
+//! T5's (and mT5's) `config.json`, for the encoder alone (sentence-t5, GTR).
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+use super::read_json;
+use crate::backend::ops::{Activation, AttentionShape, Glu};
+use crate::error::{Error, Result};
+
+/// The subset of a Hugging Face T5 `config.json` that the encoder needs.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+pub struct T5Config {
+    pub vocab_size: usize,
+    pub d_model: usize,
+    /// Per-head width (not necessarily `d_model / num_heads`).
+    pub d_kv: usize,
+    pub d_ff: usize,
+    pub num_layers: usize,
+    pub num_heads: usize,
+    #[serde(default = "default_buckets")]
+    pub relative_attention_num_buckets: usize,
+    #[serde(default = "default_max_distance")]
+    pub relative_attention_max_distance: usize,
+    #[serde(default = "default_eps")]
+    pub layer_norm_epsilon: f64,
+    /// `"{act}"` or `"gated-{act}"` (`gated-gelu` meaning the tanh GELU, as transformers reads it).
+    #[serde(default = "default_ff")]
+    pub feed_forward_proj: String,
+    /// The positions the model was trained for; relative positions set no hard limit, so this bounds what runs.
+    #[serde(default = "default_positions")]
+    pub n_positions: usize,
+}
+
+fn default_buckets() -> usize {
+    32
+}
+fn default_max_distance() -> usize {
+    128
+}
+fn default_eps() -> f64 {
+    1e-6
+}
+fn default_ff() -> String {
+    "relu".into()
+}
+fn default_positions() -> usize {
+    512
+}
+
+/// The feed-forward block's activation: one linear layer then an activation, or a gated pair.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum T5FeedForward {
+    /// `wo(act(wi(x)))` (T5DenseActDense).
+    Dense(Activation),
+    /// `wo(act(wi_0(x)) · wi_1(x))` (T5DenseGatedActDense).
+    Gated(Glu),
+}
+
+impl T5Config {
+    /// Every layer's attention: bidirectional, no window.
+    pub fn attention(&self) -> AttentionShape {
+        AttentionShape {
+            heads: self.num_heads,
+            kv_heads: self.num_heads,
+            head_dim: self.d_kv,
+            causal: false,
+            window: None,
+        }
+    }
+
+    /// The feed-forward block `feed_forward_proj` names, if the engine runs it.
+    pub fn feed_forward(&self) -> Option<T5FeedForward> {
+        let (gated, act) = match self.feed_forward_proj.strip_prefix("gated-") {
+            Some(act) => (true, act),
+            None => (false, self.feed_forward_proj.as_str()),
+        };
+        Some(match (gated, act) {
+            (false, "relu") => T5FeedForward::Dense(Activation::Relu),
+            (false, "gelu") => T5FeedForward::Dense(Activation::Gelu),
+            // transformers reads `gated-gelu` as the tanh approximation (T5 v1.1, sentence-t5, GTR).
+            (true, "gelu" | "gelu_new" | "gelu_pytorch_tanh") => {
+                T5FeedForward::Gated(Glu::GeluTanh)
+            }
+            (true, "silu" | "swish") => T5FeedForward::Gated(Glu::Silu),
+            _ => return None,
+        })
+    }
+}
+
+pub(super) fn read_t5(config_path: &Path) -> Result<T5Config> {
+    let config: T5Config = read_json(config_path)?;
+    let fail = |message: String| Err(Error::model(config_path, message));
+    if config.feed_forward().is_none() {
+        return fail(format!(
+            "unsupported feed_forward_proj {:?}: expected \"relu\", \"gelu\", \"gated-gelu\", \"gated-gelu_new\" or \
+             \"gated-silu\"",
+            config.feed_forward_proj
+        ));
+    }
+    if config.num_heads == 0 || config.d_kv == 0 {
+        return fail("num_heads and d_kv must be positive".into());
+    }
+    // The bucket function needs exact buckets (a quarter of them) and a longest distance past them.
+    let (buckets, distance) = (
+        config.relative_attention_num_buckets,
+        config.relative_attention_max_distance,
+    );
+    if buckets < 4 || distance <= buckets / 4 {
+        return fail(format!(
+            "relative_attention_num_buckets {buckets} / relative_attention_max_distance {distance}: expected at \
+             least 4 buckets and a distance past a quarter of them"
+        ));
+    }
+    Ok(config)
+}
