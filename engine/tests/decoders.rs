@@ -110,7 +110,7 @@ fn shard(name: &str, to: &std::path::Path, shard_name: &str) {
 }
 
 /// A sharded checkpoint (`model.safetensors.index.json` and its shards, as gte-Qwen2 and e5-mistral ship) loads
-/// and embeds bitwise as the single file does; an index naming a shard outside its directory is refused.
+/// and embeds bitwise as the single file does; a missing shard, or one outside the index's directory, is refused.
 #[test]
 fn sharded_checkpoint_embeds_as_the_single_file() {
     let name = "qwen2_dense_mean";
@@ -132,6 +132,10 @@ fn sharded_checkpoint_embeds_as_the_single_file() {
         single.embed(&texts).expect("embed"),
         split.embed(&texts).expect("embed")
     );
+
+    std::fs::remove_file(sharded.join("model-00002-of-00002.safetensors")).expect("rm shard");
+    let err = Engine::load(&sharded, config()).err().expect("refused");
+    assert!(err.to_string().contains("a shard the index names"), "{err}");
 
     let outside = tmp.path().join("outside");
     std::fs::create_dir(&outside).expect("mkdir");

@@ -116,9 +116,13 @@ impl<D: Device> T5<D> {
         let w = Weights::open(&dir.weights_path, "encoder.final_layer_norm.weight")?;
         let h = c.d_model;
         // The token table is shared with the (unused) decoder: saved once, under either name.
-        let word = w
-            .get("shared.weight", &[c.vocab_size, h])
-            .or_else(|_| w.get("encoder.embed_tokens.weight", &[c.vocab_size, h]))?;
+        let word = match w.get("shared.weight", &[c.vocab_size, h]) {
+            Ok(word) => word,
+            // The first error is the one to report (a wrong shape, say), should the other name be missing too.
+            Err(first) => w
+                .get("encoder.embed_tokens.weight", &[c.vocab_size, h])
+                .map_err(|_| first)?,
+        };
         let positions = dir.positions.max(1);
         Ok(T5 {
             embeddings: Embedding {

@@ -251,7 +251,14 @@ fn open_shards(index_path: &Path) -> Result<(Vec<Shard>, HashMap<String, usize>)
     }
     let shards = files
         .iter()
-        .map(|f| Shard::open(&dir.join(f)))
+        .map(|f| {
+            let path = dir.join(f);
+            // A regular file: opening a FIFO or a device would block or read without end.
+            if !path.is_file() {
+                return Err(Error::model(&path, "missing: a shard the index names"));
+            }
+            Shard::open(&path)
+        })
         .collect::<Result<Vec<_>>>()?;
     let of = index
         .weight_map

@@ -57,8 +57,9 @@ pub struct DecoderConfig {
     pub hidden_size: usize,
     pub num_hidden_layers: usize,
     pub num_attention_heads: usize,
-    /// Grouped-query attention's K/V heads; absent, the family's default.
-    num_key_value_heads: Option<usize>,
+    /// Grouped-query attention's K/V heads; absent, the family's default; null, one per query head.
+    #[serde(default, deserialize_with = "present")]
+    num_key_value_heads: Option<Option<usize>>,
     /// Per-head width; absent or null, the family's default ([`DecoderConfig::head_dim`]).
     head_dim: Option<usize>,
     pub intermediate_size: usize,
@@ -143,11 +144,14 @@ impl DecoderConfig {
 
     /// K/V heads: the file's, else transformers' default for the family.
     pub fn kv_heads(&self) -> usize {
-        self.num_key_value_heads.unwrap_or(match self.family {
-            DecoderFamily::Llama => self.num_attention_heads,
-            DecoderFamily::Mistral => 8,
-            DecoderFamily::Qwen2 | DecoderFamily::Qwen3 => 32,
-        })
+        match self.num_key_value_heads {
+            Some(kv) => kv.unwrap_or(self.num_attention_heads),
+            None => match self.family {
+                DecoderFamily::Llama => self.num_attention_heads,
+                DecoderFamily::Mistral => 8,
+                DecoderFamily::Qwen2 | DecoderFamily::Qwen3 => 32,
+            },
+        }
     }
 
     /// Whether Q, K and V have biases, and whether the output projection has one.
@@ -292,7 +296,7 @@ mod tests {
     fn config(family: DecoderFamily, extra: serde_json::Value) -> DecoderConfig {
         let mut v = json!({
             "vocab_size": 100, "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
-            "intermediate_size": 96, "max_position_embeddings": 512, "num_key_value_heads": 2,
+            "intermediate_size": 96, "max_position_embeddings": 512,
         });
         v.as_object_mut()
             .expect("object")
@@ -310,9 +314,11 @@ mod tests {
 
     #[test]
     fn mistral_window_defaults_to_4096_and_null_means_none() {
-        let absent = config(DecoderFamily::Mistral, json!({"num_key_value_heads": null}));
+        let absent = config(DecoderFamily::Mistral, json!({}));
         assert_eq!(windows(&absent), vec![Some(4095); 4]);
         assert_eq!(absent.kv_heads(), 8);
+        let null_heads = config(DecoderFamily::Qwen2, json!({"num_key_value_heads": null}));
+        assert_eq!(null_heads.kv_heads(), 4);
         let null = config(DecoderFamily::Mistral, json!({"sliding_window": null}));
         assert_eq!(windows(&null), vec![None; 4]);
         let bi = config(
@@ -333,14 +339,14 @@ mod tests {
         assert_eq!(windows(&on), vec![None, None, Some(7), Some(7)]);
         let typed = config(
             DecoderFamily::Qwen3,
-            json!({"sliding_window": 8, "use_sliding_window": true, "layer_types":
+            json!({"sliding_window": 8, "use_sliding_window": true, "num_key_value_heads": 2, "layer_types":
                 ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]}),
         );
         assert_eq!(windows(&typed), vec![Some(7), None, Some(7), None]);
         assert!(typed.refusal().is_none());
         let windowless = config(
             DecoderFamily::Qwen3,
-            json!({"layer_types": ["sliding_attention", "full_attention", "full_attention", "full_attention"]}),
+            json!({"num_key_value_heads": 2, "layer_types": ["sliding_attention", "full_attention", "full_attention", "full_attention"]}),
         );
         assert!(windowless
             .refusal()
@@ -351,7 +357,7 @@ mod tests {
     fn llama_ignores_windows_and_takes_its_biases_from_the_file() {
         let c = config(
             DecoderFamily::Llama,
-            json!({"sliding_window": 8, "attention_bias": true, "mlp_bias": true, "num_key_value_heads": null}),
+            json!({"sliding_window": 8, "attention_bias": true, "mlp_bias": true}),
         );
         assert_eq!(windows(&c), vec![None; 4]);
         assert_eq!(

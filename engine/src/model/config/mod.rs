@@ -147,15 +147,18 @@ impl ModelConfig {
             Ok(ModelConfig::Gemma3(read_gemma3(path)?))
         } else if names(&[
             "t5",
-            "mt5",
             "T5EncoderModel",
             "T5Model",
             "T5ForConditionalGeneration",
+        ]) {
+            Ok(ModelConfig::T5(read_t5(path, false)?))
+        } else if names(&[
+            "mt5",
             "MT5EncoderModel",
             "MT5Model",
             "MT5ForConditionalGeneration",
         ]) {
-            Ok(ModelConfig::T5(read_t5(path)?))
+            Ok(ModelConfig::T5(read_t5(path, true)?))
         } else {
             Err(Error::model(
                 path,
@@ -262,7 +265,8 @@ impl ModelConfig {
             ModelConfig::Decoder(c) => c.max_position_embeddings,
             ModelConfig::ModernBert(c) => c.max_position_embeddings,
             ModelConfig::Gemma3(c) => c.max_position_embeddings,
-            ModelConfig::T5(c) => c.n_positions,
+            // Relative positions: no limit of the model's own (sentence-transformers' or the tokenizer's applies).
+            ModelConfig::T5(_) => usize::MAX,
         }
     }
 }

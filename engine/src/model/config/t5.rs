@@ -24,12 +24,10 @@ pub struct T5Config {
     pub relative_attention_max_distance: usize,
     #[serde(default = "default_eps")]
     pub layer_norm_epsilon: f64,
-    /// `"{act}"` or `"gated-{act}"` (`gated-gelu` meaning the tanh GELU, as transformers reads it).
-    #[serde(default = "default_ff")]
+    /// `"{act}"` or `"gated-{act}"` (`gated-gelu` meaning the tanh GELU, as transformers reads it); absent, the
+    /// family's default (T5's `relu`, mT5's `gated-gelu`), set by [`read_t5`].
+    #[serde(default)]
     pub feed_forward_proj: String,
-    /// The positions the model was trained for; relative positions set no hard limit, so this bounds what runs.
-    #[serde(default = "default_positions")]
-    pub n_positions: usize,
 }
 
 fn default_buckets() -> usize {
@@ -40,12 +38,6 @@ fn default_max_distance() -> usize {
 }
 fn default_eps() -> f64 {
     1e-6
-}
-fn default_ff() -> String {
-    "relu".into()
-}
-fn default_positions() -> usize {
-    512
 }
 
 /// The feed-forward block's activation: one linear layer then an activation, or a gated pair.
@@ -88,8 +80,12 @@ impl T5Config {
     }
 }
 
-pub(super) fn read_t5(config_path: &Path) -> Result<T5Config> {
-    let config: T5Config = read_json(config_path)?;
+/// Reads T5's config (`mt5`: mT5's, whose feed-forward defaults to the gated one).
+pub(super) fn read_t5(config_path: &Path, mt5: bool) -> Result<T5Config> {
+    let mut config: T5Config = read_json(config_path)?;
+    if config.feed_forward_proj.is_empty() {
+        config.feed_forward_proj = if mt5 { "gated-gelu" } else { "relu" }.into();
+    }
     let fail = |message: String| Err(Error::model(config_path, message));
     if config.feed_forward().is_none() {
         return fail(format!(
@@ -113,4 +109,42 @@ pub(super) fn read_t5(config_path: &Path) -> Result<T5Config> {
         ));
     }
     Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A T5 or mT5 config file with `extra` keys, read as the engine reads it.
+    fn read(mt5: bool, extra: &str) -> Result<T5Config> {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("config.json");
+        let text = format!(
+            r#"{{"vocab_size": 100, "d_model": 64, "d_kv": 16, "d_ff": 96, "num_layers": 2, "num_heads": 4{extra}}}"#
+        );
+        std::fs::write(&path, text).expect("write");
+        read_t5(&path, mt5)
+    }
+
+    #[test]
+    fn feed_forward_defaults_by_family_and_reads_transformers_names() {
+        let ff = |mt5, extra| read(mt5, extra).expect("config").feed_forward();
+        assert_eq!(ff(false, ""), Some(T5FeedForward::Dense(Activation::Relu)));
+        assert_eq!(ff(true, ""), Some(T5FeedForward::Gated(Glu::GeluTanh)));
+        assert_eq!(
+            ff(false, r#", "feed_forward_proj": "gated-gelu""#),
+            Some(T5FeedForward::Gated(Glu::GeluTanh))
+        );
+        assert_eq!(
+            ff(false, r#", "feed_forward_proj": "gelu""#),
+            Some(T5FeedForward::Dense(Activation::Gelu))
+        );
+        for refused in [
+            r#", "feed_forward_proj": "gated-relu""#,
+            r#", "relative_attention_num_buckets": 2"#,
+            r#", "relative_attention_max_distance": 8"#,
+        ] {
+            assert!(read(false, refused).is_err(), "{refused}");
+        }
+    }
 }
