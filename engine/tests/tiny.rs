@@ -413,8 +413,8 @@ fn bad_model_directories_name_the_file_and_what_was_expected() {
 
     let cfg = std::fs::read_to_string(&cfg_path)
         .expect("read")
-        .replace("\"bert\"", "\"t5\"")
-        .replace("BertModel", "T5EncoderModel");
+        .replace("\"bert\"", "\"xlnet\"")
+        .replace("BertModel", "XLNetModel");
     std::fs::write(&cfg_path, cfg).expect("write");
     let e = err(dir.path());
     assert!(
