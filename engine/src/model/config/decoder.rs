@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Deserializer};
 
-use super::{read_json, RopeParameters};
+use super::{check_dims, read_json, RopeParameters};
 use crate::backend::ops::AttentionShape;
 use crate::error::{Error, Result};
 
@@ -282,6 +282,24 @@ impl DecoderConfig {
 pub(super) fn read_decoder(config_path: &Path, family: DecoderFamily) -> Result<DecoderConfig> {
     let mut config: DecoderConfig = read_json(config_path)?;
     config.family = family;
+    let hd = config.head_dim();
+    check_dims(
+        config_path,
+        &[
+            ("vocab_size", Some(config.vocab_size)),
+            ("hidden_size", Some(config.hidden_size)),
+            ("intermediate_size", Some(config.intermediate_size)),
+            ("num_hidden_layers", Some(config.num_hidden_layers)),
+            (
+                "num_attention_heads × head_dim",
+                config.num_attention_heads.checked_mul(hd),
+            ),
+            (
+                "num_key_value_heads × head_dim",
+                config.kv_heads().checked_mul(hd),
+            ),
+        ],
+    )?;
     match config.refusal() {
         Some(why) => Err(Error::model(config_path, why)),
         None => Ok(config),

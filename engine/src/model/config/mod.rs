@@ -280,6 +280,25 @@ struct Kind {
     model_type: String,
 }
 
+/// The largest size a config may give a dimension, or a product of heads and their width: past it the config is
+/// refused, so that products of a few dimensions (a weight's elements, FLOPs per token) stay inside `usize`
+/// whatever a hostile file says.
+const MAX_DIM: usize = 1 << 24;
+
+/// Refuses the first of `dims` (a name and its size, `None` where a product overflowed) past [`MAX_DIM`].
+pub(super) fn check_dims(path: &Path, dims: &[(&str, Option<usize>)]) -> Result<()> {
+    match dims.iter().find(|(_, d)| d.is_none_or(|d| d > MAX_DIM)) {
+        Some((name, d)) => Err(Error::model(
+            path,
+            format!(
+                "{name} {}: larger than the {MAX_DIM} the engine takes",
+                d.map_or("past usize".into(), |d| d.to_string())
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
 pub(super) fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
     let text = std::fs::read_to_string(path).map_err(Error::io(path))?;
     serde_json::from_str(&text).map_err(|source| Error::Json {

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::read_json;
+use super::{check_dims, read_json};
 use crate::backend::ops::{Activation, AttentionShape, Glu};
 use crate::error::{Error, Result};
 
@@ -86,6 +86,19 @@ pub(super) fn read_t5(config_path: &Path, mt5: bool) -> Result<T5Config> {
     if config.feed_forward_proj.is_empty() {
         config.feed_forward_proj = if mt5 { "gated-gelu" } else { "relu" }.into();
     }
+    check_dims(
+        config_path,
+        &[
+            ("vocab_size", Some(config.vocab_size)),
+            ("d_model", Some(config.d_model)),
+            ("d_ff", Some(config.d_ff)),
+            ("num_layers", Some(config.num_layers)),
+            (
+                "num_heads × d_kv",
+                config.num_heads.checked_mul(config.d_kv),
+            ),
+        ],
+    )?;
     let fail = |message: String| Err(Error::model(config_path, message));
     if config.feed_forward().is_none() {
         return fail(format!(
@@ -143,6 +156,8 @@ mod tests {
             r#", "feed_forward_proj": "gated-relu""#,
             r#", "relative_attention_num_buckets": 2"#,
             r#", "relative_attention_max_distance": 8"#,
+            r#", "num_heads": 18446744073709551615"#,
+            r#", "d_ff": 1099511627776"#,
         ] {
             assert!(read(false, refused).is_err(), "{refused}");
         }
