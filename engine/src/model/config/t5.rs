@@ -25,7 +25,7 @@ pub struct T5Config {
     #[serde(default = "default_eps")]
     pub layer_norm_epsilon: f64,
     /// `"{act}"` or `"gated-{act}"` (`gated-gelu` meaning the tanh GELU, as transformers reads it); absent, the
-    /// family's default (T5's `relu`, mT5's `gated-gelu`), set by [`read_t5`].
+    /// family's default (T5's `relu`, mT5's `gated-gelu`), set as the file is read.
     #[serde(default)]
     pub feed_forward_proj: String,
 }
