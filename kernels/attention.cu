@@ -17,20 +17,22 @@
 // each, as many as `meta` says), so the grid covers what the bucket can hold (tokens / QUERIES + sequences tiles)
 // and no block is spent on tiles past a short sequence's end; blocks past the batch's tiles return at once.
 // head_dim: a multiple of 32, at most HEAD_DIM_MAX (the host checks). Dynamic shared memory:
-// (KEYS * (d + 1) + KEYS * d + QUERIES * d) floats.
+// (KEYS * (d + 1) + KEYS * d + QUERIES * d) floats (past 48 KiB for heads of 256: the host opts in).
+//
+// Two entry points, the same body sized for the widest head each takes: `attention` for heads up to
+// HEAD_DIM_NARROW, `attention_wide` up to HEAD_DIM_MAX (EmbeddingGemma's 256), so the common heads keep their
+// registers (a lane's accumulators are QPW x COLS columns, sized at compile time).
 
-// QUERIES, KEYS, WARPS and HEAD_DIM_MAX are defined by the host (engine/src/backend/cuda/nvrtc.rs, from the
-// constants its tile list, launch and shared-memory size use).
+// QUERIES, KEYS, WARPS, HEAD_DIM_NARROW and HEAD_DIM_MAX are defined by the host (engine/src/backend/cuda/nvrtc.rs,
+// from the constants its tile list, launch and shared-memory size use).
 #define QPW (QUERIES / WARPS)
-#define COLS_MAX (HEAD_DIM_MAX / 32)
 static_assert(QUERIES % WARPS == 0, "a warp owns QUERIES / WARPS query rows");
 static_assert(KEYS == 32, "lane j of a warp scores key j of a tile");
-static_assert(HEAD_DIM_MAX % 32 == 0, "a lane accumulates HEAD_DIM_MAX / 32 columns");
+static_assert(HEAD_DIM_NARROW % 32 == 0 && HEAD_DIM_MAX % 32 == 0, "a lane accumulates D_MAX / 32 columns");
 
-extern "C" __global__ void __launch_bounds__(WARPS * 32)
-    attention(const float* qkv, int ld_qkv, float* ctx, int ld_ctx, const int* offsets, const int* tiles,
-              const int* meta, int heads, int kv_heads, int head_dim, int causal, int window,
-              float scale, const float* bias, int reach, unsigned short* shadow) {
+template <int D_MAX>
+__device__ __forceinline__ void attention_body(ATTENTION_PARAMS, float* smem) {
+    constexpr int COLS_MAX = D_MAX / 32;
     AttentionTile tile;
     if (!attention_tile(offsets, tiles, meta, heads, kv_heads, head_dim, &tile)) {
         return;
@@ -41,7 +43,6 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
     const int row0 = q0 + warp * QPW;  // the warp's first query row
 
     // K rows padded by one float so that lane j reading row j walks distinct banks.
-    DYNAMIC_SMEM(float, smem);
     float* ks = smem;                   // KEYS x (d + 1)
     float* vs = ks + KEYS * (d + 1);    // KEYS x d
     float* qs = vs + KEYS * d;          // QUERIES x d
@@ -177,3 +178,6 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32)
         }
     }
 }
+
+ATTENTION_ENTRY(attention, WARPS * 32, attention_body, HEAD_DIM_NARROW)
+ATTENTION_ENTRY(attention_wide, WARPS * 32, attention_body, HEAD_DIM_MAX)

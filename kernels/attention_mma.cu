@@ -16,14 +16,19 @@
 //   A (16 x 16, row): a0 = (row g, cols 2t, 2t+1), a1 = (g + 8, 2t..), a2 = (g, 2t + 8..), a3 = (g + 8, 2t + 8..)
 //   B (16 x 8, col):  b0 = (rows 2t, 2t+1, col g), b1 = (rows 2t + 8, 2t + 9, col g)
 //   C (16 x 8, f32):  c0, c1 = (row g, cols 2t, 2t+1), c2, c3 = (row g + 8, cols 2t, 2t+1)
-// Dynamic shared memory: MMA_WARPS * attention_mma_warp_bytes(d) (the host's formula is the same).
+//
+// Two entry points, the same body sized for the widest head each takes: `attention_mma` for heads up to
+// HEAD_DIM_NARROW holds the tile's Q fragments in registers beside the output accumulators; `attention_mma_wide`
+// (up to HEAD_DIM_MAX, EmbeddingGemma's 256) has twice the accumulators, so it stages the Q fragments once per
+// block in shared memory (d / 16 k-steps x 32 lanes x 4 registers) and reads them back per key tile: in registers
+// both would not fit in 255 (tests/nvrtc_kernels.rs checks ptxas reports no spills).
+// Dynamic shared memory: MMA_WARPS * attention_mma_warp_bytes(d), then for the wide one the staged Q fragments,
+// d * 32 bytes (the host's formula is the same; past 48 KiB the host opts in).
 
 static_assert(QUERIES == 16, "a block's query rows are the 16 rows of one MMA tile");
 static_assert(MMA_KEYS == 16, "a warp's key tile is two n-blocks of Q K^T and one k-step of P V");
-static_assert(HEAD_DIM_MAX % 16 == 0, "Q K^T steps through the head 16 columns at a time");
+static_assert(HEAD_DIM_NARROW % 32 == 0 && HEAD_DIM_MAX % 32 == 0, "staging reads a head 32 columns at a time");
 static_assert(MMA_PAD % 2 == 0, "staged rows keep 32-bit fragment loads aligned");
-#define K_STEPS_MAX (HEAD_DIM_MAX / 16)
-#define N_BLOCKS_MAX (HEAD_DIM_MAX / 8)
 
 // Shared memory one warp uses: its staged K (MMA_KEYS x (d + MMA_PAD)) and V^T (d x (MMA_KEYS + MMA_PAD)) in
 // bf16; the merge reuses it for the warp's 16 x d accumulators and 16 maxima and sums (always smaller).
@@ -35,10 +40,10 @@ __device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
     return (unsigned)f32_to_bf16(lo) | ((unsigned)f32_to_bf16(hi) << 16);
 }
 
-extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32)
-    attention_mma(const float* qkv, int ld_qkv, float* ctx, int ld_ctx, const int* offsets, const int* tiles,
-                  const int* meta, int heads, int kv_heads, int head_dim, int causal, int window,
-                  float scale, const float* bias, int reach, unsigned short* shadow) {
+template <int D_MAX>
+__device__ __forceinline__ void attention_mma_body(ATTENTION_PARAMS, float* smem) {
+    constexpr int K_STEPS_MAX = D_MAX / 16, N_BLOCKS_MAX = D_MAX / 8;
+    constexpr bool STAGE_Q = D_MAX > HEAD_DIM_NARROW;
     AttentionTile tile;
     if (!attention_tile(offsets, tiles, meta, heads, kv_heads, head_dim, &tile)) {
         return;
@@ -50,23 +55,35 @@ extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32)
     const int ldk = d + MMA_PAD, ldv = MMA_KEYS + MMA_PAD;
     const int warp_bytes = attention_mma_warp_bytes(d);
 
-    DYNAMIC_SMEM(float, smem);
     unsigned short* ks = (unsigned short*)((char*)smem + warp * warp_bytes);  // MMA_KEYS x ldk
     unsigned short* vt = ks + MMA_KEYS * ldk;                                 // d x ldv
 
-    // The A fragments of this tile's queries, for every 16-column step of the head (rows past the sequence: 0).
+    // The A fragment of 16-column step k of this tile's queries (rows past the sequence: 0).
     const int r_lo = q0 + g, r_hi = q0 + g + 8;
     const float* q_lo = qkv + (size_t)(start + min(r_lo, len - 1)) * ld_qkv + qc;
     const float* q_hi = qkv + (size_t)(start + min(r_hi, len - 1)) * ld_qkv + qc;
-    unsigned qa[K_STEPS_MAX][4];
-#pragma unroll
-    for (int k = 0; k < K_STEPS_MAX; k++) {
+    auto q_fragment = [&](int k, unsigned* a) {
         const int c = 16 * k + 2 * tq;
         const bool lo = k < k_steps && r_lo < len, hi = k < k_steps && r_hi < len;
-        qa[k][0] = lo ? pack_bf16(q_lo[c], q_lo[c + 1]) : 0u;
-        qa[k][1] = hi ? pack_bf16(q_hi[c], q_hi[c + 1]) : 0u;
-        qa[k][2] = lo ? pack_bf16(q_lo[c + 8], q_lo[c + 9]) : 0u;
-        qa[k][3] = hi ? pack_bf16(q_hi[c + 8], q_hi[c + 9]) : 0u;
+        a[0] = lo ? pack_bf16(q_lo[c], q_lo[c + 1]) : 0u;
+        a[1] = hi ? pack_bf16(q_hi[c], q_hi[c + 1]) : 0u;
+        a[2] = lo ? pack_bf16(q_lo[c + 8], q_lo[c + 9]) : 0u;
+        a[3] = hi ? pack_bf16(q_hi[c + 8], q_hi[c + 9]) : 0u;
+    };
+    // Held in registers (narrow), or staged after the warps' slices (wide: warp w makes steps w, w + MMA_WARPS, ...
+    // for every lane; lane l's four registers of step k at qs[(32 k + l) * 4]).
+    unsigned qa[STAGE_Q ? 1 : K_STEPS_MAX][4];
+    unsigned* qs = (unsigned*)((char*)smem + MMA_WARPS * warp_bytes);
+    if constexpr (STAGE_Q) {
+        for (int k = warp; k < k_steps; k += MMA_WARPS) {
+            q_fragment(k, qs + (32 * k + lane) * 4);
+        }
+        __syncthreads();
+    } else {
+#pragma unroll
+        for (int k = 0; k < K_STEPS_MAX; k++) {
+            q_fragment(k, qa[k]);
+        }
     }
 
     // Per row (g: index 0, g + 8: index 1): running max, this thread's share of the running sum, and the
@@ -87,7 +104,7 @@ extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32)
         // read by the warp as one coalesced segment; V^T gets two keys per 32-bit store.
         __syncwarp();
 #pragma unroll
-        for (int c = 0; c < HEAD_DIM_MAX / 32; c++) {
+        for (int c = 0; c < D_MAX / 32; c++) {
             if (c < d / 32) {
                 const int e = 32 * c + lane;
                 float kf[MMA_KEYS], vf[MMA_KEYS];
@@ -117,9 +134,15 @@ extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32)
 #pragma unroll
             for (int k = 0; k < K_STEPS_MAX; k++) {
                 if (k < k_steps) {
+                    const unsigned* a;
+                    if constexpr (STAGE_Q) {
+                        a = qs + (32 * k + lane) * 4;
+                    } else {
+                        a = qa[k];
+                    }
                     const unsigned b0 = *(const unsigned*)(krow + 16 * k);
                     const unsigned b1 = *(const unsigned*)(krow + 16 * k + 8);
-                    mma_bf16_16816(sc[nb], qa[k], b0, b1);
+                    mma_bf16_16816(sc[nb], a, b0, b1);
                 }
             }
         }
@@ -237,3 +260,6 @@ extern "C" __global__ void __launch_bounds__(MMA_WARPS * 32)
         shadow_store(shadow, heads * d, start + row, qc + c, v);
     }
 }
+
+ATTENTION_ENTRY(attention_mma, MMA_WARPS * 32, attention_mma_body, HEAD_DIM_NARROW)
+ATTENTION_ENTRY(attention_mma_wide, MMA_WARPS * 32, attention_mma_body, HEAD_DIM_MAX)

@@ -72,6 +72,20 @@ struct AttentionTile {
     int start, len, q0, qc, kc, vc;
 };
 
+// The parameters of every attention entry point (attention.cu's header has the contract), and an entry point that
+// runs `body`, templated on the widest head it holds, with the block's dynamic shared memory: each kernel file has
+// one for heads up to HEAD_DIM_NARROW and a `_wide` one up to HEAD_DIM_MAX.
+#define ATTENTION_PARAMS                                                                                          \
+    const float *qkv, int ld_qkv, float *ctx, int ld_ctx, const int *offsets, const int *tiles, const int *meta, \
+        int heads, int kv_heads, int head_dim, int causal, int window, float scale, const float *bias, int reach, \
+        unsigned short *shadow
+#define ATTENTION_ENTRY(name, threads, body, d_max)                                                           \
+    extern "C" __global__ void __launch_bounds__(threads) name(ATTENTION_PARAMS) {                             \
+        DYNAMIC_SMEM(float, smem);                                                                             \
+        body<d_max>(qkv, ld_qkv, ctx, ld_ctx, offsets, tiles, meta, heads, kv_heads, head_dim, causal, window, \
+                    scale, bias, reach, shadow, smem);                                                         \
+    }
+
 // The relative position bias of a score (Ops::attention's `bias`, MPNet's; null for none): the value of the block's
 // head (blockIdx.y) for key - row, from a table of 2 reach - 1 values per head centred on distance 0. Read only for
 // a visible key, whose distance the table covers.

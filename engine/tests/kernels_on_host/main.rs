@@ -1,7 +1,7 @@
 //! Kernels of kernels/*.cu, run on the CPU under a host emulation of CUDA (tests/emulation/: threads as fibers,
 //! barriers and shuffles between them, the tensor-core instruction from the PTX ISA's fragment layouts), against
 //! f64 references. Attention (both kernels): ragged batches, bidirectional and causal, sliding windows, grouped key/value heads,
-//! heads of 32 to 128, strided views, and a bucket's grid larger than its batch. The norms, element-wise kernels
+//! heads of 32 to 256 (narrow and wide entry points), strided views, and a bucket's grid larger than its batch. The norms, element-wise kernels
 //! (GELU epilogue, SwiGLU and GeGLU gates, rotary, bf16 rounding), pooling with Normalize, and int8 quantisation: rows past the
 //! batch left alone, strided views, Tokens readouts. Every kernel that writes a GEMM's operand beside its output
 //! (its *shadow*) is checked to write exactly what `to_bf16` makes of that output. The embedding gather too:

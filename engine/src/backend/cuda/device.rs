@@ -111,6 +111,40 @@ impl Cuda {
         &self.functions[name]
     }
 
+    /// Readies the attention kernel for heads of `d`: the block's dynamic shared memory past the 48 KiB every
+    /// kernel gets is opted into (the `_wide` kernels for heads past 128 need it), and refused where this GPU
+    /// allows a block less.
+    pub(super) fn prepare_attention(&self, d: usize) -> Result<()> {
+        use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
+        if !super::ops::head_dim_supported(d) {
+            return Err(Error::Device(format!(
+                "the CUDA attention kernels take heads of a multiple of 32 up to {}; this model's are {d}",
+                super::ops::HEAD_DIM_MAX
+            )));
+        }
+        let (name, _, smem) = super::ops::attention_launch(self.attention, d);
+        if smem <= super::ops::DEFAULT_SMEM_BYTES {
+            return Ok(());
+        }
+        let allowed = self
+            .ctx
+            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+            .map_err(driver("shared memory per block"))?;
+        if smem > allowed.max(0) as usize {
+            return Err(Error::Device(format!(
+                "{name} needs {} KiB of shared memory per block for heads of {d}; this GPU allows {} KiB",
+                smem >> 10,
+                allowed >> 10
+            )));
+        }
+        self.function(name)
+            .set_attribute(
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                smem as i32,
+            )
+            .map_err(driver("attention shared memory"))
+    }
+
     /// The GPU in words: name, compute capability, memory, driver, for `/info` and results.
     pub fn describe(&self) -> String {
         let name = self.ctx.name().unwrap_or_else(|_| "unknown GPU".into());

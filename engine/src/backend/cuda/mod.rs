@@ -223,13 +223,7 @@ impl Compute {
         let device = Cuda::new(config.device, config.gpu_attention, config.gpu_intermediate)?;
         let model = Model::load(dir, &device)?;
         let layout = model.layout();
-        let d = layout.attention.head_dim;
-        if !ops::head_dim_supported(d) {
-            return Err(Error::Device(format!(
-                "the CUDA attention kernel takes heads of a multiple of 32 up to {}; this model's are {d}",
-                ops::HEAD_DIM_MAX
-            )));
-        }
+        device.prepare_attention(layout.attention.head_dim)?;
         let copy_stream = device.ctx.new_stream().map_err(driver("copy stream"))?;
         let mut compute = Compute {
             dim: model.dim(),

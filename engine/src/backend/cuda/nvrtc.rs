@@ -49,12 +49,12 @@ pub const SOURCES: &[Source] = &[
     },
     Source {
         file: "attention.cu",
-        functions: &["attention"],
+        functions: &["attention", "attention_wide"],
         text: include_str!("../../../../kernels/attention.cu"),
     },
     Source {
         file: "attention_mma.cu",
-        functions: &["attention_mma"],
+        functions: &["attention_mma", "attention_mma_wide"],
         text: include_str!("../../../../kernels/attention_mma.cu"),
     },
     Source {
@@ -75,12 +75,13 @@ impl Source {
     /// then the file (line numbers kept for the log).
     pub fn program(&self) -> String {
         format!(
-            "#define QUERIES {}\n#define KEYS {}\n#define WARPS {}\n#define HEAD_DIM_MAX {}\n#define MMA_KEYS {}\n\
-             #define MMA_WARPS {}\n#define MMA_PAD {}\n\
+            "#define QUERIES {}\n#define KEYS {}\n#define WARPS {}\n#define HEAD_DIM_NARROW {}\n\
+             #define HEAD_DIM_MAX {}\n#define MMA_KEYS {}\n#define MMA_WARPS {}\n#define MMA_PAD {}\n\
              #line 1 \"common.cuh\"\n{COMMON}\n#line 1 \"{}\"\n{}",
             super::inputs::QUERY_TILE,
             super::ops::ATTENTION_KEYS,
             super::ops::ATTENTION_WARPS,
+            super::ops::HEAD_DIM_NARROW,
             super::ops::HEAD_DIM_MAX,
             super::ops::MMA_KEYS,
             super::ops::MMA_WARPS,
@@ -319,7 +320,8 @@ mod tests {
                 for f in s.functions {
                     assert!(
                         s.text.contains(&format!("void {f}("))
-                            || s.text.contains(&format!("\n    {f}(")),
+                            || s.text.contains(&format!("\n    {f}("))
+                            || s.text.contains(&format!("ATTENTION_ENTRY({f}, ")),
                         "{} does not define {f}",
                         s.file
                     );

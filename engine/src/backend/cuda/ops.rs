@@ -24,9 +24,14 @@ use crate::config::GpuAttention;
 use crate::error::{Error, Result};
 use crate::model::Pooling;
 
-/// The widest head the attention kernel takes (`HEAD_DIM_MAX` in kernels/attention.cu, defined from this), in
-/// steps of a warp.
-pub const HEAD_DIM_MAX: usize = 128;
+/// The widest head the attention kernels' narrow entry points take (`HEAD_DIM_NARROW` in kernels/attention.cu,
+/// defined from this): every BERT-like and most decoder models; wider heads run the `_wide` entry points.
+pub const HEAD_DIM_NARROW: usize = 128;
+/// The widest head the attention kernels take (`HEAD_DIM_MAX`, defined from this), in steps of a warp:
+/// EmbeddingGemma's 256.
+pub const HEAD_DIM_MAX: usize = 256;
+/// What a block's dynamic shared memory may be without opting in (`cuFuncSetAttribute`).
+pub const DEFAULT_SMEM_BYTES: usize = 48 << 10;
 /// Query rows per attention block (`QUERIES` in kernels/attention.cu, defined from this).
 const ATTENTION_QUERIES: usize = super::inputs::QUERY_TILE;
 /// Keys per shared-memory tile of the attention kernel (`KEYS`, defined from this; a warp's lanes score one each).
@@ -573,22 +578,34 @@ pub fn attention_smem_bytes(d: usize) -> usize {
 }
 
 /// Dynamic shared memory of one tensor-core attention block for heads of `d`: per warp, a bf16 key tile and a
-/// transposed value tile, each row padded (kernels/attention_mma.cu's `attention_mma_warp_bytes`); the warps'
-/// merge reuses it.
+/// transposed value tile, each row padded (kernels/attention_mma.cu's `attention_mma_warp_bytes`; the warps'
+/// merge reuses it); past [`HEAD_DIM_NARROW`], the tile's Q fragments (d / 16 steps × 32 lanes × 4 registers).
 pub fn attention_mma_smem_bytes(d: usize) -> usize {
-    MMA_WARPS * 2 * (MMA_KEYS * (d + MMA_PAD) + d * (MMA_KEYS + MMA_PAD))
+    let warps = MMA_WARPS * 2 * (MMA_KEYS * (d + MMA_PAD) + d * (MMA_KEYS + MMA_PAD));
+    let staged_q = if d > HEAD_DIM_NARROW {
+        d / 16 * 32 * 4 * size_of::<u32>()
+    } else {
+        0
+    };
+    warps + staged_q
 }
 
 /// The attention kernel `attention` picks for heads of `d`: its name, threads per block and dynamic shared memory.
+/// Heads up to [`HEAD_DIM_NARROW`] run the narrow entry point, wider ones the `_wide` one.
 pub fn attention_launch(attention: GpuAttention, d: usize) -> (&'static str, u32, usize) {
+    let wide = d > HEAD_DIM_NARROW;
     match attention {
         GpuAttention::CudaCores => (
-            "attention",
+            if wide { "attention_wide" } else { "attention" },
             (ATTENTION_WARPS * 32) as u32,
             attention_smem_bytes(d),
         ),
         GpuAttention::TensorCores => (
-            "attention_mma",
+            if wide {
+                "attention_mma_wide"
+            } else {
+                "attention_mma"
+            },
             (MMA_WARPS * 32) as u32,
             attention_mma_smem_bytes(d),
         ),
@@ -605,16 +622,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn attention_fits_the_default_shared_memory_up_to_its_widest_head() {
-        // 48 KiB is what a block gets without opting in; the kernel's widest head must fit it.
-        assert!(attention_smem_bytes(HEAD_DIM_MAX) <= 48 << 10);
-        assert!(attention_mma_smem_bytes(HEAD_DIM_MAX) <= 48 << 10);
-        // The tensor-core kernel's merge (16 x d partial outputs, 16 maxima, 16 sums per warp, in f32) reuses
-        // each warp's staging slice, so it must fit in it.
-        for d in (32..=HEAD_DIM_MAX).step_by(32) {
-            assert!(4 * (ATTENTION_QUERIES * d + 32) <= attention_mma_smem_bytes(d) / MMA_WARPS);
+    fn narrow_attention_fits_the_default_shared_memory_and_the_wide_one_opts_in() {
+        // 48 KiB is what a block gets without opting in: the narrow entry points' widest head fits it, so every
+        // BERT-like model runs on any GPU without it.
+        for kind in [GpuAttention::CudaCores, GpuAttention::TensorCores] {
+            let (name, _, smem) = attention_launch(kind, HEAD_DIM_NARROW);
+            assert!(
+                !name.ends_with("_wide") && smem <= DEFAULT_SMEM_BYTES,
+                "{name}"
+            );
+            let (name, _, smem) = attention_launch(kind, HEAD_DIM_NARROW + 32);
+            assert!(name.ends_with("_wide"), "{name}");
+            // What the backend opts in to at 256 stays within what an sm_86/sm_89 block may have (99 KiB; sm_80:
+            // 163 KiB, sm_90: 227 KiB).
+            let (_, _, widest) = attention_launch(kind, HEAD_DIM_MAX);
+            assert!(
+                smem > DEFAULT_SMEM_BYTES && widest <= 99 << 10,
+                "{name}: {widest}"
+            );
         }
-        assert!(head_dim_supported(32) && head_dim_supported(64) && head_dim_supported(128));
-        assert!(!head_dim_supported(80) && !head_dim_supported(256) && !head_dim_supported(0));
+        // The tensor-core kernel's merge (16 x d partial outputs, 16 maxima, 16 sums per warp, in f32) reuses
+        // each warp's staging slice, so it must fit in it (the wide one's staged Q lies past the slices).
+        for d in (32..=HEAD_DIM_MAX).step_by(32) {
+            let slices = MMA_WARPS * 2 * (MMA_KEYS * (d + MMA_PAD) + d * (MMA_KEYS + MMA_PAD));
+            assert!(4 * (ATTENTION_QUERIES * d + 32) <= slices / MMA_WARPS);
+            assert!(attention_mma_smem_bytes(d) >= slices);
+        }
+        assert!(head_dim_supported(32) && head_dim_supported(128) && head_dim_supported(256));
+        assert!(!head_dim_supported(80) && !head_dim_supported(288) && !head_dim_supported(0));
     }
 }
