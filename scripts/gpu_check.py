@@ -33,7 +33,8 @@ TOKENIZER = os.path.join(REPO, "workloads", "vocab", "all-MiniLM-L6-v2", "tokeni
 # Real shapes (their config.json's); --dry keeps the widths and cuts the layers, so a 2-core CPU runs it. MPNet
 # (all-mpnet-base-v2's shape: its relative position bias in both attention kernels), ModernBERT
 # (ModernBERT-base's, as gte-modernbert-base: sliding-window layers, GeGLU, LayerNorm into another matrix) and
-# Qwen2 (gte-Qwen2-1.5B's: Q/K/V biases, last-token pooling, a causal window) are checked for correctness only.
+# Qwen2 (gte-Qwen2-1.5B's: Q/K/V biases, last-token pooling, a causal window) and Gemma 3 (EmbeddingGemma-300m's:
+# heads of 256, the attention kernels' wide entry points) are checked for correctness only.
 SHAPES = {
     "minilm-l6": dict(arch="bert", hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
                       intermediate_size=1536, pooling="mean", dry_layers=6),
@@ -53,6 +54,13 @@ SHAPES = {
     # on (64 tokens from the second layer on) so the causal-window path of the attention kernels runs.
     "qwen2-1.5b": dict(arch="qwen2", hidden_size=1536, num_hidden_layers=4, num_attention_heads=12,
                        num_key_value_heads=2, intermediate_size=8960, pooling="last", dry_layers=3),
+    # EmbeddingGemma-300m's widths (3 query heads over 1 K/V head, of 256: the wide attention kernels; GeGLU, four
+    # norms a layer, bidirectional, mean pooling, its two bias-free Dense modules), cut to 4 layers on a GPU (its
+    # 24 would cost the lease minutes for no new path); a window of 64 (its own is 512) on two layers of three so
+    # the sliding-window path runs on these texts.
+    "embeddinggemma-300m": dict(arch="gemma3", hidden_size=768, num_hidden_layers=4, num_attention_heads=3,
+                                num_key_value_heads=1, intermediate_size=1152, pooling="mean", dry_layers=3,
+                                dense=[(3072, False, "Identity"), (768, False, "Identity")]),
 }
 
 
@@ -63,8 +71,8 @@ def write_json(path, value):
 
 def cmd_models(a):
     import torch
-    from transformers import (BertConfig, BertModel, ModernBertConfig, ModernBertModel, MPNetConfig, MPNetModel,
-                              Qwen2Config, Qwen2Model)
+    from transformers import (BertConfig, BertModel, Gemma3TextConfig, Gemma3TextModel, ModernBertConfig,
+                              ModernBertModel, MPNetConfig, MPNetModel, Qwen2Config, Qwen2Model)
 
     for name, s in SHAPES.items():
         out = os.path.join(a.out, name)
@@ -98,6 +106,14 @@ def cmd_models(a):
                 for n, p in model.named_parameters():
                     if n.endswith("bias"):
                         p.normal_(0.0, 0.5)
+        elif s["arch"] == "gemma3":
+            shape["hidden_activation"] = "gelu_pytorch_tanh"
+            del shape["hidden_act"]
+            config = Gemma3TextConfig(**shape, num_key_value_heads=s["num_key_value_heads"], head_dim=256,
+                                      query_pre_attn_scalar=256, sliding_window=64, sliding_window_pattern=3,
+                                      use_bidirectional_attention=True, rope_theta=1e6, rope_local_base_freq=1e4,
+                                      max_position_embeddings=2048, pad_token_id=0, attn_implementation="eager")
+            model = Gemma3TextModel(config).eval()
         else:
             config = BertConfig(**shape, max_position_embeddings=512, layer_norm_eps=1e-12)
             model = BertModel(config, add_pooling_layer=False).eval()

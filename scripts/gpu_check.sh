@@ -8,7 +8,8 @@
 #   scripts/gpu_check.sh ./bench-cuda "$OUT"            # BACKEND=cuda by default
 # It (a) writes random-weight models of real shapes (all-MiniLM-L6, a BGE-large-sized BERT and, for correctness
 # only, an all-mpnet-base-v2-sized MPNet, a ModernBERT-base-sized ModernBERT, LaBSE's Dense head on the MiniLM
-# shape and a gte-Qwen2-1.5B-wide Qwen2 with transformers; the Qwen3-0.6B shape with `bench`'s synthetic model) and
+# shape, a gte-Qwen2-1.5B-wide Qwen2 and an EmbeddingGemma-300m-wide Gemma 3 (heads of 256) with transformers; the
+# Qwen3-0.6B shape with `bench`'s synthetic model) and
 # their fp32 reference embeddings with torch; (b) checks our
 # embeddings against them (cosine ≥ 0.999 in bf16) and against our CPU backend, with the defaults and with each
 # candidate setting (`gpu_check.py variants`: `--gpu-attention tensor-cores`, `--gpu-intermediate bf16`); (c)
@@ -102,7 +103,7 @@ else
 fi
 models=(minilm-l6 bge-large "$qwen")
 # Checked for correctness (cosine, every candidate setting), not measured: a lease is short.
-checked=("${models[@]}" mpnet-base modernbert-base minilm-dense qwen2-1.5b)
+checked=("${models[@]}" mpnet-base modernbert-base minilm-dense qwen2-1.5b embeddinggemma-300m)
 texts="$out/texts.jsonl"
 head -n "$texts_n" workloads/text/passages_en.jsonl > "$texts"
 "$py" -c 'import json, sys
@@ -154,12 +155,13 @@ for name in "${checked[@]}"; do
 done
 # The kernels under compute-sanitizer with every candidate setting at once (none had run on a GPU when written),
 # on a BERT and on a Qwen3 (SwiGLU's bf16 gate; the tiny synthetic one: the sanitizer slows kernels by orders of
-# magnitude, and 0.6B would spend the budget the measurements need): out-of-bounds or misaligned accesses, and
-# shared-memory races.
+# magnitude, and 0.6B would spend the budget the measurements need) and on the EmbeddingGemma shape (the wide
+# attention kernels: the tensor-core one stages Q in shared memory behind a block barrier, a race the host
+# emulation cannot show): out-of-bounds or misaligned accesses, and shared-memory races.
 if [ "$backend" = cuda ] && command -v compute-sanitizer > /dev/null; then
   all_flags=$(for v in "${variants[@]}"; do printf '%s ' "${v#* }"; done)
   for tool in memcheck racecheck; do
-    for model in "$out/models/minilm-l6" synthetic:qwen3-tiny; do
+    for model in "$out/models/minilm-l6" synthetic:qwen3-tiny "$out/models/embeddinggemma-300m"; do
       shstep "sanitize-$tool-${model##*[/:]}" 120 "head -n 4 '$texts' | compute-sanitizer --tool $tool \
         --error-exitcode 9 --print-limit 20 '$bench' embed --model '$model' --backend cuda --capture off $all_flags \
         > /dev/null"
