@@ -1,6 +1,7 @@
 // Pooling and the model's Normalize module (Ops::pool, and the CUDA backend's normalizing of pooled rows).
 
-// One block per sequence: its output row is its tokens' mean (mode 0), first token (1) or last token (2); a
+// One block per sequence: its output row is its tokens' mean (mode 0), first token (1), last token (2), column-wise
+// maximum (3), sum over the square root of their count (4) or mean weighted by position, 1 to n (5); a
 // sequence whose readout is Tokens (readouts[s] = 1) gets a copy of every token's row instead, in its output rows
 // out_offsets[s]..out_offsets[s + 1]. With `norms` (null for none), the pooled row then takes sentence-transformers'
 // Normalize in the same pass: scaled to unit L2 norm (the norm clamped at 1e-12, as torch.nn.functional.normalize),
@@ -33,16 +34,29 @@ extern "C" __global__ void pool(const float* x, int ldx, float* out, int ldo, in
     float q = 0.0f;
     for (int c = threadIdx.x; c < cols; c += blockDim.x) {
         float v;
+        const float n = (float)(end - start);
         if (mode == 1) {
             v = x[(size_t)start * ldx + c];
         } else if (mode == 2) {
             v = x[(size_t)(end - 1) * ldx + c];
+        } else if (mode == 3) {
+            v = x[(size_t)start * ldx + c];
+            for (int t = start + 1; t < end; t++) {
+                v = fmaxf(v, x[(size_t)t * ldx + c]);
+            }
+        } else if (mode == 5) {
+            // Weights 1..n, whose sum is n (n + 1) / 2.
+            v = 0.0f;
+            for (int t = start; t < end; t++) {
+                v += (float)(t - start + 1) * x[(size_t)t * ldx + c];
+            }
+            v *= 2.0f / (n * (n + 1.0f));
         } else {
             v = 0.0f;
             for (int t = start; t < end; t++) {
                 v += x[(size_t)t * ldx + c];
             }
-            v *= 1.0f / (float)(end - start);
+            v *= mode == 4 ? 1.0f / sqrtf(n) : 1.0f / n;
         }
         o[c] = v;
         q += v * v;

@@ -44,6 +44,11 @@ Complete sentence-transformers directories under engine/tests/fixtures/:
     pipeline on the shipped Unigram (`$A </s>`), mean pooling, a Dense module without bias (64 to 64) and Normalize:
     sentence-t5's head; also its buckets.json (transformers' T5Attention._relative_position_bucket);
   - t5_relu_cls: the same with T5 v1.0's ReLU feed-forward and the default 32 buckets up to 128, CLS pooling, no
+    Normalize;
+  - bert_max: BertModel with the WordPiece of distilbert_mean, max pooling (Sentence-BERT's NLI max-tokens models),
+    no Normalize;
+  - distilbert_mean_sqrt: DistilBertModel, mean_sqrt_len_tokens pooling, no Normalize (which would hide the scale);
+  - llama_weightedmean: llama_last's LlamaModel (causal), position-weighted mean pooling (SGPT's weightedmean),
     Normalize.
 
 The first three number positions as RoBERTa does (from pad_token_id + 1, a `<pad>` inside a text taking the padding row and
@@ -413,6 +418,14 @@ def main():
     if not only or "distilbert_dense_mean" in only:
         make("distilbert_dense_mean", distilbert, bert_tokenizer(), BERT_SPECIALS, "mean", True, 10, 64,
              dense=[(256, False, torch.nn.Identity()), (48, False, torch.nn.Identity())])
+    if not only or "bert_max" in only:
+        make("bert_max", bert, bert_tokenizer(), BERT_SPECIALS, "max", False, 18, 64)
+    if not only or "distilbert_mean_sqrt" in only:
+        make("distilbert_mean_sqrt", distilbert, bert_tokenizer(), BERT_SPECIALS, "mean_sqrt_len_tokens", False, 19,
+             64)
+    if not only or "llama_weightedmean" in only:
+        make("llama_weightedmean", decoder(LlamaConfig, LlamaModel, num_key_value_heads=2, rope_theta=5e4),
+             llama_tokenizer(), LLAMA_SPECIALS, "weightedmean", True, 20, 96)
     if only:
         return
     make("xlmr_mean", roberta_like(XLMRobertaConfig, XLMRobertaModel), xlmr_tokenizer(), ROBERTA_SPECIALS, "mean",

@@ -2,9 +2,9 @@
 //! `scripts/make_qwen3_fixtures.py` made Qwen3-Embedding's convention (causal, last-token pooling) and the
 //! bidirectional one (`"is_causal": false`, mean pooling), with a byte-level BPE tokenizer (NFC, the Qwen split
 //! regex, `<|endoftext|>` appended by the post-processor) that runs on the in-house tokenizer, whose ids must be
-//! the reference's. `scripts/make_encoder_fixtures.py` made the other families: Llama with every bias, Mistral
-//! with a sliding window on every layer and a head width of its own (both last-token pooling, with a
-//! SentencePiece-style tokenizer appending `</s>`), Qwen2 with its Q/K/V biases, sliding-window layers from
+//! the reference's. `scripts/make_encoder_fixtures.py` made the other families: Llama with every bias (and,
+//! without biases, with SGPT's position-weighted mean pooling), Mistral with a sliding window on every layer and a
+//! head width of its own (both last-token pooling, with a SentencePiece-style tokenizer appending `</s>`), Qwen2 with its Q/K/V biases, sliding-window layers from
 //! `max_window_layers` on and stella's Dense head, and Qwen3 bidirectional with sliding-window layers from
 //! `layer_types` (mean pooling).
 
@@ -12,10 +12,11 @@ use engine::{Engine, EngineConfig};
 
 mod common;
 
-const MODELS: [&str; 6] = [
+const MODELS: [&str; 7] = [
     "qwen3_causal",
     "qwen3_bidirectional",
     "llama_last",
+    "llama_weightedmean",
     "mistral_last",
     "qwen2_dense_mean",
     "qwen3_window_mean",

@@ -13,13 +13,14 @@
 //! scale of its own), its SentencePiece-style tokenizer read by the crate (the default falls back to it), with
 //! EmbeddingGemma's head; and T5's encoder (relative position buckets other than the default, 4 heads of 24
 //! columns against d_model 64, the gated tanh-GELU feed-forward with sentence-t5's Dense head, and the ReLU
-//! one). The first three number positions after the padding id: their texts put `<pad>` inside sequences (it
-//! takes the padding row and does not advance the positions after it), `<mask>` after whitespace it strips, and
-//! run past max_seq_length; the default tokenizer must give sentence-transformers' ids.
+//! one); and the other pooling modes: max over the tokens (BERT) and the sum over the square root of their count
+//! (DistilBERT). The first three number positions after the padding id: their texts put `<pad>` inside sequences
+//! (it takes the padding row and does not advance the positions after it), `<mask>` after whitespace it strips,
+//! and run past max_seq_length; the default tokenizer must give sentence-transformers' ids.
 
 mod common;
 
-const MODELS: [&str; 11] = [
+const MODELS: [&str; 13] = [
     "xlmr_mean",
     "roberta_cls",
     "mpnet_mean",
@@ -31,6 +32,8 @@ const MODELS: [&str; 11] = [
     "gemma3_mean",
     "t5_gated_mean",
     "t5_relu_cls",
+    "bert_max",
+    "distilbert_mean_sqrt",
 ];
 
 common::models::fixture_tests!(MODELS);

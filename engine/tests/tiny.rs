@@ -387,7 +387,7 @@ fn bad_model_directories_name_the_file_and_what_was_expected() {
     write_tiny_bert(dir.path(), TinySpec::default()).expect("write");
     std::fs::write(
         dir.path().join("1_Pooling/config.json"),
-        r#"{"pooling_mode_max_tokens": true}"#,
+        r#"{"pooling_mode_max_tokens": true, "pooling_mode_mean_tokens": true}"#,
     )
     .expect("write");
     let e = err(dir.path());
@@ -462,13 +462,22 @@ fn both_sentence_transformers_config_formats_are_read() {
         ),
         (json!({"pooling_mode_cls_token": false}), Pooling::Mean),
         (json!({"pooling_mode_lasttoken": true}), Pooling::LastToken),
+        (
+            json!({"pooling_mode": "weightedmean"}),
+            Pooling::WeightedMean,
+        ),
+        (json!({"pooling_mode_max_tokens": true}), Pooling::Max),
+        (
+            json!({"pooling_mode_mean_sqrt_len_tokens": true}),
+            Pooling::MeanSqrtLen,
+        ),
     ] {
         write("1_Pooling/config.json", json.clone());
         assert_eq!(open().expect("opens").pooling, want, "{json}");
     }
     for (json, needle) in [
         (json!({"pooling_mode": ["mean", "max"]}), "concatenated"),
-        (json!({"pooling_mode": "weightedmean"}), "weightedmean"),
+        (json!({"pooling_mode": "median"}), "median"),
         (
             json!({"pooling_mode": "mean", "include_prompt": false}),
             "include_prompt",

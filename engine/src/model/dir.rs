@@ -10,15 +10,41 @@ use super::config::{read_json, ModelConfig};
 use crate::backend::ops::Activation;
 use crate::error::{Error, Result};
 
-/// How token states become one sentence embedding.
+/// How token states become one sentence embedding: sentence-transformers' Pooling modes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Pooling {
+    /// The tokens' mean.
     Mean,
+    /// The first token's hidden state.
     Cls,
     /// The last token's hidden state (sentence-transformers' `pooling_mode_lasttoken`, decoder models).
     #[serde(rename = "last_token")]
     LastToken,
+    /// Each column's maximum over the tokens (`pooling_mode_max_tokens`, the NLI models of Sentence-BERT's paper).
+    Max,
+    /// The tokens' sum over the square root of their count (`pooling_mode_mean_sqrt_len_tokens`).
+    #[serde(rename = "mean_sqrt_len")]
+    MeanSqrtLen,
+    /// The tokens' mean weighted by position, 1 for the first to n for the last (`pooling_mode_weightedmean_tokens`,
+    /// SGPT's for decoders: later tokens have seen more of the text).
+    #[serde(rename = "weighted_mean")]
+    WeightedMean,
+}
+
+impl Pooling {
+    /// The mode `1_Pooling/config.json` names (`pooling_mode`'s spelling; the old flags are mapped to it).
+    fn from_config(mode: &str) -> Option<Pooling> {
+        Some(match mode {
+            "mean" => Pooling::Mean,
+            "cls" => Pooling::Cls,
+            "lasttoken" => Pooling::LastToken,
+            "max" => Pooling::Max,
+            "mean_sqrt_len_tokens" => Pooling::MeanSqrtLen,
+            "weightedmean" => Pooling::WeightedMean,
+            _ => return None,
+        })
+    }
 }
 
 /// The longest sequence the engine runs, whatever a config says: a rotary table is computed at load for every
@@ -424,21 +450,17 @@ fn read_pooling(path: &Path) -> Result<Pooling> {
             }
         }
     };
+    const KNOWN: &str = "mean, cls, lasttoken, max, mean_sqrt_len_tokens or weightedmean";
     match modes.as_slice() {
-        [mode] => match mode.as_str() {
-            "mean" => Ok(Pooling::Mean),
-            "cls" => Ok(Pooling::Cls),
-            "lasttoken" => Ok(Pooling::LastToken),
-            other => Err(Error::model(
+        [mode] => Pooling::from_config(mode).ok_or_else(|| {
+            Error::model(
                 path,
-                format!("unsupported pooling mode {other:?}: expected mean, cls or lasttoken"),
-            )),
-        },
+                format!("unsupported pooling mode {mode:?}: expected {KNOWN}"),
+            )
+        }),
         _ => Err(Error::model(
             path,
-            format!(
-                "unsupported pooling: modes {modes:?} (concatenated); expected one of mean, cls or lasttoken"
-            ),
+            format!("unsupported pooling: modes {modes:?} (concatenated); expected one of {KNOWN}"),
         )),
     }
 }

@@ -27,8 +27,9 @@ pub fn load(name: &str, dtype: Dtype, capture: CaptureMode) -> Engine {
     Engine::load(dir(name), config).unwrap_or_else(|e| panic!("load {name}: {e}"))
 }
 
-/// Token ids equal the reference's on the default, in-house tokenizer, and every embedding reaches `min` cosine
-/// against it.
+/// Token ids equal the reference's on the default, in-house tokenizer, every embedding reaches `min` cosine
+/// against it, and its length is the reference's (cosine cannot see a scale: a model without Normalize pooled by
+/// the mean where it asks for the sum over √n would pass it).
 pub fn check(name: &str, dtype: Dtype, min: f64) {
     let fx = fixtures(name);
     let engine = load(name, dtype, CaptureMode::Lazy);
@@ -47,11 +48,25 @@ pub fn check(name: &str, dtype: Dtype, min: f64) {
         .zip(&got)
         .map(|(f, g)| cosine(&f.embedding, g))
         .fold(f64::INFINITY, f64::min);
+    let length = |v: &[f32]| v.iter().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt();
+    let scale = fx
+        .iter()
+        .zip(&got)
+        .map(|(f, g)| (length(g) / length(&f.embedding) - 1.0).abs())
+        .fold(0.0, f64::max);
     println!(
-        "{name} {dtype}: min cosine {worst:.9} over {} texts",
+        "{name} {dtype}: min cosine {worst:.9}, lengths within {scale:.1e}, over {} texts",
         fx.len()
     );
     assert!(worst >= min, "{name} {dtype}: min cosine {worst}");
+    let tolerance = match dtype {
+        Dtype::F32 => 1e-4,
+        _ => 1e-2,
+    };
+    assert!(
+        scale <= tolerance,
+        "{name} {dtype}: an embedding's length is off the reference's by {scale:.2e}"
+    );
 }
 
 /// Whether bf16 runs here (the CPU backend needs AVX512-BF16); says so when it does not.

@@ -11,7 +11,8 @@
 //     then rotary with per-head RMSNorm (weight a) on copies of bias_act's output, heads of `group` and of
 //     `group / 4` (the table read as rows of that width); rotary's blocks are 4 warps, one per head, as the
 //     backend's;
-//   EW_PROGRAM_POOL (pool.cu): pool(x) with modes 0 (mean), 1 (first), 2 (last), then mode 0 normalising;
+//   EW_PROGRAM_POOL (pool.cu): pool(x) with modes 0 (mean), 1 (first), 2 (last), 3 (max), 4 (mean over sqrt len),
+//     5 (position-weighted mean), then mode 0 normalising;
 //   EW_PROGRAM_QUANTIZE (quantize.cu): quantize_int8(x) over the batch's rows with modes 0 (tanh) and 1 (per row);
 //   EW_PROGRAM_EMBED (embed.cu): embed with token ids pos[t] into y read as a dense table of `cols`-wide rows,
 //     positions (pos[t] + 1) % 8 into x read the same way and the row a, then with neither (as Qwen3), then with
@@ -147,7 +148,7 @@ int main(int argc, char** argv) {
 #ifdef EW_PROGRAM_POOL
     const size_t pooled_rows = (size_t)out_offsets[seqs];
     std::vector<std::vector<float>> pooled;
-    for (int mode = 0; mode < 3; mode++) {
+    for (int mode = 0; mode < 6; mode++) {
         pooled.push_back(nans(pooled_rows * ld));
         emu::launch(dim3{seq_blocks, 1, 1}, THREADS, 0, [&] {
             pool(x.data(), ld, pooled.back().data(), ld, cols, offsets.data(), out_offsets.data(), readouts.data(),

@@ -408,7 +408,7 @@ fn emulated_cuda_pooling_and_normalize_match_f64() {
     let x = |t: usize, c: usize| inp.x[t * LD + c] as f64;
     // Each mode's pooled rows: a Tokens sequence's rows are its tokens' copies, another's one row.
     let mut mean = Vec::new();
-    for mode in 0..3 {
+    for mode in 0..6 {
         let got = out.f32s(rows_out * LD);
         for (s, w) in inp.offsets.windows(2).enumerate() {
             let o = inp.out_offsets[s];
@@ -417,10 +417,23 @@ fn emulated_cuda_pooling_and_normalize_match_f64() {
                     .map(|t| (0..COLS).map(|c| x(t, c)).collect())
                     .collect()
             } else {
+                let n = (w[1] - w[0]) as f64;
+                let sum = |c: usize| (w[0]..w[1]).map(|t| x(t, c)).sum::<f64>();
                 let row = (0..COLS).map(|c| match mode {
-                    0 => (w[0]..w[1]).map(|t| x(t, c)).sum::<f64>() / (w[1] - w[0]) as f64,
+                    0 => sum(c) / n,
                     1 => x(w[0], c),
-                    _ => x(w[1] - 1, c),
+                    2 => x(w[1] - 1, c),
+                    3 => (w[0]..w[1])
+                        .map(|t| x(t, c))
+                        .fold(f64::NEG_INFINITY, f64::max),
+                    4 => sum(c) / n.sqrt(),
+                    _ => {
+                        let weights = n * (n + 1.0) / 2.0;
+                        (w[0]..w[1])
+                            .map(|t| (t - w[0] + 1) as f64 * x(t, c))
+                            .sum::<f64>()
+                            / weights
+                    }
                 });
                 vec![row.collect()]
             };

@@ -347,17 +347,49 @@ impl<'a> Ops for CpuPass<'a> {
             }
             // SAFETY: each task owns its output rows.
             let row = unsafe { out.row_mut(rows[s]) };
-            match pooling {
-                Pooling::Cls => row.copy_from_slice(token(start)),
-                Pooling::LastToken => row.copy_from_slice(token(end - 1)),
-                Pooling::Mean => {
-                    row.fill(0.0);
-                    for t in start..end {
-                        row.iter_mut().zip(token(t)).for_each(|(o, v)| *o += v);
-                    }
-                    let inv = 1.0 / (end - start) as f32;
-                    row.iter_mut().for_each(|o| *o *= inv);
+            // A (weighted) sum over the tokens, then one scale: 1 / n, 1 / √n, or 1 over the weights' total.
+            let weighted_sum = |row: &mut [f32], weight: &dyn Fn(usize) -> f32| {
+                row.fill(0.0);
+                for t in start..end {
+                    let w = weight(t - start);
+                    row.iter_mut().zip(token(t)).for_each(|(o, v)| *o += w * v);
                 }
+            };
+            let n = (end - start) as f32;
+            let scale = match pooling {
+                Pooling::Cls => {
+                    row.copy_from_slice(token(start));
+                    1.0
+                }
+                Pooling::LastToken => {
+                    row.copy_from_slice(token(end - 1));
+                    1.0
+                }
+                Pooling::Max => {
+                    row.copy_from_slice(token(start));
+                    for t in start + 1..end {
+                        row.iter_mut()
+                            .zip(token(t))
+                            .for_each(|(o, &v)| *o = o.max(v));
+                    }
+                    1.0
+                }
+                Pooling::Mean | Pooling::MeanSqrtLen => {
+                    weighted_sum(row, &|_| 1.0);
+                    if pooling == Pooling::Mean {
+                        1.0 / n
+                    } else {
+                        1.0 / n.sqrt()
+                    }
+                }
+                Pooling::WeightedMean => {
+                    // Weights 1..=n: their sum n (n + 1) / 2.
+                    weighted_sum(row, &|i| (i + 1) as f32);
+                    2.0 / (n * (n + 1.0))
+                }
+            };
+            if scale != 1.0 {
+                row.iter_mut().for_each(|o| *o *= scale);
             }
         });
     }

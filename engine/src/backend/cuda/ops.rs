@@ -550,6 +550,9 @@ impl<'a> Ops for CudaPass<'a> {
             Pooling::Mean => 0,
             Pooling::Cls => 1,
             Pooling::LastToken => 2,
+            Pooling::Max => 3,
+            Pooling::MeanSqrtLen => 4,
+            Pooling::WeightedMean => 5,
         };
         self.launch(
             "pool",
