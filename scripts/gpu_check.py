@@ -33,8 +33,9 @@ TOKENIZER = os.path.join(REPO, "workloads", "vocab", "all-MiniLM-L6-v2", "tokeni
 # Real shapes (their config.json's); --dry keeps the widths and cuts the layers, so a 2-core CPU runs it. MPNet
 # (all-mpnet-base-v2's shape: its relative position bias in both attention kernels), ModernBERT
 # (ModernBERT-base's, as gte-modernbert-base: sliding-window layers, GeGLU, LayerNorm into another matrix) and
-# Qwen2 (gte-Qwen2-1.5B's: Q/K/V biases, last-token pooling, a causal window) and Gemma 3 (EmbeddingGemma-300m's:
-# heads of 256, the attention kernels' wide entry points) are checked for correctness only.
+# Qwen2 (gte-Qwen2-1.5B's: Q/K/V biases, last-token pooling, a causal window), Gemma 3 (EmbeddingGemma-300m's:
+# heads of 256, the attention kernels' wide entry points) and Nomic BERT (nomic-embed-text-v1.5's: post-norm layers
+# with rotary positions and SwiGLU) are checked for correctness only.
 SHAPES = {
     "minilm-l6": dict(arch="bert", hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
                       intermediate_size=1536, pooling="mean", dry_layers=6),
@@ -61,6 +62,9 @@ SHAPES = {
     "embeddinggemma-300m": dict(arch="gemma3", hidden_size=768, num_hidden_layers=4, num_attention_heads=3,
                                 num_key_value_heads=1, intermediate_size=1152, pooling="mean", dry_layers=3,
                                 dense=[(3072, False, "Identity"), (768, False, "Identity")]),
+    # nomic-embed-text-v1.5's widths (saved by transformers under the Hub's contrastors names), cut to 4 layers.
+    "nomic-embed-v1.5": dict(arch="nomic_bert", hidden_size=768, num_hidden_layers=4, num_attention_heads=12,
+                             intermediate_size=3072, pooling="mean", dry_layers=2),
 }
 
 
@@ -72,7 +76,8 @@ def write_json(path, value):
 def cmd_models(a):
     import torch
     from transformers import (BertConfig, BertModel, Gemma3TextConfig, Gemma3TextModel, ModernBertConfig,
-                              ModernBertModel, MPNetConfig, MPNetModel, Qwen2Config, Qwen2Model)
+                              ModernBertModel, MPNetConfig, MPNetModel, NomicBertConfig, NomicBertModel, Qwen2Config,
+                              Qwen2Model)
 
     for name, s in SHAPES.items():
         out = os.path.join(a.out, name)
@@ -114,6 +119,11 @@ def cmd_models(a):
                                       use_bidirectional_attention=True, rope_theta=1e6, rope_local_base_freq=1e4,
                                       max_position_embeddings=2048, pad_token_id=0, attn_implementation="eager")
             model = Gemma3TextModel(config).eval()
+        elif s["arch"] == "nomic_bert":
+            shape["hidden_act"] = "silu"
+            config = NomicBertConfig(**shape, max_position_embeddings=8192, pad_token_id=0,
+                                     rope_parameters={"rope_theta": 1000.0, "rope_type": "default"})
+            model = NomicBertModel(config).eval()
         else:
             config = BertConfig(**shape, max_position_embeddings=512, layer_norm_eps=1e-12)
             model = BertModel(config, add_pooling_layer=False).eval()

@@ -49,7 +49,13 @@ Complete sentence-transformers directories under engine/tests/fixtures/:
     no Normalize;
   - distilbert_mean_sqrt: DistilBertModel, mean_sqrt_len_tokens pooling, no Normalize (which would hide the scale);
   - llama_weightedmean: llama_last's LlamaModel (causal), position-weighted mean pooling (SGPT's weightedmean),
-    Normalize.
+    Normalize;
+  - nomic_mean: NomicBertModel (nomic-embed-text-v1/v1.5: post-norm BERT layers, rotary on Q and K at a base of its
+    own, SwiGLU, token types, no position embeddings) as transformers 5 saves it (contrastors' tensor names, as the
+    Hub's checkpoints: fused `attn.Wqkv`, `mlp.fc11` up / `fc12` gate, `norm1`, `norm2`, `emb_ln`; transformers'
+    config keys), with the WordPiece of distilbert_mean, mean pooling, Normalize;
+  - nomic_renamed_mean: the same model under the tensor names transformers gives it in memory, with contrastors'
+    config keys alone (`n_embd`, `rotary_emb_base`, `activation_function: swiglu`, ...): the other naming of each.
 
 The first three number positions as RoBERTa does (from pad_token_id + 1, a `<pad>` inside a text taking the padding row and
 not advancing the count), so the texts include `<pad>`, `<mask>` and `<s>` among runs of whitespace, and texts
@@ -78,7 +84,8 @@ import sys
 
 from transformers import (BertConfig, BertModel, DistilBertConfig, DistilBertModel, Gemma3TextConfig,
                           Gemma3TextModel, LlamaConfig, LlamaModel, MistralConfig, MistralModel, ModernBertConfig,
-                          ModernBertModel, MPNetConfig, MPNetModel, PreTrainedTokenizerFast, Qwen2Config, Qwen2Model,
+                          ModernBertModel, MPNetConfig, MPNetModel, NomicBertConfig, NomicBertModel,
+                          PreTrainedTokenizerFast, Qwen2Config, Qwen2Model,
                           Qwen3Config, Qwen3Model, RobertaConfig, RobertaModel, T5Config, T5EncoderModel,
                           XLMRobertaConfig, XLMRobertaModel)
 from transformers.models.t5.modeling_t5 import T5Attention
@@ -280,6 +287,48 @@ def roberta_like(config_class, model_class):
     return build
 
 
+def nomic_bert(tok, max_seq):
+    config = NomicBertConfig(vocab_size=tok.get_vocab_size(), hidden_size=64, num_hidden_layers=3,
+                             num_attention_heads=4, intermediate_size=96, max_position_embeddings=max_seq,
+                             rope_parameters={"rope_theta": 5000.0, "rope_type": "default"},
+                             pad_token_id=tok.token_to_id("[PAD]"), attn_implementation="eager")
+    return NomicBertModel(config).eval()
+
+
+def renamed_copy(name, copy):
+    """`name`'s model (transformers saves Nomic BERT under contrastors' tensor names, as the Hub has them) under
+    the names transformers gives it in memory (`layers.N.self_attn.q_proj`, ...) with contrastors' config keys alone
+    (`n_embd`, `rotary_emb_base`, `activation_function: swiglu`, ...): the other naming of each. Checked, with both
+    generations' keys, to embed as `name` does."""
+    d = OUT / copy
+    shutil.rmtree(d, ignore_errors=True)
+    shutil.copytree(OUT / name, d)
+    st = SentenceTransformer(str(OUT / name), device="cpu")
+    state = {k: v.contiguous() for k, v in st[0].auto_model.state_dict().items()}
+    assert "layers.0.self_attn.q_proj.weight" in state, sorted(state)
+    from safetensors.torch import save_file
+    save_file(state, d / "model.safetensors", metadata={"format": "pt"})
+    config = json.loads((d / "config.json").read_text())
+    native = ["hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size",
+              "max_position_embeddings", "layer_norm_eps", "hidden_act", "rope_parameters", "head_dim"]
+    config.update(n_embd=config["hidden_size"], n_head=config["num_attention_heads"],
+                  n_layer=config["num_hidden_layers"], n_inner=config["intermediate_size"],
+                  n_positions=config["max_position_embeddings"], layer_norm_epsilon=config["layer_norm_eps"],
+                  activation_function="swiglu", rotary_emb_base=config["rope_parameters"]["rope_theta"],
+                  rotary_emb_fraction=1.0, rotary_emb_interleaved=False, rotary_emb_scale_base=None,
+                  rotary_scaling_factor=None, prenorm=False, causal=False, qkv_proj_bias=False, mlp_fc1_bias=False,
+                  mlp_fc2_bias=False)
+    (d / "config.json").write_text(json.dumps(config, indent=2))
+    batch = texts()
+    got = SentenceTransformer(str(d), device="cpu").encode(batch, batch_size=4, convert_to_tensor=True)
+    want = st.encode(batch, batch_size=4, convert_to_tensor=True)
+    assert torch.allclose(got, want, atol=1e-5), (got - want).abs().max()
+    for k in native:
+        del config[k]
+    (d / "config.json").write_text(json.dumps(config, indent=2))
+    print(f"{d}: transformers' tensor names, contrastors' config keys, embeddings as {name}'s")
+
+
 def bert(tok, max_seq):
     config = BertConfig(vocab_size=tok.get_vocab_size(), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                         intermediate_size=128, max_position_embeddings=max_seq, pad_token_id=tok.token_to_id("[PAD]"),
@@ -426,6 +475,9 @@ def main():
     if not only or "llama_weightedmean" in only:
         make("llama_weightedmean", decoder(LlamaConfig, LlamaModel, num_key_value_heads=2, rope_theta=5e4),
              llama_tokenizer(), LLAMA_SPECIALS, "weightedmean", True, 20, 96)
+    if not only or "nomic_mean" in only:
+        make("nomic_mean", nomic_bert, bert_tokenizer(), BERT_SPECIALS, "mean", True, 21, 64)
+        renamed_copy("nomic_mean", "nomic_renamed_mean")
     if only:
         return
     make("xlmr_mean", roberta_like(XLMRobertaConfig, XLMRobertaModel), xlmr_tokenizer(), ROBERTA_SPECIALS, "mean",

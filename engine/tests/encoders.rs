@@ -14,13 +14,14 @@
 //! EmbeddingGemma's head; and T5's encoder (relative position buckets other than the default, 4 heads of 24
 //! columns against d_model 64, the gated tanh-GELU feed-forward with sentence-t5's Dense head, and the ReLU
 //! one); and the other pooling modes: max over the tokens (BERT) and the sum over the square root of their count
-//! (DistilBERT). The first three number positions after the padding id: their texts put `<pad>` inside sequences
+//! (DistilBERT); and Nomic BERT (nomic-embed-text: post-norm layers with rotary positions and SwiGLU) in both
+//! tensor namings and both generations of config keys. The first three number positions after the padding id: their texts put `<pad>` inside sequences
 //! (it takes the padding row and does not advance the positions after it), `<mask>` after whitespace it strips,
 //! and run past max_seq_length; the default tokenizer must give sentence-transformers' ids.
 
 mod common;
 
-const MODELS: [&str; 13] = [
+const MODELS: [&str; 15] = [
     "xlmr_mean",
     "roberta_cls",
     "mpnet_mean",
@@ -34,6 +35,8 @@ const MODELS: [&str; 13] = [
     "t5_relu_cls",
     "bert_max",
     "distilbert_mean_sqrt",
+    "nomic_mean",
+    "nomic_renamed_mean",
 ];
 
 common::models::fixture_tests!(MODELS);

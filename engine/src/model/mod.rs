@@ -9,6 +9,7 @@ pub mod fetch;
 pub mod gemma3;
 mod head;
 pub mod modernbert;
+pub mod nomic_bert;
 #[cfg(test)]
 mod operand_slots;
 mod relative;
@@ -19,7 +20,7 @@ mod weights;
 
 pub use config::{
     BertConfig, BertFamily, DecoderConfig, DecoderFamily, Gemma3Config, ModelConfig,
-    ModernBertConfig, T5Config, T5FeedForward,
+    ModernBertConfig, NomicBertConfig, T5Config, T5FeedForward,
 };
 pub use dir::{DenseModule, ModelDir, Pooling, MAX_POSITIONS};
 pub use head::Head;
@@ -192,6 +193,7 @@ pub enum Model<D: Device> {
     Bert(bert::Bert<D>),
     Decoder(decoder::Decoder<D>),
     ModernBert(modernbert::ModernBert<D>),
+    NomicBert(nomic_bert::NomicBert<D>),
     Gemma3(gemma3::Gemma3<D>),
     T5(t5::T5<D>),
 }
@@ -203,6 +205,9 @@ impl<D: Device> Model<D> {
             ModelConfig::Decoder(_) => Model::Decoder(decoder::Decoder::load(dir, device)?),
             ModelConfig::ModernBert(_) => {
                 Model::ModernBert(modernbert::ModernBert::load(dir, device)?)
+            }
+            ModelConfig::NomicBert(_) => {
+                Model::NomicBert(nomic_bert::NomicBert::load(dir, device)?)
             }
             ModelConfig::Gemma3(_) => Model::Gemma3(gemma3::Gemma3::load(dir, device)?),
             ModelConfig::T5(_) => Model::T5(t5::T5::load(dir, device)?),
@@ -216,6 +221,7 @@ impl<D: Device> Model<D> {
             Model::Bert(m) => m.head(),
             Model::Decoder(m) => m.head(),
             Model::ModernBert(m) => m.head(),
+            Model::NomicBert(m) => m.head(),
             Model::Gemma3(m) => m.head(),
             Model::T5(m) => m.head(),
         }
@@ -229,6 +235,7 @@ impl<D: Device> Architecture<D> for Model<D> {
             Model::Bert(m) => m.layout(),
             Model::Decoder(m) => m.layout(),
             Model::ModernBert(m) => m.layout(),
+            Model::NomicBert(m) => m.layout(),
             Model::Gemma3(m) => m.layout(),
             Model::T5(m) => m.layout(),
         };
@@ -245,6 +252,7 @@ impl<D: Device> Architecture<D> for Model<D> {
             Model::Bert(m) => m.vocab_size(),
             Model::Decoder(m) => m.vocab_size(),
             Model::ModernBert(m) => m.vocab_size(),
+            Model::NomicBert(m) => m.vocab_size(),
             Model::Gemma3(m) => m.vocab_size(),
             Model::T5(m) => m.vocab_size(),
         }
@@ -263,6 +271,7 @@ impl<D: Device> Architecture<D> for Model<D> {
             Model::Bert(m) => m.forward(ops, batch, acts, out),
             Model::Decoder(m) => m.forward(ops, batch, acts, out),
             Model::ModernBert(m) => m.forward(ops, batch, acts, out),
+            Model::NomicBert(m) => m.forward(ops, batch, acts, out),
             Model::Gemma3(m) => m.forward(ops, batch, acts, out),
             Model::T5(m) => m.forward(ops, batch, acts, out),
         }

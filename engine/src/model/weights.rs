@@ -158,6 +158,12 @@ impl Weights {
         Some((shard, shard.meta.info(full)?))
     }
 
+    /// Whether the checkpoint has the tensor `name` (without the file's prefix): which of two naming schemes it
+    /// follows.
+    pub fn has(&self, name: &str) -> bool {
+        self.find(&format!("{}{name}", self.prefix)).is_some()
+    }
+
     /// The tensor `name` (without the file's prefix), which must have exactly `shape`.
     pub fn get(&self, name: &str, shape: &[usize]) -> Result<Tensor> {
         let full = format!("{}{name}", self.prefix);

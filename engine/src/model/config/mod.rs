@@ -13,6 +13,7 @@ mod bert;
 mod decoder;
 mod gemma3;
 mod modernbert;
+mod nomic_bert;
 mod t5;
 
 use bert::read_bert;
@@ -23,6 +24,8 @@ use gemma3::read_gemma3;
 pub use gemma3::Gemma3Config;
 use modernbert::read_modernbert;
 pub use modernbert::ModernBertConfig;
+use nomic_bert::read_nomic_bert;
+pub use nomic_bert::NomicBertConfig;
 use t5::read_t5;
 pub use t5::{T5Config, T5FeedForward};
 
@@ -116,6 +119,7 @@ pub enum ModelConfig {
     Bert(BertConfig),
     Decoder(DecoderConfig),
     ModernBert(ModernBertConfig),
+    NomicBert(NomicBertConfig),
     Gemma3(Gemma3Config),
     T5(T5Config),
 }
@@ -143,6 +147,8 @@ impl ModelConfig {
             Ok(ModelConfig::Decoder(read_decoder(path, *family)?))
         } else if names(&["modernbert", "ModernBertModel", "ModernBertForMaskedLM"]) {
             Ok(ModelConfig::ModernBert(read_modernbert(path)?))
+        } else if names(&["nomic_bert", "NomicBertModel", "NomicBertForPreTraining"]) {
+            Ok(ModelConfig::NomicBert(read_nomic_bert(path)?))
         } else if names(&["gemma3_text", "Gemma3TextModel", "Gemma3ForCausalLM"]) {
             Ok(ModelConfig::Gemma3(read_gemma3(path)?))
         } else if names(&[
@@ -165,6 +171,7 @@ impl ModelConfig {
                 format!(
                     "unsupported architecture {:?} (model_type {:?}): expected a BERT-family encoder (BertModel, \
                      RobertaModel, XLMRobertaModel, CamembertModel, MPNetModel, DistilBertModel), ModernBertModel, \
+                     NomicBertModel, \
                      a Llama-family decoder (LlamaModel, MistralModel, Qwen2Model, Qwen3Model), Gemma 3's \
                      text model (Gemma3TextModel) or T5's encoder (T5EncoderModel, MT5EncoderModel)",
                     kind.architectures, kind.model_type
@@ -178,6 +185,7 @@ impl ModelConfig {
             ModelConfig::Bert(c) => c.vocab_size,
             ModelConfig::Decoder(c) => c.vocab_size,
             ModelConfig::ModernBert(c) => c.vocab_size,
+            ModelConfig::NomicBert(c) => c.vocab_size,
             ModelConfig::Gemma3(c) => c.vocab_size,
             ModelConfig::T5(c) => c.vocab_size,
         }
@@ -189,6 +197,7 @@ impl ModelConfig {
             ModelConfig::Bert(c) => c.hidden_size,
             ModelConfig::Decoder(c) => c.hidden_size,
             ModelConfig::ModernBert(c) => c.hidden_size,
+            ModelConfig::NomicBert(c) => c.hidden_size,
             ModelConfig::Gemma3(c) => c.hidden_size,
             ModelConfig::T5(c) => c.d_model,
         }
@@ -219,6 +228,14 @@ impl ModelConfig {
                 (0..c.num_hidden_layers)
                     .map(|i| (4 * h * h + 3 * h * f, c.attention(i)))
                     .collect()
+            }
+            ModelConfig::NomicBert(c) => {
+                let (h, f, q) = (
+                    c.hidden_size,
+                    c.intermediate_size,
+                    c.num_attention_heads * c.head_dim,
+                );
+                vec![(4 * h * q + 3 * h * f, c.attention()); c.num_hidden_layers]
             }
             ModelConfig::Gemma3(c) => {
                 let (h, f) = (c.hidden_size, c.intermediate_size);
@@ -253,6 +270,7 @@ impl ModelConfig {
             ModelConfig::Bert(c) => c.num_hidden_layers,
             ModelConfig::Decoder(c) => c.num_hidden_layers,
             ModelConfig::ModernBert(c) => c.num_hidden_layers,
+            ModelConfig::NomicBert(c) => c.num_hidden_layers,
             ModelConfig::Gemma3(c) => c.num_hidden_layers,
             ModelConfig::T5(c) => c.num_layers,
         }
@@ -264,6 +282,7 @@ impl ModelConfig {
             ModelConfig::Bert(c) => c.max_positions(),
             ModelConfig::Decoder(c) => c.max_position_embeddings,
             ModelConfig::ModernBert(c) => c.max_position_embeddings,
+            ModelConfig::NomicBert(c) => c.max_positions,
             ModelConfig::Gemma3(c) => c.max_position_embeddings,
             // Relative positions: no limit of the model's own (sentence-transformers' or the tokenizer's applies).
             ModelConfig::T5(_) => usize::MAX,
