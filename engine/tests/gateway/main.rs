@@ -755,6 +755,7 @@ async fn graceful_shutdown_finishes_in_flight_requests() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let dir = model_dir();
     let gw = gateway(&dir, 1, GatewayConfig::default());
+    let probe = gw.router();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -769,7 +770,28 @@ async fn graceful_shutdown_finishes_in_flight_requests() {
         body.len()
     );
     conn.write_all(request.as_bytes()).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(2)).await;
+    // Stop once the request is being served (a batch of it has reached the engine): a stop before the server has
+    // read it would close the connection unanswered, rightly, and a fixed sleep lost that race on a loaded machine.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let metrics = send(&probe, "GET", "/metrics", Body::empty()).await;
+        let batches = metrics
+            .body
+            .as_str()
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("embed_batch_tokens_count"))
+            .and_then(|rest| rest.split_whitespace().last()?.parse::<u64>().ok())
+            .unwrap_or(0);
+        if batches > 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the request never reached the engine"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
     stop.send(()).unwrap();
     let mut response = String::new();
     conn.read_to_string(&mut response).await.unwrap();
