@@ -55,7 +55,13 @@ Complete sentence-transformers directories under engine/tests/fixtures/:
     Hub's checkpoints: fused `attn.Wqkv`, `mlp.fc11` up / `fc12` gate, `norm1`, `norm2`, `emb_ln`; transformers'
     config keys), with the WordPiece of distilbert_mean, mean pooling, Normalize;
   - nomic_renamed_mean: the same model under the tensor names transformers gives it in memory, with contrastors'
-    config keys alone (`n_embd`, `rotary_emb_base`, `activation_function: swiglu`, ...): the other naming of each.
+    config keys alone (`n_embd`, `rotary_emb_base`, `activation_function: swiglu`, ...): the other naming of each;
+  - gte_cls: GteModel (gte-multilingual-base's: nomic_mean's network with GeGLU and Q/K/V,
+    output and down-projection biases) as transformers 5 saves it, one token type, CLS pooling, Normalize;
+  - gte_ntk_cls: GteModel as the Hub's gte-base-en-v1.5 is (Alibaba's NewModel config: `model_type: new`, no token
+    types, `rope_scaling: {type: ntk, factor: 2}`), CLS pooling, no Normalize. Alibaba's fixed NTK scaling (vLLM's
+    NTKScalingRotaryEmbedding) gives frequencies (θ s)^(-2i/d) s^(-2/d): the reference runs transformers' `linear`
+    rope type with base θ s and factor s^(2/d), the same frequencies, and the config written is the NewModel one.
 
 The first three number positions as RoBERTa does (from pad_token_id + 1, a `<pad>` inside a text taking the padding row and
 not advancing the count), so the texts include `<pad>`, `<mask>` and `<s>` among runs of whitespace, and texts
@@ -82,7 +88,7 @@ from tokenizers import (AddedToken, Tokenizer, decoders, models as tok_models, n
                         trainers)
 import sys
 
-from transformers import (BertConfig, BertModel, DistilBertConfig, DistilBertModel, Gemma3TextConfig,
+from transformers import (BertConfig, BertModel, DistilBertConfig, DistilBertModel, Gemma3TextConfig, GteConfig, GteModel,
                           Gemma3TextModel, LlamaConfig, LlamaModel, MistralConfig, MistralModel, ModernBertConfig,
                           ModernBertModel, MPNetConfig, MPNetModel, NomicBertConfig, NomicBertModel,
                           PreTrainedTokenizerFast, Qwen2Config, Qwen2Model,
@@ -329,6 +335,27 @@ def renamed_copy(name, copy):
     print(f"{d}: transformers' tensor names, contrastors' config keys, embeddings as {name}'s")
 
 
+def gte(type_vocab_size, rope):
+    def build(tok, max_seq):
+        config = GteConfig(vocab_size=tok.get_vocab_size(), hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
+                           intermediate_size=96, max_position_embeddings=max_seq, type_vocab_size=type_vocab_size,
+                           rope_parameters=rope, pad_token_id=tok.token_to_id("[PAD]"), attn_implementation="eager")
+        return GteModel(config).eval()
+    return build
+
+
+def as_new_model(name, theta, factor):
+    """`name`'s config.json rewritten as Alibaba's NewModel writes it, with fixed NTK scaling `factor` of base
+    `theta` (what the reference ran as transformers' `linear` rope type, as the module docstring says)."""
+    path = OUT / name / "config.json"
+    config = json.loads(path.read_text())
+    del config["rope_parameters"]
+    config.update(model_type="new", architectures=["NewModel"], rope_theta=theta,
+                  rope_scaling={"type": "ntk", "factor": factor}, layer_norm_type="layer_norm",
+                  position_embedding_type="rope", logn_attention_scale=False, pack_qkv=True)
+    path.write_text(json.dumps(config, indent=2))
+
+
 def bert(tok, max_seq):
     config = BertConfig(vocab_size=tok.get_vocab_size(), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                         intermediate_size=128, max_position_embeddings=max_seq, pad_token_id=tok.token_to_id("[PAD]"),
@@ -478,6 +505,14 @@ def main():
     if not only or "nomic_mean" in only:
         make("nomic_mean", nomic_bert, bert_tokenizer(), BERT_SPECIALS, "mean", True, 21, 64)
         renamed_copy("nomic_mean", "nomic_renamed_mean")
+    if not only or "gte_cls" in only:
+        make("gte_cls", gte(1, {"rope_theta": 2e4, "rope_type": "default"}), bert_tokenizer(), BERT_SPECIALS, "cls",
+             True, 22, 64)
+    if not only or "gte_ntk_cls" in only:
+        # Heads of 16: NTK factor 2 is base 2θ and positions times 2^(-2/16).
+        make("gte_ntk_cls", gte(0, {"rope_theta": 2 * 5e3, "rope_type": "linear", "factor": 2 ** (2 / 16)}),
+             bert_tokenizer(), BERT_SPECIALS, "cls", False, 23, 64)
+        as_new_model("gte_ntk_cls", 5e3, 2.0)
     if only:
         return
     make("xlmr_mean", roberta_like(XLMRobertaConfig, XLMRobertaModel), xlmr_tokenizer(), ROBERTA_SPECIALS, "mean",

@@ -14,14 +14,15 @@
 //! EmbeddingGemma's head; and T5's encoder (relative position buckets other than the default, 4 heads of 24
 //! columns against d_model 64, the gated tanh-GELU feed-forward with sentence-t5's Dense head, and the ReLU
 //! one); and the other pooling modes: max over the tokens (BERT) and the sum over the square root of their count
-//! (DistilBERT); and Nomic BERT (nomic-embed-text: post-norm layers with rotary positions and SwiGLU) in both
-//! tensor namings and both generations of config keys. The first three number positions after the padding id: their texts put `<pad>` inside sequences
+//! (DistilBERT); and the post-norm rotary BERTs: Nomic BERT (nomic-embed-text: SwiGLU) in both tensor namings
+//! and both generations of config keys, and GTE (GeGLU, biases) in transformers' config and in Alibaba's NewModel
+//! one with its fixed NTK rotary scaling and no token types. The first three number positions after the padding id: their texts put `<pad>` inside sequences
 //! (it takes the padding row and does not advance the positions after it), `<mask>` after whitespace it strips,
 //! and run past max_seq_length; the default tokenizer must give sentence-transformers' ids.
 
 mod common;
 
-const MODELS: [&str; 15] = [
+const MODELS: [&str; 17] = [
     "xlmr_mean",
     "roberta_cls",
     "mpnet_mean",
@@ -37,6 +38,8 @@ const MODELS: [&str; 15] = [
     "distilbert_mean_sqrt",
     "nomic_mean",
     "nomic_renamed_mean",
+    "gte_cls",
+    "gte_ntk_cls",
 ];
 
 common::models::fixture_tests!(MODELS);

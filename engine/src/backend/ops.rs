@@ -163,11 +163,18 @@ pub trait Device: Send + Sync + 'static {
     ) -> Result<Self::Linear>;
     fn param(&self, t: Tensor) -> Result<Self::Param>;
     /// Rotary embedding's cos/sin table for positions `0..positions` and heads of `head_dim` (rotate-half layout,
-    /// as Hugging Face's `apply_rotary_pos_emb`), with frequencies `theta^(-2i/head_dim)`.
-    fn rotary_table(&self, head_dim: usize, theta: f64, positions: usize) -> Result<Self::Param> {
+    /// as Hugging Face's `apply_rotary_pos_emb`), with frequencies `scale · theta^(-2i/head_dim)` (`scale`: 1, or
+    /// what a rotary scaling multiplies positions by).
+    fn rotary_table(
+        &self,
+        head_dim: usize,
+        theta: f64,
+        scale: f64,
+        positions: usize,
+    ) -> Result<Self::Param> {
         let half = head_dim / 2;
         let frequencies: Vec<f64> = (0..half)
-            .map(|i| theta.powf(-2.0 * i as f64 / head_dim as f64))
+            .map(|i| scale * theta.powf(-2.0 * i as f64 / head_dim as f64))
             .collect();
         // Fallible: the length comes from a model's config, and an absurd one must be an error, not an abort.
         let mut table = Vec::new();

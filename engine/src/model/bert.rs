@@ -10,7 +10,7 @@
 //! block is added in its output projection's epilogue, before the LayerNorm.
 
 use super::{
-    layer_norm, relative::relative_bias, stacked_linear, BertConfig, BertFamily, Encoder, Head,
+    layer_norm, relative::relative_bias, stacked_linear, BertConfig, BertFamily, Encoder,
     ModelConfig, ModelDir, Weights,
 };
 use crate::backend::ops::{
@@ -244,7 +244,6 @@ impl LayerNames {
 /// A sentence-embedding BERT: encoder, pooling and optional L2 normalisation.
 pub struct Bert<D: Device> {
     pub config: BertConfig,
-    head: Head<D>,
     embeddings: Embeddings<D>,
     layers: Vec<Layer<D>>,
     /// MPNet's relative position bias, shared by every layer.
@@ -278,7 +277,6 @@ impl<D: Device> Bert<D> {
                 BertFamily::Bert | BertFamily::Roberta | BertFamily::DistilBert => None,
             },
             config: c.clone(),
-            head: Head::load(dir, device)?,
             positions: dir.positions,
         })
     }
@@ -304,17 +302,9 @@ impl<D: Device> Encoder<D> for Bert<D> {
         }
     }
 
-    fn vocab_size(&self) -> usize {
-        self.config.vocab_size
-    }
-
-    fn head(&self) -> &Head<D> {
-        &self.head
-    }
-
     // Never inlined: `bench gate counts` collects instructions inside this function (one call per pass).
     #[inline(never)]
-    fn forward<O: Ops<Device = D>>(&self, ops: &O, batch: &Batch, acts: &[O::Mat], out: O::Mat) {
+    fn forward<O: Ops<Device = D>>(&self, ops: &O, batch: &Batch, acts: &[O::Mat]) -> O::Mat {
         let t = batch.tokens();
         let Some([hidden, tmp, qkv, ctx, inter]) = acts.first_chunk() else {
             panic!("BERT's layout has five slots, got {}", acts.len());
@@ -330,6 +320,6 @@ impl<D: Device> Encoder<D> for Bert<D> {
         for layer in &self.layers {
             layer.forward(ops, batch, self.bias.as_ref(), &a);
         }
-        self.head.forward(ops, batch, a.hidden, &acts[5..], out);
+        a.hidden
     }
 }

@@ -13,8 +13,8 @@
 //! The language-model head is never used, so tied or untied embeddings load the same.
 
 use super::{
-    pre_norm_layout, stacked_linear, DecoderConfig, Encoder, Head, ModelConfig, ModelDir,
-    PreNormActs, Tensor, Weights,
+    pre_norm_layout, stacked_linear, DecoderConfig, Encoder, ModelConfig, ModelDir, PreNormActs,
+    Tensor, Weights,
 };
 use crate::backend::ops::{
     Activation, AttentionShape, Device, Embedding, Glu, Layout, Matrix, Ops, PositionIds,
@@ -205,7 +205,6 @@ impl<D: Device> Layer<D> {
 /// sentence-transformers head.
 pub struct Decoder<D: Device> {
     pub config: DecoderConfig,
-    head: Head<D>,
     embeddings: Embedding<D>,
     rotary: D::Param,
     layers: Vec<Layer<D>>,
@@ -234,7 +233,7 @@ impl<D: Device> Decoder<D> {
                 norm: None,
             },
             rotary: device
-                .rotary_table(c.head_dim(), c.rope_theta(), dir.positions)
+                .rotary_table(c.head_dim(), c.rope_theta(), 1.0, dir.positions)
                 .map_err(|e| {
                     Error::model(
                         &dir.root,
@@ -250,7 +249,6 @@ impl<D: Device> Decoder<D> {
                 .collect::<Result<_>>()?,
             norm: RmsNorm::load(&w, device, "norm", h, c.rms_norm_eps, 0.0)?,
             config: c.clone(),
-            head: Head::load(dir, device)?,
             positions: dir.positions,
         })
     }
@@ -267,21 +265,13 @@ impl<D: Device> Encoder<D> for Decoder<D> {
         )
     }
 
-    fn vocab_size(&self) -> usize {
-        self.config.vocab_size
-    }
-
-    fn head(&self) -> &Head<D> {
-        &self.head
-    }
-
-    fn forward<O: Ops<Device = D>>(&self, ops: &O, batch: &Batch, acts: &[O::Mat], out: O::Mat) {
+    fn forward<O: Ops<Device = D>>(&self, ops: &O, batch: &Batch, acts: &[O::Mat]) -> O::Mat {
         let a = PreNormActs::of(acts, batch.tokens());
         ops.embed(batch, &self.embeddings, a.hidden);
         for layer in &self.layers {
             layer.forward(ops, batch, &self.rotary, &a);
         }
         self.norm.forward(ops, a.hidden, a.hidden);
-        self.head.forward(ops, batch, a.hidden, &acts[6..], out);
+        a.hidden
     }
 }

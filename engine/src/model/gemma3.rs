@@ -12,8 +12,8 @@
 
 use super::decoder::{QkNormRotary, RmsNorm};
 use super::{
-    pre_norm_layout, stacked_linear, Encoder, Gemma3Config, Head, LayerRotary, ModelConfig,
-    ModelDir, PreNormActs, Tensor, Weights,
+    pre_norm_layout, stacked_linear, Encoder, Gemma3Config, LayerRotary, ModelConfig, ModelDir,
+    PreNormActs, Tensor, Weights,
 };
 use crate::backend::ops::{
     Activation, AttentionShape, Device, Embedding, Glu, Layout, Ops, PositionIds,
@@ -108,7 +108,6 @@ impl<D: Device> Layer<D> {
 /// A Gemma 3 embedding model: scaled token embeddings, decoder layers, final norm, then its head.
 pub struct Gemma3<D: Device> {
     pub config: Gemma3Config,
-    head: Head<D>,
     embeddings: Embedding<D>,
     /// Rotary tables of the global and of the local layers (their bases differ).
     rotary: LayerRotary<D>,
@@ -144,7 +143,6 @@ impl<D: Device> Gemma3<D> {
                 .collect::<Result<_>>()?,
             norm: RmsNorm::load(&w, device, "norm", h, c.rms_norm_eps, 1.0)?,
             config: c.clone(),
-            head: Head::load(dir, device)?,
             positions: dir.positions,
         })
     }
@@ -161,21 +159,13 @@ impl<D: Device> Encoder<D> for Gemma3<D> {
         )
     }
 
-    fn vocab_size(&self) -> usize {
-        self.config.vocab_size
-    }
-
-    fn head(&self) -> &Head<D> {
-        &self.head
-    }
-
-    fn forward<O: Ops<Device = D>>(&self, ops: &O, batch: &Batch, acts: &[O::Mat], out: O::Mat) {
+    fn forward<O: Ops<Device = D>>(&self, ops: &O, batch: &Batch, acts: &[O::Mat]) -> O::Mat {
         let a = PreNormActs::of(acts, batch.tokens());
         ops.embed(batch, &self.embeddings, a.hidden);
         for layer in &self.layers {
             layer.forward(ops, batch, self.rotary.of(&layer.attention), &a);
         }
         self.norm.forward(ops, a.hidden, a.hidden);
-        self.head.forward(ops, batch, a.hidden, &acts[6..], out);
+        a.hidden
     }
 }

@@ -9,10 +9,10 @@ pub mod fetch;
 pub mod gemma3;
 mod head;
 pub mod modernbert;
-pub mod nomic_bert;
 #[cfg(test)]
 mod operand_slots;
 mod relative;
+pub mod rotary_bert;
 pub mod synthetic;
 pub mod t5;
 pub mod tiny;
@@ -20,7 +20,7 @@ mod weights;
 
 pub use config::{
     BertConfig, BertFamily, DecoderConfig, DecoderFamily, Gemma3Config, ModelConfig,
-    ModernBertConfig, NomicBertConfig, T5Config, T5FeedForward,
+    ModernBertConfig, RotaryBertConfig, RotaryBertFamily, T5Config, T5FeedForward,
 };
 pub use dir::{DenseModule, ModelDir, Pooling, MAX_POSITIONS};
 pub use head::Head;
@@ -123,7 +123,7 @@ impl<D: Device> LayerRotary<D> {
     ) -> Result<Self> {
         let table = |global| {
             device
-                .rotary_table(head_dim, theta(global), dir.positions)
+                .rotary_table(head_dim, theta(global), 1.0, dir.positions)
                 .map_err(|e| {
                     crate::error::Error::model(
                         &dir.root,
@@ -176,104 +176,109 @@ pub(crate) fn pre_norm_layout(
     }
 }
 
-/// An architecture's own part, which [`Model`] completes into an [`Architecture`]: its activation layout (the head's
-/// slots follow it), its
-/// vocabulary, its head (the sentence-transformers modules after it, which give the embedding's width and its
-/// normalisation), and its forward pass, which ends in the head.
+/// An architecture's own part, which [`Model`] completes into an [`Architecture`] with its head (the
+/// sentence-transformers modules after it, which give the embedding's width and its normalisation): its activation
+/// layout (the head's slots follow it) and its forward pass up to the last hidden states.
 pub trait Encoder<D: Device> {
     fn layout(&self) -> Layout;
-    fn vocab_size(&self) -> usize;
-    fn head(&self) -> &Head<D>;
-    /// As [`Architecture::forward`].
-    fn forward<O: Ops<Device = D>>(&self, ops: &O, batch: &Batch, acts: &[O::Mat], out: O::Mat);
+    /// Runs `batch` over `acts` (the views of its layout's slots, in order) and returns the view of the last hidden
+    /// states, one row per token, that the head pools.
+    fn forward<O: Ops<Device = D>>(&self, ops: &O, batch: &Batch, acts: &[O::Mat]) -> O::Mat;
 }
 
-/// The architecture a model directory names, loaded onto a device.
-pub enum Model<D: Device> {
+/// The network a model directory names, loaded onto a device.
+enum Network<D: Device> {
     Bert(bert::Bert<D>),
     Decoder(decoder::Decoder<D>),
     ModernBert(modernbert::ModernBert<D>),
-    NomicBert(nomic_bert::NomicBert<D>),
+    RotaryBert(rotary_bert::RotaryBert<D>),
     Gemma3(gemma3::Gemma3<D>),
     T5(t5::T5<D>),
 }
 
+/// A model directory loaded onto a device: its network, then its head.
+pub struct Model<D: Device> {
+    network: Network<D>,
+    head: Head<D>,
+    vocab_size: usize,
+    /// The network's slots, before the head's.
+    network_slots: usize,
+}
+
 impl<D: Device> Model<D> {
     pub fn load(dir: &ModelDir, device: &D) -> Result<Self> {
-        Ok(match dir.config {
-            ModelConfig::Bert(_) => Model::Bert(bert::Bert::load(dir, device)?),
-            ModelConfig::Decoder(_) => Model::Decoder(decoder::Decoder::load(dir, device)?),
+        let network = match dir.config {
+            ModelConfig::Bert(_) => Network::Bert(bert::Bert::load(dir, device)?),
+            ModelConfig::Decoder(_) => Network::Decoder(decoder::Decoder::load(dir, device)?),
             ModelConfig::ModernBert(_) => {
-                Model::ModernBert(modernbert::ModernBert::load(dir, device)?)
+                Network::ModernBert(modernbert::ModernBert::load(dir, device)?)
             }
-            ModelConfig::NomicBert(_) => {
-                Model::NomicBert(nomic_bert::NomicBert::load(dir, device)?)
+            ModelConfig::RotaryBert(_) => {
+                Network::RotaryBert(rotary_bert::RotaryBert::load(dir, device)?)
             }
-            ModelConfig::Gemma3(_) => Model::Gemma3(gemma3::Gemma3::load(dir, device)?),
-            ModelConfig::T5(_) => Model::T5(t5::T5::load(dir, device)?),
+            ModelConfig::Gemma3(_) => Network::Gemma3(gemma3::Gemma3::load(dir, device)?),
+            ModelConfig::T5(_) => Network::T5(t5::T5::load(dir, device)?),
+        };
+        Ok(Model {
+            network_slots: network.layout().slots.len(),
+            network,
+            head: Head::load(dir, device)?,
+            vocab_size: dir.config.vocab_size(),
         })
     }
 }
 
-impl<D: Device> Model<D> {
-    fn head(&self) -> &Head<D> {
+impl<D: Device> Network<D> {
+    fn layout(&self) -> Layout {
         match self {
-            Model::Bert(m) => m.head(),
-            Model::Decoder(m) => m.head(),
-            Model::ModernBert(m) => m.head(),
-            Model::NomicBert(m) => m.head(),
-            Model::Gemma3(m) => m.head(),
-            Model::T5(m) => m.head(),
+            Network::Bert(m) => m.layout(),
+            Network::Decoder(m) => m.layout(),
+            Network::ModernBert(m) => m.layout(),
+            Network::RotaryBert(m) => m.layout(),
+            Network::Gemma3(m) => m.layout(),
+            Network::T5(m) => m.layout(),
+        }
+    }
+
+    fn forward<O: Ops<Device = D>>(&self, ops: &O, batch: &Batch, acts: &[O::Mat]) -> O::Mat {
+        match self {
+            Network::Bert(m) => m.forward(ops, batch, acts),
+            Network::Decoder(m) => m.forward(ops, batch, acts),
+            Network::ModernBert(m) => m.forward(ops, batch, acts),
+            Network::RotaryBert(m) => m.forward(ops, batch, acts),
+            Network::Gemma3(m) => m.forward(ops, batch, acts),
+            Network::T5(m) => m.forward(ops, batch, acts),
         }
     }
 }
 
 impl<D: Device> Architecture<D> for Model<D> {
-    /// The encoder's layout, and the slots of its head after it.
+    /// The network's layout, and the slots of its head after it.
     fn layout(&self) -> Layout {
-        let mut layout = match self {
-            Model::Bert(m) => m.layout(),
-            Model::Decoder(m) => m.layout(),
-            Model::ModernBert(m) => m.layout(),
-            Model::NomicBert(m) => m.layout(),
-            Model::Gemma3(m) => m.layout(),
-            Model::T5(m) => m.layout(),
-        };
-        self.head().extend(&mut layout);
+        let mut layout = self.network.layout();
+        self.head.extend(&mut layout);
         layout
     }
 
     fn dim(&self) -> usize {
-        self.head().dim()
+        self.head.dim()
     }
 
     fn vocab_size(&self) -> usize {
-        match self {
-            Model::Bert(m) => m.vocab_size(),
-            Model::Decoder(m) => m.vocab_size(),
-            Model::ModernBert(m) => m.vocab_size(),
-            Model::NomicBert(m) => m.vocab_size(),
-            Model::Gemma3(m) => m.vocab_size(),
-            Model::T5(m) => m.vocab_size(),
-        }
+        self.vocab_size
     }
 
     fn normalizes(&self) -> bool {
-        self.head().normalize
+        self.head.normalize
     }
 
     fn pools_last(&self) -> bool {
-        self.head().pools_last()
+        self.head.pools_last()
     }
 
     fn forward<O: Ops<Device = D>>(&self, ops: &O, batch: &Batch, acts: &[O::Mat], out: O::Mat) {
-        match self {
-            Model::Bert(m) => m.forward(ops, batch, acts, out),
-            Model::Decoder(m) => m.forward(ops, batch, acts, out),
-            Model::ModernBert(m) => m.forward(ops, batch, acts, out),
-            Model::NomicBert(m) => m.forward(ops, batch, acts, out),
-            Model::Gemma3(m) => m.forward(ops, batch, acts, out),
-            Model::T5(m) => m.forward(ops, batch, acts, out),
-        }
+        let hidden = self.network.forward(ops, batch, acts);
+        self.head
+            .forward(ops, batch, hidden, &acts[self.network_slots..], out);
     }
 }

@@ -10,7 +10,7 @@
 //! needs no padding mask; residuals are added in the output projections' epilogues.
 
 use super::{
-    layer_norm, pre_norm_layout, stacked_linear, Encoder, Head, LayerRotary, ModelConfig, ModelDir,
+    layer_norm, pre_norm_layout, stacked_linear, Encoder, LayerRotary, ModelConfig, ModelDir,
     ModernBertConfig, PreNormActs, Weights,
 };
 use crate::backend::ops::{
@@ -108,7 +108,6 @@ impl<D: Device> Layer<D> {
 /// A sentence-embedding ModernBERT: embeddings, encoder layers, final norm, pooling and optional normalisation.
 pub struct ModernBert<D: Device> {
     pub config: ModernBertConfig,
-    head: Head<D>,
     embeddings: Embedding<D>,
     /// Rotary tables of the global and of the local layers (their bases differ).
     rotary: LayerRotary<D>,
@@ -148,7 +147,6 @@ impl<D: Device> ModernBert<D> {
                 .collect::<Result<_>>()?,
             final_norm: layer_norm(&w, device, "final_norm", h, c.norm_eps, c.norm_bias)?,
             config: c.clone(),
-            head: Head::load(dir, device)?,
             positions: dir.positions,
         })
     }
@@ -165,21 +163,13 @@ impl<D: Device> Encoder<D> for ModernBert<D> {
         )
     }
 
-    fn vocab_size(&self) -> usize {
-        self.config.vocab_size
-    }
-
-    fn head(&self) -> &Head<D> {
-        &self.head
-    }
-
-    fn forward<O: Ops<Device = D>>(&self, ops: &O, batch: &Batch, acts: &[O::Mat], out: O::Mat) {
+    fn forward<O: Ops<Device = D>>(&self, ops: &O, batch: &Batch, acts: &[O::Mat]) -> O::Mat {
         let a = PreNormActs::of(acts, batch.tokens());
         ops.embed(batch, &self.embeddings, a.hidden);
         for layer in &self.layers {
             layer.forward(ops, batch, self.rotary.of(&layer.attention), &a);
         }
         ops.layer_norm(a.hidden, a.hidden, &self.final_norm);
-        self.head.forward(ops, batch, a.hidden, &acts[6..], out);
+        a.hidden
     }
 }

@@ -1,20 +1,24 @@
-//! Nomic BERT (nomic-embed-text-v1, v1.5) over the backend op set, for any device.
+//! BERT's post-norm encoders with rotary positions and a gated MLP, over the backend op set, for any device: Nomic
+//! BERT (nomic-embed-text-v1, v1.5) and GTE (gte-base-en-v1.5, gte-large-en-v1.5, gte-multilingual-base),
+//! [`super::RotaryBertFamily`].
 //!
-//! Mirrors Hugging Face transformers' `modeling_nomic_bert.py` (NomicBertEmbeddings, NomicBertAttention,
-//! NomicBertMLP, NomicBertLayer, NomicBertModel) block for block, which is contrastors' `NomicBertModel` (the
-//! checkpoints' own code) under other names, then sentence-transformers' Pooling and Normalize: word and token-type
-//! embeddings and their LayerNorm (no position embeddings); post-norm layers as BERT's, whose attention takes
-//! rotary positions (GPT-NeoX's halves) on Q and K; a gated MLP (SwiGLU: `down(silu(gate(x)) · up(x))`).
-//! Checkpoints come in either naming: contrastors' (`encoder.layers.N.attn.Wqkv`, `mlp.fc11` up, `mlp.fc12` gate,
-//! `mlp.fc2`, `norm1`, `norm2`, `emb_ln`), as the Hub serves them, or transformers' (`layers.N.self_attn.q_proj`,
-//! …, `post_attention_layernorm`, `post_mlp_layernorm`, `embeddings.LayerNorm`). Differences, exact in real
-//! arithmetic: sequences are concatenated without padding, so attention needs no mask; Q, K and V are one
-//! projection; residuals are added in the output projections' epilogues.
+//! Mirrors Hugging Face transformers' `modeling_nomic_bert.py` and `modeling_gte.py`, the same network (NomicBert /
+//! GteEmbeddings, Attention, MLP, Layer, Model; contrastors' `NomicBertModel` and Alibaba's `NewModel` under other
+//! names), block for block, then sentence-transformers' Pooling and Normalize: word and token-type embeddings and
+//! their LayerNorm (no position embeddings); post-norm layers as BERT's, whose attention takes rotary positions
+//! (GPT-NeoX's halves) on Q and K; a gated MLP, `down(act(gate(x)) · up(x))` (Nomic: SwiGLU, GTE: GeGLU); biases
+//! as each family has them (GTE: Q/K/V, output and down projections). Checkpoints come in three namings: the Hub's
+//! Nomic ones in contrastors' (`encoder.layers.N.attn.Wqkv`, `mlp.fc11` up, `mlp.fc12` gate, `mlp.fc2`, `norm1`,
+//! `norm2`, `emb_ln`), the Hub's GTE ones in Alibaba's (`encoder.layer.N.attention.qkv_proj`, `mlp.up_gate_proj`
+//! up then gate, `attn_ln`, `mlp_ln`), or transformers' in-memory names (`layers.N.self_attn.q_proj`, …,
+//! `post_attention_layernorm`, `post_mlp_layernorm`). Differences, exact in real arithmetic: sequences are
+//! concatenated without padding, so attention needs no mask; Q, K and V are one projection; residuals are added in
+//! the output projections' epilogues.
 
 use super::decoder::QkNormRotary;
 use super::{
-    layer_norm, pre_norm_layout, stacked_linear, Encoder, Head, ModelConfig, ModelDir,
-    NomicBertConfig, PreNormActs, Tensor, Weights,
+    layer_norm, pre_norm_layout, stacked_linear, Encoder, ModelConfig, ModelDir, PreNormActs,
+    RotaryBertConfig, Tensor, Weights,
 };
 use crate::backend::ops::{
     Activation, AttentionShape, Device, Embedding, Glu, LayerNormWeights, Layout, Ops, PositionIds,
@@ -22,12 +26,42 @@ use crate::backend::ops::{
 use crate::batch::Batch;
 use crate::error::{Error, Result};
 
-/// The tensor names of one of the two namings, for layer `i`.
+/// How a checkpoint names its tensors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Naming {
+    /// Nomic's checkpoints (contrastors' code).
+    Contrastors,
+    /// GTE's checkpoints (Alibaba's `NewModel`).
+    Alibaba,
+    /// transformers' modules, in memory.
+    Transformers,
+}
+
+impl Naming {
+    fn of(w: &Weights) -> Self {
+        if w.has("emb_ln.weight") {
+            Naming::Contrastors
+        } else if w.has("encoder.layer.0.attention.qkv_proj.weight") {
+            Naming::Alibaba
+        } else {
+            Naming::Transformers
+        }
+    }
+
+    fn embedding_norm(self) -> &'static str {
+        match self {
+            Naming::Contrastors => "emb_ln",
+            Naming::Alibaba | Naming::Transformers => "embeddings.LayerNorm",
+        }
+    }
+}
+
+/// The tensor names of layer `i`.
 struct Names {
-    /// Q, K, V: one fused tensor (contrastors) or three.
+    /// Q, K, V: one fused tensor or three.
     qkv: Vec<(String, usize)>,
     out: String,
-    /// Gate then up (the op set's gate reads the first half).
+    /// Gate then up (the op set's gate reads the first half); Alibaba's one tensor holds up then gate.
     gate_up: Vec<(String, usize)>,
     down: String,
     attention_norm: String,
@@ -35,37 +69,65 @@ struct Names {
 }
 
 impl Names {
-    fn of(contrastors: bool, c: &NomicBertConfig, i: usize) -> Self {
+    fn of(naming: Naming, c: &RotaryBertConfig, i: usize) -> Self {
         let (q, f) = (c.num_attention_heads * c.head_dim, c.intermediate_size);
-        if contrastors {
-            let p = format!("encoder.layers.{i}");
-            Names {
-                qkv: vec![(format!("{p}.attn.Wqkv"), 3 * q)],
-                out: format!("{p}.attn.out_proj"),
-                gate_up: vec![(format!("{p}.mlp.fc12"), f), (format!("{p}.mlp.fc11"), f)],
-                down: format!("{p}.mlp.fc2"),
-                attention_norm: format!("{p}.norm1"),
-                mlp_norm: format!("{p}.norm2"),
+        match naming {
+            Naming::Contrastors => {
+                let p = format!("encoder.layers.{i}");
+                Names {
+                    qkv: vec![(format!("{p}.attn.Wqkv"), 3 * q)],
+                    out: format!("{p}.attn.out_proj"),
+                    gate_up: vec![(format!("{p}.mlp.fc12"), f), (format!("{p}.mlp.fc11"), f)],
+                    down: format!("{p}.mlp.fc2"),
+                    attention_norm: format!("{p}.norm1"),
+                    mlp_norm: format!("{p}.norm2"),
+                }
             }
-        } else {
-            let p = format!("layers.{i}");
-            let attn = |n: &str| (format!("{p}.self_attn.{n}"), q);
-            Names {
-                qkv: vec![attn("q_proj"), attn("k_proj"), attn("v_proj")],
-                out: format!("{p}.self_attn.o_proj"),
-                gate_up: vec![
-                    (format!("{p}.mlp.gate_proj"), f),
-                    (format!("{p}.mlp.up_proj"), f),
-                ],
-                down: format!("{p}.mlp.down_proj"),
-                attention_norm: format!("{p}.post_attention_layernorm"),
-                mlp_norm: format!("{p}.post_mlp_layernorm"),
+            Naming::Alibaba => {
+                let p = format!("encoder.layer.{i}");
+                Names {
+                    qkv: vec![(format!("{p}.attention.qkv_proj"), 3 * q)],
+                    out: format!("{p}.attention.o_proj"),
+                    gate_up: vec![(format!("{p}.mlp.up_gate_proj"), 2 * f)],
+                    down: format!("{p}.mlp.down_proj"),
+                    attention_norm: format!("{p}.attn_ln"),
+                    mlp_norm: format!("{p}.mlp_ln"),
+                }
+            }
+            Naming::Transformers => {
+                let p = format!("layers.{i}");
+                let attn = |n: &str| (format!("{p}.self_attn.{n}"), q);
+                Names {
+                    qkv: vec![attn("q_proj"), attn("k_proj"), attn("v_proj")],
+                    out: format!("{p}.self_attn.o_proj"),
+                    gate_up: vec![
+                        (format!("{p}.mlp.gate_proj"), f),
+                        (format!("{p}.mlp.up_proj"), f),
+                    ],
+                    down: format!("{p}.mlp.down_proj"),
+                    attention_norm: format!("{p}.post_attention_layernorm"),
+                    mlp_norm: format!("{p}.post_mlp_layernorm"),
+                }
             }
         }
     }
 }
 
-/// NomicBertLayer: attention (fused QKV, rotary on Q and K, bidirectional attention, output projection) added to
+/// Alibaba's fused `up_gate_proj` (`[up; gate]`, no bias) as the op set's `[gate | up]` projection.
+fn gate_up_from_up_gate<D: Device>(
+    w: &Weights,
+    d: &D,
+    name: &str,
+    f: usize,
+    h: usize,
+) -> Result<D::Linear> {
+    let t = w.get(&format!("{name}.weight"), &[2 * f, h])?;
+    let (up, gate) = t.data().split_at(f * h);
+    let weight: Vec<f32> = gate.iter().chain(up).copied().collect();
+    d.linear(&weight, None, 2 * f, h)
+}
+
+/// NomicBertLayer / GteLayer: attention (fused QKV, rotary on Q and K, bidirectional attention, output projection) added to
 /// its input and normed; then the gated MLP added to that and normed.
 pub struct Layer<D: Device> {
     qkv: D::Linear,
@@ -80,19 +142,13 @@ pub struct Layer<D: Device> {
 }
 
 impl<D: Device> Layer<D> {
-    pub fn load(
-        w: &Weights,
-        d: &D,
-        c: &NomicBertConfig,
-        contrastors: bool,
-        i: usize,
-    ) -> Result<Self> {
+    fn load(w: &Weights, d: &D, c: &RotaryBertConfig, naming: Naming, i: usize) -> Result<Self> {
         let (h, f, q) = (
             c.hidden_size,
             c.intermediate_size,
             c.num_attention_heads * c.head_dim,
         );
-        let n = Names::of(contrastors, c, i);
+        let n = Names::of(naming, c, i);
         let norm = |name: &str| layer_norm(w, d, name, h, c.layer_norm_eps, true);
         let (fc1_bias, fc2_bias) = c.mlp_biases;
         Ok(Layer {
@@ -101,7 +157,11 @@ impl<D: Device> Layer<D> {
             attention: c.attention(),
             out: stacked_linear(w, d, &[(n.out, h)], q, c.attention_bias)?,
             attention_norm: norm(&n.attention_norm)?,
-            gate_up: stacked_linear(w, d, &n.gate_up, h, fc1_bias)?,
+            gate_up: if naming == Naming::Alibaba {
+                gate_up_from_up_gate(w, d, &n.gate_up[0].0, f, h)?
+            } else {
+                stacked_linear(w, d, &n.gate_up, h, fc1_bias)?
+            },
             down: stacked_linear(w, d, &[(n.down, h)], f, fc2_bias)?,
             mlp_norm: norm(&n.mlp_norm)?,
             gate: c.gate,
@@ -134,10 +194,9 @@ impl<D: Device> Layer<D> {
     }
 }
 
-/// A sentence-embedding Nomic BERT: embeddings, post-norm rotary layers, pooling and optional normalisation.
-pub struct NomicBert<D: Device> {
-    pub config: NomicBertConfig,
-    head: Head<D>,
+/// A sentence-embedding rotary BERT: embeddings, post-norm rotary layers, pooling and optional normalisation.
+pub struct RotaryBert<D: Device> {
+    pub config: RotaryBertConfig,
     embeddings: Embedding<D>,
     rotary: D::Param,
     layers: Vec<Layer<D>>,
@@ -145,13 +204,13 @@ pub struct NomicBert<D: Device> {
     positions: usize,
 }
 
-impl<D: Device> NomicBert<D> {
+impl<D: Device> RotaryBert<D> {
     pub fn load(dir: &ModelDir, device: &D) -> Result<Self> {
-        let ModelConfig::NomicBert(c) = &dir.config else {
-            return Err(Error::model(&dir.root, "not a Nomic BERT model directory"));
+        let ModelConfig::RotaryBert(c) = &dir.config else {
+            return Err(Error::model(&dir.root, "not a rotary BERT model directory"));
         };
         let w = Weights::open(&dir.weights_path, "embeddings.word_embeddings.weight")?;
-        let contrastors = w.has("emb_ln.weight");
+        let naming = Naming::of(&w);
         let h = c.hidden_size;
         // A single text is token type 0: its row is added to every token (none without token types).
         let row = if c.type_vocab_size > 0 {
@@ -163,12 +222,7 @@ impl<D: Device> NomicBert<D> {
         } else {
             None
         };
-        let norm = if contrastors {
-            "emb_ln"
-        } else {
-            "embeddings.LayerNorm"
-        };
-        Ok(NomicBert {
+        Ok(RotaryBert {
             embeddings: Embedding {
                 word: device
                     .param(w.get("embeddings.word_embeddings.weight", &[c.vocab_size, h])?)?,
@@ -176,10 +230,22 @@ impl<D: Device> NomicBert<D> {
                 position_ids: PositionIds::Index,
                 row,
                 dim: h,
-                norm: Some(layer_norm(&w, device, norm, h, c.layer_norm_eps, true)?),
+                norm: Some(layer_norm(
+                    &w,
+                    device,
+                    naming.embedding_norm(),
+                    h,
+                    c.layer_norm_eps,
+                    true,
+                )?),
             },
             rotary: device
-                .rotary_table(c.head_dim, c.rope_theta, dir.positions)
+                .rotary_table(
+                    c.head_dim,
+                    c.rope_theta,
+                    c.rope_position_scale,
+                    dir.positions,
+                )
                 .map_err(|e| {
                     Error::model(
                         &dir.root,
@@ -187,16 +253,15 @@ impl<D: Device> NomicBert<D> {
                     )
                 })?,
             layers: (0..c.num_hidden_layers)
-                .map(|i| Layer::load(&w, device, c, contrastors, i))
+                .map(|i| Layer::load(&w, device, c, naming, i))
                 .collect::<Result<_>>()?,
             config: c.clone(),
-            head: Head::load(dir, device)?,
             positions: dir.positions,
         })
     }
 }
 
-impl<D: Device> Encoder<D> for NomicBert<D> {
+impl<D: Device> Encoder<D> for RotaryBert<D> {
     fn layout(&self) -> Layout {
         let c = &self.config;
         pre_norm_layout(
@@ -207,20 +272,12 @@ impl<D: Device> Encoder<D> for NomicBert<D> {
         )
     }
 
-    fn vocab_size(&self) -> usize {
-        self.config.vocab_size
-    }
-
-    fn head(&self) -> &Head<D> {
-        &self.head
-    }
-
-    fn forward<O: Ops<Device = D>>(&self, ops: &O, batch: &Batch, acts: &[O::Mat], out: O::Mat) {
+    fn forward<O: Ops<Device = D>>(&self, ops: &O, batch: &Batch, acts: &[O::Mat]) -> O::Mat {
         let a = PreNormActs::of(acts, batch.tokens());
         ops.embed(batch, &self.embeddings, a.hidden);
         for layer in &self.layers {
             layer.forward(ops, batch, &self.rotary, &a);
         }
-        self.head.forward(ops, batch, a.hidden, &acts[6..], out);
+        a.hidden
     }
 }

@@ -10,7 +10,7 @@
 
 use super::decoder::RmsNorm;
 use super::relative::relative_bias;
-use super::{pre_norm_layout, stacked_linear, Encoder, Head, ModelConfig, ModelDir, PreNormActs};
+use super::{pre_norm_layout, stacked_linear, Encoder, ModelConfig, ModelDir, PreNormActs};
 use super::{T5Config, T5FeedForward, Weights};
 use crate::backend::ops::{
     Activation, AttentionShape, Device, Embedding, Layout, Ops, PositionIds, RelativeBias,
@@ -98,7 +98,6 @@ impl<D: Device> Layer<D> {
 /// T5's encoder as an embedding model: token embeddings, blocks, final norm, and the sentence-transformers head.
 pub struct T5<D: Device> {
     pub config: T5Config,
-    head: Head<D>,
     embeddings: Embedding<D>,
     /// The first block's relative position bias, which every block adds (as T5Stack passes it on).
     bias: RelativeBias<D>,
@@ -156,7 +155,6 @@ impl<D: Device> T5<D> {
                 0.0,
             )?,
             config: c.clone(),
-            head: Head::load(dir, device)?,
             positions,
         })
     }
@@ -168,21 +166,13 @@ impl<D: Device> Encoder<D> for T5<D> {
         pre_norm_layout(c.d_model, c.attention(), c.d_ff, self.positions)
     }
 
-    fn vocab_size(&self) -> usize {
-        self.config.vocab_size
-    }
-
-    fn head(&self) -> &Head<D> {
-        &self.head
-    }
-
-    fn forward<O: Ops<Device = D>>(&self, ops: &O, batch: &Batch, acts: &[O::Mat], out: O::Mat) {
+    fn forward<O: Ops<Device = D>>(&self, ops: &O, batch: &Batch, acts: &[O::Mat]) -> O::Mat {
         let a = PreNormActs::of(acts, batch.tokens());
         ops.embed(batch, &self.embeddings, a.hidden);
         for layer in &self.layers {
             layer.forward(ops, batch, &self.bias, &a);
         }
         self.final_norm.forward(ops, a.hidden, a.hidden);
-        self.head.forward(ops, batch, a.hidden, &acts[6..], out);
+        a.hidden
     }
 }

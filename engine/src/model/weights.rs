@@ -107,8 +107,16 @@ pub struct Weights {
 
 /// The prefixes tensor names may carry: none, or the base model's attribute in a checkpoint saved from a model
 /// with a head (`BertForMaskedLM`'s `bert.`, `XLMRobertaForMaskedLM`'s `roberta.`, `MPNetForMaskedLM`'s `mpnet.`,
-/// `DistilBertForMaskedLM`'s `distilbert.`, `Qwen3ForCausalLM`'s `model.`).
-const PREFIXES: [&str; 6] = ["", "bert.", "roberta.", "mpnet.", "distilbert.", "model."];
+/// `DistilBertForMaskedLM`'s `distilbert.`, `Qwen3ForCausalLM`'s `model.`, Alibaba GTE's `new.`).
+const PREFIXES: [&str; 7] = [
+    "",
+    "bert.",
+    "roberta.",
+    "mpnet.",
+    "distilbert.",
+    "model.",
+    "new.",
+];
 
 impl Weights {
     /// Opens `path` (a safetensors file, or a sharded checkpoint's `.index.json`) and finds the prefix its tensor

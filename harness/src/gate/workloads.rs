@@ -10,7 +10,8 @@ use engine::tokenizer::{self, Scratch, Tokenizer, TokenizerKind};
 
 /// Where callgrind collects for the workloads run on the calling thread: this function, entered once.
 pub const MEASURED: &str = "bench::gate::workloads::measured";
-/// Where it collects for the model's forward, which runs on the engine's compute thread: the whole forward. The
+/// Where it collects for the model's forward, which runs on the engine's compute thread: the network's whole
+/// forward (the head's pooling, a copy per sequence, runs after it). The
 /// wildcard lets a generic `Bert<D>` match too; the closures inside, whose names go on past `forward`, never do
 /// (a nested match would toggle collection off).
 pub const FORWARD: &str = "<engine::model::bert::Bert<*>::forward";

@@ -13,7 +13,7 @@ mod bert;
 mod decoder;
 mod gemma3;
 mod modernbert;
-mod nomic_bert;
+mod rotary_bert;
 mod t5;
 
 use bert::read_bert;
@@ -24,8 +24,8 @@ use gemma3::read_gemma3;
 pub use gemma3::Gemma3Config;
 use modernbert::read_modernbert;
 pub use modernbert::ModernBertConfig;
-use nomic_bert::read_nomic_bert;
-pub use nomic_bert::NomicBertConfig;
+use rotary_bert::read_rotary_bert;
+pub use rotary_bert::{RotaryBertConfig, RotaryBertFamily};
 use t5::read_t5;
 pub use t5::{T5Config, T5FeedForward};
 
@@ -36,6 +36,8 @@ struct RopeParameters {
     /// transformers reads the older `type` where `rope_type` is absent.
     #[serde(default = "default_rope_type", alias = "type")]
     rope_type: String,
+    /// A scaling's factor (`linear`: positions divided by it).
+    factor: Option<f64>,
 }
 
 fn default_rope_type() -> String {
@@ -119,7 +121,7 @@ pub enum ModelConfig {
     Bert(BertConfig),
     Decoder(DecoderConfig),
     ModernBert(ModernBertConfig),
-    NomicBert(NomicBertConfig),
+    RotaryBert(RotaryBertConfig),
     Gemma3(Gemma3Config),
     T5(T5Config),
 }
@@ -147,8 +149,8 @@ impl ModelConfig {
             Ok(ModelConfig::Decoder(read_decoder(path, *family)?))
         } else if names(&["modernbert", "ModernBertModel", "ModernBertForMaskedLM"]) {
             Ok(ModelConfig::ModernBert(read_modernbert(path)?))
-        } else if names(&["nomic_bert", "NomicBertModel", "NomicBertForPreTraining"]) {
-            Ok(ModelConfig::NomicBert(read_nomic_bert(path)?))
+        } else if let Some((family, _)) = RotaryBertFamily::NAMES.iter().find(|(_, n)| names(n)) {
+            Ok(ModelConfig::RotaryBert(read_rotary_bert(path, *family)?))
         } else if names(&["gemma3_text", "Gemma3TextModel", "Gemma3ForCausalLM"]) {
             Ok(ModelConfig::Gemma3(read_gemma3(path)?))
         } else if names(&[
@@ -171,7 +173,7 @@ impl ModelConfig {
                 format!(
                     "unsupported architecture {:?} (model_type {:?}): expected a BERT-family encoder (BertModel, \
                      RobertaModel, XLMRobertaModel, CamembertModel, MPNetModel, DistilBertModel), ModernBertModel, \
-                     NomicBertModel, \
+                     NomicBertModel, GteModel (NewModel), \
                      a Llama-family decoder (LlamaModel, MistralModel, Qwen2Model, Qwen3Model), Gemma 3's \
                      text model (Gemma3TextModel) or T5's encoder (T5EncoderModel, MT5EncoderModel)",
                     kind.architectures, kind.model_type
@@ -185,7 +187,7 @@ impl ModelConfig {
             ModelConfig::Bert(c) => c.vocab_size,
             ModelConfig::Decoder(c) => c.vocab_size,
             ModelConfig::ModernBert(c) => c.vocab_size,
-            ModelConfig::NomicBert(c) => c.vocab_size,
+            ModelConfig::RotaryBert(c) => c.vocab_size,
             ModelConfig::Gemma3(c) => c.vocab_size,
             ModelConfig::T5(c) => c.vocab_size,
         }
@@ -197,7 +199,7 @@ impl ModelConfig {
             ModelConfig::Bert(c) => c.hidden_size,
             ModelConfig::Decoder(c) => c.hidden_size,
             ModelConfig::ModernBert(c) => c.hidden_size,
-            ModelConfig::NomicBert(c) => c.hidden_size,
+            ModelConfig::RotaryBert(c) => c.hidden_size,
             ModelConfig::Gemma3(c) => c.hidden_size,
             ModelConfig::T5(c) => c.d_model,
         }
@@ -229,7 +231,7 @@ impl ModelConfig {
                     .map(|i| (4 * h * h + 3 * h * f, c.attention(i)))
                     .collect()
             }
-            ModelConfig::NomicBert(c) => {
+            ModelConfig::RotaryBert(c) => {
                 let (h, f, q) = (
                     c.hidden_size,
                     c.intermediate_size,
@@ -270,7 +272,7 @@ impl ModelConfig {
             ModelConfig::Bert(c) => c.num_hidden_layers,
             ModelConfig::Decoder(c) => c.num_hidden_layers,
             ModelConfig::ModernBert(c) => c.num_hidden_layers,
-            ModelConfig::NomicBert(c) => c.num_hidden_layers,
+            ModelConfig::RotaryBert(c) => c.num_hidden_layers,
             ModelConfig::Gemma3(c) => c.num_hidden_layers,
             ModelConfig::T5(c) => c.num_layers,
         }
@@ -282,7 +284,7 @@ impl ModelConfig {
             ModelConfig::Bert(c) => c.max_positions(),
             ModelConfig::Decoder(c) => c.max_position_embeddings,
             ModelConfig::ModernBert(c) => c.max_position_embeddings,
-            ModelConfig::NomicBert(c) => c.max_positions,
+            ModelConfig::RotaryBert(c) => c.max_positions,
             ModelConfig::Gemma3(c) => c.max_position_embeddings,
             // Relative positions: no limit of the model's own (sentence-transformers' or the tokenizer's applies).
             ModelConfig::T5(_) => usize::MAX,

@@ -1,7 +1,10 @@
-//! Nomic BERT's `config.json` (nomic-embed-text-v1 and v1.5), in either generation's keys: contrastors' (the
-//! checkpoints' own code: `n_embd`, `n_head`, `rotary_emb_base`, `activation_function: swiglu`, …) and
-//! transformers 5's `NomicBertConfig` (`hidden_size`, `rope_parameters`, `hidden_act`); files on the Hub carry
-//! both.
+//! The `config.json` of BERT's post-norm encoders with rotary positions and a gated MLP, two families:
+//! - Nomic BERT (nomic-embed-text-v1, v1.5), in either generation's keys: contrastors' (the checkpoints' own code:
+//!   `n_embd`, `n_head`, `rotary_emb_base`, `activation_function: swiglu`, …) and transformers 5's
+//!   `NomicBertConfig` (`hidden_size`, `rope_parameters`, `hidden_act`); files on the Hub carry both;
+//! - GTE (gte-base-en-v1.5, gte-large-en-v1.5, gte-multilingual-base): Alibaba's
+//!   `NewModel` (`model_type: new`, its fixed NTK rotary scaling `rope_scaling: {type: ntk}`) and transformers 5's
+//!   `GteConfig`.
 
 use std::path::Path;
 
@@ -11,9 +14,30 @@ use super::{check_dims, read_json, RopeParameters};
 use crate::backend::ops::{AttentionShape, Glu};
 use crate::error::{Error, Result};
 
-/// What a Nomic BERT file says, each size under either generation's name.
+/// Which of the two models a file describes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RotaryBertFamily {
+    Nomic,
+    Gte,
+}
+
+impl RotaryBertFamily {
+    /// Each family's `model_type`s and architecture names.
+    pub(super) const NAMES: [(RotaryBertFamily, &'static [&'static str]); 2] = [
+        (
+            RotaryBertFamily::Nomic,
+            &["nomic_bert", "NomicBertModel", "NomicBertForPreTraining"],
+        ),
+        (
+            RotaryBertFamily::Gte,
+            &["gte", "new", "GteModel", "NewModel", "NewForMaskedLM"],
+        ),
+    ];
+}
+
+/// What a file says, each size under either generation's name (Nomic's contrastors keys).
 #[derive(Clone, Debug, Deserialize, PartialEq)]
-struct NomicBertFile {
+struct RotaryBertFile {
     vocab_size: usize,
     hidden_size: Option<usize>,
     n_embd: Option<usize>,
@@ -24,8 +48,7 @@ struct NomicBertFile {
     intermediate_size: Option<usize>,
     n_inner: Option<usize>,
     head_dim: Option<usize>,
-    #[serde(default = "default_type_vocab")]
-    type_vocab_size: usize,
+    type_vocab_size: Option<usize>,
     layer_norm_eps: Option<f64>,
     layer_norm_epsilon: Option<f64>,
     max_position_embeddings: Option<usize>,
@@ -36,7 +59,7 @@ struct NomicBertFile {
     rotary_emb_base: Option<f64>,
     #[serde(default)]
     rope_scaling: Option<serde_json::Value>,
-    /// contrastors' MLP: `swiglu` or `geglu` gated; transformers' is always gated, by `hidden_act`.
+    /// contrastors' MLP: `swiglu` or `geglu` gated; transformers' and GTE's are always gated, by `hidden_act`.
     activation_function: Option<String>,
     hidden_act: Option<String>,
     #[serde(default)]
@@ -45,7 +68,7 @@ struct NomicBertFile {
     mlp_fc1_bias: bool,
     #[serde(default)]
     mlp_fc2_bias: bool,
-    // contrastors' switches for what these checkpoints do not do; refused when set.
+    // Switches for what these checkpoints do not do (contrastors', then Alibaba's); refused when set.
     #[serde(default)]
     prenorm: bool,
     #[serde(default)]
@@ -61,16 +84,18 @@ struct NomicBertFile {
     rotary_scaling_factor: Option<serde_json::Value>,
     #[serde(default)]
     num_experts: usize,
+    layer_norm_type: Option<String>,
+    position_embedding_type: Option<String>,
+    #[serde(default)]
+    logn_attention_scale: bool,
+    pack_qkv: Option<bool>,
 }
 
-fn default_type_vocab() -> usize {
-    2
-}
-
-/// A Nomic BERT, read from either generation's keys: post-norm BERT layers with rotary positions (GPT-NeoX's
-/// halves) on Q and K instead of position embeddings, a gated MLP, and biases only where contrastors' flags say.
+/// A post-norm rotary BERT: BERT's layers (attention and MLP each added to their input, then LayerNorm) with rotary
+/// positions (GPT-NeoX's halves) on Q and K instead of position embeddings, a gated MLP, and each family's biases.
 #[derive(Clone, Debug, PartialEq)]
-pub struct NomicBertConfig {
+pub struct RotaryBertConfig {
+    pub family: RotaryBertFamily,
     pub vocab_size: usize,
     pub hidden_size: usize,
     pub num_attention_heads: usize,
@@ -82,14 +107,18 @@ pub struct NomicBertConfig {
     pub layer_norm_eps: f64,
     pub max_positions: usize,
     pub rope_theta: f64,
+    /// What positions are multiplied by before rotary's frequencies (1: none; GTE's fixed NTK scaling and
+    /// transformers' `linear` rope type scale them).
+    pub rope_position_scale: f64,
     pub gate: Glu,
-    /// Q/K/V and the output projection's biases (contrastors' `qkv_proj_bias`).
+    /// Q/K/V and the output projection's biases (Nomic: contrastors' `qkv_proj_bias`; GTE: always).
     pub attention_bias: bool,
-    /// The up and gate projections' (`mlp_fc1_bias`) and the down projection's (`mlp_fc2_bias`).
+    /// The up and gate projections' and the down projection's (Nomic: `mlp_fc1_bias`, `mlp_fc2_bias`; GTE: the
+    /// down projection's).
     pub mlp_biases: (bool, bool),
 }
 
-impl NomicBertConfig {
+impl RotaryBertConfig {
     pub fn attention(&self) -> AttentionShape {
         AttentionShape {
             heads: self.num_attention_heads,
@@ -101,11 +130,12 @@ impl NomicBertConfig {
     }
 }
 
-/// transformers' `NomicBertConfig.default_theta` (contrastors' `rotary_emb_base` default).
-const DEFAULT_ROPE_THETA: f64 = 1000.0;
+/// transformers' `default_theta`s: `NomicBertConfig`'s (contrastors' `rotary_emb_base` default) and `GteConfig`'s.
+const NOMIC_ROPE_THETA: f64 = 1000.0;
+const GTE_ROPE_THETA: f64 = 160_000.0;
 
-pub(super) fn read_nomic_bert(path: &Path) -> Result<NomicBertConfig> {
-    let f: NomicBertFile = read_json(path)?;
+pub(super) fn read_rotary_bert(path: &Path, family: RotaryBertFamily) -> Result<RotaryBertConfig> {
+    let f: RotaryBertFile = read_json(path)?;
     let fail = |message: String| Error::model(path, message);
     // A size under either name; both given must agree.
     let either = |new: (&str, Option<usize>), old: (&str, Option<usize>)| match (new.1, old.1) {
@@ -132,13 +162,18 @@ pub(super) fn read_nomic_bert(path: &Path) -> Result<NomicBertConfig> {
         return Err(fail("num_attention_heads must be at least 1".into()));
     }
     let head_dim = f.head_dim.unwrap_or(hidden_size / heads);
+    // transformers' defaults: NomicBertConfig's 2, GteConfig's 1.
+    let type_vocab_size = f.type_vocab_size.unwrap_or(match family {
+        RotaryBertFamily::Nomic => 2,
+        RotaryBertFamily::Gte => 1,
+    });
     check_dims(
         path,
         &[
             ("vocab_size", Some(f.vocab_size)),
             ("hidden_size", Some(hidden_size)),
             ("intermediate_size", Some(intermediate_size)),
-            ("type_vocab_size", Some(f.type_vocab_size)),
+            ("type_vocab_size", Some(type_vocab_size)),
             ("num_hidden_layers", Some(layers)),
             ("heads × head_dim", heads.checked_mul(head_dim)),
         ],
@@ -148,16 +183,31 @@ pub(super) fn read_nomic_bert(path: &Path) -> Result<NomicBertConfig> {
             "head width {head_dim} must be even (rotary rotates pairs)"
         )));
     }
-    let gate = match (f.activation_function.as_deref(), f.hidden_act.as_deref()) {
-        (Some("swiglu"), None | Some("silu")) | (None, Some("silu") | None) => Glu::Silu,
-        (Some("geglu"), None | Some("gelu")) | (None, Some("gelu")) => Glu::Gelu,
-        (act, hidden) => {
-            return Err(fail(format!(
-                "unsupported activation (activation_function {act:?}, hidden_act {hidden:?}): expected \
-                 swiglu (silu) or geglu (gelu), a gated MLP"
-            )))
-        }
+    let default_act = match family {
+        RotaryBertFamily::Nomic => "silu",
+        RotaryBertFamily::Gte => "gelu",
     };
+    // contrastors' `activation_function` names the gated MLP; transformers' `hidden_act` its activation, which
+    // must agree where both are given.
+    let by_act = |act: &str| match act {
+        "silu" => Some(Glu::Silu),
+        "gelu" => Some(Glu::Gelu),
+        _ => None,
+    };
+    let gate = match (f.activation_function.as_deref(), f.hidden_act.as_deref()) {
+        (Some("swiglu"), None | Some("silu")) => Some(Glu::Silu),
+        (Some("geglu"), None | Some("gelu")) => Some(Glu::Gelu),
+        (None, act) => by_act(act.unwrap_or(default_act)),
+        _ => None,
+    }
+    .ok_or_else(|| {
+        fail(format!(
+            "unsupported activation (activation_function {:?}, hidden_act {:?}): expected a gated MLP, swiglu \
+             (silu) or geglu (the exact gelu)",
+            f.activation_function, f.hidden_act
+        ))
+    })?;
+    let (theta, rope_position_scale) = rope(&f, family, head_dim).map_err(fail)?;
     let refused = [
         (f.prenorm, "prenorm (pre-norm layers)"),
         (f.parallel_block, "parallel_block"),
@@ -185,37 +235,101 @@ pub(super) fn read_nomic_bert(path: &Path) -> Result<NomicBertConfig> {
             "rotary_scaling_factor (dynamic NTK rotary scaling)",
         ),
         (
-            f.rope_scaling.as_ref().is_some_and(|v| !v.is_null())
-                || f.rope_parameters
-                    .as_ref()
-                    .is_some_and(|r| r.rope_type != "default"),
-            "rotary scaling (rope_scaling, or a rope_type other than default)",
+            f.layer_norm_type
+                .as_deref()
+                .is_some_and(|t| t != "layer_norm"),
+            "layer_norm_type other than layer_norm",
         ),
+        (
+            f.position_embedding_type
+                .as_deref()
+                .is_some_and(|t| t != "rope"),
+            "position_embedding_type other than rope",
+        ),
+        (f.logn_attention_scale, "logn_attention_scale"),
+        (f.pack_qkv == Some(false), "pack_qkv false"),
     ];
     if let Some((_, what)) = refused.iter().find(|(set, _)| *set) {
-        return Err(fail(format!("unsupported Nomic BERT setting: {what}")));
+        return Err(fail(format!("unsupported {family:?} setting: {what}")));
     }
-    Ok(NomicBertConfig {
+    let (attention_bias, mlp_biases) = match family {
+        RotaryBertFamily::Nomic => (f.qkv_proj_bias, (f.mlp_fc1_bias, f.mlp_fc2_bias)),
+        RotaryBertFamily::Gte => (true, (false, true)),
+    };
+    Ok(RotaryBertConfig {
+        family,
         vocab_size: f.vocab_size,
         hidden_size,
         num_attention_heads: heads,
         head_dim,
         num_hidden_layers: layers,
         intermediate_size,
-        type_vocab_size: f.type_vocab_size,
+        type_vocab_size,
         layer_norm_eps: f.layer_norm_eps.or(f.layer_norm_epsilon).unwrap_or(1e-12),
-        max_positions: f.n_positions.or(f.max_position_embeddings).unwrap_or(2048),
-        rope_theta: f
-            .rope_parameters
-            .as_ref()
-            .and_then(|r| r.rope_theta)
-            .or(f.rope_theta)
-            .or(f.rotary_emb_base)
-            .unwrap_or(DEFAULT_ROPE_THETA),
+        max_positions: f
+            .n_positions
+            .or(f.max_position_embeddings)
+            .unwrap_or(match family {
+                RotaryBertFamily::Nomic => 2048,
+                RotaryBertFamily::Gte => 8192,
+            }),
+        rope_theta: theta,
+        rope_position_scale,
         gate,
-        attention_bias: f.qkv_proj_bias,
-        mlp_biases: (f.mlp_fc1_bias, f.mlp_fc2_bias),
+        attention_bias,
+        mlp_biases,
     })
+}
+
+/// The rotary base and position scale: `rope_parameters` (transformers 5: `default`, or `linear` with its factor),
+/// else the older keys; GTE's `rope_scaling: {type: ntk, factor: s}` is Alibaba's fixed NTK scaling (vLLM's
+/// `NTKScalingRotaryEmbedding`), frequencies `(θ s)^(-2i/d) · s^(-2/d)`: a base of `θ s` and positions times
+/// `s^(-2/d)`. Other scalings are refused.
+fn rope(
+    f: &RotaryBertFile,
+    family: RotaryBertFamily,
+    head_dim: usize,
+) -> std::result::Result<(f64, f64), String> {
+    let theta = f
+        .rope_parameters
+        .as_ref()
+        .and_then(|r| r.rope_theta)
+        .or(f.rope_theta)
+        .or(f.rotary_emb_base)
+        .unwrap_or(match family {
+            RotaryBertFamily::Nomic => NOMIC_ROPE_THETA,
+            RotaryBertFamily::Gte => GTE_ROPE_THETA,
+        });
+    let scaling = f.rope_scaling.as_ref().filter(|v| !v.is_null());
+    let kind = scaling.and_then(|v| v.get("type").or(v.get("rope_type")));
+    match (f.rope_parameters.as_ref().map(|r| r.rope_type.as_str()), scaling) {
+        (Some("default") | None, None) => Ok((theta, 1.0)),
+        (Some("linear"), None) => {
+            let s = f
+                .rope_parameters
+                .as_ref()
+                .and_then(|r| r.factor)
+                .filter(|s| *s > 0.0 && s.is_finite())
+                .ok_or("linear rotary scaling without a positive factor")?;
+            Ok((theta, 1.0 / s))
+        }
+        (Some("default") | None, Some(v))
+            if family == RotaryBertFamily::Gte
+                && kind.and_then(serde_json::Value::as_str) == Some("ntk") =>
+        {
+            let s = v
+                .get("factor")
+                .and_then(serde_json::Value::as_f64)
+                .filter(|s| *s > 0.0 && s.is_finite())
+                .ok_or_else(|| format!("ntk rotary scaling without a positive factor: {v}"))?;
+            Ok((theta * s, s.powf(-2.0 / head_dim as f64)))
+        }
+        _ => Err(format!(
+            "unsupported rotary scaling (rope_parameters {:?}, rope_scaling {scaling:?}): expected none, \
+             transformers' linear, or GTE's ntk",
+            f.rope_parameters
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -223,28 +337,30 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn read(value: serde_json::Value) -> Result<NomicBertConfig> {
+    fn read(value: serde_json::Value, family: RotaryBertFamily) -> Result<RotaryBertConfig> {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("config.json");
         std::fs::write(&path, value.to_string()).expect("write");
-        read_nomic_bert(&path)
+        read_rotary_bert(&path, family)
     }
 
     /// nomic-embed-text-v1.5's file as the Hub serves it (both generations' keys), and transformers 5's alone.
     #[test]
     fn either_generation_of_nomic_bert_keys_reads_the_same_model() {
+        let nomic = RotaryBertFamily::Nomic;
         let hub = read(json!({"model_type": "nomic_bert", "vocab_size": 30528, "n_embd": 768, "n_head": 12,
             "n_layer": 12, "n_inner": 3072, "n_positions": 8192, "max_position_embeddings": 2048,
             "activation_function": "swiglu", "hidden_act": "silu", "rotary_emb_base": 1000,
             "rotary_emb_fraction": 1.0, "rotary_emb_interleaved": false, "rotary_emb_scale_base": null,
             "rotary_scaling_factor": null, "layer_norm_epsilon": 1e-12, "prenorm": false, "causal": false,
             "qkv_proj_bias": false, "mlp_fc1_bias": false, "mlp_fc2_bias": false, "type_vocab_size": 2,
-            "rope_parameters": {"rope_theta": 1000.0, "rope_type": "default"}}))
+            "rope_parameters": {"rope_theta": 1000.0, "rope_type": "default"}}), nomic)
         .expect("the Hub's file");
         let native = read(
             json!({"model_type": "nomic_bert", "vocab_size": 30528, "hidden_size": 768,
             "num_attention_heads": 12, "num_hidden_layers": 12, "intermediate_size": 3072,
-            "max_position_embeddings": 8192}),
+            "max_position_embeddings": 8192, "type_vocab_size": 2}),
+            nomic,
         )
         .expect("transformers' file");
         assert_eq!(hub, native);
@@ -254,8 +370,27 @@ mod tests {
         );
     }
 
+    /// gte-base-en-v1.5's file (Alibaba's NewModel: fixed NTK scaling, no token types): the biases and GeGLU of
+    /// GTE, and the scaling as a base and a position scale.
     #[test]
-    fn nomic_bert_settings_it_cannot_run_are_refused() {
+    fn gte_reads_its_biases_gelu_gate_and_ntk_scaling() {
+        let c = read(json!({"model_type": "new", "architectures": ["NewModel"], "vocab_size": 30528,
+            "hidden_size": 768, "num_attention_heads": 12, "num_hidden_layers": 12, "intermediate_size": 3072,
+            "hidden_act": "gelu", "max_position_embeddings": 8192, "type_vocab_size": 0, "rope_theta": 500000,
+            "rope_scaling": {"type": "ntk", "factor": 2.0}, "layer_norm_type": "layer_norm",
+            "position_embedding_type": "rope", "logn_attention_scale": false, "pack_qkv": true}),
+            RotaryBertFamily::Gte)
+        .expect("gte-base-en-v1.5's file");
+        assert_eq!(
+            (c.gate, c.attention_bias, c.mlp_biases, c.type_vocab_size),
+            (Glu::Gelu, true, (false, true), 0)
+        );
+        assert_eq!(c.rope_theta, 1e6);
+        assert!((c.rope_position_scale - 2f64.powf(-2.0 / 64.0)).abs() < 1e-15);
+    }
+
+    #[test]
+    fn rotary_bert_settings_it_cannot_run_are_refused() {
         let base = json!({"vocab_size": 10, "n_embd": 8, "n_head": 2, "n_layer": 1, "n_inner": 16});
         for (key, value, needle) in [
             ("prenorm", json!(true), "prenorm"),
@@ -266,10 +401,19 @@ mod tests {
             ("num_experts", json!(8), "experts"),
             ("hidden_size", json!(16), "disagree"),
             ("rope_scaling", json!({"rope_type": "dynamic"}), "scaling"),
+            (
+                "rope_scaling",
+                json!({"type": "ntk", "factor": 2}),
+                "scaling",
+            ),
+            ("layer_norm_type", json!("rms_norm"), "layer_norm_type"),
+            ("logn_attention_scale", json!(true), "logn"),
         ] {
             let mut config = base.clone();
             config[key] = value;
-            let e = read(config).expect_err(key).to_string();
+            let e = read(config, RotaryBertFamily::Nomic)
+                .expect_err(key)
+                .to_string();
             assert!(e.contains(needle), "{key}: {e}");
         }
     }
