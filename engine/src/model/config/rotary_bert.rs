@@ -54,6 +54,7 @@ struct RotaryBertFile {
     max_position_embeddings: Option<usize>,
     /// contrastors' longest sequence (8,192 for v1.5, trained to 2,048: `max_trained_positions`).
     n_positions: Option<usize>,
+    max_trained_positions: Option<usize>,
     rope_parameters: Option<RopeParameters>,
     rope_theta: Option<f64>,
     rotary_emb_base: Option<f64>,
@@ -81,7 +82,9 @@ struct RotaryBertFile {
     #[serde(default)]
     rotary_emb_interleaved: bool,
     rotary_emb_scale_base: Option<serde_json::Value>,
-    rotary_scaling_factor: Option<serde_json::Value>,
+    /// contrastors' dynamic NTK scaling (nomic-embed-text-v1's 2): past `max_trained_positions` tokens the rotary
+    /// base grows with the sequence's length; up to it, rotary is plain.
+    rotary_scaling_factor: Option<f64>,
     #[serde(default)]
     num_experts: usize,
     layer_norm_type: Option<String>,
@@ -229,12 +232,6 @@ pub(super) fn read_rotary_bert(path: &Path, family: RotaryBertFamily) -> Result<
             "rotary_emb_scale_base (xPos)",
         ),
         (
-            f.rotary_scaling_factor
-                .as_ref()
-                .is_some_and(|v| !v.is_null()),
-            "rotary_scaling_factor (dynamic NTK rotary scaling)",
-        ),
-        (
             f.layer_norm_type
                 .as_deref()
                 .is_some_and(|t| t != "layer_norm"),
@@ -252,6 +249,19 @@ pub(super) fn read_rotary_bert(path: &Path, family: RotaryBertFamily) -> Result<
     if let Some((_, what)) = refused.iter().find(|(set, _)| *set) {
         return Err(fail(format!("unsupported {family:?} setting: {what}")));
     }
+    let longest = f
+        .n_positions
+        .or(f.max_position_embeddings)
+        .unwrap_or(match family {
+            RotaryBertFamily::Nomic => 2048,
+            RotaryBertFamily::Gte => 8192,
+        });
+    // Dynamic NTK scaling changes rotary only for sequences longer than the trained length, each by its own
+    // length: the engine's one rotary table serves sequences up to that length exactly, and truncates there.
+    let max_positions = match f.rotary_scaling_factor {
+        Some(_) => longest.min(f.max_trained_positions.unwrap_or(2048)),
+        None => longest,
+    };
     let (attention_bias, mlp_biases) = match family {
         RotaryBertFamily::Nomic => (f.qkv_proj_bias, (f.mlp_fc1_bias, f.mlp_fc2_bias)),
         RotaryBertFamily::Gte => (true, (false, true)),
@@ -266,13 +276,7 @@ pub(super) fn read_rotary_bert(path: &Path, family: RotaryBertFamily) -> Result<
         intermediate_size,
         type_vocab_size,
         layer_norm_eps: f.layer_norm_eps.or(f.layer_norm_epsilon).unwrap_or(1e-12),
-        max_positions: f
-            .n_positions
-            .or(f.max_position_embeddings)
-            .unwrap_or(match family {
-                RotaryBertFamily::Nomic => 2048,
-                RotaryBertFamily::Gte => 8192,
-            }),
+        max_positions,
         rope_theta: theta,
         rope_position_scale,
         gate,
@@ -300,6 +304,9 @@ fn rope(
             RotaryBertFamily::Nomic => NOMIC_ROPE_THETA,
             RotaryBertFamily::Gte => GTE_ROPE_THETA,
         });
+    if !(theta > 0.0 && theta.is_finite()) {
+        return Err(format!("rotary base {theta}: expected a positive number"));
+    }
     let scaling = f.rope_scaling.as_ref().filter(|v| !v.is_null());
     let kind = scaling.and_then(|v| v.get("type").or(v.get("rope_type")));
     match (f.rope_parameters.as_ref().map(|r| r.rope_type.as_str()), scaling) {
@@ -370,6 +377,22 @@ mod tests {
         );
     }
 
+    /// nomic-embed-text-v1's dynamic NTK scaling leaves rotary plain up to the trained length, which bounds what
+    /// the engine runs.
+    #[test]
+    fn nomic_dynamic_ntk_scaling_bounds_the_length_at_the_trained_one() {
+        let c = read(
+            json!({"vocab_size": 10, "n_embd": 8, "n_head": 2, "n_layer": 1, "n_inner": 16,
+            "n_positions": 8192, "max_trained_positions": 2048, "rotary_scaling_factor": 2}),
+            RotaryBertFamily::Nomic,
+        )
+        .expect("v1's scaling");
+        assert_eq!(
+            (c.max_positions, c.rope_theta, c.rope_position_scale),
+            (2048, 1000.0, 1.0)
+        );
+    }
+
     /// gte-base-en-v1.5's file (Alibaba's NewModel: fixed NTK scaling, no token types): the biases and GeGLU of
     /// GTE, and the scaling as a base and a position scale.
     #[test]
@@ -396,7 +419,6 @@ mod tests {
             ("prenorm", json!(true), "prenorm"),
             ("rotary_emb_fraction", json!(0.5), "rotary_emb_fraction"),
             ("rotary_emb_interleaved", json!(true), "interleaved"),
-            ("rotary_scaling_factor", json!(2.0), "NTK"),
             ("activation_function", json!("gelu"), "gated"),
             ("num_experts", json!(8), "experts"),
             ("hidden_size", json!(16), "disagree"),
@@ -408,6 +430,7 @@ mod tests {
             ),
             ("layer_norm_type", json!("rms_norm"), "layer_norm_type"),
             ("logn_attention_scale", json!(true), "logn"),
+            ("rotary_emb_base", json!(0), "positive"),
         ] {
             let mut config = base.clone();
             config[key] = value;
