@@ -17,7 +17,7 @@
 // each, as many as `meta` says), so the grid covers what the bucket can hold (tokens / QUERIES + sequences tiles)
 // and no block is spent on tiles past a short sequence's end; blocks past the batch's tiles return at once.
 // head_dim: a multiple of 32, at most HEAD_DIM_MAX (the host checks). Dynamic shared memory:
-// (KEYS * (d + 1) + KEYS * d + QUERIES * d) floats (past 48 KiB for heads of 256: the host opts in).
+// (KEYS * (d + 1) + KEYS * d + QUERIES * d) floats (past 48 KiB for heads wider than 128: the host opts in).
 //
 // Two entry points, the same body sized for the widest head each takes: `attention` for heads up to
 // HEAD_DIM_NARROW, `attention_wide` up to HEAD_DIM_MAX (EmbeddingGemma's 256), so the common heads keep their

@@ -62,27 +62,28 @@ __device__ __forceinline__ void attention_mma_body(ATTENTION_PARAMS, float* smem
     const int r_lo = q0 + g, r_hi = q0 + g + 8;
     const float* q_lo = qkv + (size_t)(start + min(r_lo, len - 1)) * ld_qkv + qc;
     const float* q_hi = qkv + (size_t)(start + min(r_hi, len - 1)) * ld_qkv + qc;
-    auto q_fragment = [&](int k, unsigned* a) {
+    auto q_fragment = [&](int k, unsigned* a, int stride) {
         const int c = 16 * k + 2 * tq;
         const bool lo = k < k_steps && r_lo < len, hi = k < k_steps && r_hi < len;
         a[0] = lo ? pack_bf16(q_lo[c], q_lo[c + 1]) : 0u;
-        a[1] = hi ? pack_bf16(q_hi[c], q_hi[c + 1]) : 0u;
-        a[2] = lo ? pack_bf16(q_lo[c + 8], q_lo[c + 9]) : 0u;
-        a[3] = hi ? pack_bf16(q_hi[c + 8], q_hi[c + 9]) : 0u;
+        a[stride] = hi ? pack_bf16(q_hi[c], q_hi[c + 1]) : 0u;
+        a[2 * stride] = lo ? pack_bf16(q_lo[c + 8], q_lo[c + 9]) : 0u;
+        a[3 * stride] = hi ? pack_bf16(q_hi[c + 8], q_hi[c + 9]) : 0u;
     };
     // Held in registers (narrow), or staged after the warps' slices (wide: warp w makes steps w, w + MMA_WARPS, ...
-    // for every lane; lane l's four registers of step k at qs[(32 k + l) * 4]).
+    // for every lane; lane l's register r of step k at qs[(4 k + r) * 32 + l], so each of a step's four reads is 32
+    // consecutive words, one per bank).
     unsigned qa[STAGE_Q ? 1 : K_STEPS_MAX][4];
     unsigned* qs = (unsigned*)((char*)smem + MMA_WARPS * warp_bytes);
     if constexpr (STAGE_Q) {
         for (int k = warp; k < k_steps; k += MMA_WARPS) {
-            q_fragment(k, qs + (32 * k + lane) * 4);
+            q_fragment(k, qs + 4 * 32 * k + lane, 32);
         }
         __syncthreads();
     } else {
 #pragma unroll
         for (int k = 0; k < K_STEPS_MAX; k++) {
-            q_fragment(k, qa[k]);
+            q_fragment(k, qa[k], 1);
         }
     }
 
@@ -134,15 +135,15 @@ __device__ __forceinline__ void attention_mma_body(ATTENTION_PARAMS, float* smem
 #pragma unroll
             for (int k = 0; k < K_STEPS_MAX; k++) {
                 if (k < k_steps) {
-                    const unsigned* a;
-                    if constexpr (STAGE_Q) {
-                        a = qs + (32 * k + lane) * 4;
-                    } else {
-                        a = qa[k];
-                    }
                     const unsigned b0 = *(const unsigned*)(krow + 16 * k);
                     const unsigned b1 = *(const unsigned*)(krow + 16 * k + 8);
-                    mma_bf16_16816(sc[nb], a, b0, b1);
+                    if constexpr (STAGE_Q) {
+                        const unsigned* q = qs + 4 * 32 * k + lane;
+                        const unsigned a[4] = {q[0], q[32], q[64], q[96]};
+                        mma_bf16_16816(sc[nb], a, b0, b1);
+                    } else {
+                        mma_bf16_16816(sc[nb], qa[k], b0, b1);
+                    }
                 }
             }
         }

@@ -241,7 +241,7 @@ impl LayerNames {
     }
 }
 
-/// A sentence-embedding BERT: encoder, pooling and optional L2 normalisation.
+/// BERT as an embedding model's network: embeddings and encoder layers (the head is [`super::Model`]'s).
 pub struct Bert<D: Device> {
     pub config: BertConfig,
     embeddings: Embeddings<D>,

@@ -201,8 +201,8 @@ impl<D: Device> Layer<D> {
     }
 }
 
-/// A Llama-family decoder as an embedding model: token embeddings, decoder layers, final norm, and the
-/// sentence-transformers head.
+/// A Llama-family decoder as an embedding model's network: token embeddings, decoder layers, final norm (the head
+/// is [`super::Model`]'s).
 pub struct Decoder<D: Device> {
     pub config: DecoderConfig,
     embeddings: Embedding<D>,

@@ -105,7 +105,8 @@ impl<D: Device> Layer<D> {
     }
 }
 
-/// A Gemma 3 embedding model: scaled token embeddings, decoder layers, final norm, then its head.
+/// Gemma 3 as an embedding model's network: scaled token embeddings, decoder layers, final norm (the head is
+/// [`super::Model`]'s).
 pub struct Gemma3<D: Device> {
     pub config: Gemma3Config,
     embeddings: Embedding<D>,

@@ -105,7 +105,8 @@ impl<D: Device> Layer<D> {
     }
 }
 
-/// A sentence-embedding ModernBERT: embeddings, encoder layers, final norm, pooling and optional normalisation.
+/// ModernBERT as an embedding model's network: embeddings, encoder layers, final norm (the head is
+/// [`super::Model`]'s).
 pub struct ModernBert<D: Device> {
     pub config: ModernBertConfig,
     embeddings: Embedding<D>,

@@ -194,7 +194,8 @@ impl<D: Device> Layer<D> {
     }
 }
 
-/// A sentence-embedding rotary BERT: embeddings, post-norm rotary layers, pooling and optional normalisation.
+/// A rotary BERT as an embedding model's network: embeddings and post-norm rotary layers (the head is
+/// [`super::Model`]'s).
 pub struct RotaryBert<D: Device> {
     pub config: RotaryBertConfig,
     embeddings: Embedding<D>,

@@ -95,7 +95,8 @@ impl<D: Device> Layer<D> {
     }
 }
 
-/// T5's encoder as an embedding model: token embeddings, blocks, final norm, and the sentence-transformers head.
+/// T5's encoder as an embedding model's network: token embeddings, blocks, final norm (the head is
+/// [`super::Model`]'s).
 pub struct T5<D: Device> {
     pub config: T5Config,
     embeddings: Embedding<D>,

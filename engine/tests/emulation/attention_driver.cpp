@@ -1,5 +1,5 @@
-// Launches one attention kernel (KERNEL: `attention` or `attention_mma`, same signature) under the host emulation,
-// for engine/tests/kernels_on_host/. Compiled after cuda_host.h and the kernel's NVRTC program text.
+// Launches one attention kernel (KERNEL: `attention`, `attention_mma` or their `_wide` entry points, same signature)
+// under the host emulation, for engine/tests/kernels_on_host/. Compiled after cuda_host.h and the kernel's NVRTC program text.
 //
 // argv[1], the input, all 32-bit little-endian: ints {heads, kv_heads, head_dim, causal, window (-1: none), threads, smem_bytes,
 // grid_x, seqs, tokens, ld_qkv, ld_ctx}, meta[3], offsets[seqs + 1], tiles[2 * grid_x], then floats {scale},

@@ -63,12 +63,10 @@ struct RotaryBertFile {
     /// contrastors' MLP: `swiglu` or `geglu` gated; transformers' and GTE's are always gated, by `hidden_act`.
     activation_function: Option<String>,
     hidden_act: Option<String>,
-    #[serde(default)]
-    qkv_proj_bias: bool,
-    #[serde(default)]
-    mlp_fc1_bias: bool,
-    #[serde(default)]
-    mlp_fc2_bias: bool,
+    /// contrastors' bias switches (its defaults: true; transformers' NomicBertModel has none).
+    qkv_proj_bias: Option<bool>,
+    mlp_fc1_bias: Option<bool>,
+    mlp_fc2_bias: Option<bool>,
     // Switches for what these checkpoints do not do (contrastors', then Alibaba's); refused when set.
     #[serde(default)]
     prenorm: bool,
@@ -82,9 +80,16 @@ struct RotaryBertFile {
     #[serde(default)]
     rotary_emb_interleaved: bool,
     rotary_emb_scale_base: Option<serde_json::Value>,
+    /// contrastors' rotary along the head axis (an xformers workaround), and a LayerNorm before `fc2`.
+    #[serde(default)]
+    rotary_head_dim: bool,
+    #[serde(default)]
+    norm_mlp: bool,
     /// contrastors' dynamic NTK scaling (nomic-embed-text-v1's 2): past `max_trained_positions` tokens the rotary
-    /// base grows with the sequence's length; up to it, rotary is plain.
-    rotary_scaling_factor: Option<f64>,
+    /// base grows with the sequence's length; up to it, rotary is plain. `null` (`Some(None)`) is none; absent,
+    /// contrastors' default (1) in a file of its keys alone.
+    #[serde(default, deserialize_with = "present")]
+    rotary_scaling_factor: Option<Option<f64>>,
     #[serde(default)]
     num_experts: usize,
     layer_norm_type: Option<String>,
@@ -92,6 +97,13 @@ struct RotaryBertFile {
     #[serde(default)]
     logn_attention_scale: bool,
     pack_qkv: Option<bool>,
+}
+
+/// Tells a key present with `null` (`Some(None)`) from one absent (`None`, serde's default).
+fn present<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<Option<f64>>, D::Error> {
+    Option::<f64>::deserialize(d).map(Some)
 }
 
 /// A post-norm rotary BERT: BERT's layers (attention and MLP each added to their input, then LayerNorm) with rotary
@@ -211,6 +223,9 @@ pub(super) fn read_rotary_bert(path: &Path, family: RotaryBertFamily) -> Result<
         ))
     })?;
     let (theta, rope_position_scale) = rope(&f, family, head_dim).map_err(fail)?;
+    // A file in contrastors' keys alone (no transformers generation beside them) takes contrastors' defaults for
+    // what it leaves out; transformers' NomicBertConfig has no biases and plain rotary.
+    let contrastors_only = f.n_embd.is_some() && f.hidden_size.is_none();
     let refused = [
         (f.prenorm, "prenorm (pre-norm layers)"),
         (f.parallel_block, "parallel_block"),
@@ -230,6 +245,12 @@ pub(super) fn read_rotary_bert(path: &Path, family: RotaryBertFamily) -> Result<
                 .as_ref()
                 .is_some_and(|v| !v.is_null()),
             "rotary_emb_scale_base (xPos)",
+        ),
+        (f.rotary_head_dim, "rotary_head_dim"),
+        (f.norm_mlp, "norm_mlp (a LayerNorm inside the MLP)"),
+        (
+            contrastors_only && f.rotary_emb_fraction.is_none(),
+            "no rotary_emb_fraction (contrastors' default 0: learned positions)",
         ),
         (
             f.layer_norm_type
@@ -258,12 +279,17 @@ pub(super) fn read_rotary_bert(path: &Path, family: RotaryBertFamily) -> Result<
         });
     // Dynamic NTK scaling changes rotary only for sequences longer than the trained length, each by its own
     // length: the engine's one rotary table serves sequences up to that length exactly, and truncates there.
-    let max_positions = match f.rotary_scaling_factor {
-        Some(_) => longest.min(f.max_trained_positions.unwrap_or(2048)),
-        None => longest,
+    // (contrastors' default factor is 1, scaling too).
+    let max_positions = match (f.rotary_scaling_factor, contrastors_only) {
+        (Some(Some(_)), _) | (None, true) => longest.min(f.max_trained_positions.unwrap_or(2048)),
+        (Some(None), _) | (None, false) => longest,
     };
+    let bias = |b: Option<bool>| b.unwrap_or(contrastors_only);
     let (attention_bias, mlp_biases) = match family {
-        RotaryBertFamily::Nomic => (f.qkv_proj_bias, (f.mlp_fc1_bias, f.mlp_fc2_bias)),
+        RotaryBertFamily::Nomic => (
+            bias(f.qkv_proj_bias),
+            (bias(f.mlp_fc1_bias), bias(f.mlp_fc2_bias)),
+        ),
         RotaryBertFamily::Gte => (true, (false, true)),
     };
     Ok(RotaryBertConfig {
@@ -320,9 +346,11 @@ fn rope(
                 .ok_or("linear rotary scaling without a positive factor")?;
             Ok((theta, 1.0 / s))
         }
+        // Alibaba's `mixed_b` is another (mixed) NTK scaling, not this one.
         (Some("default") | None, Some(v))
             if family == RotaryBertFamily::Gte
-                && kind.and_then(serde_json::Value::as_str) == Some("ntk") =>
+                && kind.and_then(serde_json::Value::as_str) == Some("ntk")
+                && v.get("mixed_b").is_none_or(serde_json::Value::is_null) =>
         {
             let s = v
                 .get("factor")
@@ -383,7 +411,8 @@ mod tests {
     fn nomic_dynamic_ntk_scaling_bounds_the_length_at_the_trained_one() {
         let c = read(
             json!({"vocab_size": 10, "n_embd": 8, "n_head": 2, "n_layer": 1, "n_inner": 16,
-            "n_positions": 8192, "max_trained_positions": 2048, "rotary_scaling_factor": 2}),
+            "rotary_emb_fraction": 1.0, "n_positions": 8192, "max_trained_positions": 2048,
+            "rotary_scaling_factor": 2}),
             RotaryBertFamily::Nomic,
         )
         .expect("v1's scaling");
@@ -410,13 +439,37 @@ mod tests {
         );
         assert_eq!(c.rope_theta, 1e6);
         assert!((c.rope_position_scale - 2f64.powf(-2.0 / 64.0)).abs() < 1e-15);
+        // Alibaba's mixed NTK scaling is another one: refused, not read as the fixed one.
+        let mixed = json!({"model_type": "new", "vocab_size": 10, "hidden_size": 8, "num_attention_heads": 2,
+            "num_hidden_layers": 1, "intermediate_size": 16,
+            "rope_scaling": {"type": "ntk", "factor": 2.0, "mixed_b": 0.5}});
+        let e = read(mixed, RotaryBertFamily::Gte).expect_err("mixed_b");
+        assert!(e.to_string().contains("rotary scaling"), "{e}");
+    }
+
+    /// A file in contrastors' keys alone takes contrastors' defaults for what it leaves out: biases on, and its
+    /// dynamic NTK scaling (factor 1) bounding the length at the trained one.
+    #[test]
+    fn a_contrastors_only_file_takes_contrastors_defaults() {
+        let c = read(
+            json!({"vocab_size": 10, "n_embd": 8, "n_head": 2, "n_layer": 1, "n_inner": 16,
+            "rotary_emb_fraction": 1.0, "n_positions": 8192}),
+            RotaryBertFamily::Nomic,
+        )
+        .expect("contrastors' keys");
+        assert_eq!(
+            (c.attention_bias, c.mlp_biases, c.max_positions),
+            (true, (true, true), 2048)
+        );
     }
 
     #[test]
     fn rotary_bert_settings_it_cannot_run_are_refused() {
-        let base = json!({"vocab_size": 10, "n_embd": 8, "n_head": 2, "n_layer": 1, "n_inner": 16});
+        let base = json!({"vocab_size": 10, "n_embd": 8, "n_head": 2, "n_layer": 1, "n_inner": 16,
+            "rotary_emb_fraction": 1.0});
         for (key, value, needle) in [
             ("prenorm", json!(true), "prenorm"),
+            ("rotary_emb_fraction", json!(null), "learned positions"),
             ("rotary_emb_fraction", json!(0.5), "rotary_emb_fraction"),
             ("rotary_emb_interleaved", json!(true), "interleaved"),
             ("activation_function", json!("gelu"), "gated"),
@@ -431,6 +484,8 @@ mod tests {
             ("layer_norm_type", json!("rms_norm"), "layer_norm_type"),
             ("logn_attention_scale", json!(true), "logn"),
             ("rotary_emb_base", json!(0), "positive"),
+            ("norm_mlp", json!(true), "norm_mlp"),
+            ("rotary_head_dim", json!(true), "rotary_head_dim"),
         ] {
             let mut config = base.clone();
             config[key] = value;
