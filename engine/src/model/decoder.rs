@@ -13,8 +13,8 @@
 //! The language-model head is never used, so tied or untied embeddings load the same.
 
 use super::{
-    pre_norm_layout, stacked_linear, DecoderConfig, Encoder, ModelConfig, ModelDir, PreNormActs,
-    Tensor, Weights,
+    pre_norm_layout, rotary_table, stacked_linear, DecoderConfig, Encoder, ModelConfig, ModelDir,
+    PreNormActs, Tensor, Weights,
 };
 use crate::backend::ops::{
     Activation, AttentionShape, Device, Embedding, Glu, Layout, Matrix, Ops, PositionIds,
@@ -232,18 +232,7 @@ impl<D: Device> Decoder<D> {
                 dim: h,
                 norm: None,
             },
-            rotary: device
-                .rotary_table(c.head_dim(), c.rope_theta(), 1.0, dir.positions)
-                .map_err(|e| {
-                    Error::model(
-                        &dir.root,
-                        format!(
-                            "the rotary table for {} positions (max_position_embeddings, or a shorter \
-                             max_seq_length): {e}",
-                            dir.positions
-                        ),
-                    )
-                })?,
+            rotary: rotary_table(device, dir, c.head_dim(), c.rope_theta(), 1.0)?,
             layers: (0..c.num_hidden_layers)
                 .map(|i| Layer::load(&w, device, c, i))
                 .collect::<Result<_>>()?,

@@ -106,6 +106,28 @@ impl<M: Matrix> PreNormActs<M> {
     }
 }
 
+/// The rotary table of a model in `dir` ([`Device::rotary_table`]) for its positions `0..dir.positions`, an error
+/// naming the directory where it cannot be made.
+pub(crate) fn rotary_table<D: Device>(
+    device: &D,
+    dir: &ModelDir,
+    head_dim: usize,
+    theta: f64,
+    scale: f64,
+) -> Result<D::Param> {
+    device
+        .rotary_table(head_dim, theta, scale, dir.positions)
+        .map_err(|e| {
+            crate::error::Error::model(
+                &dir.root,
+                format!(
+                    "the rotary table for {} positions (the model's, or a shorter max_seq_length): {e}",
+                    dir.positions
+                ),
+            )
+        })
+}
+
 /// The rotary tables of a model with global and sliding-window layers (ModernBERT, Gemma 3), each kind with its
 /// base, for positions `0..dir.positions`.
 pub(crate) struct LayerRotary<D: Device> {
@@ -121,16 +143,7 @@ impl<D: Device> LayerRotary<D> {
         head_dim: usize,
         theta: impl Fn(bool) -> f64,
     ) -> Result<Self> {
-        let table = |global| {
-            device
-                .rotary_table(head_dim, theta(global), 1.0, dir.positions)
-                .map_err(|e| {
-                    crate::error::Error::model(
-                        &dir.root,
-                        format!("the rotary table for {} positions: {e}", dir.positions),
-                    )
-                })
-        };
+        let table = |global| rotary_table(device, dir, head_dim, theta(global), 1.0);
         Ok(LayerRotary {
             global: table(true)?,
             local: table(false)?,

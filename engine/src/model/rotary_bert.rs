@@ -17,8 +17,8 @@
 
 use super::decoder::QkNormRotary;
 use super::{
-    layer_norm, pre_norm_layout, stacked_linear, Encoder, ModelConfig, ModelDir, PreNormActs,
-    RotaryBertConfig, Tensor, Weights,
+    layer_norm, pre_norm_layout, rotary_table, stacked_linear, Encoder, ModelConfig, ModelDir,
+    PreNormActs, RotaryBertConfig, Tensor, Weights,
 };
 use crate::backend::ops::{
     Activation, AttentionShape, Device, Embedding, Glu, LayerNormWeights, Layout, Ops, PositionIds,
@@ -240,19 +240,7 @@ impl<D: Device> RotaryBert<D> {
                     true,
                 )?),
             },
-            rotary: device
-                .rotary_table(
-                    c.head_dim,
-                    c.rope_theta,
-                    c.rope_position_scale,
-                    dir.positions,
-                )
-                .map_err(|e| {
-                    Error::model(
-                        &dir.root,
-                        format!("the rotary table for {} positions: {e}", dir.positions),
-                    )
-                })?,
+            rotary: rotary_table(device, dir, c.head_dim, c.rope_theta, c.rope_position_scale)?,
             layers: (0..c.num_hidden_layers)
                 .map(|i| Layer::load(&w, device, c, naming, i))
                 .collect::<Result<_>>()?,

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 
 use super::{check_dims, read_json, RopeParameters};
 use crate::backend::ops::AttentionShape;
@@ -58,7 +58,7 @@ pub struct DecoderConfig {
     pub num_hidden_layers: usize,
     pub num_attention_heads: usize,
     /// Grouped-query attention's K/V heads; absent, the family's default; null, one per query head.
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "super::present")]
     num_key_value_heads: Option<Option<usize>>,
     /// Per-head width; absent or null, the family's default ([`DecoderConfig::head_dim`]).
     head_dim: Option<usize>,
@@ -87,7 +87,7 @@ pub struct DecoderConfig {
     #[serde(default = "default_causal")]
     pub is_causal: bool,
     /// Absent (outer `None`) or null (inner `None`): Mistral's default is 4,096, null means no window.
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "super::present")]
     sliding_window: Option<Option<usize>>,
     /// Qwen2/Qwen3: whether layers from `max_window_layers` on attend within the window (when `layer_types`
     /// does not say).
@@ -98,13 +98,6 @@ pub struct DecoderConfig {
     /// Qwen2/Qwen3 (transformers 5): `full_attention` or `sliding_attention` for each layer.
     #[serde(default)]
     layer_types: Option<Vec<String>>,
-}
-
-/// Tells a key present with `null` (`Some(None)`) from one absent (`None`, serde's default).
-fn present<'de, D: Deserializer<'de>>(
-    d: D,
-) -> std::result::Result<Option<Option<usize>>, D::Error> {
-    Option::<usize>::deserialize(d).map(Some)
 }
 
 fn default_rms_eps() -> f64 {

@@ -320,6 +320,14 @@ pub(super) fn check_dims(path: &Path, dims: &[(&str, Option<usize>)]) -> Result<
     }
 }
 
+/// Tells a key present with `null` (`Some(None)`) from one absent (`None`, serde's default): for
+/// `#[serde(default, deserialize_with = "present")]`.
+fn present<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> std::result::Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
+}
+
 pub(super) fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
     let text = std::fs::read_to_string(path).map_err(Error::io(path))?;
     serde_json::from_str(&text).map_err(|source| Error::Json {

@@ -88,7 +88,7 @@ struct RotaryBertFile {
     /// contrastors' dynamic NTK scaling (nomic-embed-text-v1's 2): past `max_trained_positions` tokens the rotary
     /// base grows with the sequence's length; up to it, rotary is plain. `null` (`Some(None)`) is none; absent,
     /// contrastors' default (1) in a file of its keys alone.
-    #[serde(default, deserialize_with = "present")]
+    #[serde(default, deserialize_with = "super::present")]
     rotary_scaling_factor: Option<Option<f64>>,
     #[serde(default)]
     num_experts: usize,
@@ -97,13 +97,6 @@ struct RotaryBertFile {
     #[serde(default)]
     logn_attention_scale: bool,
     pack_qkv: Option<bool>,
-}
-
-/// Tells a key present with `null` (`Some(None)`) from one absent (`None`, serde's default).
-fn present<'de, D: serde::Deserializer<'de>>(
-    d: D,
-) -> std::result::Result<Option<Option<f64>>, D::Error> {
-    Option::<f64>::deserialize(d).map(Some)
 }
 
 /// A post-norm rotary BERT: BERT's layers (attention and MLP each added to their input, then LayerNorm) with rotary
