@@ -61,7 +61,12 @@ Complete sentence-transformers directories under engine/tests/fixtures/:
   - gte_ntk_cls: GteModel as the Hub's gte-base-en-v1.5 is (Alibaba's NewModel config: `model_type: new`, no token
     types, `rope_scaling: {type: ntk, factor: 2}`), CLS pooling, no Normalize. Alibaba's fixed NTK scaling (vLLM's
     NTKScalingRotaryEmbedding) gives frequencies (θ s)^(-2i/d) s^(-2/d): the reference runs transformers' `linear`
-    rope type with base θ s and factor s^(2/d), the same frequencies, and the config written is the NewModel one.
+    rope type with base θ s and factor s^(2/d), the same frequencies, and the config written is the NewModel one;
+  - jina_v3_mean: JinaEmbeddingsV3Model (jina-embeddings-v3-hf: XLM-R's embeddings without positions, post-norm
+    layers with rotary on Q and K, BERT's GELU MLP, every bias) as transformers 5 saves it (the Hub's names: fused
+    `mixer.Wqkv`, `mixer.out_proj`, `mlp.fc1`, `norm1`, `emb_ln`), with xlmr_mean's Unigram, mean pooling,
+    Normalize;
+  - jina_v3_renamed_mean: the same model under the tensor names transformers gives it in memory.
 
 The first three number positions as RoBERTa does (from pad_token_id + 1, a `<pad>` inside a text taking the padding row and
 not advancing the count), so the texts include `<pad>`, `<mask>` and `<s>` among runs of whitespace, and texts
@@ -91,6 +96,7 @@ import sys
 from transformers import (BertConfig, BertModel, DistilBertConfig, DistilBertModel, Gemma3TextConfig, GteConfig, GteModel,
                           Gemma3TextModel, LlamaConfig, LlamaModel, MistralConfig, MistralModel, ModernBertConfig,
                           ModernBertModel, MPNetConfig, MPNetModel, NomicBertConfig, NomicBertModel,
+                          JinaEmbeddingsV3Config, JinaEmbeddingsV3Model,
                           PreTrainedTokenizerFast, Qwen2Config, Qwen2Model,
                           Qwen3Config, Qwen3Model, RobertaConfig, RobertaModel, T5Config, T5EncoderModel,
                           XLMRobertaConfig, XLMRobertaModel)
@@ -301,29 +307,24 @@ def nomic_bert(tok, max_seq):
     return NomicBertModel(config).eval()
 
 
-def renamed_copy(name, copy):
-    """`name`'s model (transformers saves Nomic BERT under contrastors' tensor names, as the Hub has them) under
-    the names transformers gives it in memory (`layers.N.self_attn.q_proj`, ...) with contrastors' config keys alone
-    (`n_embd`, `rotary_emb_base`, `activation_function: swiglu`, ...): the other naming of each. Checked, with both
-    generations' keys, to embed as `name` does."""
+def renamed_copy(name, copy, probe, old_keys=None):
+    """`name`'s model (transformers saves Nomic BERT and Jina v3 under their Hub checkpoints' tensor names) under the
+    names transformers gives it in memory (`layers.N.self_attn.q_proj`, ..., `probe` among them), checked to embed
+    as `name` does. `old_keys(config)`: the config keys of the checkpoints' own code to add, and the transformers
+    ones to drop after the check (which runs with both)."""
     d = OUT / copy
     shutil.rmtree(d, ignore_errors=True)
     shutil.copytree(OUT / name, d)
     st = SentenceTransformer(str(OUT / name), device="cpu")
     state = {k: v.contiguous() for k, v in st[0].auto_model.state_dict().items()}
-    assert "layers.0.self_attn.q_proj.weight" in state, sorted(state)
+    assert probe in state, sorted(state)
     from safetensors.torch import save_file
     save_file(state, d / "model.safetensors", metadata={"format": "pt"})
     config = json.loads((d / "config.json").read_text())
-    native = ["hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size",
-              "max_position_embeddings", "layer_norm_eps", "hidden_act", "rope_parameters", "head_dim"]
-    config.update(n_embd=config["hidden_size"], n_head=config["num_attention_heads"],
-                  n_layer=config["num_hidden_layers"], n_inner=config["intermediate_size"],
-                  n_positions=config["max_position_embeddings"], layer_norm_epsilon=config["layer_norm_eps"],
-                  activation_function="swiglu", rotary_emb_base=config["rope_parameters"]["rope_theta"],
-                  rotary_emb_fraction=1.0, rotary_emb_interleaved=False, rotary_emb_scale_base=None,
-                  rotary_scaling_factor=None, prenorm=False, causal=False, qkv_proj_bias=False, mlp_fc1_bias=False,
-                  mlp_fc2_bias=False)
+    native = []
+    if old_keys:
+        extra, native = old_keys(config)
+        config.update(extra)
     (d / "config.json").write_text(json.dumps(config, indent=2))
     batch = texts()
     got = SentenceTransformer(str(d), device="cpu").encode(batch, batch_size=4, convert_to_tensor=True)
@@ -332,7 +333,31 @@ def renamed_copy(name, copy):
     for k in native:
         del config[k]
     (d / "config.json").write_text(json.dumps(config, indent=2))
-    print(f"{d}: transformers' tensor names, contrastors' config keys, embeddings as {name}'s")
+    print(f"{d}: transformers' tensor names, embeddings as {name}'s")
+
+
+def contrastors_keys(config):
+    """Nomic BERT's config in contrastors' keys alone (`n_embd`, `rotary_emb_base`, `activation_function: swiglu`,
+    ...): the transformers keys they replace."""
+    extra = dict(n_embd=config["hidden_size"], n_head=config["num_attention_heads"],
+                 n_layer=config["num_hidden_layers"], n_inner=config["intermediate_size"],
+                 n_positions=config["max_position_embeddings"], layer_norm_epsilon=config["layer_norm_eps"],
+                 activation_function="swiglu", rotary_emb_base=config["rope_parameters"]["rope_theta"],
+                 rotary_emb_fraction=1.0, rotary_emb_interleaved=False, rotary_emb_scale_base=None,
+                 rotary_scaling_factor=None, prenorm=False, causal=False, qkv_proj_bias=False, mlp_fc1_bias=False,
+                 mlp_fc2_bias=False)
+    native = ["hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size",
+              "max_position_embeddings", "layer_norm_eps", "hidden_act", "rope_parameters", "head_dim"]
+    return extra, native
+
+
+def jina_v3(tok, max_seq):
+    config = JinaEmbeddingsV3Config(vocab_size=tok.get_vocab_size(), hidden_size=64, num_hidden_layers=3,
+                                    num_attention_heads=4, intermediate_size=96, max_position_embeddings=max_seq,
+                                    rope_parameters={"rope_theta": 3000.0, "rope_type": "default"},
+                                    pad_token_id=tok.token_to_id("<pad>"), bos_token_id=tok.token_to_id("<s>"),
+                                    eos_token_id=tok.token_to_id("</s>"), attn_implementation="eager")
+    return JinaEmbeddingsV3Model(config, add_pooling_layer=False).eval()
 
 
 def gte(type_vocab_size, rope):
@@ -504,7 +529,7 @@ def main():
              llama_tokenizer(), LLAMA_SPECIALS, "weightedmean", True, 20, 96)
     if not only or "nomic_mean" in only:
         make("nomic_mean", nomic_bert, bert_tokenizer(), BERT_SPECIALS, "mean", True, 21, 64)
-        renamed_copy("nomic_mean", "nomic_renamed_mean")
+        renamed_copy("nomic_mean", "nomic_renamed_mean", "layers.0.self_attn.q_proj.weight", contrastors_keys)
     if not only or "gte_cls" in only:
         make("gte_cls", gte(1, {"rope_theta": 2e4, "rope_type": "default"}), bert_tokenizer(), BERT_SPECIALS, "cls",
              True, 22, 64)
@@ -513,6 +538,9 @@ def main():
         make("gte_ntk_cls", gte(0, {"rope_theta": 2 * 5e3, "rope_type": "linear", "factor": 2 ** (2 / 16)}),
              bert_tokenizer(), BERT_SPECIALS, "cls", False, 23, 64)
         as_new_model("gte_ntk_cls", 5e3, 2.0)
+    if not only or "jina_v3_mean" in only:
+        make("jina_v3_mean", jina_v3, xlmr_tokenizer(), ROBERTA_SPECIALS, "mean", True, 24, 64)
+        renamed_copy("jina_v3_mean", "jina_v3_renamed_mean", "layers.0.mlp.fc1.weight")
     if only:
         return
     make("xlmr_mean", roberta_like(XLMRobertaConfig, XLMRobertaModel), xlmr_tokenizer(), ROBERTA_SPECIALS, "mean",

@@ -70,21 +70,7 @@ fn rotary_table_of_billions_of_positions_is_bounded_not_an_abort() {
 /// past a few GB are saved; `shard_name` names the second shard in the index.
 fn shard(name: &str, to: &std::path::Path, shard_name: &str) {
     use safetensors::{serialize, SafeTensors};
-    let from = common::models::dir(name);
-    for entry in std::fs::read_dir(&from).expect("fixture") {
-        let path = entry.expect("entry").path();
-        if path.is_file() && path.file_name() != Some("model.safetensors".as_ref()) {
-            std::fs::copy(&path, to.join(path.file_name().expect("name"))).expect("copy");
-        } else if path.is_dir() {
-            let sub = to.join(path.file_name().expect("name"));
-            std::fs::create_dir(&sub).expect("mkdir");
-            for f in std::fs::read_dir(&path).expect("module") {
-                let f = f.expect("entry").path();
-                std::fs::copy(&f, sub.join(f.file_name().expect("name"))).expect("copy");
-            }
-        }
-    }
-    let bytes = std::fs::read(from.join("model.safetensors")).expect("weights");
+    let bytes = common::models::copy_all_but_weights(name, to);
     let file = SafeTensors::deserialize(&bytes).expect("safetensors");
     let mut names = file.names();
     names.sort();

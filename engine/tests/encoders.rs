@@ -16,13 +16,15 @@
 //! one); and the other pooling modes: max over the tokens (BERT) and the sum over the square root of their count
 //! (DistilBERT); and the post-norm rotary BERTs: Nomic BERT (nomic-embed-text: SwiGLU) in both tensor namings
 //! and both generations of config keys, and GTE (GeGLU, biases) in transformers' config and in Alibaba's NewModel
-//! one with its fixed NTK rotary scaling and no token types. The first three number positions after the padding id: their texts put `<pad>` inside sequences
+//! one with its fixed NTK rotary scaling and no token types, and Jina v3 (XLM-R's tokenizer, BERT's GELU MLP, every
+//! bias) in the Hub's tensor names and transformers' in-memory ones. The first three number positions after the
+//! padding id: their texts put `<pad>` inside sequences
 //! (it takes the padding row and does not advance the positions after it), `<mask>` after whitespace it strips,
 //! and run past max_seq_length; the default tokenizer must give sentence-transformers' ids.
 
 mod common;
 
-const MODELS: [&str; 17] = [
+const MODELS: [&str; 19] = [
     "xlmr_mean",
     "roberta_cls",
     "mpnet_mean",
@@ -40,6 +42,35 @@ const MODELS: [&str; 17] = [
     "nomic_renamed_mean",
     "gte_cls",
     "gte_ntk_cls",
+    "jina_v3_mean",
+    "jina_v3_renamed_mean",
 ];
 
 common::models::fixture_tests!(MODELS);
+
+/// jina-embeddings-v3 as Jina's remote code saves it (LoRA adapters parametrizing the weights) is refused, naming
+/// the checkpoint transformers reads, rather than run without its adapters.
+#[test]
+fn jina_v3_lora_checkpoint_is_refused() {
+    use safetensors::{serialize, SafeTensors};
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let bytes = common::models::copy_all_but_weights("jina_v3_mean", tmp.path());
+    let file = SafeTensors::deserialize(&bytes).expect("safetensors");
+    let renamed: Vec<(String, _)> = file
+        .names()
+        .into_iter()
+        .map(|n| {
+            let lora = n.replace(
+                "mixer.Wqkv.weight",
+                "mixer.Wqkv.parametrizations.weight.original",
+            );
+            (lora, file.tensor(n).expect("tensor"))
+        })
+        .collect();
+    let data = serialize(renamed, None).expect("serialize");
+    std::fs::write(tmp.path().join("model.safetensors"), data).expect("write");
+    let err = engine::Engine::load(tmp.path(), engine::EngineConfig::default())
+        .err()
+        .expect("refused");
+    assert!(err.to_string().contains("jina-embeddings-v3-hf"), "{err}");
+}

@@ -20,7 +20,7 @@ mod weights;
 
 pub use config::{
     BertConfig, BertFamily, DecoderConfig, DecoderFamily, Gemma3Config, ModelConfig,
-    ModernBertConfig, RotaryBertConfig, RotaryBertFamily, T5Config, T5FeedForward,
+    ModernBertConfig, RotaryBertConfig, RotaryBertFamily, RotaryBertMlp, T5Config, T5FeedForward,
 };
 pub use dir::{DenseModule, ModelDir, Pooling, MAX_POSITIONS};
 pub use head::Head;

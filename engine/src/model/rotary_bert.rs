@@ -1,27 +1,30 @@
-//! BERT's post-norm encoders with rotary positions and a gated MLP, over the backend op set, for any device: Nomic
-//! BERT (nomic-embed-text-v1, v1.5) and GTE (gte-base-en-v1.5, gte-large-en-v1.5, gte-multilingual-base),
-//! [`super::RotaryBertFamily`].
+//! BERT's post-norm encoders with rotary positions, over the backend op set, for any device: Nomic BERT
+//! (nomic-embed-text-v1, v1.5), GTE (gte-base-en-v1.5, gte-large-en-v1.5, gte-multilingual-base) and Jina v3
+//! (jina-embeddings-v3), [`super::RotaryBertFamily`].
 //!
-//! Mirrors Hugging Face transformers' `modeling_nomic_bert.py` and `modeling_gte.py`, the same network (NomicBert /
-//! GteEmbeddings, Attention, MLP, Layer, Model; contrastors' `NomicBertModel` and Alibaba's `NewModel` under other
-//! names), block for block, then sentence-transformers' Pooling and Normalize: word and token-type embeddings and
-//! their LayerNorm (no position embeddings); post-norm layers as BERT's, whose attention takes rotary positions
-//! (GPT-NeoX's halves) on Q and K; a gated MLP, `down(act(gate(x)) · up(x))` (Nomic: SwiGLU, GTE: GeGLU); biases
-//! as each family has them (GTE: Q/K/V, output and down projections). Checkpoints come in three namings: the Hub's
-//! Nomic ones in contrastors' (`encoder.layers.N.attn.Wqkv`, `mlp.fc11` up, `mlp.fc12` gate, `mlp.fc2`, `norm1`,
-//! `norm2`, `emb_ln`), the Hub's GTE ones in Alibaba's (`encoder.layer.N.attention.qkv_proj`, `mlp.up_gate_proj`
-//! up then gate, `attn_ln`, `mlp_ln`), or transformers' in-memory names (`layers.N.self_attn.q_proj`, …,
-//! `post_attention_layernorm`, `post_mlp_layernorm`). Differences, exact in real arithmetic: sequences are
-//! concatenated without padding, so attention needs no mask; Q, K and V are one projection; residuals are added in
-//! the output projections' epilogues.
+//! Mirrors Hugging Face transformers' `modeling_nomic_bert.py`, `modeling_gte.py` and
+//! `modeling_jina_embeddings_v3.py`, the same network (NomicBert / Gte / JinaEmbeddingsV3 Embeddings, Attention,
+//! MLP, Layer, Model; contrastors' `NomicBertModel`, Alibaba's `NewModel` and Jina's flash-attention XLM-RoBERTa
+//! under other names), block for block, then sentence-transformers' Pooling and Normalize: word and token-type
+//! embeddings and their LayerNorm (no position embeddings); post-norm layers as BERT's, whose attention takes
+//! rotary positions (GPT-NeoX's halves) on Q and K; an MLP, gated `down(act(gate(x)) · up(x))` (Nomic: SwiGLU,
+//! GTE: GeGLU) or BERT's `fc2(gelu(fc1(x)))` (Jina); biases as each family has them (GTE: Q/K/V, output and down
+//! projections; Jina: all). Checkpoints come in four namings: flash-attention's BERT, as the Hub's Nomic ones
+//! have it (contrastors': `encoder.layers.N.attn.Wqkv`, `mlp.fc11` up, `mlp.fc12` gate, `mlp.fc2`, `norm1`,
+//! `norm2`, `emb_ln`) and the Hub's Jina v3 ones (`mixer.Wqkv`, `mixer.out_proj`, `mlp.fc1`); the Hub's GTE ones in
+//! Alibaba's (`encoder.layer.N.attention.qkv_proj`, `mlp.up_gate_proj` up then gate, `attn_ln`, `mlp_ln`); or
+//! transformers' in-memory names (`layers.N.self_attn.q_proj`, …, `post_attention_layernorm`,
+//! `post_mlp_layernorm`). Differences, exact in real arithmetic: sequences are concatenated without padding, so
+//! attention needs no mask; Q, K and V are one projection; residuals are added in the output projections'
+//! epilogues.
 
 use super::decoder::QkNormRotary;
 use super::{
     layer_norm, pre_norm_layout, rotary_table, stacked_linear, Encoder, ModelConfig, ModelDir,
-    PreNormActs, RotaryBertConfig, Tensor, Weights,
+    PreNormActs, RotaryBertConfig, RotaryBertMlp, Tensor, Weights,
 };
 use crate::backend::ops::{
-    Activation, AttentionShape, Device, Embedding, Glu, LayerNormWeights, Layout, Ops, PositionIds,
+    Activation, AttentionShape, Device, Embedding, LayerNormWeights, Layout, Ops, PositionIds,
 };
 use crate::batch::Batch;
 use crate::error::{Error, Result};
@@ -29,8 +32,9 @@ use crate::error::{Error, Result};
 /// How a checkpoint names its tensors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Naming {
-    /// Nomic's checkpoints (contrastors' code).
-    Contrastors,
+    /// flash-attention's BERT, as Nomic's checkpoints (contrastors' code: attention `attn`) and Jina's (attention
+    /// `mixer`) name it.
+    FlashBert { attention: &'static str },
     /// GTE's checkpoints (Alibaba's `NewModel`).
     Alibaba,
     /// transformers' modules, in memory.
@@ -38,19 +42,30 @@ enum Naming {
 }
 
 impl Naming {
-    fn of(w: &Weights) -> Self {
-        if w.has("emb_ln.weight") {
-            Naming::Contrastors
+    fn of(w: &Weights) -> Result<Self> {
+        // jina-embeddings-v3 as Jina's own code saves it: LoRA adapters per task over the weights, which
+        // `jinaai/jina-embeddings-v3-hf` (the checkpoint transformers reads) has without them.
+        if w.has("encoder.layers.0.mixer.Wqkv.parametrizations.weight.original") {
+            return Err(Error::model(
+                w.path(),
+                "LoRA-parametrized weights (jina-embeddings-v3 for Jina's remote code): unsupported; use the \
+                 checkpoint transformers reads, jinaai/jina-embeddings-v3-hf",
+            ));
+        }
+        Ok(if w.has("encoder.layers.0.mixer.Wqkv.weight") {
+            Naming::FlashBert { attention: "mixer" }
+        } else if w.has("emb_ln.weight") {
+            Naming::FlashBert { attention: "attn" }
         } else if w.has("encoder.layer.0.attention.qkv_proj.weight") {
             Naming::Alibaba
         } else {
             Naming::Transformers
-        }
+        })
     }
 
     fn embedding_norm(self) -> &'static str {
         match self {
-            Naming::Contrastors => "emb_ln",
+            Naming::FlashBert { .. } => "emb_ln",
             Naming::Alibaba | Naming::Transformers => "embeddings.LayerNorm",
         }
     }
@@ -61,9 +76,10 @@ struct Names {
     /// Q, K, V: one fused tensor or three.
     qkv: Vec<(String, usize)>,
     out: String,
-    /// Gate then up (the op set's gate reads the first half); Alibaba's one tensor holds up then gate.
-    gate_up: Vec<(String, usize)>,
-    down: String,
+    /// The MLP's input projection: gate then up (the op set's gate reads the first half; Alibaba's one tensor
+    /// holds up then gate), or the plain MLP's `fc1`.
+    mlp_in: Vec<(String, usize)>,
+    mlp_out: String,
     attention_norm: String,
     mlp_norm: String,
 }
@@ -71,14 +87,20 @@ struct Names {
 impl Names {
     fn of(naming: Naming, c: &RotaryBertConfig, i: usize) -> Self {
         let (q, f) = (c.num_attention_heads * c.head_dim, c.intermediate_size);
+        let gated = matches!(c.mlp, RotaryBertMlp::Gated(_));
         match naming {
-            Naming::Contrastors => {
+            Naming::FlashBert { attention } => {
                 let p = format!("encoder.layers.{i}");
+                let mlp = |n: &str| (format!("{p}.mlp.{n}"), f);
                 Names {
-                    qkv: vec![(format!("{p}.attn.Wqkv"), 3 * q)],
-                    out: format!("{p}.attn.out_proj"),
-                    gate_up: vec![(format!("{p}.mlp.fc12"), f), (format!("{p}.mlp.fc11"), f)],
-                    down: format!("{p}.mlp.fc2"),
+                    qkv: vec![(format!("{p}.{attention}.Wqkv"), 3 * q)],
+                    out: format!("{p}.{attention}.out_proj"),
+                    mlp_in: if gated {
+                        vec![mlp("fc12"), mlp("fc11")]
+                    } else {
+                        vec![mlp("fc1")]
+                    },
+                    mlp_out: format!("{p}.mlp.fc2"),
                     attention_norm: format!("{p}.norm1"),
                     mlp_norm: format!("{p}.norm2"),
                 }
@@ -88,8 +110,8 @@ impl Names {
                 Names {
                     qkv: vec![(format!("{p}.attention.qkv_proj"), 3 * q)],
                     out: format!("{p}.attention.o_proj"),
-                    gate_up: vec![(format!("{p}.mlp.up_gate_proj"), 2 * f)],
-                    down: format!("{p}.mlp.down_proj"),
+                    mlp_in: vec![(format!("{p}.mlp.up_gate_proj"), 2 * f)],
+                    mlp_out: format!("{p}.mlp.down_proj"),
                     attention_norm: format!("{p}.attn_ln"),
                     mlp_norm: format!("{p}.mlp_ln"),
                 }
@@ -97,14 +119,17 @@ impl Names {
             Naming::Transformers => {
                 let p = format!("layers.{i}");
                 let attn = |n: &str| (format!("{p}.self_attn.{n}"), q);
+                let mlp = |n: &str| (format!("{p}.mlp.{n}"), f);
+                let (mlp_in, mlp_out) = if gated {
+                    (vec![mlp("gate_proj"), mlp("up_proj")], mlp("down_proj").0)
+                } else {
+                    (vec![mlp("fc1")], mlp("fc2").0)
+                };
                 Names {
                     qkv: vec![attn("q_proj"), attn("k_proj"), attn("v_proj")],
                     out: format!("{p}.self_attn.o_proj"),
-                    gate_up: vec![
-                        (format!("{p}.mlp.gate_proj"), f),
-                        (format!("{p}.mlp.up_proj"), f),
-                    ],
-                    down: format!("{p}.mlp.down_proj"),
+                    mlp_in,
+                    mlp_out,
                     attention_norm: format!("{p}.post_attention_layernorm"),
                     mlp_norm: format!("{p}.post_mlp_layernorm"),
                 }
@@ -127,18 +152,18 @@ fn gate_up_from_up_gate<D: Device>(
     d.linear(&weight, None, 2 * f, h)
 }
 
-/// NomicBertLayer / GteLayer: attention (fused QKV, rotary on Q and K, bidirectional attention, output projection) added to
-/// its input and normed; then the gated MLP added to that and normed.
+/// NomicBertLayer / GteLayer / JinaEmbeddingsV3Layer: attention (fused QKV, rotary on Q and K, bidirectional
+/// attention, output projection) added to its input and normed; then the MLP added to that and normed.
 pub struct Layer<D: Device> {
     qkv: D::Linear,
     rotary: QkNormRotary<D>,
     attention: AttentionShape,
     out: D::Linear,
     attention_norm: LayerNormWeights<D>,
-    gate_up: D::Linear,
-    down: D::Linear,
+    mlp_in: D::Linear,
+    mlp_out: D::Linear,
     mlp_norm: LayerNormWeights<D>,
-    gate: Glu,
+    mlp: RotaryBertMlp,
 }
 
 impl<D: Device> Layer<D> {
@@ -157,14 +182,14 @@ impl<D: Device> Layer<D> {
             attention: c.attention(),
             out: stacked_linear(w, d, &[(n.out, h)], q, c.attention_bias)?,
             attention_norm: norm(&n.attention_norm)?,
-            gate_up: if naming == Naming::Alibaba {
-                gate_up_from_up_gate(w, d, &n.gate_up[0].0, f, h)?
+            mlp_in: if naming == Naming::Alibaba {
+                gate_up_from_up_gate(w, d, &n.mlp_in[0].0, f, h)?
             } else {
-                stacked_linear(w, d, &n.gate_up, h, fc1_bias)?
+                stacked_linear(w, d, &n.mlp_in, h, fc1_bias)?
             },
-            down: stacked_linear(w, d, &[(n.down, h)], f, fc2_bias)?,
+            mlp_out: stacked_linear(w, d, &[(n.mlp_out, h)], f, fc2_bias)?,
             mlp_norm: norm(&n.mlp_norm)?,
-            gate: c.gate,
+            mlp: c.mlp,
         })
     }
 
@@ -181,11 +206,16 @@ impl<D: Device> Layer<D> {
         ops.attention(batch, a.qkv, self.attention, None, a.ctx);
         ops.linear(a.ctx, &self.out, Activation::None, Some(a.hidden), a.normed);
         ops.layer_norm(a.normed, a.hidden, &self.attention_norm);
-        ops.linear(a.hidden, &self.gate_up, Activation::None, None, a.gate_up);
-        ops.glu(a.gate_up, self.gate, a.act);
+        match self.mlp {
+            RotaryBertMlp::Gated(gate) => {
+                ops.linear(a.hidden, &self.mlp_in, Activation::None, None, a.gate_up);
+                ops.glu(a.gate_up, gate, a.act);
+            }
+            RotaryBertMlp::Plain(act) => ops.linear(a.hidden, &self.mlp_in, act, None, a.act),
+        }
         ops.linear(
             a.act,
-            &self.down,
+            &self.mlp_out,
             Activation::None,
             Some(a.hidden),
             a.normed,
@@ -211,7 +241,7 @@ impl<D: Device> RotaryBert<D> {
             return Err(Error::model(&dir.root, "not a rotary BERT model directory"));
         };
         let w = Weights::open(&dir.weights_path, "embeddings.word_embeddings.weight")?;
-        let naming = Naming::of(&w);
+        let naming = Naming::of(&w)?;
         let h = c.hidden_size;
         // A single text is token type 0: its row is added to every token (none without token types).
         let row = if c.type_vocab_size > 0 {

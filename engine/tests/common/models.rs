@@ -13,6 +13,26 @@ pub fn dir(name: &str) -> std::path::PathBuf {
         .join(name)
 }
 
+/// Copies fixture `name`'s directory into `to`, all but its weights (which a test writes as it needs them), and
+/// returns its `model.safetensors` bytes.
+pub fn copy_all_but_weights(name: &str, to: &std::path::Path) -> Vec<u8> {
+    let from = dir(name);
+    for entry in std::fs::read_dir(&from).expect("fixture") {
+        let path = entry.expect("entry").path();
+        if path.is_file() && path.file_name() != Some("model.safetensors".as_ref()) {
+            std::fs::copy(&path, to.join(path.file_name().expect("name"))).expect("copy");
+        } else if path.is_dir() {
+            let sub = to.join(path.file_name().expect("name"));
+            std::fs::create_dir(&sub).expect("mkdir");
+            for f in std::fs::read_dir(&path).expect("module") {
+                let f = f.expect("entry").path();
+                std::fs::copy(&f, sub.join(f.file_name().expect("name"))).expect("copy");
+            }
+        }
+    }
+    std::fs::read(from.join("model.safetensors")).expect("weights")
+}
+
 pub fn fixtures(name: &str) -> Vec<Fixture> {
     super::read(&dir(name).join("reference.jsonl"), "embedding")
 }

@@ -25,7 +25,7 @@ pub use gemma3::Gemma3Config;
 use modernbert::read_modernbert;
 pub use modernbert::ModernBertConfig;
 use rotary_bert::read_rotary_bert;
-pub use rotary_bert::{RotaryBertConfig, RotaryBertFamily};
+pub use rotary_bert::{RotaryBertConfig, RotaryBertFamily, RotaryBertMlp};
 use t5::read_t5;
 pub use t5::{T5Config, T5FeedForward};
 
@@ -173,7 +173,7 @@ impl ModelConfig {
                 format!(
                     "unsupported architecture {:?} (model_type {:?}): expected a BERT-family encoder (BertModel, \
                      RobertaModel, XLMRobertaModel, CamembertModel, MPNetModel, DistilBertModel), ModernBertModel, \
-                     NomicBertModel, GteModel (NewModel), \
+                     NomicBertModel, GteModel (NewModel), JinaEmbeddingsV3Model, \
                      a Llama-family decoder (LlamaModel, MistralModel, Qwen2Model, Qwen3Model), Gemma 3's \
                      text model (Gemma3TextModel) or T5's encoder (T5EncoderModel, MT5EncoderModel)",
                     kind.architectures, kind.model_type

@@ -1,29 +1,32 @@
-//! The `config.json` of BERT's post-norm encoders with rotary positions and a gated MLP, two families:
+//! The `config.json` of BERT's post-norm encoders with rotary positions, three families:
 //! - Nomic BERT (nomic-embed-text-v1, v1.5), in either generation's keys: contrastors' (the checkpoints' own code:
 //!   `n_embd`, `n_head`, `rotary_emb_base`, `activation_function: swiglu`, …) and transformers 5's
 //!   `NomicBertConfig` (`hidden_size`, `rope_parameters`, `hidden_act`); files on the Hub carry both;
 //! - GTE (gte-base-en-v1.5, gte-large-en-v1.5, gte-multilingual-base): Alibaba's
 //!   `NewModel` (`model_type: new`, its fixed NTK rotary scaling `rope_scaling: {type: ntk}`) and transformers 5's
-//!   `GteConfig`.
+//!   `GteConfig`;
+//! - Jina v3 (jina-embeddings-v3, as transformers 5's `JinaEmbeddingsV3Config` describes `jinaai/jina-embeddings-v3-hf`):
+//!   XLM-RoBERTa's sizes with rotary positions and BERT's plain GELU MLP.
 
 use std::path::Path;
 
 use serde::Deserialize;
 
 use super::{check_dims, read_json, RopeParameters};
-use crate::backend::ops::{AttentionShape, Glu};
+use crate::backend::ops::{Activation, AttentionShape, Glu};
 use crate::error::{Error, Result};
 
-/// Which of the two models a file describes.
+/// Which of the three models a file describes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RotaryBertFamily {
     Nomic,
     Gte,
+    JinaV3,
 }
 
 impl RotaryBertFamily {
     /// Each family's `model_type`s and architecture names.
-    pub(super) const NAMES: [(RotaryBertFamily, &'static [&'static str]); 2] = [
+    pub(super) const NAMES: [(RotaryBertFamily, &'static [&'static str]); 3] = [
         (
             RotaryBertFamily::Nomic,
             &["nomic_bert", "NomicBertModel", "NomicBertForPreTraining"],
@@ -32,7 +35,50 @@ impl RotaryBertFamily {
             RotaryBertFamily::Gte,
             &["gte", "new", "GteModel", "NewModel", "NewForMaskedLM"],
         ),
+        (
+            RotaryBertFamily::JinaV3,
+            &[
+                "jina_embeddings_v3",
+                "JinaEmbeddingsV3Model",
+                "JinaEmbeddingsV3ForMaskedLM",
+            ],
+        ),
     ];
+
+    /// transformers' defaults for what a file leaves out (each family's config class).
+    fn defaults(self) -> Defaults {
+        let (theta, token_types, longest, layer_norm_eps, act) = match self {
+            RotaryBertFamily::Nomic => (1000.0, 2, 2048, 1e-12, "silu"),
+            RotaryBertFamily::Gte => (160_000.0, 1, 8192, 1e-12, "gelu"),
+            RotaryBertFamily::JinaV3 => (20_000.0, 1, 8194, 1e-5, "gelu"),
+        };
+        Defaults {
+            theta,
+            token_types,
+            longest,
+            layer_norm_eps,
+            act,
+        }
+    }
+}
+
+/// A family's defaults: the rotary base (transformers' `default_theta`; Nomic's is contrastors'
+/// `rotary_emb_base` default), token types, the longest sequence, the LayerNorm epsilon and the MLP's activation.
+struct Defaults {
+    theta: f64,
+    token_types: usize,
+    longest: usize,
+    layer_norm_eps: f64,
+    act: &'static str,
+}
+
+/// The MLP between a layer's attention and its output norm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RotaryBertMlp {
+    /// `down(act(gate(x)) · up(x))`: Nomic's SwiGLU, GTE's GeGLU.
+    Gated(Glu),
+    /// BERT's `fc2(act(fc1(x)))`: Jina v3's.
+    Plain(Activation),
 }
 
 /// What a file says, each size under either generation's name (Nomic's contrastors keys).
@@ -118,11 +164,11 @@ pub struct RotaryBertConfig {
     /// What positions are multiplied by before rotary's frequencies (1: none; GTE's fixed NTK scaling and
     /// transformers' `linear` rope type scale them).
     pub rope_position_scale: f64,
-    pub gate: Glu,
-    /// Q/K/V and the output projection's biases (Nomic: contrastors' `qkv_proj_bias`; GTE: always).
+    pub mlp: RotaryBertMlp,
+    /// Q/K/V and the output projection's biases (Nomic: contrastors' `qkv_proj_bias`; GTE and Jina: always).
     pub attention_bias: bool,
-    /// The up and gate projections' and the down projection's (Nomic: `mlp_fc1_bias`, `mlp_fc2_bias`; GTE: the
-    /// down projection's).
+    /// The MLP's input projections' (up and gate, or fc1) and its output projection's (Nomic: `mlp_fc1_bias`,
+    /// `mlp_fc2_bias`; GTE: the down projection's; Jina: both).
     pub mlp_biases: (bool, bool),
 }
 
@@ -137,10 +183,6 @@ impl RotaryBertConfig {
         }
     }
 }
-
-/// transformers' `default_theta`s: `NomicBertConfig`'s (contrastors' `rotary_emb_base` default) and `GteConfig`'s.
-const NOMIC_ROPE_THETA: f64 = 1000.0;
-const GTE_ROPE_THETA: f64 = 160_000.0;
 
 pub(super) fn read_rotary_bert(path: &Path, family: RotaryBertFamily) -> Result<RotaryBertConfig> {
     let f: RotaryBertFile = read_json(path)?;
@@ -170,11 +212,8 @@ pub(super) fn read_rotary_bert(path: &Path, family: RotaryBertFamily) -> Result<
         return Err(fail("num_attention_heads must be at least 1".into()));
     }
     let head_dim = f.head_dim.unwrap_or(hidden_size / heads);
-    // transformers' defaults: NomicBertConfig's 2, GteConfig's 1.
-    let type_vocab_size = f.type_vocab_size.unwrap_or(match family {
-        RotaryBertFamily::Nomic => 2,
-        RotaryBertFamily::Gte => 1,
-    });
+    let defaults = family.defaults();
+    let type_vocab_size = f.type_vocab_size.unwrap_or(defaults.token_types);
     check_dims(
         path,
         &[
@@ -191,27 +230,30 @@ pub(super) fn read_rotary_bert(path: &Path, family: RotaryBertFamily) -> Result<
             "head width {head_dim} must be even (rotary rotates pairs)"
         )));
     }
-    let default_act = match family {
-        RotaryBertFamily::Nomic => "silu",
-        RotaryBertFamily::Gte => "gelu",
-    };
     // contrastors' `activation_function` names the gated MLP; transformers' `hidden_act` its activation, which
-    // must agree where both are given.
-    let by_act = |act: &str| match act {
-        "silu" => Some(Glu::Silu),
-        "gelu" => Some(Glu::Gelu),
+    // must agree where both are given. Jina's MLP is BERT's.
+    let by_act = |act: &str| match (family, act) {
+        (RotaryBertFamily::JinaV3, "gelu") => Some(RotaryBertMlp::Plain(Activation::Gelu)),
+        (RotaryBertFamily::JinaV3, "relu") => Some(RotaryBertMlp::Plain(Activation::Relu)),
+        (RotaryBertFamily::JinaV3, _) => None,
+        (_, "silu") => Some(RotaryBertMlp::Gated(Glu::Silu)),
+        (_, "gelu") => Some(RotaryBertMlp::Gated(Glu::Gelu)),
         _ => None,
     };
-    let gate = match (f.activation_function.as_deref(), f.hidden_act.as_deref()) {
-        (Some("swiglu"), None | Some("silu")) => Some(Glu::Silu),
-        (Some("geglu"), None | Some("gelu")) => Some(Glu::Gelu),
-        (None, act) => by_act(act.unwrap_or(default_act)),
+    let mlp = match (f.activation_function.as_deref(), f.hidden_act.as_deref()) {
+        (Some("swiglu"), None | Some("silu")) if family != RotaryBertFamily::JinaV3 => {
+            Some(RotaryBertMlp::Gated(Glu::Silu))
+        }
+        (Some("geglu"), None | Some("gelu")) if family != RotaryBertFamily::JinaV3 => {
+            Some(RotaryBertMlp::Gated(Glu::Gelu))
+        }
+        (None, act) => by_act(act.unwrap_or(defaults.act)),
         _ => None,
     }
     .ok_or_else(|| {
         fail(format!(
-            "unsupported activation (activation_function {:?}, hidden_act {:?}): expected a gated MLP, swiglu \
-             (silu) or geglu (the exact gelu)",
+            "unsupported {family:?} activation (activation_function {:?}, hidden_act {:?}): expected a gated MLP, \
+             swiglu (silu) or geglu (the exact gelu), for Nomic and GTE; gelu or relu for Jina v3",
             f.activation_function, f.hidden_act
         ))
     })?;
@@ -266,10 +308,7 @@ pub(super) fn read_rotary_bert(path: &Path, family: RotaryBertFamily) -> Result<
     let longest = f
         .n_positions
         .or(f.max_position_embeddings)
-        .unwrap_or(match family {
-            RotaryBertFamily::Nomic => 2048,
-            RotaryBertFamily::Gte => 8192,
-        });
+        .unwrap_or(defaults.longest);
     // Dynamic NTK scaling changes rotary only for sequences longer than the trained length, each by its own
     // length: the engine's one rotary table serves sequences up to that length exactly, and truncates there.
     // (contrastors' default factor is 1, scaling too).
@@ -284,6 +323,7 @@ pub(super) fn read_rotary_bert(path: &Path, family: RotaryBertFamily) -> Result<
             (bias(f.mlp_fc1_bias), bias(f.mlp_fc2_bias)),
         ),
         RotaryBertFamily::Gte => (true, (false, true)),
+        RotaryBertFamily::JinaV3 => (true, (true, true)),
     };
     Ok(RotaryBertConfig {
         family,
@@ -294,11 +334,14 @@ pub(super) fn read_rotary_bert(path: &Path, family: RotaryBertFamily) -> Result<
         num_hidden_layers: layers,
         intermediate_size,
         type_vocab_size,
-        layer_norm_eps: f.layer_norm_eps.or(f.layer_norm_epsilon).unwrap_or(1e-12),
+        layer_norm_eps: f
+            .layer_norm_eps
+            .or(f.layer_norm_epsilon)
+            .unwrap_or(defaults.layer_norm_eps),
         max_positions,
         rope_theta: theta,
         rope_position_scale,
-        gate,
+        mlp,
         attention_bias,
         mlp_biases,
     })
@@ -319,10 +362,7 @@ fn rope(
         .and_then(|r| r.rope_theta)
         .or(f.rope_theta)
         .or(f.rotary_emb_base)
-        .unwrap_or(match family {
-            RotaryBertFamily::Nomic => NOMIC_ROPE_THETA,
-            RotaryBertFamily::Gte => GTE_ROPE_THETA,
-        });
+        .unwrap_or(family.defaults().theta);
     if !(theta > 0.0 && theta.is_finite()) {
         return Err(format!("rotary base {theta}: expected a positive number"));
     }
@@ -393,8 +433,8 @@ mod tests {
         .expect("transformers' file");
         assert_eq!(hub, native);
         assert_eq!(
-            (hub.head_dim, hub.rope_theta, hub.gate, hub.max_positions),
-            (64, 1000.0, Glu::Silu, 8192)
+            (hub.head_dim, hub.rope_theta, hub.mlp, hub.max_positions),
+            (64, 1000.0, RotaryBertMlp::Gated(Glu::Silu), 8192)
         );
     }
 
@@ -427,8 +467,8 @@ mod tests {
             RotaryBertFamily::Gte)
         .expect("gte-base-en-v1.5's file");
         assert_eq!(
-            (c.gate, c.attention_bias, c.mlp_biases, c.type_vocab_size),
-            (Glu::Gelu, true, (false, true), 0)
+            (c.mlp, c.attention_bias, c.mlp_biases, c.type_vocab_size),
+            (RotaryBertMlp::Gated(Glu::Gelu), true, (false, true), 0)
         );
         assert_eq!(c.rope_theta, 1e6);
         assert!((c.rope_position_scale - 2f64.powf(-2.0 / 64.0)).abs() < 1e-15);
@@ -438,6 +478,55 @@ mod tests {
             "rope_scaling": {"type": "ntk", "factor": 2.0, "mixed_b": 0.5}});
         let e = read(mixed, RotaryBertFamily::Gte).expect_err("mixed_b");
         assert!(e.to_string().contains("rotary scaling"), "{e}");
+    }
+
+    /// jina-embeddings-v3-hf's file (transformers' JinaEmbeddingsV3Config, the original's `rotary_emb_base` beside
+    /// it) and one leaving everything out read the sizes, biases and plain GELU MLP of Jina v3 and its defaults;
+    /// a gated activation is refused.
+    #[test]
+    fn jina_v3_reads_its_plain_mlp_biases_and_defaults() {
+        let jina = RotaryBertFamily::JinaV3;
+        let hub = read(json!({"model_type": "jina_embeddings_v3", "architectures": ["JinaEmbeddingsV3Model"],
+            "vocab_size": 250002, "hidden_size": 1024, "num_attention_heads": 16, "num_hidden_layers": 24,
+            "intermediate_size": 4096, "hidden_act": "gelu", "max_position_embeddings": 8194, "type_vocab_size": 1,
+            "layer_norm_eps": 1e-5, "rotary_emb_base": 20000.0,
+            "rope_parameters": {"rope_theta": 20000.0, "rope_type": "default"}}), jina)
+        .expect("the Hub's file");
+        let bare = read(
+            json!({"vocab_size": 250002, "hidden_size": 1024, "num_attention_heads": 16,
+            "num_hidden_layers": 24, "intermediate_size": 4096}),
+            jina,
+        )
+        .expect("defaults");
+        assert_eq!(hub, bare);
+        assert_eq!(
+            (hub.mlp, hub.attention_bias, hub.mlp_biases, hub.head_dim),
+            (
+                RotaryBertMlp::Plain(Activation::Gelu),
+                true,
+                (true, true),
+                64
+            )
+        );
+        assert_eq!(
+            (
+                hub.rope_theta,
+                hub.max_positions,
+                hub.layer_norm_eps,
+                hub.type_vocab_size
+            ),
+            (20000.0, 8194, 1e-5, 1)
+        );
+        for (key, value) in [
+            ("hidden_act", json!("silu")),
+            ("activation_function", json!("swiglu")),
+        ] {
+            let mut config = json!({"vocab_size": 10, "hidden_size": 8, "num_attention_heads": 2,
+                "num_hidden_layers": 1, "intermediate_size": 16});
+            config[key] = value;
+            let e = read(config, jina).expect_err(key).to_string();
+            assert!(e.contains("gelu or relu for Jina v3"), "{key}: {e}");
+        }
     }
 
     /// A file in contrastors' keys alone takes contrastors' defaults for what it leaves out: biases on, and its
