@@ -66,7 +66,10 @@ Complete sentence-transformers directories under engine/tests/fixtures/:
     layers with rotary on Q and K, BERT's GELU MLP, every bias) as transformers 5 saves it (the Hub's names: fused
     `mixer.Wqkv`, `mixer.out_proj`, `mlp.fc1`, `norm1`, `emb_ln`), with xlmr_mean's Unigram, mean pooling,
     Normalize;
-  - jina_v3_renamed_mean: the same model under the tensor names transformers gives it in memory.
+  - jina_v3_renamed_mean: the same model under the tensor names transformers gives it in memory;
+  - eurobert_mean: EuroBertModel (Llama's layers, bidirectional; grouped K/V heads, attention and MLP biases) with
+    llama_last's tokenizer, mean pooling, Normalize; config.json without `rms_norm_eps`, so that EuroBERT's own
+    default (1e-5, not Llama's 1e-6) is the one read.
 
 The first three number positions as RoBERTa does (from pad_token_id + 1, a `<pad>` inside a text taking the padding row and
 not advancing the count), so the texts include `<pad>`, `<mask>` and `<s>` among runs of whitespace, and texts
@@ -96,7 +99,7 @@ import sys
 from transformers import (BertConfig, BertModel, DistilBertConfig, DistilBertModel, Gemma3TextConfig, GteConfig, GteModel,
                           Gemma3TextModel, LlamaConfig, LlamaModel, MistralConfig, MistralModel, ModernBertConfig,
                           ModernBertModel, MPNetConfig, MPNetModel, NomicBertConfig, NomicBertModel,
-                          JinaEmbeddingsV3Config, JinaEmbeddingsV3Model,
+                          JinaEmbeddingsV3Config, JinaEmbeddingsV3Model, EuroBertConfig, EuroBertModel,
                           PreTrainedTokenizerFast, Qwen2Config, Qwen2Model,
                           Qwen3Config, Qwen3Model, RobertaConfig, RobertaModel, T5Config, T5EncoderModel,
                           XLMRobertaConfig, XLMRobertaModel)
@@ -265,6 +268,12 @@ def decoder(config_class, model_class, **extra):
                               attn_implementation="eager", **extra)
         return model_class(config).eval()
     return build
+
+
+def eurobert(tok, max_seq):
+    ids = {f"{k}_token_id": tok.token_to_id(t) for k, t in [("bos", "<s>"), ("eos", "</s>"), ("pad", "</s>")]}
+    return decoder(EuroBertConfig, EuroBertModel, num_key_value_heads=2, attention_bias=True, mlp_bias=True,
+                   rope_theta=3e4, **ids)(tok, max_seq)
 
 
 GEMMA_SPECIALS = dict(bos_token="<bos>", eos_token="<eos>", pad_token="<pad>")
@@ -541,6 +550,13 @@ def main():
     if not only or "jina_v3_mean" in only:
         make("jina_v3_mean", jina_v3, xlmr_tokenizer(), ROBERTA_SPECIALS, "mean", True, 24, 64)
         renamed_copy("jina_v3_mean", "jina_v3_renamed_mean", "layers.0.mlp.fc1.weight")
+    if not only or "eurobert_mean" in only:
+        make("eurobert_mean", eurobert, llama_tokenizer(), LLAMA_SPECIALS, "mean", True, 25, 96)
+        path = OUT / "eurobert_mean" / "config.json"
+        config = json.loads(path.read_text())
+        assert config["rms_norm_eps"] == 1e-5, config
+        del config["rms_norm_eps"]
+        path.write_text(json.dumps(config, indent=2))
     if only:
         return
     make("xlmr_mean", roberta_like(XLMRobertaConfig, XLMRobertaModel), xlmr_tokenizer(), ROBERTA_SPECIALS, "mean",

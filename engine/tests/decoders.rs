@@ -5,14 +5,14 @@
 //! the reference's. `scripts/make_encoder_fixtures.py` made the other families: Llama with every bias (and,
 //! without biases, with SGPT's position-weighted mean pooling), Mistral with a sliding window on every layer and a
 //! head width of its own (both last-token pooling, with a SentencePiece-style tokenizer appending `</s>`), Qwen2 with its Q/K/V biases, sliding-window layers from
-//! `max_window_layers` on and stella's Dense head, and Qwen3 bidirectional with sliding-window layers from
-//! `layer_types` (mean pooling).
+//! `max_window_layers` on and stella's Dense head, Qwen3 bidirectional with sliding-window layers from
+//! `layer_types` (mean pooling), and EuroBERT (Llama's layers, always bidirectional, its own RMSNorm epsilon).
 
 use engine::{Engine, EngineConfig};
 
 mod common;
 
-const MODELS: [&str; 7] = [
+const MODELS: [&str; 8] = [
     "qwen3_causal",
     "qwen3_bidirectional",
     "llama_last",
@@ -20,6 +20,7 @@ const MODELS: [&str; 7] = [
     "mistral_last",
     "qwen2_dense_mean",
     "qwen3_window_mean",
+    "eurobert_mean",
 ];
 
 common::models::fixture_tests!(MODELS);

@@ -1,12 +1,14 @@
 //! The Llama family of decoders used as embedding models, over the backend op set, for any device.
 //!
-//! Mirrors Hugging Face transformers' `modeling_llama.py`, `modeling_mistral.py`, `modeling_qwen2.py` and
-//! `modeling_qwen3.py` (their RMSNorm, Attention, MLP, DecoderLayer and Model) block for block, then
+//! Mirrors Hugging Face transformers' `modeling_llama.py`, `modeling_mistral.py`, `modeling_qwen2.py`,
+//! `modeling_qwen3.py` and `modeling_eurobert.py` (their RMSNorm, Attention, MLP, DecoderLayer and Model) block
+//! for block, then
 //! sentence-transformers' Pooling, Dense and Normalize: one layer, in which the family (read from config.json,
 //! [`DecoderFamily`](super::DecoderFamily)) decides the biases, Qwen3's per-head q/k norms and which layers attend
 //! within a sliding window. Two conventions, both read from the model directory: the decoder's own (causal
 //! attention, last-token pooling, the tokenizer appending its end token: Qwen3-Embedding, e5-mistral, gte-Qwen2)
-//! and a bidirectional one (`"is_causal": false` in config.json; full attention, mean pooling: pplx-embed).
+//! and a bidirectional one (`"is_causal": false` in config.json, or EuroBERT; full attention, mean pooling:
+//! pplx-embed).
 //! Differences, exact in real arithmetic: sequences are concatenated without padding, so attention needs no
 //! padding mask; Q, K and V are one fused projection, and so are the MLP's gate and up projections; the q and k
 //! norms and rotary are one op over Q's and K's heads; residuals are added in the output projections' epilogues.
@@ -135,7 +137,7 @@ impl<D: Device> Layer<D> {
         let p = format!("layers.{i}");
         let a = format!("{p}.self_attn");
         let m = format!("{p}.mlp");
-        let eps = c.rms_norm_eps;
+        let eps = c.rms_norm_eps();
         Ok(Layer {
             input_norm: RmsNorm::load(w, d, &format!("{p}.input_layernorm"), h, eps, 0.0)?,
             qkv: stacked_linear(
@@ -236,7 +238,7 @@ impl<D: Device> Decoder<D> {
             layers: (0..c.num_hidden_layers)
                 .map(|i| Layer::load(&w, device, c, i))
                 .collect::<Result<_>>()?,
-            norm: RmsNorm::load(&w, device, "norm", h, c.rms_norm_eps, 0.0)?,
+            norm: RmsNorm::load(&w, device, "norm", h, c.rms_norm_eps(), 0.0)?,
             config: c.clone(),
             positions: dir.positions,
         })

@@ -1,7 +1,8 @@
 //! The `config.json` of the Llama family of decoders used as embedding models: Llama (LLM2Vec's, NV-Retriever's
 //! backbones), Mistral (e5-mistral, SFR-Embedding, Linq-Embed), Qwen2 (gte-Qwen2, stella_en_1.5B) and Qwen3
-//! (Qwen3-Embedding; pplx-embed's bidirectional variant). They share one layer and differ in what the family
-//! fixes: biases, per-head q/k norms, which layers attend within a sliding window.
+//! (Qwen3-Embedding; pplx-embed's bidirectional variant), and EuroBERT (Llama's network as a bidirectional
+//! encoder). They share one layer and differ in what the family fixes: biases, per-head q/k norms, which layers
+//! attend within a sliding window, whether attention is causal.
 
 use std::path::Path;
 
@@ -23,11 +24,14 @@ pub enum DecoderFamily {
     /// `Qwen3Model`: Qwen2's windows, biases from `attention_bias`, an RMSNorm per head on Q and K.
     #[default]
     Qwen3,
+    /// `EuroBertModel`: Llama's layers with bidirectional attention whatever the file says, an RMSNorm epsilon
+    /// of 1e-5 where it says none.
+    EuroBert,
 }
 
 impl DecoderFamily {
     /// Each family's `model_type` and architecture names.
-    pub(super) const NAMES: [(DecoderFamily, &'static [&'static str]); 4] = [
+    pub(super) const NAMES: [(DecoderFamily, &'static [&'static str]); 5] = [
         (
             DecoderFamily::Llama,
             &["llama", "LlamaModel", "LlamaForCausalLM"],
@@ -43,6 +47,10 @@ impl DecoderFamily {
         (
             DecoderFamily::Qwen3,
             &["qwen3", "Qwen3Model", "Qwen3ForCausalLM"],
+        ),
+        (
+            DecoderFamily::EuroBert,
+            &["eurobert", "EuroBertModel", "EuroBertForMaskedLM"],
         ),
     ];
 }
@@ -64,8 +72,8 @@ pub struct DecoderConfig {
     head_dim: Option<usize>,
     pub intermediate_size: usize,
     pub max_position_embeddings: usize,
-    #[serde(default = "default_rms_eps")]
-    pub rms_norm_eps: f64,
+    /// Absent: the family's default ([`DecoderConfig::rms_norm_eps`]).
+    rms_norm_eps: Option<f64>,
     /// Rotary base frequency: top-level in older configs, under `rope_parameters` in newer ones.
     rope_theta: Option<f64>,
     #[serde(default)]
@@ -81,11 +89,11 @@ pub struct DecoderConfig {
     mlp_bias: bool,
     #[serde(default = "default_silu")]
     pub hidden_act: String,
-    /// `false` makes attention bidirectional (transformers 5's generic switch; pplx-embed's Qwen3 backbone). A
-    /// sliding-window layer then sees `|i − j| ≤ sliding_window`; a causal one the `sliding_window − 1` tokens
-    /// before a token and itself, as transformers masks them.
+    /// `false` makes attention bidirectional (transformers 5's generic switch; pplx-embed's Qwen3 backbone;
+    /// EuroBERT's always, [`DecoderConfig::causal`]). A sliding-window layer then sees `|i − j| ≤ sliding_window`;
+    /// a causal one the `sliding_window − 1` tokens before a token and itself, as transformers masks them.
     #[serde(default = "default_causal")]
-    pub is_causal: bool,
+    is_causal: bool,
     /// Absent (outer `None`) or null (inner `None`): Mistral's default is 4,096, null means no window.
     #[serde(default, deserialize_with = "super::present")]
     sliding_window: Option<Option<usize>>,
@@ -100,9 +108,6 @@ pub struct DecoderConfig {
     layer_types: Option<Vec<String>>,
 }
 
-fn default_rms_eps() -> f64 {
-    1e-6
-}
 /// transformers 5's rotary base where a file gives none (`default_theta`, the same for the four families).
 const DEFAULT_ROPE_THETA: f64 = 10_000.0;
 /// Mistral's window where its file does not say.
@@ -127,6 +132,19 @@ impl DecoderConfig {
             .unwrap_or(DEFAULT_ROPE_THETA)
     }
 
+    /// Whether attention is causal: as the file says, but EuroBertAttention's never is.
+    pub fn causal(&self) -> bool {
+        self.is_causal && self.family != DecoderFamily::EuroBert
+    }
+
+    /// The RMSNorms' epsilon: the file's, else the family's config class's default.
+    pub fn rms_norm_eps(&self) -> f64 {
+        self.rms_norm_eps.unwrap_or(match self.family {
+            DecoderFamily::EuroBert => 1e-5,
+            _ => 1e-6,
+        })
+    }
+
     /// Per-head width: the file's, else Qwen3's default (128), else `hidden_size / num_attention_heads`.
     pub fn head_dim(&self) -> usize {
         self.head_dim.unwrap_or(match self.family {
@@ -140,7 +158,7 @@ impl DecoderConfig {
         match self.num_key_value_heads {
             Some(kv) => kv.unwrap_or(self.num_attention_heads),
             None => match self.family {
-                DecoderFamily::Llama => self.num_attention_heads,
+                DecoderFamily::Llama | DecoderFamily::EuroBert => self.num_attention_heads,
                 DecoderFamily::Mistral => 8,
                 DecoderFamily::Qwen2 | DecoderFamily::Qwen3 => 32,
             },
@@ -150,7 +168,7 @@ impl DecoderConfig {
     /// Whether Q, K and V have biases, and whether the output projection has one.
     pub fn attention_biases(&self) -> (bool, bool) {
         match self.family {
-            DecoderFamily::Llama | DecoderFamily::Qwen3 => {
+            DecoderFamily::Llama | DecoderFamily::Qwen3 | DecoderFamily::EuroBert => {
                 (self.attention_bias, self.attention_bias)
             }
             DecoderFamily::Mistral => (false, false),
@@ -159,7 +177,7 @@ impl DecoderConfig {
     }
 
     pub fn mlp_bias(&self) -> bool {
-        self.family == DecoderFamily::Llama && self.mlp_bias
+        matches!(self.family, DecoderFamily::Llama | DecoderFamily::EuroBert) && self.mlp_bias
     }
 
     /// Whether Q and K take an RMSNorm per head before rotary.
@@ -170,7 +188,7 @@ impl DecoderConfig {
     /// The window of the sliding-window layers as the file stores it, if any layer has one.
     fn sliding_window(&self) -> Option<usize> {
         match self.family {
-            DecoderFamily::Llama => None,
+            DecoderFamily::Llama | DecoderFamily::EuroBert => None,
             DecoderFamily::Mistral => self.sliding_window.unwrap_or(Some(MISTRAL_SLIDING_WINDOW)),
             // transformers drops the window unless `use_sliding_window`.
             DecoderFamily::Qwen2 | DecoderFamily::Qwen3 => self
@@ -183,7 +201,7 @@ impl DecoderConfig {
     /// Whether layer `i` attends within the sliding window.
     fn is_sliding(&self, i: usize) -> bool {
         match self.family {
-            DecoderFamily::Llama => false,
+            DecoderFamily::Llama | DecoderFamily::EuroBert => false,
             DecoderFamily::Mistral => self.sliding_window().is_some(),
             DecoderFamily::Qwen2 | DecoderFamily::Qwen3 => match &self.layer_types {
                 Some(types) => types.get(i).is_some_and(|t| t == "sliding_attention"),
@@ -198,12 +216,12 @@ impl DecoderConfig {
         let window = self
             .sliding_window()
             .filter(|_| self.is_sliding(i))
-            .map(|sw| if self.is_causal { sw - 1 } else { sw });
+            .map(|sw| if self.causal() { sw - 1 } else { sw });
         AttentionShape {
             heads: self.num_attention_heads,
             kv_heads: self.kv_heads(),
             head_dim: self.head_dim(),
-            causal: self.is_causal,
+            causal: self.causal(),
             window,
         }
     }
@@ -315,6 +333,30 @@ mod tests {
         let mut c: DecoderConfig = serde_json::from_value(v).expect("config");
         c.family = family;
         c
+    }
+
+    /// EuroBERT: Llama's biases and K/V heads, bidirectional whatever the file says, and its own RMSNorm epsilon
+    /// where the file gives none (Llama's 1e-6 otherwise).
+    #[test]
+    fn eurobert_is_bidirectional_with_its_own_norm_epsilon() {
+        let euro = DecoderFamily::EuroBert;
+        let c = config(
+            euro,
+            json!({"is_causal": true, "attention_bias": true, "mlp_bias": true}),
+        );
+        let a = c.attention(0);
+        assert_eq!((a.causal, a.window, a.kv_heads), (false, None, 4));
+        assert_eq!((c.attention_biases(), c.mlp_bias()), ((true, true), true));
+        assert_eq!(c.rms_norm_eps(), 1e-5);
+        assert_eq!(
+            config(euro, json!({"rms_norm_eps": 1e-6})).rms_norm_eps(),
+            1e-6
+        );
+        let llama = config(DecoderFamily::Llama, json!({}));
+        assert_eq!(
+            (llama.rms_norm_eps(), llama.attention(0).causal),
+            (1e-6, true)
+        );
     }
 
     fn windows(c: &DecoderConfig) -> Vec<Option<usize>> {
