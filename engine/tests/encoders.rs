@@ -48,29 +48,35 @@ const MODELS: [&str; 19] = [
 
 common::models::fixture_tests!(MODELS);
 
-/// jina-embeddings-v3 as Jina's remote code saves it (LoRA adapters parametrizing the weights) is refused, naming
-/// the checkpoint transformers reads, rather than run without its adapters.
+/// jina-embeddings-v3 as Jina's remote code saves it (an XLM-RoBERTa config with rotary positions and LoRA
+/// adapters, whose weights the engine does not read) is refused, naming the checkpoint transformers reads, which
+/// it runs.
 #[test]
-fn jina_v3_lora_checkpoint_is_refused() {
-    use safetensors::{serialize, SafeTensors};
+fn jina_v3_remote_code_checkpoint_is_refused_naming_the_hf_one() {
     let tmp = tempfile::tempdir().expect("temp dir");
     let bytes = common::models::copy_all_but_weights("jina_v3_mean", tmp.path());
-    let file = SafeTensors::deserialize(&bytes).expect("safetensors");
-    let renamed: Vec<(String, _)> = file
-        .names()
-        .into_iter()
-        .map(|n| {
-            let lora = n.replace(
-                "mixer.Wqkv.weight",
-                "mixer.Wqkv.parametrizations.weight.original",
-            );
-            (lora, file.tensor(n).expect("tensor"))
-        })
-        .collect();
-    let data = serialize(renamed, None).expect("serialize");
-    std::fs::write(tmp.path().join("model.safetensors"), data).expect("write");
+    std::fs::write(tmp.path().join("model.safetensors"), bytes).expect("weights");
+    let path = tmp.path().join("config.json");
+    let mut config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).expect("config")).expect("json");
+    for (key, value) in [
+        ("model_type", serde_json::json!("xlm-roberta")),
+        ("architectures", serde_json::json!(["XLMRobertaModel"])),
+        ("position_embedding_type", serde_json::json!("rotary")),
+        ("rotary_emb_base", serde_json::json!(20000.0)),
+        (
+            "lora_adaptations",
+            serde_json::json!(["retrieval.query", "retrieval.passage"]),
+        ),
+    ] {
+        config[key] = value;
+    }
+    std::fs::write(&path, config.to_string()).expect("config");
     let err = engine::Engine::load(tmp.path(), engine::EngineConfig::default())
         .err()
         .expect("refused");
-    assert!(err.to_string().contains("jina-embeddings-v3-hf"), "{err}");
+    assert!(
+        err.to_string().contains("use jinaai/jina-embeddings-v3-hf"),
+        "{err}"
+    );
 }

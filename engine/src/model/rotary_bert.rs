@@ -8,7 +8,7 @@
 //! under other names), block for block, then sentence-transformers' Pooling and Normalize: word and token-type
 //! embeddings and their LayerNorm (no position embeddings); post-norm layers as BERT's, whose attention takes
 //! rotary positions (GPT-NeoX's halves) on Q and K; an MLP, gated `down(act(gate(x)) · up(x))` (Nomic: SwiGLU,
-//! GTE: GeGLU) or BERT's `fc2(gelu(fc1(x)))` (Jina); biases as each family has them (GTE: Q/K/V, output and down
+//! GTE: GeGLU) or BERT's `fc2(act(fc1(x)))` (Jina: the exact GELU, or ReLU); biases as each family has them (GTE: Q/K/V, output and down
 //! projections; Jina: all). Checkpoints come in four namings: flash-attention's BERT, as the Hub's Nomic ones
 //! have it (contrastors': `encoder.layers.N.attn.Wqkv`, `mlp.fc11` up, `mlp.fc12` gate, `mlp.fc2`, `norm1`,
 //! `norm2`, `emb_ln`) and the Hub's Jina v3 ones (`mixer.Wqkv`, `mixer.out_proj`, `mlp.fc1`); the Hub's GTE ones in
@@ -42,17 +42,8 @@ enum Naming {
 }
 
 impl Naming {
-    fn of(w: &Weights) -> Result<Self> {
-        // jina-embeddings-v3 as Jina's own code saves it: LoRA adapters per task over the weights, which
-        // `jinaai/jina-embeddings-v3-hf` (the checkpoint transformers reads) has without them.
-        if w.has("encoder.layers.0.mixer.Wqkv.parametrizations.weight.original") {
-            return Err(Error::model(
-                w.path(),
-                "LoRA-parametrized weights (jina-embeddings-v3 for Jina's remote code): unsupported; use the \
-                 checkpoint transformers reads, jinaai/jina-embeddings-v3-hf",
-            ));
-        }
-        Ok(if w.has("encoder.layers.0.mixer.Wqkv.weight") {
+    fn of(w: &Weights) -> Self {
+        if w.has("encoder.layers.0.mixer.Wqkv.weight") {
             Naming::FlashBert { attention: "mixer" }
         } else if w.has("emb_ln.weight") {
             Naming::FlashBert { attention: "attn" }
@@ -60,7 +51,7 @@ impl Naming {
             Naming::Alibaba
         } else {
             Naming::Transformers
-        })
+        }
     }
 
     fn embedding_norm(self) -> &'static str {
@@ -241,7 +232,7 @@ impl<D: Device> RotaryBert<D> {
             return Err(Error::model(&dir.root, "not a rotary BERT model directory"));
         };
         let w = Weights::open(&dir.weights_path, "embeddings.word_embeddings.weight")?;
-        let naming = Naming::of(&w)?;
+        let naming = Naming::of(&w);
         let h = c.hidden_size;
         // A single text is token type 0: its row is added to every token (none without token types).
         let row = if c.type_vocab_size > 0 {

@@ -166,10 +166,19 @@ pub(super) fn read_bert(config_path: &Path) -> Result<BertConfig> {
         ));
     }
     if config.position_embedding_type != "absolute" {
+        // The two BERT-family configs on the Hub with other positions are Jina's, for its remote code.
+        let whose = match config.position_embedding_type.as_str() {
+            "rotary" => {
+                " (jina-embeddings-v3 for Jina's remote code, with LoRA adapters: use jinaai/jina-embeddings-v3-hf, \
+                 which the engine runs)"
+            }
+            "alibi" => " (JinaBERT, jina-embeddings-v2: ALiBi positions are not supported)",
+            _ => "",
+        };
         return Err(Error::model(
             config_path,
             format!(
-                "unsupported position_embedding_type {:?}: expected \"absolute\"",
+                "unsupported position_embedding_type {:?}{whose}: expected \"absolute\"",
                 config.position_embedding_type
             ),
         ));

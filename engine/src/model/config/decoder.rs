@@ -108,7 +108,7 @@ pub struct DecoderConfig {
     layer_types: Option<Vec<String>>,
 }
 
-/// transformers 5's rotary base where a file gives none (`default_theta`, the same for the four families).
+/// transformers 5's rotary base where a file gives none (`default_theta`, the same for the five families).
 const DEFAULT_ROPE_THETA: f64 = 10_000.0;
 /// Mistral's window where its file does not say.
 const MISTRAL_SLIDING_WINDOW: usize = 4096;

@@ -106,7 +106,8 @@ struct RotaryBertFile {
     rotary_emb_base: Option<f64>,
     #[serde(default)]
     rope_scaling: Option<serde_json::Value>,
-    /// contrastors' MLP: `swiglu` or `geglu` gated; transformers' and GTE's are always gated, by `hidden_act`.
+    /// contrastors' MLP: `swiglu` or `geglu` gated; transformers' Nomic and GTE MLPs are always gated, by
+    /// `hidden_act`, Jina's never.
     activation_function: Option<String>,
     hidden_act: Option<String>,
     /// contrastors' bias switches (its defaults: true; transformers' NomicBertModel has none).
@@ -146,7 +147,7 @@ struct RotaryBertFile {
 }
 
 /// A post-norm rotary BERT: BERT's layers (attention and MLP each added to their input, then LayerNorm) with rotary
-/// positions (GPT-NeoX's halves) on Q and K instead of position embeddings, a gated MLP, and each family's biases.
+/// positions (GPT-NeoX's halves) on Q and K instead of position embeddings, each family's MLP and biases.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RotaryBertConfig {
     pub family: RotaryBertFamily,
@@ -184,8 +185,57 @@ impl RotaryBertConfig {
     }
 }
 
+impl RotaryBertFile {
+    /// The file as the family's transformers config class and its checkpoints' own code read it: contrastors'
+    /// keys mean something to Nomic alone, Alibaba's to GTE alone (jina-embeddings-v3's original config, for
+    /// one, carries `rotary_emb_base` and `position_embedding_type: rotary`, which JinaEmbeddingsV3Config ignores).
+    fn read_by(self, family: RotaryBertFamily) -> Self {
+        let f = if family == RotaryBertFamily::Nomic {
+            self
+        } else {
+            RotaryBertFile {
+                n_embd: None,
+                n_head: None,
+                n_layer: None,
+                n_inner: None,
+                layer_norm_epsilon: None,
+                n_positions: None,
+                max_trained_positions: None,
+                rotary_emb_base: None,
+                activation_function: None,
+                qkv_proj_bias: None,
+                mlp_fc1_bias: None,
+                mlp_fc2_bias: None,
+                prenorm: false,
+                parallel_block: false,
+                causal: false,
+                use_rms_norm: false,
+                rotary_emb_fraction: None,
+                rotary_emb_interleaved: false,
+                rotary_emb_scale_base: None,
+                rotary_head_dim: false,
+                norm_mlp: false,
+                rotary_scaling_factor: None,
+                num_experts: 0,
+                ..self
+            }
+        };
+        if family == RotaryBertFamily::Gte {
+            f
+        } else {
+            RotaryBertFile {
+                layer_norm_type: None,
+                position_embedding_type: None,
+                logn_attention_scale: false,
+                pack_qkv: None,
+                ..f
+            }
+        }
+    }
+}
+
 pub(super) fn read_rotary_bert(path: &Path, family: RotaryBertFamily) -> Result<RotaryBertConfig> {
-    let f: RotaryBertFile = read_json(path)?;
+    let f = read_json::<RotaryBertFile>(path)?.read_by(family);
     let fail = |message: String| Error::model(path, message);
     // A size under either name; both given must agree.
     let either = |new: (&str, Option<usize>), old: (&str, Option<usize>)| match (new.1, old.1) {
@@ -517,16 +567,38 @@ mod tests {
             ),
             (20000.0, 8194, 1e-5, 1)
         );
-        for (key, value) in [
-            ("hidden_act", json!("silu")),
-            ("activation_function", json!("swiglu")),
-        ] {
-            let mut config = json!({"vocab_size": 10, "hidden_size": 8, "num_attention_heads": 2,
-                "num_hidden_layers": 1, "intermediate_size": 16});
-            config[key] = value;
-            let e = read(config, jina).expect_err(key).to_string();
-            assert!(e.contains("gelu or relu for Jina v3"), "{key}: {e}");
+        let small = json!({"vocab_size": 10, "hidden_size": 8, "num_attention_heads": 2,
+            "num_hidden_layers": 1, "intermediate_size": 16});
+        let with_act = |act: &str| {
+            let mut config = small.clone();
+            config["hidden_act"] = json!(act);
+            read(config, jina)
+        };
+        assert_eq!(
+            with_act("relu").expect("relu").mlp,
+            RotaryBertMlp::Plain(Activation::Relu)
+        );
+        // The tanh GELUs are not the exact one, nor is a gated MLP Jina's.
+        for act in ["silu", "gelu_new", "gelu_pytorch_tanh"] {
+            let e = with_act(act).expect_err(act).to_string();
+            assert!(e.contains("unsupported JinaV3 activation"), "{act}: {e}");
         }
+        // What JinaEmbeddingsV3Config does not read (contrastors' and Alibaba's keys, as jina-embeddings-v3's own
+        // config has some) changes nothing.
+        let mut foreign = small.clone();
+        for (key, value) in [
+            ("rotary_emb_base", json!(10_000.0)),
+            ("activation_function", json!("swiglu")),
+            ("rotary_scaling_factor", json!(2)),
+            ("position_embedding_type", json!("rotary")),
+            ("layer_norm_epsilon", json!(1e-12)),
+        ] {
+            foreign[key] = value;
+        }
+        assert_eq!(
+            read(foreign, jina).expect("keys it does not read"),
+            read(small, jina).expect("the file without them")
+        );
     }
 
     /// A file in contrastors' keys alone takes contrastors' defaults for what it leaves out: biases on, and its
@@ -545,35 +617,57 @@ mod tests {
         );
     }
 
+    /// Contrastors' switches in a Nomic file, Alibaba's in a GTE (NewModel) one.
     #[test]
     fn rotary_bert_settings_it_cannot_run_are_refused() {
-        let base = json!({"vocab_size": 10, "n_embd": 8, "n_head": 2, "n_layer": 1, "n_inner": 16,
-            "rotary_emb_fraction": 1.0});
-        for (key, value, needle) in [
-            ("prenorm", json!(true), "prenorm"),
-            ("rotary_emb_fraction", json!(null), "learned positions"),
-            ("rotary_emb_fraction", json!(0.5), "rotary_emb_fraction"),
-            ("rotary_emb_interleaved", json!(true), "interleaved"),
-            ("activation_function", json!("gelu"), "gated"),
-            ("num_experts", json!(8), "experts"),
-            ("hidden_size", json!(16), "disagree"),
-            ("rope_scaling", json!({"rope_type": "dynamic"}), "scaling"),
+        let (nomic, gte) = (RotaryBertFamily::Nomic, RotaryBertFamily::Gte);
+        for (family, key, value, needle) in [
+            (nomic, "prenorm", json!(true), "prenorm"),
             (
+                nomic,
+                "rotary_emb_fraction",
+                json!(null),
+                "learned positions",
+            ),
+            (
+                nomic,
+                "rotary_emb_fraction",
+                json!(0.5),
+                "rotary_emb_fraction",
+            ),
+            (nomic, "rotary_emb_interleaved", json!(true), "interleaved"),
+            (nomic, "activation_function", json!("gelu"), "gated"),
+            (nomic, "num_experts", json!(8), "experts"),
+            (nomic, "hidden_size", json!(16), "disagree"),
+            (
+                nomic,
+                "rope_scaling",
+                json!({"rope_type": "dynamic"}),
+                "scaling",
+            ),
+            (
+                nomic,
                 "rope_scaling",
                 json!({"type": "ntk", "factor": 2}),
                 "scaling",
             ),
-            ("layer_norm_type", json!("rms_norm"), "layer_norm_type"),
-            ("logn_attention_scale", json!(true), "logn"),
-            ("rotary_emb_base", json!(0), "positive"),
-            ("norm_mlp", json!(true), "norm_mlp"),
-            ("rotary_head_dim", json!(true), "rotary_head_dim"),
+            (nomic, "rotary_emb_base", json!(0), "positive"),
+            (nomic, "norm_mlp", json!(true), "norm_mlp"),
+            (nomic, "rotary_head_dim", json!(true), "rotary_head_dim"),
+            (gte, "layer_norm_type", json!("rms_norm"), "layer_norm_type"),
+            (gte, "logn_attention_scale", json!(true), "logn"),
+            (gte, "position_embedding_type", json!("absolute"), "rope"),
+            (gte, "pack_qkv", json!(false), "pack_qkv"),
         ] {
-            let mut config = base.clone();
+            let mut config = if family == nomic {
+                json!({"vocab_size": 10, "n_embd": 8, "n_head": 2, "n_layer": 1, "n_inner": 16,
+                    "rotary_emb_fraction": 1.0})
+            } else {
+                json!({"vocab_size": 10, "hidden_size": 8, "num_attention_heads": 2, "num_hidden_layers": 1,
+                    "intermediate_size": 16})
+            };
             config[key] = value;
-            let e = read(config, RotaryBertFamily::Nomic)
-                .expect_err(key)
-                .to_string();
+            let e = read(config, family).expect_err(key).to_string();
             assert!(e.contains(needle), "{key}: {e}");
         }
     }
