@@ -5,16 +5,21 @@
 //! modules after it. The same network runs RoBERTa and XLM-RoBERTa (`modeling_roberta.py`: positions after the
 //! padding id), MPNet (`modeling_mpnet.py`: those positions, no token types, other tensor names, and
 //! MPNetEncoder's relative position bias on every layer's attention scores) and DistilBERT
-//! (`modeling_distilbert.py`: no token types, other tensor names): [`BertFamily`]. Differences, all exact in real arithmetic: sequences are concatenated without padding, so
+//! (`modeling_distilbert.py`: no token types, other tensor names): [`BertFamily`]. And JinaBERT
+//! (jina-embeddings-v2, Jina's `jina-bert-implementation`): BERT without a position table, symmetric ALiBi biases
+//! on the attention scores, and a GeGLU feed-forward (`mlp.gated_layers` without bias, the GELU of its first half
+//! times its second, `mlp.wo`, `mlp.layernorm`). Differences, all exact in real arithmetic: sequences are
+//! concatenated without padding, so
 //! attention runs per sequence and needs no mask; Q, K and V are one fused projection; the residual of each
 //! block is added in its output projection's epilogue, before the LayerNorm.
 
 use super::{
-    layer_norm, relative::relative_bias, stacked_linear, BertConfig, BertFamily, Encoder,
-    ModelConfig, ModelDir, Weights,
+    layer_norm,
+    relative::{alibi_bias, relative_bias},
+    stacked_linear, BertConfig, BertFamily, Encoder, ModelConfig, ModelDir, Weights,
 };
 use crate::backend::ops::{
-    Activation, AttentionShape, Device, Embedding, LayerNormWeights, Layout, Matrix, Ops,
+    Activation, AttentionShape, Device, Embedding, Glu, LayerNormWeights, Layout, Matrix, Ops,
     RelativeBias, Slot,
 };
 use crate::batch::Batch;
@@ -57,8 +62,8 @@ impl<D: Device> Linear<D> {
     }
 }
 
-/// BertEmbeddings: word + absolute position + token type (always type 0 for single sentences; MPNet has none),
-/// then LayerNorm, as one op.
+/// BertEmbeddings: word + absolute position (none with ALiBi) + token type (always type 0 for single sentences;
+/// MPNet has none), then LayerNorm, as one op.
 pub struct Embeddings<D: Device> {
     table: Embedding<D>,
 }
@@ -85,10 +90,14 @@ impl<D: Device> Embeddings<D> {
         Ok(Embeddings {
             table: Embedding {
                 word: d.param(w.get("embeddings.word_embeddings.weight", &[c.vocab_size, h])?)?,
-                position: Some(d.param(w.get(
-                    "embeddings.position_embeddings.weight",
-                    &[c.max_position_embeddings, h],
-                )?)?),
+                position: if c.alibi() {
+                    None
+                } else {
+                    Some(d.param(w.get(
+                        "embeddings.position_embeddings.weight",
+                        &[c.max_position_embeddings, h],
+                    )?)?)
+                },
                 position_ids: c.position_ids(),
                 row,
                 dim: h,
@@ -118,6 +127,20 @@ struct Acts<M> {
     ctx: M,
     /// The feed-forward activations, in the memory of QKV and the context once both are dead.
     inter: M,
+    /// JinaBERT's gated projection (GELU's input and the values it gates), beside `inter`.
+    gate_up: Option<M>,
+}
+
+/// The feed-forward block: BertIntermediate + BertOutput, or JinaBERT's GeGLU (`gated_layers`, `wo`).
+enum FeedForward<D: Device> {
+    Bert {
+        intermediate: Linear<D>,
+        output: Linear<D>,
+    },
+    Geglu {
+        gated: D::Linear,
+        wo: Linear<D>,
+    },
 }
 
 /// One BertLayer: self-attention (BertSelfAttention + BertSelfOutput), then the feed-forward block
@@ -126,8 +149,7 @@ pub struct Layer<D: Device> {
     qkv: Linear<D>,
     attn_out: Linear<D>,
     attn_norm: LayerNormWeights<D>,
-    intermediate: Linear<D>,
-    output: Linear<D>,
+    feed_forward: FeedForward<D>,
     out_norm: LayerNormWeights<D>,
     attention: AttentionShape,
 }
@@ -135,20 +157,31 @@ pub struct Layer<D: Device> {
 impl<D: Device> Layer<D> {
     pub fn load(w: &Weights, d: &D, c: &BertConfig, i: usize) -> Result<Self> {
         let (h, f) = (c.hidden_size, c.intermediate_size);
-        let n = LayerNames::of(c.family(), i);
+        let n = LayerNames::of(c, i);
         let eps = c.norm_eps();
+        let feed_forward = if c.gated_feed_forward() {
+            FeedForward::Geglu {
+                gated: stacked_linear(w, d, &[(n.intermediate, 2 * f)], h, false)?,
+                wo: Linear::load(w, d, &n.output, h, f)?,
+            }
+        } else {
+            FeedForward::Bert {
+                intermediate: Linear::load(w, d, &n.intermediate, f, h)?,
+                output: Linear::load(w, d, &n.output, h, f)?,
+            }
+        };
         Ok(Layer {
             qkv: Linear::load_stacked(w, d, &n.qkv.each_ref().map(String::as_str), h, h)?,
             attn_out: Linear::load(w, d, &n.attn_out, h, h)?,
             attn_norm: layer_norm(w, d, &n.attn_norm, h, eps, true)?,
-            intermediate: Linear::load(w, d, &n.intermediate, f, h)?,
-            output: Linear::load(w, d, &n.output, h, f)?,
+            feed_forward,
             out_norm: layer_norm(w, d, &n.out_norm, h, eps, true)?,
             attention: c.attention(),
         })
     }
 
-    /// The layer's input is in `a.hidden` and its output lands there; `bias` is MPNet's relative position bias.
+    /// The layer's input is in `a.hidden` and its output lands there; `bias` is MPNet's relative position bias
+    /// or JinaBERT's ALiBi.
     fn forward<O: Ops<Device = D>>(
         &self,
         ops: &O,
@@ -162,10 +195,22 @@ impl<D: Device> Layer<D> {
         self.attn_out
             .forward(ops, a.ctx, Activation::None, Some(a.hidden), a.tmp);
         ops.layer_norm(a.tmp, a.tmp, &self.attn_norm);
-        self.intermediate
-            .forward(ops, a.tmp, Activation::Gelu, None, a.inter);
-        self.output
-            .forward(ops, a.inter, Activation::None, Some(a.tmp), a.hidden);
+        let output = match &self.feed_forward {
+            FeedForward::Bert {
+                intermediate,
+                output,
+            } => {
+                intermediate.forward(ops, a.tmp, Activation::Gelu, None, a.inter);
+                output
+            }
+            FeedForward::Geglu { gated, wo } => {
+                let gate_up = a.gate_up.expect("the GeGLU layout has a gate slot");
+                ops.linear(a.tmp, gated, Activation::None, None, gate_up);
+                ops.glu(gate_up, Glu::Gelu, a.inter);
+                wo
+            }
+        };
+        output.forward(ops, a.inter, Activation::None, Some(a.tmp), a.hidden);
         ops.layer_norm(a.hidden, a.hidden, &self.out_norm);
     }
 }
@@ -181,10 +226,10 @@ struct LayerNames {
 }
 
 impl LayerNames {
-    fn of(family: BertFamily, i: usize) -> Self {
+    fn of(c: &BertConfig, i: usize) -> Self {
         // Q, K, V, the attention's output projection and LayerNorm, the feed-forward's two projections and its
         // LayerNorm.
-        let (block, names) = match family {
+        let (block, mut names) = match c.family() {
             // BertSelfAttention + BertSelfOutput, BertIntermediate + BertOutput.
             BertFamily::Bert | BertFamily::Roberta => (
                 "encoder.layer",
@@ -228,6 +273,10 @@ impl LayerNames {
                 ],
             ),
         };
+        if c.gated_feed_forward() {
+            // JinaBERT's GLUMLP after BERT's attention.
+            names[5..].copy_from_slice(&["mlp.gated_layers", "mlp.wo", "mlp.layernorm"]);
+        }
         let [q, k, v, attn_out, attn_norm, intermediate, output, out_norm] =
             names.map(|n| format!("{block}.{i}.{n}"));
         LayerNames {
@@ -246,7 +295,7 @@ pub struct Bert<D: Device> {
     pub config: BertConfig,
     embeddings: Embeddings<D>,
     layers: Vec<Layer<D>>,
-    /// MPNet's relative position bias, shared by every layer.
+    /// MPNet's relative position bias or JinaBERT's ALiBi, shared by every layer.
     bias: Option<RelativeBias<D>>,
     /// The longest sequence it runs ([`ModelDir::positions`]).
     positions: usize,
@@ -259,12 +308,26 @@ impl<D: Device> Bert<D> {
             return Err(Error::model(&dir.root, "not a BERT model directory"));
         };
         let w = Weights::open(&dir.weights_path, "embeddings.word_embeddings.weight")?;
+        // jina-embeddings-v2's code, German, Spanish and Chinese models run another JinaBERT (Jina's
+        // `jina-bert-v2-qk-post-norm`: LayerNorms on Q and K, another MLP): refused, not misread.
+        if w.has("encoder.layer.0.attention.self.layer_norm_q.weight") {
+            return Err(Error::model(
+                w.path(),
+                "JinaBERT with LayerNorms on Q and K (jina-bert-v2-qk-post-norm: jina-embeddings-v2-base-code, \
+                 -de, -es, -zh) is not supported",
+            ));
+        }
         Ok(Bert {
             embeddings: Embeddings::load(&w, device, c)?,
             layers: (0..c.num_hidden_layers)
                 .map(|i| Layer::load(&w, device, c, i))
                 .collect::<Result<_>>()?,
             bias: match c.family() {
+                BertFamily::Bert if c.alibi() => Some(alibi_bias(
+                    device,
+                    c.num_attention_heads,
+                    dir.positions.max(1),
+                )?),
                 BertFamily::Mpnet => Some(relative_bias(
                     &w,
                     device,
@@ -284,19 +347,25 @@ impl<D: Device> Bert<D> {
 
 impl<D: Device> Encoder<D> for Bert<D> {
     /// Hidden states and the block's intermediate each in a region of their own; QKV and the attention context
-    /// share a third with the feed-forward activations, which are only live once both are dead.
+    /// share a third with the feed-forward activations, which are only live once both are dead (JinaBERT's
+    /// gated projection beside them).
     fn layout(&self) -> Layout {
         let (h, f) = (self.config.hidden_size, self.config.intermediate_size);
         let slot = Slot::new;
+        let mut slots = vec![
+            slot(0, 0, h, false),
+            slot(1, 0, h, false),
+            slot(2, 0, 3 * h, false),
+            slot(2, 3 * h, h, false),
+            // The GELU's (or the gate's) output, read only by the output projection.
+            slot(2, 0, f, true),
+        ];
+        if self.config.gated_feed_forward() {
+            // Written by the gated projection, read only by the gate (of the gate's output's precision).
+            slots.push(slot(2, f, 2 * f, true));
+        }
         Layout {
-            slots: vec![
-                slot(0, 0, h, false),
-                slot(1, 0, h, false),
-                slot(2, 0, 3 * h, false),
-                slot(2, 3 * h, h, false),
-                // The GELU's input and output, read only by the output projection.
-                slot(2, 0, f, true),
-            ],
+            slots,
             attention: self.config.attention(),
             max_positions: self.positions,
         }
@@ -315,6 +384,7 @@ impl<D: Device> Encoder<D> for Bert<D> {
             qkv: qkv.top(t),
             ctx: ctx.top(t),
             inter: inter.top(t),
+            gate_up: acts.get(5).map(|m| m.top(t)),
         };
         self.embeddings.forward(ops, batch, a.hidden);
         for layer in &self.layers {

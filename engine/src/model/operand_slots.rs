@@ -158,8 +158,8 @@ fn operand_slots_reach_only_linear_layers_and_the_gate() {
     let qwen3 = tmp.path().join("qwen3");
     let tiny = super::synthetic::MODELS[2].1;
     super::synthetic::write_qwen3(&qwen3, tiny).unwrap();
-    // ModernBERT, Gemma 3 (with Dense modules), Nomic BERT and Jina v3 (its MLP ungated): fixtures
-    // scripts/make_encoder_fixtures.py made.
+    // ModernBERT, Gemma 3 (with Dense modules), Nomic BERT, Jina v3 (its MLP ungated) and JinaBERT (BERT with a
+    // GeGLU): fixtures scripts/make_encoder_fixtures.py and make_jinabert_fixture.py made.
     let fixture = |name: &str| {
         std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/fixtures")
@@ -172,6 +172,7 @@ fn operand_slots_reach_only_linear_layers_and_the_gate() {
         fixture("gemma3_mean"),
         fixture("nomic_mean"),
         fixture("jina_v3_mean"),
+        fixture("jinabert_mean"),
     ] {
         let (misuse, used) = record(&dir);
         assert!(misuse.is_empty(), "{}: {misuse:?}", dir.display());

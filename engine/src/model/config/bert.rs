@@ -1,4 +1,5 @@
-//! BERT-family encoders' `config.json` (BERT, RoBERTa, XLM-RoBERTa, CamemBERT, MPNet, DistilBERT).
+//! BERT-family encoders' `config.json` (BERT, RoBERTa, XLM-RoBERTa, CamemBERT, MPNet, DistilBERT; JinaBERT's, a
+//! BERT with ALiBi positions and a GeGLU feed-forward).
 
 use std::path::Path;
 
@@ -34,8 +35,11 @@ pub struct BertConfig {
     pub layer_norm_eps: f64,
     #[serde(default = "default_act", alias = "activation")]
     pub hidden_act: String,
+    /// `absolute`, or `alibi` (JinaBERT: no position table, ALiBi biases on the attention scores).
     #[serde(default = "default_pos")]
     pub position_embedding_type: String,
+    /// JinaBERT's feed-forward: BERT's (`original`, the default) or `geglu`.
+    pub feed_forward_type: Option<String>,
     /// The padding id, which RoBERTa's position ids count from (transformers' default for RoBERTa: 1).
     pub pad_token_id: Option<u32>,
     /// Rows of MPNet's relative attention bias table.
@@ -132,6 +136,16 @@ impl BertConfig {
             .saturating_sub(self.position_ids().rows_for(0))
     }
 
+    /// JinaBERT's ALiBi positions instead of a position table.
+    pub fn alibi(&self) -> bool {
+        self.position_embedding_type == "alibi"
+    }
+
+    /// JinaBERT's GeGLU feed-forward (`mlp.gated_layers`, `mlp.wo`, `mlp.layernorm`) instead of BERT's.
+    pub fn gated_feed_forward(&self) -> bool {
+        self.feed_forward_type.as_deref() == Some("geglu")
+    }
+
     /// Every layer's attention: bidirectional over the whole sequence.
     pub fn attention(&self) -> AttentionShape {
         AttentionShape {
@@ -165,23 +179,35 @@ pub(super) fn read_bert(config_path: &Path) -> Result<BertConfig> {
             ),
         ));
     }
-    if config.position_embedding_type != "absolute" {
-        // The two BERT-family configs on the Hub with other positions are Jina's, for its remote code.
-        let whose = match config.position_embedding_type.as_str() {
-            "rotary" => {
-                " (jina-embeddings-v3 for Jina's remote code, with LoRA adapters: use jinaai/jina-embeddings-v3-hf, \
-                 which the engine runs)"
-            }
-            "alibi" => " (JinaBERT, jina-embeddings-v2: ALiBi positions are not supported)",
-            _ => "",
+    let family = config.family();
+    let jina = family == BertFamily::Bert;
+    if !(config.position_embedding_type == "absolute" || jina && config.alibi()) {
+        // jina-embeddings-v3's config for Jina's remote code is an XLM-RoBERTa one with rotary positions.
+        let whose = if config.position_embedding_type == "rotary" {
+            " (jina-embeddings-v3 for Jina's remote code, with LoRA adapters: use jinaai/jina-embeddings-v3-hf, \
+             which the engine runs)"
+        } else {
+            ""
         };
         return Err(Error::model(
             config_path,
             format!(
-                "unsupported position_embedding_type {:?}{whose}: expected \"absolute\"",
+                "unsupported position_embedding_type {:?}{whose}: expected \"absolute\" (or JinaBERT's \"alibi\")",
                 config.position_embedding_type
             ),
         ));
+    }
+    match config.feed_forward_type.as_deref() {
+        None | Some("original") => {}
+        Some("geglu") if jina => {}
+        Some(other) => {
+            return Err(Error::model(
+                config_path,
+                format!(
+                    "unsupported feed_forward_type {other:?}: expected \"original\" (or JinaBERT's \"geglu\")"
+                ),
+            ))
+        }
     }
     if config.max_positions() == 0 {
         return Err(Error::model(
@@ -283,5 +309,53 @@ mod tests {
             config(serde_json::json!({"model_type": family, "layer_norm_eps": 1e-5})).norm_eps()
         };
         assert_eq!((with_eps("distilbert"), with_eps("roberta")), (1e-12, 1e-5));
+    }
+
+    /// JinaBERT's ALiBi and GeGLU are read for a BERT config; elsewhere, and its other feed-forwards, refused
+    /// by name (jina-embeddings-v3's rotary XLM-R config naming the checkpoint the engine runs).
+    #[test]
+    fn jinabert_settings_are_read_and_the_rest_refused() {
+        let read = |extra: serde_json::Value| {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let path = dir.path().join("config.json");
+            let mut json = serde_json::json!({"vocab_size": 10, "hidden_size": 8, "num_hidden_layers": 1,
+                "num_attention_heads": 2, "intermediate_size": 16, "max_position_embeddings": 40});
+            for (k, v) in extra.as_object().expect("object") {
+                json[k] = v.clone();
+            }
+            std::fs::write(&path, json.to_string()).expect("write");
+            read_bert(&path).map_err(|e| e.to_string())
+        };
+        let jina = read(
+            serde_json::json!({"model_type": "bert", "position_embedding_type": "alibi",
+            "feed_forward_type": "geglu"}),
+        )
+        .expect("JinaBERT");
+        assert!(jina.alibi() && jina.gated_feed_forward());
+        let plain =
+            read(serde_json::json!({"model_type": "bert", "feed_forward_type": "original"}))
+                .expect("BERT's feed-forward by name");
+        assert!(!plain.alibi() && !plain.gated_feed_forward());
+        for (extra, needle) in [
+            (
+                serde_json::json!({"model_type": "bert", "feed_forward_type": "reglu"}),
+                "feed_forward_type \"reglu\"",
+            ),
+            (
+                serde_json::json!({"model_type": "roberta", "position_embedding_type": "alibi"}),
+                "position_embedding_type \"alibi\"",
+            ),
+            (
+                serde_json::json!({"model_type": "xlm-roberta", "position_embedding_type": "rotary"}),
+                "use jinaai/jina-embeddings-v3-hf",
+            ),
+            (
+                serde_json::json!({"model_type": "bert", "position_embedding_type": "relative_key"}),
+                "position_embedding_type \"relative_key\"",
+            ),
+        ] {
+            let e = read(extra.clone()).expect_err("refused");
+            assert!(e.contains(needle), "{extra}: {e}");
+        }
     }
 }
