@@ -3,7 +3,8 @@
 
 transformers has no JinaBERT (the Hub's models run Jina's remote code, `jinaai/jina-bert-implementation`, which
 this machine cannot fetch), so the reference is written out here, small and plain, after that code as
-candle-transformers' `jina_bert.rs` mirrors it: BERT's embeddings without a position table (word + token type 0,
+candle-transformers' `jina_bert.rs` and text-embeddings-inference's `jina.rs` mirror it (the slopes are Jina's
+function itself, below): BERT's embeddings without a position table (word + token type 0,
 LayerNorm); post-norm layers whose attention scores, divided by √d, take symmetric ALiBi (`-slope_h · |i - j|`,
 `_get_alibi_head_slopes`) before the softmax; a GeGLU feed-forward: `mlp.gated_layers` without bias, the exact
 GELU of its first half times its second half, `mlp.wo`, residual, `mlp.layernorm`. 12 heads (not a power of two:

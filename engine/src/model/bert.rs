@@ -384,7 +384,12 @@ impl<D: Device> Encoder<D> for Bert<D> {
             qkv: qkv.top(t),
             ctx: ctx.top(t),
             inter: inter.top(t),
-            gate_up: acts.get(5).map(|m| m.top(t)),
+            // The network's sixth slot, where it has one (the head's slots follow the network's).
+            gate_up: self
+                .config
+                .gated_feed_forward()
+                .then(|| acts.get(5).map(|m| m.top(t)))
+                .flatten(),
         };
         self.embeddings.forward(ops, batch, a.hidden);
         for layer in &self.layers {

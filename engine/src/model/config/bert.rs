@@ -182,10 +182,10 @@ pub(super) fn read_bert(config_path: &Path) -> Result<BertConfig> {
     let family = config.family();
     let jina = family == BertFamily::Bert;
     if !(config.position_embedding_type == "absolute" || jina && config.alibi()) {
-        // jina-embeddings-v3's config for Jina's remote code is an XLM-RoBERTa one with rotary positions.
+        // Jina's XLM-RoBERTa for its remote code (jina-embeddings-v3's, its rerankers') has rotary positions.
         let whose = if config.position_embedding_type == "rotary" {
-            " (jina-embeddings-v3 for Jina's remote code, with LoRA adapters: use jinaai/jina-embeddings-v3-hf, \
-             which the engine runs)"
+            " (Jina's XLM-RoBERTa for its remote code; for jina-embeddings-v3, with its LoRA adapters, \
+             use jinaai/jina-embeddings-v3-hf, which the engine runs)"
         } else {
             ""
         };
