@@ -16,10 +16,10 @@
 use super::{
     layer_norm,
     relative::{alibi_bias, relative_bias},
-    stacked_linear, BertConfig, BertFamily, Encoder, ModelConfig, ModelDir, Weights,
+    stacked_linear, BertConfig, BertFamily, Encoder, EncoderLayout, ModelConfig, ModelDir, Weights,
 };
 use crate::backend::ops::{
-    Activation, AttentionShape, Device, Embedding, Glu, LayerNormWeights, Layout, Matrix, Ops,
+    Activation, AttentionShape, Device, Embedding, Glu, LayerNormWeights, Matrix, Ops,
     RelativeBias, Slot,
 };
 use crate::batch::Batch;
@@ -297,8 +297,6 @@ pub struct Bert<D: Device> {
     layers: Vec<Layer<D>>,
     /// MPNet's relative position bias or JinaBERT's ALiBi, shared by every layer.
     bias: Option<RelativeBias<D>>,
-    /// The longest sequence it runs ([`ModelDir::positions`]).
-    positions: usize,
 }
 
 impl<D: Device> Bert<D> {
@@ -340,7 +338,6 @@ impl<D: Device> Bert<D> {
                 BertFamily::Bert | BertFamily::Roberta | BertFamily::DistilBert => None,
             },
             config: c.clone(),
-            positions: dir.positions,
         })
     }
 }
@@ -349,7 +346,7 @@ impl<D: Device> Encoder<D> for Bert<D> {
     /// Hidden states and the block's intermediate each in a region of their own; QKV and the attention context
     /// share a third with the feed-forward activations, which are only live once both are dead (JinaBERT's
     /// gated projection beside them).
-    fn layout(&self) -> Layout {
+    fn layout(&self) -> EncoderLayout {
         let (h, f) = (self.config.hidden_size, self.config.intermediate_size);
         let slot = Slot::new;
         let mut slots = vec![
@@ -364,10 +361,9 @@ impl<D: Device> Encoder<D> for Bert<D> {
             // Written by the gated projection, read only by the gate (of the gate's output's precision).
             slots.push(slot(2, f, 2 * f, true));
         }
-        Layout {
+        EncoderLayout {
             slots,
             attention: self.config.attention(),
-            max_positions: self.positions,
         }
     }
 

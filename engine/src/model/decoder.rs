@@ -15,11 +15,11 @@
 //! The language-model head is never used, so tied or untied embeddings load the same.
 
 use super::{
-    pre_norm_layout, rotary_table, stacked_linear, DecoderConfig, Encoder, ModelConfig, ModelDir,
-    PreNormActs, Tensor, Weights,
+    pre_norm_layout, rotary_table, stacked_linear, DecoderConfig, Encoder, EncoderLayout,
+    ModelConfig, ModelDir, PreNormActs, Tensor, Weights,
 };
 use crate::backend::ops::{
-    Activation, AttentionShape, Device, Embedding, Glu, Layout, Matrix, Ops, PositionIds,
+    Activation, AttentionShape, Device, Embedding, Glu, Matrix, Ops, PositionIds,
 };
 use crate::batch::Batch;
 use crate::error::{Error, Result};
@@ -211,8 +211,6 @@ pub struct Decoder<D: Device> {
     rotary: D::Param,
     layers: Vec<Layer<D>>,
     norm: RmsNorm<D>,
-    /// The longest sequence it runs, and the rotary table's length ([`ModelDir::positions`]).
-    positions: usize,
 }
 
 impl<D: Device> Decoder<D> {
@@ -240,20 +238,14 @@ impl<D: Device> Decoder<D> {
                 .collect::<Result<_>>()?,
             norm: RmsNorm::load(&w, device, "norm", h, c.rms_norm_eps(), 0.0)?,
             config: c.clone(),
-            positions: dir.positions,
         })
     }
 }
 
 impl<D: Device> Encoder<D> for Decoder<D> {
-    fn layout(&self) -> Layout {
+    fn layout(&self) -> EncoderLayout {
         let c = &self.config;
-        pre_norm_layout(
-            c.hidden_size,
-            c.attention(0),
-            c.intermediate_size,
-            self.positions,
-        )
+        pre_norm_layout(c.hidden_size, c.attention(0), c.intermediate_size)
     }
 
     fn forward<O: Ops<Device = D>>(&self, ops: &O, batch: &Batch, acts: &[O::Mat]) -> O::Mat {

@@ -12,12 +12,10 @@
 
 use super::decoder::{QkNormRotary, RmsNorm};
 use super::{
-    pre_norm_layout, stacked_linear, Encoder, Gemma3Config, LayerRotary, ModelConfig, ModelDir,
-    PreNormActs, Tensor, Weights,
+    pre_norm_layout, stacked_linear, Encoder, EncoderLayout, Gemma3Config, LayerRotary,
+    ModelConfig, ModelDir, PreNormActs, Tensor, Weights,
 };
-use crate::backend::ops::{
-    Activation, AttentionShape, Device, Embedding, Glu, Layout, Ops, PositionIds,
-};
+use crate::backend::ops::{Activation, AttentionShape, Device, Embedding, Glu, Ops, PositionIds};
 use crate::batch::Batch;
 use crate::error::{Error, Result};
 
@@ -114,8 +112,6 @@ pub struct Gemma3<D: Device> {
     rotary: LayerRotary<D>,
     layers: Vec<Layer<D>>,
     norm: RmsNorm<D>,
-    /// The longest sequence it runs, and the rotary tables' length ([`ModelDir::positions`]).
-    positions: usize,
 }
 
 impl<D: Device> Gemma3<D> {
@@ -144,20 +140,14 @@ impl<D: Device> Gemma3<D> {
                 .collect::<Result<_>>()?,
             norm: RmsNorm::load(&w, device, "norm", h, c.rms_norm_eps, 1.0)?,
             config: c.clone(),
-            positions: dir.positions,
         })
     }
 }
 
 impl<D: Device> Encoder<D> for Gemma3<D> {
-    fn layout(&self) -> Layout {
+    fn layout(&self) -> EncoderLayout {
         let c = &self.config;
-        pre_norm_layout(
-            c.hidden_size,
-            c.attention(0),
-            c.intermediate_size,
-            self.positions,
-        )
+        pre_norm_layout(c.hidden_size, c.attention(0), c.intermediate_size)
     }
 
     fn forward<O: Ops<Device = D>>(&self, ops: &O, batch: &Batch, acts: &[O::Mat]) -> O::Mat {

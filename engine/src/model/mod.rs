@@ -166,12 +166,11 @@ pub(crate) fn pre_norm_layout(
     hidden: usize,
     attention: AttentionShape,
     intermediate: usize,
-    max_positions: usize,
-) -> Layout {
+) -> EncoderLayout {
     let (h, f) = (hidden, intermediate);
     let (w, q) = (attention.qkv_width(), attention.heads * attention.head_dim);
     let slot = Slot::new;
-    Layout {
+    EncoderLayout {
         slots: vec![
             slot(0, 0, h, false),
             slot(1, 0, h, false),
@@ -185,15 +184,21 @@ pub(crate) fn pre_norm_layout(
             window: None,
             ..attention
         },
-        max_positions,
     }
+}
+
+/// A network's part of the [`Layout`]: its slots and the attention of its widest layer ([`Model`] adds the head's
+/// slots and the longest sequence, the model directory's).
+pub struct EncoderLayout {
+    pub slots: Vec<Slot>,
+    pub attention: AttentionShape,
 }
 
 /// An architecture's own part, which [`Model`] completes into an [`Architecture`] with its head (the
 /// sentence-transformers modules after it, which give the embedding's width and its normalisation): its activation
 /// layout (the head's slots follow it) and its forward pass up to the last hidden states.
 pub trait Encoder<D: Device> {
-    fn layout(&self) -> Layout;
+    fn layout(&self) -> EncoderLayout;
     /// Runs `batch` over `acts` (the views of its layout's slots, in order) and returns the view of the last hidden
     /// states, one row per token, that the head pools.
     fn forward<O: Ops<Device = D>>(&self, ops: &O, batch: &Batch, acts: &[O::Mat]) -> O::Mat;
@@ -216,6 +221,8 @@ pub struct Model<D: Device> {
     vocab_size: usize,
     /// The network's slots, before the head's.
     network_slots: usize,
+    /// The longest sequence it runs ([`ModelDir::positions`]).
+    max_positions: usize,
 }
 
 impl<D: Device> Model<D> {
@@ -237,12 +244,13 @@ impl<D: Device> Model<D> {
             network,
             head: Head::load(dir, device)?,
             vocab_size: dir.config.vocab_size(),
+            max_positions: dir.positions,
         })
     }
 }
 
 impl<D: Device> Network<D> {
-    fn layout(&self) -> Layout {
+    fn layout(&self) -> EncoderLayout {
         match self {
             Network::Bert(m) => m.layout(),
             Network::Decoder(m) => m.layout(),
@@ -266,9 +274,14 @@ impl<D: Device> Network<D> {
 }
 
 impl<D: Device> Architecture<D> for Model<D> {
-    /// The network's layout, and the slots of its head after it.
+    /// The network's layout, the slots of its head after it, and the longest sequence.
     fn layout(&self) -> Layout {
-        let mut layout = self.network.layout();
+        let EncoderLayout { slots, attention } = self.network.layout();
+        let mut layout = Layout {
+            slots,
+            attention,
+            max_positions: self.max_positions,
+        };
         self.head.extend(&mut layout);
         layout
     }

@@ -10,12 +10,11 @@
 //! needs no padding mask; residuals are added in the output projections' epilogues.
 
 use super::{
-    layer_norm, pre_norm_layout, stacked_linear, Encoder, LayerRotary, ModelConfig, ModelDir,
-    ModernBertConfig, PreNormActs, Weights,
+    layer_norm, pre_norm_layout, stacked_linear, Encoder, EncoderLayout, LayerRotary, ModelConfig,
+    ModelDir, ModernBertConfig, PreNormActs, Weights,
 };
 use crate::backend::ops::{
-    Activation, AttentionShape, Device, Embedding, Glu, LayerNormWeights, Layout, Matrix, Ops,
-    PositionIds,
+    Activation, AttentionShape, Device, Embedding, Glu, LayerNormWeights, Matrix, Ops, PositionIds,
 };
 use crate::batch::Batch;
 use crate::error::{Error, Result};
@@ -114,8 +113,6 @@ pub struct ModernBert<D: Device> {
     rotary: LayerRotary<D>,
     layers: Vec<Layer<D>>,
     final_norm: LayerNormWeights<D>,
-    /// The longest sequence it runs, and the rotary tables' length ([`ModelDir::positions`]).
-    positions: usize,
 }
 
 impl<D: Device> ModernBert<D> {
@@ -148,20 +145,14 @@ impl<D: Device> ModernBert<D> {
                 .collect::<Result<_>>()?,
             final_norm: layer_norm(&w, device, "final_norm", h, c.norm_eps, c.norm_bias)?,
             config: c.clone(),
-            positions: dir.positions,
         })
     }
 }
 
 impl<D: Device> Encoder<D> for ModernBert<D> {
-    fn layout(&self) -> Layout {
+    fn layout(&self) -> EncoderLayout {
         let c = &self.config;
-        pre_norm_layout(
-            c.hidden_size,
-            c.attention(0),
-            c.intermediate_size,
-            self.positions,
-        )
+        pre_norm_layout(c.hidden_size, c.attention(0), c.intermediate_size)
     }
 
     fn forward<O: Ops<Device = D>>(&self, ops: &O, batch: &Batch, acts: &[O::Mat]) -> O::Mat {

@@ -20,11 +20,11 @@
 
 use super::decoder::QkNormRotary;
 use super::{
-    layer_norm, pre_norm_layout, rotary_table, stacked_linear, Encoder, ModelConfig, ModelDir,
-    PreNormActs, RotaryBertConfig, RotaryBertMlp, Tensor, Weights,
+    layer_norm, pre_norm_layout, rotary_table, stacked_linear, Encoder, EncoderLayout, ModelConfig,
+    ModelDir, PreNormActs, RotaryBertConfig, RotaryBertMlp, Tensor, Weights,
 };
 use crate::backend::ops::{
-    Activation, AttentionShape, Device, Embedding, LayerNormWeights, Layout, Ops, PositionIds,
+    Activation, AttentionShape, Device, Embedding, LayerNormWeights, Ops, PositionIds,
 };
 use crate::batch::Batch;
 use crate::error::{Error, Result};
@@ -222,8 +222,6 @@ pub struct RotaryBert<D: Device> {
     embeddings: Embedding<D>,
     rotary: D::Param,
     layers: Vec<Layer<D>>,
-    /// The longest sequence it runs, and the rotary table's length ([`ModelDir::positions`]).
-    positions: usize,
 }
 
 impl<D: Device> RotaryBert<D> {
@@ -266,20 +264,14 @@ impl<D: Device> RotaryBert<D> {
                 .map(|i| Layer::load(&w, device, c, naming, i))
                 .collect::<Result<_>>()?,
             config: c.clone(),
-            positions: dir.positions,
         })
     }
 }
 
 impl<D: Device> Encoder<D> for RotaryBert<D> {
-    fn layout(&self) -> Layout {
+    fn layout(&self) -> EncoderLayout {
         let c = &self.config;
-        pre_norm_layout(
-            c.hidden_size,
-            c.attention(),
-            c.intermediate_size,
-            self.positions,
-        )
+        pre_norm_layout(c.hidden_size, c.attention(), c.intermediate_size)
     }
 
     fn forward<O: Ops<Device = D>>(&self, ops: &O, batch: &Batch, acts: &[O::Mat]) -> O::Mat {

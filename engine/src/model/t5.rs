@@ -10,10 +10,12 @@
 
 use super::decoder::RmsNorm;
 use super::relative::relative_bias;
-use super::{pre_norm_layout, stacked_linear, Encoder, ModelConfig, ModelDir, PreNormActs};
+use super::{
+    pre_norm_layout, stacked_linear, Encoder, EncoderLayout, ModelConfig, ModelDir, PreNormActs,
+};
 use super::{T5Config, T5FeedForward, Weights};
 use crate::backend::ops::{
-    Activation, AttentionShape, Device, Embedding, Layout, Ops, PositionIds, RelativeBias,
+    Activation, AttentionShape, Device, Embedding, Ops, PositionIds, RelativeBias,
 };
 use crate::batch::Batch;
 use crate::error::{Error, Result};
@@ -104,8 +106,6 @@ pub struct T5<D: Device> {
     bias: RelativeBias<D>,
     layers: Vec<Layer<D>>,
     final_norm: RmsNorm<D>,
-    /// The longest sequence it runs, and the bias table's reach ([`ModelDir::positions`]).
-    positions: usize,
 }
 
 impl<D: Device> T5<D> {
@@ -123,7 +123,6 @@ impl<D: Device> T5<D> {
                 .get("encoder.embed_tokens.weight", &[c.vocab_size, h])
                 .map_err(|_| first)?,
         };
-        let positions = dir.positions.max(1);
         Ok(T5 {
             embeddings: Embedding {
                 word: device.param(word)?,
@@ -142,7 +141,7 @@ impl<D: Device> T5<D> {
                     c.relative_attention_num_buckets,
                     c.relative_attention_max_distance,
                 ),
-                positions,
+                dir.positions.max(1),
             )?,
             layers: (0..c.num_layers)
                 .map(|i| Layer::load(&w, device, c, i))
@@ -156,15 +155,14 @@ impl<D: Device> T5<D> {
                 0.0,
             )?,
             config: c.clone(),
-            positions,
         })
     }
 }
 
 impl<D: Device> Encoder<D> for T5<D> {
-    fn layout(&self) -> Layout {
+    fn layout(&self) -> EncoderLayout {
         let c = &self.config;
-        pre_norm_layout(c.d_model, c.attention(), c.d_ff, self.positions)
+        pre_norm_layout(c.d_model, c.attention(), c.d_ff)
     }
 
     fn forward<O: Ops<Device = D>>(&self, ops: &O, batch: &Batch, acts: &[O::Mat]) -> O::Mat {
