@@ -12,13 +12,24 @@ use, each with its exact pre-tokenizer regex and settings, at 4,000 tokens (abou
     ByteLevel(use_regex=false), BPE with ignore_merges, Sequence[ByteLevel, TemplateProcessing prepending
     <|begin_of_text|>].
 
+And the three pipelines of SentencePiece BPE as tokenizer.json holds it (tokens are text with spaces as '▁',
+characters outside the vocabulary as their bytes' <0xXX> pieces, unknowns fused), trained within '▁'-started words
+as SentencePiece trains, on a 300-character alphabet so the byte fallback is common:
+  - llama2_style_spbpe_4k: Llama 2 / Mistral v0.1 (transformers' legacy conversion) — Sequence[Prepend('▁'),
+    Replace(' ', '▁')] normaliser, no pre-tokenizer (a whole text is one word), `<s> $A`; plus one added token
+    matched on normalised text, which the crate finds after the Prepend;
+  - mistral_style_spbpe_4k: Llama / Mistral as transformers 5 writes them — no normaliser, Metaspace(prepend_scheme
+    first, split false), `<s> $A`, Mistral's [INST] control tokens;
+  - gemma_style_spbpe_4k: Gemma / EmbeddingGemma — Replace(' ', '▁'), Split(' ', merged_with_previous),
+    `<bos> $A <eos>`, non-special added tokens (newline runs, HTML tags) as Gemma's vocabulary has.
+
 Needs the peers venv (bash scripts/setup_peers.sh). Run from the repository root:
   ~/.cache/embedding-workbench/peers-venv/bin/python scripts/make_bpe_vocabs.py
 """
 import json
 from pathlib import Path
 
-from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 OUT = Path("workloads/vocab")
 VOCAB = 4000
@@ -79,8 +90,60 @@ def llama3():
     return tok
 
 
+def train_with_byte_pieces(tok, trainer, texts):
+    """Trains `tok` and adds the 256 <0xXX> pieces SentencePiece's byte fallback reads, with its decoder (also used
+    by make_encoder_fixtures.py)."""
+    tok.train_from_iterator(texts, trainer)
+    j = json.loads(tok.to_str())
+    vocab = j["model"]["vocab"]
+    for b in range(256):
+        vocab.setdefault(f"<0x{b:02X}>", len(vocab))
+    tok = Tokenizer.from_str(json.dumps(j))
+    tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()])
+    return tok
+
+
+def sentencepiece_bpe(specials):
+    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always", split=True)
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB - 256, limit_alphabet=300, special_tokens=specials,
+                                  show_progress=False)
+    return train_with_byte_pieces(tok, trainer, corpus())
+
+
+def template(tok, single, *specials):
+    return processors.TemplateProcessing(single=single, special_tokens=[(t, tok.token_to_id(t)) for t in specials])
+
+
+def llama2():
+    tok = sentencepiece_bpe(["<unk>", "<s>", "</s>"])
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+    tok.pre_tokenizer = None
+    tok.add_tokens([AddedToken("\u2581<tab>", normalized=True, special=False)])
+    tok.post_processor = template(tok, "<s> $A", "<s>")
+    return tok
+
+
+def mistral():
+    tok = sentencepiece_bpe(["<unk>", "<s>", "</s>", "[INST]", "[/INST]"])
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=False)
+    tok.post_processor = template(tok, "<s> $A", "<s>")
+    return tok
+
+
+def gemma():
+    tok = sentencepiece_bpe(["<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "<start_of_turn>", "<end_of_turn>"])
+    tok.normalizer = normalizers.Replace(" ", "\u2581")
+    tok.pre_tokenizer = pre_tokenizers.Split(" ", behavior="merged_with_previous", invert=False)
+    tok.add_tokens([AddedToken(t, normalized=False, special=False) for t in ["\n", "\n\n", "\n\n\n", "<table>", "</td>"]])
+    tok.post_processor = template(tok, "<bos> $A <eos>", "<bos>", "<eos>")
+    return tok
+
+
 def main():
-    for name, make in [("qwen2_style_bpe_4k", qwen2), ("gpt2_style_bpe_4k", gpt2), ("llama3_style_bpe_4k", llama3)]:
+    for name, make in [("qwen2_style_bpe_4k", qwen2), ("gpt2_style_bpe_4k", gpt2), ("llama3_style_bpe_4k", llama3),
+                       ("llama2_style_spbpe_4k", llama2), ("mistral_style_spbpe_4k", mistral),
+                       ("gemma_style_spbpe_4k", gemma)]:
         tok = make()
         path = OUT / f"{name}_tokenizer.json"
         tok.save(str(path))

@@ -107,6 +107,7 @@ from transformers.models.t5.modeling_t5 import T5Attention
 from transformers.models.mpnet.modeling_mpnet import MPNetEncoder
 
 import fixture_texts  # scripts/fixture_texts.py
+import make_bpe_vocabs  # scripts/make_bpe_vocabs.py: SentencePiece BPE's byte pieces
 import make_qwen3_fixtures  # scripts/make_qwen3_fixtures.py: the Qwen-style tokenizer
 
 OUT = Path("engine/tests/fixtures")
@@ -232,14 +233,8 @@ def sentencepiece_bpe(specials, bos, eos, prepend):
     tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), replace]) if prepend else replace
     # A small alphabet: the other characters take the byte fallback.
     trainer = trainers.BpeTrainer(vocab_size=700, limit_alphabet=200, special_tokens=specials, show_progress=False)
-    tok.train_from_iterator(corpus(), trainer)
-    j = json.loads(tok.to_str())
-    vocab = j["model"]["vocab"]
-    for b in range(256):
-        vocab.setdefault(f"<0x{b:02X}>", len(vocab))
-    tok = Tokenizer.from_str(json.dumps(j))
+    tok = make_bpe_vocabs.train_with_byte_pieces(tok, trainer, corpus())
     tok.add_special_tokens(specials)
-    tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()])
     tok.post_processor = processors.TemplateProcessing(single=f"{bos} $A {eos}", special_tokens=[
         (bos, tok.token_to_id(bos)), (eos, tok.token_to_id(eos))])
     return tok

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Full-corpus equality check of the in-house tokenizer against the Hugging Face crate: every text of every corpus
 # through `bench tokenize --tokenizer fast` and `--tokenizer hf`, line by line, for WordPiece (all-MiniLM-L6-v2)
-# the three Unigram tokenizers and the three byte-level BPE ones, without truncation and with right and left
-# truncation.
+# the three Unigram tokenizers, the three byte-level BPE ones and the three SentencePiece BPE ones, without
+# truncation and with right and left truncation.
 #
 #   scripts/tokenizer_equality.sh [TEXT_DIR]    (default: ../shared/data/text when present, else workloads/text)
 #   TOKENIZERS="workloads/vocab/a.json ..." scripts/tokenizer_equality.sh    (only those tokenizers)
@@ -25,7 +25,8 @@ printf '%-42s %-22s %-32s %8s %10s\n' tokenizer truncation corpus texts mismatch
 default_tokenizers="workloads/vocab/all-MiniLM-L6-v2/tokenizer.json workloads/vocab/pegasus_unigram_tokenizer.json
     workloads/vocab/xlmr_style_unigram_1k_tokenizer.json workloads/vocab/xlmr_style_unigram_ja_8k_tokenizer.json
     workloads/vocab/qwen2_style_bpe_4k_tokenizer.json workloads/vocab/gpt2_style_bpe_4k_tokenizer.json
-    workloads/vocab/llama3_style_bpe_4k_tokenizer.json"
+    workloads/vocab/llama3_style_bpe_4k_tokenizer.json workloads/vocab/llama2_style_spbpe_4k_tokenizer.json
+    workloads/vocab/mistral_style_spbpe_4k_tokenizer.json workloads/vocab/gemma_style_spbpe_4k_tokenizer.json"
 for tok in ${TOKENIZERS:-$default_tokenizers}; do
     for trunc in "" "--max-length 128" "--max-length 64 --truncate-left"; do
         for corpus in "$text_dir"/*.jsonl; do

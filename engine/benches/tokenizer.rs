@@ -1,6 +1,7 @@
 //! Single-thread encode time, `fast` against `hf`, for WordPiece (all-MiniLM-L6-v2), Unigram (Pegasus and the
-//! XLM-R-style 1k model) and byte-level BPE (the Qwen2-, GPT-2- and Llama-3-style 4k vocabularies) on a short query
-//! (~10 tokens), a passage (~150) and a 514-token input.
+//! XLM-R-style 1k model), byte-level BPE (the Qwen2-, GPT-2- and Llama-3-style 4k vocabularies) and SentencePiece
+//! BPE (the Llama 2-, Mistral- and Gemma-style ones) on a short query (~10 tokens), a passage (~150) and a
+//! 514-token input.
 
 use std::path::{Path, PathBuf};
 
@@ -62,6 +63,9 @@ fn bench(c: &mut Criterion) {
         ("bpe-qwen2", "qwen2_style_bpe_4k_tokenizer.json"),
         ("bpe-gpt2", "gpt2_style_bpe_4k_tokenizer.json"),
         ("bpe-llama3", "llama3_style_bpe_4k_tokenizer.json"),
+        ("spbpe-llama2", "llama2_style_spbpe_4k_tokenizer.json"),
+        ("spbpe-mistral", "mistral_style_spbpe_4k_tokenizer.json"),
+        ("spbpe-gemma", "gemma_style_spbpe_4k_tokenizer.json"),
     ] {
         let path = root().join("workloads/vocab").join(file);
         let fast = tokenizer::load(&path, TokenizerKind::Fast, None).expect("fast");

@@ -69,6 +69,9 @@ fn warm_encode_allocates_nothing() {
         "qwen2_style_bpe_4k_tokenizer.json",
         "gpt2_style_bpe_4k_tokenizer.json",
         "llama3_style_bpe_4k_tokenizer.json",
+        "llama2_style_spbpe_4k_tokenizer.json",
+        "mistral_style_spbpe_4k_tokenizer.json",
+        "gemma_style_spbpe_4k_tokenizer.json",
     ] {
         for truncation in [None, Some(Truncation::right(64))] {
             let t = tokenizer::load(

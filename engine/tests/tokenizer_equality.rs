@@ -1,14 +1,16 @@
 //! `fast` against the reference `hf`, id for id: every shipped corpus text and seeded random Unicode strings,
-//! through WordPiece (all-MiniLM-L6-v2), three Unigram tokenizers and three byte-level BPE ones (the Qwen2,
-//! GPT-2 and Llama-3 pipelines), with and without truncation.
+//! through WordPiece (all-MiniLM-L6-v2), three Unigram tokenizers, three byte-level BPE ones (the Qwen2, GPT-2
+//! and Llama-3 pipelines) and three SentencePiece BPE ones (Llama 2's legacy, Mistral's and Gemma's), with and
+//! without truncation.
 
-use std::path::{Path, PathBuf};
+mod texts;
 
 use engine::tokenizer::{self, Scratch, Tokenizer, TokenizerKind, Truncation, TruncationSide};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use texts::{corpus, corpus_of, random_text, workloads};
 
-const TOKENIZERS: [&str; 7] = [
+const TOKENIZERS: [&str; 10] = [
     "all-MiniLM-L6-v2/tokenizer.json",
     "pegasus_unigram_tokenizer.json",
     "xlmr_style_unigram_1k_tokenizer.json",
@@ -16,38 +18,19 @@ const TOKENIZERS: [&str; 7] = [
     "qwen2_style_bpe_4k_tokenizer.json",
     "gpt2_style_bpe_4k_tokenizer.json",
     "llama3_style_bpe_4k_tokenizer.json",
+    "llama2_style_spbpe_4k_tokenizer.json",
+    "mistral_style_spbpe_4k_tokenizer.json",
+    "gemma_style_spbpe_4k_tokenizer.json",
 ];
 
-const BPE: [&str; 3] = [
+const BPE: [&str; 6] = [
     "qwen2_style_bpe_4k_tokenizer.json",
     "gpt2_style_bpe_4k_tokenizer.json",
     "llama3_style_bpe_4k_tokenizer.json",
+    "llama2_style_spbpe_4k_tokenizer.json",
+    "mistral_style_spbpe_4k_tokenizer.json",
+    "gemma_style_spbpe_4k_tokenizer.json",
 ];
-
-fn workloads() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../workloads")
-}
-
-fn corpus() -> Vec<String> {
-    corpus_of(&workloads().join("text"))
-}
-
-fn corpus_of(dir: &Path) -> Vec<String> {
-    let mut files: Vec<_> = std::fs::read_dir(dir)
-        .expect("corpus directory")
-        .map(|e| e.expect("dir entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
-        .collect();
-    files.sort();
-    let mut texts = Vec::new();
-    for f in files {
-        for line in std::fs::read_to_string(&f).expect("corpus").lines() {
-            let v: serde_json::Value = serde_json::from_str(line).expect("JSON line");
-            texts.push(v["text"].as_str().expect("text field").to_owned());
-        }
-    }
-    texts
-}
 
 fn pair(file: &str, truncation: Option<Truncation>) -> (Box<dyn Tokenizer>, Box<dyn Tokenizer>) {
     let path = workloads().join("vocab").join(file);
@@ -155,100 +138,6 @@ fn corpus_equal_with_truncation() {
     }
 }
 
-/// A random string mixing ASCII, accents and combining marks, CJK, kana, Hangul, emoji (with ZWJ and skin
-/// tones), controls, every kind of whitespace, the special tokens' own text, and long runs.
-fn random_text(rng: &mut StdRng) -> String {
-    const PIECES: &[&str] = &[
-        "[CLS]",
-        "[SEP]",
-        "[UNK]",
-        "<s>",
-        "</s>",
-        "<unk>",
-        "<pad>",
-        "<mask_1>",
-        "##",
-        "▁",
-        "\r\n",
-        "  ",
-        "   ",
-        "e\u{301}",
-        "\u{1F44D}\u{1F3FD}",
-        "\u{1F468}\u{200D}\u{1F469}\u{200D}\u{1F467}",
-        "\u{1F1EB}\u{1F1F7}",
-        "ﬁ",
-        "Ⅻ",
-        "①",
-        "ｶﾞ",
-        "ＡＢＣ",
-        "İ",
-        "ß",
-        "Σ",
-        "ǅ",
-        "\u{FEFF}",
-        "\u{FFFD}",
-        "<|endoftext|>",
-        "<|begin_of_text|>",
-        "'s",
-        "'LL",
-        "'ſ",
-        "'Re",
-        "\r\n\r\n",
-        " \n ",
-        "\t\t",
-        "12345",
-        "٣٤٥",
-        "?!\n",
-        "\u{3000}",
-        "a\u{308}\u{301}",
-        "\u{1100}\u{1161}\u{11A8}",
-    ];
-    const RANGES: &[(u32, u32)] = &[
-        (0x20, 0x7E),
-        (0x20, 0x7E),
-        (0x20, 0x7E),
-        (0x00, 0x1F),
-        (0x7F, 0xA0),
-        (0xA0, 0x24F),
-        (0x300, 0x36F),
-        (0x370, 0x3FF),
-        (0x400, 0x4FF),
-        (0x590, 0x6FF),
-        (0x900, 0x97F),
-        (0xE00, 0xE7F),
-        (0x1100, 0x11FF),
-        (0x2000, 0x206F),
-        (0x3000, 0x30FF),
-        (0x3400, 0x4DBF),
-        (0x4E00, 0x9FFF),
-        (0xAC00, 0xD7A3),
-        (0xF900, 0xFAFF),
-        (0xFE00, 0xFE0F),
-        (0xFF00, 0xFFEF),
-        (0x1F300, 0x1FAFF),
-        (0x20000, 0x2A6DF),
-        (0xE0000, 0xE007F),
-        (0x10FFF0, 0x10FFFF),
-    ];
-    let mut s = String::new();
-    for _ in 0..rng.gen_range(0..40) {
-        match rng.gen_range(0..10) {
-            0 => s.push_str(PIECES[rng.gen_range(0..PIECES.len())]),
-            1 => s.extend(std::iter::repeat_n(' ', rng.gen_range(1..4))),
-            2 => s.push_str(
-                ["the", "Tokenization", "naïve", "東京", "안녕", "123", "A.B"][rng.gen_range(0..7)],
-            ),
-            _ => {
-                let (lo, hi) = RANGES[rng.gen_range(0..RANGES.len())];
-                if let Some(c) = char::from_u32(rng.gen_range(lo..=hi)) {
-                    s.push(c);
-                }
-            }
-        }
-    }
-    s
-}
-
 #[test]
 fn random_unicode_equal() {
     let mut rng = StdRng::seed_from_u64(0x5eed_70c3);
@@ -329,23 +218,7 @@ fn bpe_bytes_missing_from_the_vocabulary_equal() {
         j["model"]["byte_fallback"] = fallback.into();
         let file = dir.path().join(format!("{}.json", name.replace(' ', "_")));
         std::fs::write(&file, j.to_string()).expect("write");
-        let fast = tokenizer::load(&file, TokenizerKind::Fast, None).expect("fast loads");
-        let hf = tokenizer::load(&file, TokenizerKind::Hf, None).expect("hf loads");
-        assert_eq!(fast.vocab_size(), hf.vocab_size(), "{name}: vocab size");
-        let (mut scratch, mut a, mut b) = (Scratch::default(), Vec::new(), Vec::new());
-        let mut failed = 0;
-        for text in &texts {
-            let (fa, fb) = (
-                fast.encode_with(text, &mut scratch, &mut a),
-                hf.encode(text, &mut b),
-            );
-            assert_eq!(fa.is_ok(), fb.is_ok(), "{name}: {text:?}");
-            if fa.is_ok() {
-                assert_eq!(a, b, "{name}: {text:?}");
-            } else {
-                failed += 1;
-            }
-        }
+        let failed = texts::compare(name, &file, &texts);
         assert_eq!(
             failed > 0,
             name == "unk not in vocab",

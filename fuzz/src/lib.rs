@@ -16,8 +16,8 @@ use engine::tokenizer::{self, Scratch, Tokenizer, TokenizerKind, Truncation};
 #[path = "../../harness/src/trace.rs"]
 mod trace_source;
 
-/// Every vocabulary the project ships: WordPiece, three Unigram, three byte-level BPE.
-pub const VOCABULARIES: [&str; 7] = [
+/// Every vocabulary the project ships: WordPiece, three Unigram, three byte-level BPE, three SentencePiece BPE.
+pub const VOCABULARIES: [&str; 10] = [
     "all-MiniLM-L6-v2/tokenizer.json",
     "pegasus_unigram_tokenizer.json",
     "xlmr_style_unigram_1k_tokenizer.json",
@@ -25,6 +25,9 @@ pub const VOCABULARIES: [&str; 7] = [
     "qwen2_style_bpe_4k_tokenizer.json",
     "gpt2_style_bpe_4k_tokenizer.json",
     "llama3_style_bpe_4k_tokenizer.json",
+    "llama2_style_spbpe_4k_tokenizer.json",
+    "mistral_style_spbpe_4k_tokenizer.json",
+    "gemma_style_spbpe_4k_tokenizer.json",
 ];
 
 /// The repository's root.

@@ -61,6 +61,8 @@ impl Truncation {
 pub struct Scratch {
     pub(crate) a: String,
     pub(crate) b: String,
+    /// The text between two raw-text added tokens, normalised, while its pieces are encoded.
+    pub(crate) gap: String,
     pub(crate) marks: Vec<(u8, char)>,
     pub(crate) held: Vec<char>,
     pub(crate) best: Vec<fast::unigram::Best>,
@@ -74,7 +76,8 @@ impl Scratch {
     const KEEP_BYTES: usize = 1 << 20;
 
     fn oversized(&self) -> bool {
-        self.a.capacity() + self.b.capacity() + self.bpe.bytes() > Self::KEEP_BYTES
+        self.a.capacity() + self.b.capacity() + self.gap.capacity() + self.bpe.bytes()
+            > Self::KEEP_BYTES
     }
 }
 

@@ -1,20 +1,25 @@
-//! Byte-level BPE (GPT-2, Qwen2/Qwen3, Llama-3) behind its NFC normaliser and regex pre-tokeniser: merges by
-//! rank, lowest first and leftmost among equals, as the crate's `Word::merge_all` applies them.
+//! BPE: byte-level (GPT-2, Qwen2/Qwen3, Llama-3) behind its NFC normaliser and regex pre-tokeniser, or
+//! SentencePiece's (Llama 2, Mistral, Gemma) behind its normaliser steps, with `<0xXX>` byte fallback; merges by
+//! rank, lowest first and leftmost among equals, as the crate's `Word::merge_all` applies them. `front` parses
+//! what runs before the merges.
 //!
 //! `ByteLevel` maps each byte of a pre-token to a printable character, and the vocabulary is written in those
 //! characters. Here the mapping is undone once, at load: vocabulary tokens are keyed by the bytes they stand for,
-//! so an encode merges the raw bytes of the text without ever building the mapped string.
+//! so an encode merges the raw bytes of the text without ever building the mapped string. A SentencePiece
+//! vocabulary is text already, keyed by its UTF-8 bytes the same way; its words start as characters, not bytes.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use serde_json::Value;
 
-use super::nfc;
-use super::pretok::{PreTokenizer, GPT2};
-use super::{bad, bool_field, str_field, FxMap};
+use super::{bad, bool_field, nfc, spm, str_field, FxMap, Piece};
 use crate::error::Result;
 use crate::tokenizer::Scratch;
+
+mod front;
+
+use front::{byte_chars, CharPre, Front};
 
 const NONE: u32 = u32::MAX;
 /// A pair with no merge: ranks and pairs share one `u64` (rank above, merged id below), so this sorts last.
@@ -23,12 +28,13 @@ const NO_MERGE: u64 = u64::MAX;
 /// of real text; longer ones (a 100k-letter run is one pre-token) take the heap, so no word costs quadratic time.
 const SHORT: usize = 48;
 
-/// What one byte of a pre-token starts as, before any merge.
+/// What one unit of a word (a byte of a byte-level pre-token, a character of a SentencePiece word) starts as,
+/// before any merge.
 #[derive(Clone, Copy)]
 enum Init {
     Id(u32),
-    /// `byte_fallback`: the `<0xXX>` tokens of the UTF-8 bytes of the byte's character.
-    Fallback([u32; 2], usize),
+    /// `byte_fallback`: the `<0xXX>` tokens of the UTF-8 bytes of the unit's character.
+    Fallback([u32; 4], usize),
     Unk(u32),
     /// An unknown token that is not in the vocabulary: the crate fails the encode.
     UnkMissing,
@@ -64,106 +70,30 @@ struct Link {
 }
 
 pub(crate) struct Bpe {
-    /// Tokens by the bytes they stand for, for `ignore_merges`.
+    /// Tokens by the bytes they stand for.
     by_bytes: FxMap<Box<[u8]>, u32>,
     /// Tokens with characters outside the byte-level alphabet: no text maps to them, but they count.
     unmapped: FxMap<Box<str>, u32>,
     /// `(left << 32 | right)` to `(rank << 32 | merged)`.
     merges: FxMap<u64, u64>,
-    init: [Init; 256],
+    /// What each byte starts as (byte-level), or each ASCII character (SentencePiece; the others are looked up).
+    init: Box<[Init; 256]>,
+    /// The `<0xXX>` token of each byte, `NONE` where the vocabulary lacks it; all `NONE` without `byte_fallback`.
+    fallback: Box<[u32; 256]>,
+    /// What a unit that is neither a token nor covered by its bytes' tokens becomes.
+    unknown: Init,
     fuse_unk: bool,
     unk_token: String,
     ignore_merges: bool,
-    nfc: bool,
-    pre: PreTokenizer,
+    /// SentencePiece: no merge joins a symbol that ends in another character to one that starts with `▁`, and `▁`
+    /// is a token, so a word's merges never cross the place before a `▁` that follows another character: the word
+    /// is merged in those pieces, each a few symbols, instead of as one long text.
+    words_at_space: bool,
+    front: Front,
 }
 
-/// GPT-2's `bytes_to_unicode`: printable bytes stand for themselves, the others, in order, for U+0100 onwards.
-fn byte_chars() -> [char; 256] {
-    let mut out = ['\0'; 256];
-    let mut n = 0;
-    for (b, c) in out.iter_mut().enumerate() {
-        let printable = matches!(b, 33..=126 | 161..=172 | 174..=255);
-        let code = if printable {
-            b as u32
-        } else {
-            n += 1;
-            255 + n
-        };
-        *c = char::from_u32(code).unwrap_or('\0');
-    }
-    out
-}
-
-fn parse_normalizer(json: &Value) -> Result<bool> {
-    match json.get("type").and_then(Value::as_str) {
-        None if json.is_null() => Ok(false),
-        Some("NFC") => Ok(true),
-        Some("Sequence") => {
-            let steps = json
-                .get("normalizers")
-                .and_then(Value::as_array)
-                .ok_or_else(|| bad("normalizer Sequence: missing `normalizers`"))?;
-            match steps.as_slice() {
-                [] => Ok(false),
-                [one] => parse_normalizer(one),
-                _ => Err(bad(
-                    "a normalizer Sequence of several steps is not supported with BPE",
-                )),
-            }
-        }
-        other => Err(bad(format!(
-            "normalizer {other:?} is not supported with BPE (NFC or none is)"
-        ))),
-    }
-}
-
-/// The `ByteLevel` pre-tokeniser's settings: its prefix space is refused, and whether it splits by GPT-2's regex.
-fn byte_level(json: &Value) -> Result<bool> {
-    if bool_field(json, "add_prefix_space", true, "ByteLevel")? {
-        return Err(bad("ByteLevel: `add_prefix_space` is not supported"));
-    }
-    bool_field(json, "use_regex", true, "ByteLevel")
-}
-
-/// The split pattern: `ByteLevel` with its own regex, or `Split` by a regex followed by `ByteLevel` without one.
-fn parse_pre_tokenizer(json: &Value) -> Result<PreTokenizer> {
-    match json.get("type").and_then(Value::as_str) {
-        Some("ByteLevel") if byte_level(json)? => PreTokenizer::new(GPT2),
-        Some("Sequence") => {
-            let steps = json
-                .get("pretokenizers")
-                .and_then(Value::as_array)
-                .map(Vec::as_slice)
-                .unwrap_or_default();
-            let [split, bytes] = steps else {
-                return Err(bad("pre_tokenizer Sequence: Split then ByteLevel is supported"));
-            };
-            if split.get("type").and_then(Value::as_str) != Some("Split")
-                || bytes.get("type").and_then(Value::as_str) != Some("ByteLevel")
-                || byte_level(bytes)?
-            {
-                return Err(bad(
-                    "pre_tokenizer Sequence: Split then ByteLevel without its regex is supported",
-                ));
-            }
-            if split.get("behavior").and_then(Value::as_str) != Some("Isolated")
-                || bool_field(split, "invert", false, "Split")?
-            {
-                return Err(bad("Split: only the Isolated behaviour, not inverted, is supported"));
-            }
-            let regex = split
-                .get("pattern")
-                .and_then(|p| p.get("Regex"))
-                .and_then(Value::as_str)
-                .ok_or_else(|| bad("Split: only a Regex pattern is supported"))?;
-            PreTokenizer::new(regex)
-        }
-        other => Err(bad(format!(
-            "pre_tokenizer {other:?} is not supported with BPE (ByteLevel, or Split then ByteLevel, is)"
-        ))),
-    }
-}
+/// SentencePiece's whitespace.
+const SPACE: char = '\u{2581}';
 
 /// `(left, right)` of a merge, in either of the crate's formats: `["a", "b"]` or `"a b"`.
 fn merge_pair(m: &Value) -> Option<(&str, &str)> {
@@ -179,8 +109,8 @@ fn merge_pair(m: &Value) -> Option<(&str, &str)> {
 
 impl Bpe {
     pub(crate) fn parse(model: &Value, normalizer: &Value, pre_tokenizer: &Value) -> Result<Self> {
-        let nfc = parse_normalizer(normalizer)?;
-        let pre = parse_pre_tokenizer(pre_tokenizer)?;
+        let front = Front::parse(normalizer, pre_tokenizer)?;
+        let byte_level = matches!(front, Front::Bytes { .. });
         if !matches!(model.get("dropout"), None | Some(Value::Null))
             && model.get("dropout").and_then(Value::as_f64) != Some(0.0)
         {
@@ -215,11 +145,15 @@ impl Bpe {
                 .as_u64()
                 .and_then(|id| u32::try_from(id).ok())
                 .ok_or_else(|| bad(format!("BPE: bad id for {token:?}")))?;
-            match token
-                .chars()
-                .map(|c| byte_of.get(&c).copied())
-                .collect::<Option<Vec<u8>>>()
-            {
+            let bytes = if byte_level {
+                token
+                    .chars()
+                    .map(|c| byte_of.get(&c).copied())
+                    .collect::<Option<Vec<u8>>>()
+            } else {
+                Some(token.as_bytes().to_vec())
+            };
+            match bytes {
                 Some(bytes) => by_bytes.insert(bytes.into_boxed_slice(), id),
                 None => unmapped.insert(token.as_str().into(), id),
             };
@@ -232,8 +166,10 @@ impl Bpe {
         let lines = lines
             .iter()
             .filter(|m| !m.as_str().is_some_and(|s| s.starts_with("#version")));
+        let mut crosses_space = false;
         for (rank, m) in lines.enumerate() {
             let (a, b) = merge_pair(m).ok_or_else(|| bad(format!("BPE: bad merge {m}")))?;
+            crosses_space |= !a.ends_with(SPACE) && b.starts_with(SPACE);
             let missing = |t: &str| bad(format!("BPE: merge token {t:?} is not in the vocabulary"));
             let merged = format!("{a}{b}");
             let (a, b, merged) = (
@@ -251,39 +187,56 @@ impl Bpe {
             None | Some(Value::Null) => None,
             Some(_) => Some(str_field(model, "unk_token", "BPE")?.to_owned()),
         };
-        let byte_fallback = bool_field(model, "byte_fallback", false, "BPE")?;
-        let mut init = [Init::Dropped; 256];
-        for (slot, c) in init.iter_mut().zip(chars) {
-            let mut utf8 = [0u8; 4];
-            let fallback: Option<Vec<u32>> = c
-                .encode_utf8(&mut utf8)
-                .bytes()
-                .map(|b| id_of(&format!("<{b:#04X}>")))
-                .collect();
-            *slot = match (id_of(c.encode_utf8(&mut utf8)), fallback) {
-                (Some(id), _) => Init::Id(id),
-                (None, Some(f)) if byte_fallback => {
-                    let mut ids = [0; 2];
-                    ids[..f.len()].copy_from_slice(&f);
-                    Init::Fallback(ids, f.len())
-                }
-                _ => match &unk_token {
-                    Some(unk) => id_of(unk).map_or(Init::UnkMissing, Init::Unk),
-                    None => Init::Dropped,
-                },
-            };
+        let mut fallback = Box::new([NONE; 256]);
+        if bool_field(model, "byte_fallback", false, "BPE")? {
+            for (b, id) in fallback.iter_mut().enumerate() {
+                *id = id_of(&format!("<{b:#04X}>")).unwrap_or(NONE);
+            }
         }
-        Ok(Bpe {
+        let unknown = match &unk_token {
+            Some(unk) => id_of(unk).map_or(Init::UnkMissing, Init::Unk),
+            None => Init::Dropped,
+        };
+        let mut bpe = Bpe {
+            words_at_space: !byte_level
+                && !crosses_space
+                && by_bytes.contains_key(SPACE.encode_utf8(&mut [0; 4]).as_bytes()),
             by_bytes,
             unmapped,
             merges,
-            init,
+            init: Box::new([Init::Dropped; 256]),
+            fallback,
+            unknown,
             fuse_unk: bool_field(model, "fuse_unk", false, "BPE")?,
             unk_token: unk_token.unwrap_or_default(),
             ignore_merges: bool_field(model, "ignore_merges", false, "BPE")?,
-            nfc,
-            pre,
-        })
+            front,
+        };
+        // A byte-level unit is a byte, spelt as its character; a SentencePiece one a character (ASCII here).
+        let units = if byte_level { 256 } else { 128 };
+        for (b, &c) in chars.iter().enumerate().take(units) {
+            let c = if byte_level { c } else { char::from(b as u8) };
+            let mut utf8 = [0u8; 4];
+            let c = c.encode_utf8(&mut utf8);
+            bpe.init[b] = bpe.classify(id_of(c), c.as_bytes());
+        }
+        Ok(bpe)
+    }
+
+    /// What a unit spelt `utf8` starts as, given its token if the vocabulary has one.
+    fn classify(&self, id: Option<u32>, utf8: &[u8]) -> Init {
+        if let Some(id) = id {
+            return Init::Id(id);
+        }
+        let mut ids = [NONE; 4];
+        for (slot, &b) in ids.iter_mut().zip(utf8) {
+            *slot = self.fallback[usize::from(b)];
+        }
+        if ids[..utf8.len()].contains(&NONE) {
+            self.unknown
+        } else {
+            Init::Fallback(ids, utf8.len())
+        }
     }
 
     pub(crate) fn vocab_size(&self) -> usize {
@@ -291,6 +244,9 @@ impl Bpe {
     }
 
     pub(crate) fn contains(&self, token: &str) -> bool {
+        if !matches!(self.front, Front::Bytes { .. }) {
+            return self.by_bytes.contains_key(token.as_bytes());
+        }
         let chars = byte_chars();
         let bytes: Option<Vec<u8>> = token
             .chars()
@@ -304,48 +260,107 @@ impl Bpe {
 
     /// Whether no text can fail to encode (only an unknown token missing from the vocabulary fails).
     pub(crate) fn infallible(&self) -> bool {
-        !self.init.iter().any(|i| matches!(i, Init::UnkMissing))
+        let sentencepiece = matches!(self.front, Front::Chars { .. });
+        !(self.init.iter().any(|i| matches!(i, Init::UnkMissing))
+            || sentencepiece && matches!(self.unknown, Init::UnkMissing))
     }
 
     /// Appends the ids of `text`, stopping after the pre-token that brings them to `limit`.
     pub(crate) fn encode(
         &self,
         text: &str,
+        piece: Piece,
         scratch: &mut Scratch,
         ids: &mut Vec<u32>,
         limit: usize,
     ) -> Result<()> {
         let Scratch {
             a,
+            b,
             marks,
             held,
             bpe,
             ..
         } = scratch;
-        let text = if self.nfc && !nfc::is_nfc(text) {
-            nfc::nfc(text, a, marks, held);
-            a.as_str()
-        } else {
-            text
-        };
-        let mut p = 0;
-        while p < text.len() && ids.len() < limit {
-            let e = self.pre.next(text, p);
-            self.word(&text.as_bytes()[p..e], bpe, ids)?;
-            p = e;
+        match &self.front {
+            Front::Bytes { nfc, pre } => {
+                let text = if *nfc && !piece.normalized && !nfc::is_nfc(text) {
+                    nfc::nfc(text, a, marks, held);
+                    a.as_str()
+                } else {
+                    text
+                };
+                let mut p = 0;
+                while p < text.len() && ids.len() < limit {
+                    let e = pre.next(text, p);
+                    let word = &text.as_bytes()[p..e];
+                    let units = word.iter().map(|&b| self.init[usize::from(b)]);
+                    self.word(word, units, bpe, ids)?;
+                    p = e;
+                }
+                Ok(())
+            }
+            Front::Chars { steps, pre } => {
+                let text = if piece.normalized {
+                    text
+                } else {
+                    spm::normalize(steps, text, a, b)
+                };
+                let mut word = |w: &str| {
+                    self.word_chars(w, bpe, ids)?;
+                    Ok(ids.len() < limit)
+                };
+                match pre {
+                    CharPre::Whole => word(text).map(drop),
+                    CharPre::Metaspace(m) => m.for_each_pretoken(text, piece.at_start, b, word),
+                    CharPre::Split(s) => s.for_each_piece(text, word),
+                }
+            }
         }
-        Ok(())
     }
 
-    /// `text` as the normaliser leaves it (NFC, or none).
-    pub(crate) fn normalize<'a>(&self, text: &'a str) -> std::borrow::Cow<'a, str> {
-        if self.nfc && !nfc::is_nfc(text) {
-            let mut out = String::new();
-            nfc::nfc(text, &mut out, &mut Vec::new(), &mut Vec::new());
-            out.into()
-        } else {
-            text.into()
+    /// Writes `text` as the normaliser leaves it to `out`, with `scratch`'s buffers.
+    pub(crate) fn normalize_into(&self, text: &str, scratch: &mut Scratch, out: &mut String) {
+        out.clear();
+        match &self.front {
+            Front::Bytes { nfc: true, .. } if !nfc::is_nfc(text) => {
+                nfc::nfc(text, out, &mut scratch.marks, &mut scratch.held)
+            }
+            Front::Bytes { .. } => out.push_str(text),
+            Front::Chars { steps, .. } => {
+                out.push_str(spm::normalize(steps, text, &mut scratch.a, &mut scratch.b))
+            }
         }
+    }
+
+    /// A SentencePiece word: its characters' units, merged (in pieces where `words_at_space` allows).
+    fn word_chars(&self, word: &str, work: &mut Work, ids: &mut Vec<u32>) -> Result<()> {
+        if !self.words_at_space {
+            return self.word(word.as_bytes(), self.char_units(word), work, ids);
+        }
+        if word.is_empty() || self.whole(word.as_bytes(), ids) {
+            return Ok(());
+        }
+        let mut start = 0;
+        for (i, _) in word.match_indices(SPACE) {
+            if i > start && !word[..i].ends_with(SPACE) {
+                self.merge(self.char_units(&word[start..i]), work, ids)?;
+                start = i;
+            }
+        }
+        self.merge(self.char_units(&word[start..]), work, ids)
+    }
+
+    /// What each character of a SentencePiece word starts as.
+    fn char_units<'a>(&'a self, word: &'a str) -> impl Iterator<Item = Init> + 'a {
+        let bytes = word.as_bytes();
+        word.char_indices().map(move |(i, c)| {
+            if c.is_ascii() {
+                return self.init[usize::from(bytes[i])];
+            }
+            let utf8 = &bytes[i..i + c.len_utf8()];
+            self.classify(self.by_bytes.get(utf8).copied(), utf8)
+        })
     }
 
     fn pair(&self, a: u32, b: u32) -> u64 {
@@ -355,20 +370,40 @@ impl Bpe {
             .unwrap_or(NO_MERGE)
     }
 
-    /// One pre-token: its bytes' symbols, merged.
-    fn word(&self, word: &[u8], work: &mut Work, ids: &mut Vec<u32>) -> Result<()> {
-        if self.ignore_merges {
-            if let Some(&id) = self.by_bytes.get(word) {
-                ids.push(id);
-                return Ok(());
-            }
+    /// With `ignore_merges`, a word that is a token is that token: pushes it and says so.
+    fn whole(&self, word: &[u8], ids: &mut Vec<u32>) -> bool {
+        let id = self.by_bytes.get(word).filter(|_| self.ignore_merges);
+        ids.extend(id);
+        id.is_some()
+    }
+
+    /// One word, spelt `word`: itself with `ignore_merges` if it is a token, else its units' symbols, merged.
+    fn word(
+        &self,
+        word: &[u8],
+        units: impl Iterator<Item = Init>,
+        work: &mut Work,
+        ids: &mut Vec<u32>,
+    ) -> Result<()> {
+        if word.is_empty() || self.whole(word, ids) {
+            return Ok(());
         }
+        self.merge(units, work, ids)
+    }
+
+    /// The symbols of `units`, merged.
+    fn merge(
+        &self,
+        units: impl Iterator<Item = Init>,
+        work: &mut Work,
+        ids: &mut Vec<u32>,
+    ) -> Result<()> {
         let syms = &mut work.syms;
         syms.clear();
         // The unknown token waiting to be pushed, as the crate holds it back to fuse it with the next.
         let mut unk = None;
-        for &b in word {
-            match self.init[usize::from(b)] {
+        for unit in units {
+            match unit {
                 Init::Id(id) => {
                     syms.extend(unk.take());
                     syms.push(id);

@@ -1,6 +1,6 @@
-//! The in-house tokenizer: WordPiece with the BERT pipeline, Unigram with the SentencePiece / XLM-R pipeline and
-//! byte-level BPE with the GPT-2 / Qwen2 / Llama-3 pipelines, read from the same `tokenizer.json` as the
-//! `tokenizers` crate and id-for-id equal to it.
+//! The in-house tokenizer: WordPiece with the BERT pipeline, Unigram with the SentencePiece / XLM-R pipeline,
+//! byte-level BPE with the GPT-2 / Qwen2 / Llama-3 pipelines and SentencePiece BPE with the Llama 2 / Mistral /
+//! Gemma ones, read from the same `tokenizer.json` as the `tokenizers` crate and id-for-id equal to it.
 //!
 //! Why hand-written: the crate runs every encode through generic pipeline objects that keep alignment offsets for
 //! each normalised character, allocate a `String` per split and per token, and build an `Encoding` with seven
@@ -13,6 +13,7 @@ pub(crate) mod bpe;
 mod charsmap;
 mod nfc;
 mod pretok;
+mod spm;
 pub(crate) mod unigram;
 mod wordpiece;
 
@@ -81,8 +82,32 @@ enum Model {
     Bpe(Box<bpe::Bpe>),
 }
 
-/// Encodes a piece of text onto ids.
-type Encode<'a> = dyn Fn(&str, &mut Scratch, &mut Vec<u32>) -> Result<()> + 'a;
+impl Model {
+    /// Writes `text` as the model's normaliser leaves it to `out` (WordPiece's is never asked: no second pass,
+    /// checked at load).
+    fn normalize_into(&self, text: &str, scratch: &mut Scratch, out: &mut String) {
+        match self {
+            Model::WordPiece(_) => {
+                out.clear();
+                out.push_str(text);
+            }
+            Model::Unigram(m) => m.normalize_into(text, scratch, out),
+            Model::Bpe(m) => m.normalize_into(text, scratch, out),
+        }
+    }
+}
+
+/// Where a piece of text handed to a model sits.
+#[derive(Clone, Copy)]
+pub(crate) struct Piece {
+    /// It starts the input (Metaspace's prepend scheme `first` puts its `▁` only there, not after an added token).
+    at_start: bool,
+    /// The normaliser has run over it already (the text between added tokens matched on normalised text).
+    normalized: bool,
+}
+
+/// Encodes a piece of text onto ids, told whether the piece starts the input.
+type Encode<'a> = dyn Fn(&str, bool, &mut Scratch, &mut Vec<u32>) -> Result<()> + 'a;
 
 /// Added tokens of one of the crate's two passes, longest match at the leftmost position, as its Aho-Corasick
 /// `LeftmostLongest` does: those with `normalized: false` in the raw text, then those with `normalized: true` in
@@ -106,8 +131,13 @@ struct Added {
 }
 
 impl AddedTokens {
-    /// The added tokens of the pass that matches on normalised text (`normalized`) or on the raw text.
-    fn parse(json: &Value, normalized: bool) -> Result<Self> {
+    /// The added tokens of the pass that matches on normalised text (`normalized`: their contents through
+    /// `normalize` first, as the crate matches them) or on the raw text.
+    fn parse(
+        json: &Value,
+        normalized: bool,
+        normalize: &dyn Fn(&str) -> std::borrow::Cow<str>,
+    ) -> Result<Self> {
         let mut map: FxMap<Box<str>, Added> = FxMap::default();
         for t in json.as_array().map(Vec::as_slice).unwrap_or_default() {
             let content = str_field(t, "content", "added_tokens")?;
@@ -128,6 +158,14 @@ impl AddedTokens {
                 return Err(bad("an added token is empty"));
             }
             if bool_field(t, "normalized", !special, "added_tokens")? == normalized {
+                let content = if normalized {
+                    normalize(content)
+                } else {
+                    content.into()
+                };
+                if content.is_empty() {
+                    return Err(bad("an added token is empty once normalised"));
+                }
                 map.insert(content.into(), Added { id, lstrip, rstrip });
             }
         }
@@ -163,11 +201,12 @@ impl AddedTokens {
         })
     }
 
-    /// Encodes `text` onto `ids`: each match's id, and `gap` for the text before, between and after them; no
-    /// further match once `ids` holds `limit`.
+    /// Encodes `text` (which starts the input when `at_start`) onto `ids`: each match's id, and `gap` for the text
+    /// before, between and after them; no further match once `ids` holds `limit`.
     fn split(
         &self,
         text: &str,
+        at_start: bool,
         scratch: &mut Scratch,
         ids: &mut Vec<u32>,
         limit: usize,
@@ -175,12 +214,12 @@ impl AddedTokens {
     ) -> Result<()> {
         let mut from = 0;
         while let Some((s, e, id)) = self.find(text, from).filter(|_| ids.len() < limit) {
-            gap(&text[from..s], scratch, ids)?;
+            gap(&text[from..s], at_start && from == 0, scratch, ids)?;
             ids.push(id);
             from = e;
         }
         if ids.len() < limit {
-            gap(&text[from..], scratch, ids)?;
+            gap(&text[from..], at_start && from == 0, scratch, ids)?;
         }
         Ok(())
     }
@@ -324,8 +363,8 @@ impl Template {
 pub struct FastTokenizer {
     model: Model,
     added: AddedTokens,
-    /// The added tokens matched on normalised text (GPT-NeoX's and ModernBERT's runs of spaces): only with
-    /// byte-level BPE, whose normaliser (NFC or none) we can apply to the text between `added`'s matches first.
+    /// The added tokens matched on normalised text (GPT-NeoX's and ModernBERT's runs of spaces): only with BPE
+    /// and Unigram, whose normaliser we can apply to the text between `added`'s matches on its own.
     normalized: AddedTokens,
     template: Template,
     truncation: Option<Truncation>,
@@ -368,12 +407,16 @@ impl FastTokenizer {
             )?)),
             other => return Err(bad(format!("model type {other:?} is not supported"))),
         };
-        let added = AddedTokens::parse(section("added_tokens"), false)?;
-        let normalized = AddedTokens::parse(section("added_tokens"), true)?;
+        let added = AddedTokens::parse(section("added_tokens"), false, &|t| t.into())?;
+        let normalized = AddedTokens::parse(section("added_tokens"), true, &|t| {
+            let mut out = String::new();
+            model.normalize_into(t, &mut Scratch::default(), &mut out);
+            out.into()
+        })?;
         if let Some((t, _)) = normalized.tokens.first() {
-            if !matches!(model, Model::Bpe(_)) {
+            if matches!(model, Model::WordPiece(_)) {
                 return Err(bad(format!(
-                    "added token {t:?}: matching on normalised text is supported with BPE only"
+                    "added token {t:?}: matching on normalised text is supported with BPE and Unigram only"
                 )));
             }
         }
@@ -414,14 +457,16 @@ impl FastTokenizer {
     fn encode_segment(
         &self,
         text: &str,
+        piece: Piece,
         scratch: &mut Scratch,
         ids: &mut Vec<u32>,
         limit: usize,
     ) -> Result<()> {
         match &self.model {
+            // No second pass with WordPiece (refused at load), so its text is never normalised already.
             Model::WordPiece(m) => m.encode(text, scratch, ids, limit),
-            Model::Unigram(m) => m.encode(text, scratch, ids, limit),
-            Model::Bpe(m) => m.encode(text, scratch, ids, limit),
+            Model::Unigram(m) => m.encode(text, piece, scratch, ids, limit),
+            Model::Bpe(m) => m.encode(text, piece, scratch, ids, limit),
         }
     }
 
@@ -430,23 +475,37 @@ impl FastTokenizer {
     fn encode_gap(
         &self,
         text: &str,
+        at_start: bool,
         scratch: &mut Scratch,
         ids: &mut Vec<u32>,
         limit: usize,
     ) -> Result<()> {
-        let Model::Bpe(bpe) = &self.model else {
-            // Only BPE has second-pass tokens (checked at load).
-            return self.encode_segment(text, scratch, ids, limit);
-        };
         if self.normalized.tokens.is_empty() {
-            return self.encode_segment(text, scratch, ids, limit);
+            let piece = Piece {
+                at_start,
+                normalized: false,
+            };
+            return self.encode_segment(text, piece, scratch, ids, limit);
         }
-        // The pieces of normalised text are normalised already: the model's own NFC passes over them.
-        let text = bpe.normalize(text);
-        self.normalized
-            .split(&text, scratch, ids, limit, &|piece, scratch, ids| {
-                self.encode_segment(piece, scratch, ids, limit)
-            })
+        // The normalised gap in a buffer of its own, taken out of the scratch for the encodes of its pieces.
+        let mut normalized = std::mem::take(&mut scratch.gap);
+        self.model.normalize_into(text, scratch, &mut normalized);
+        let out = self.normalized.split(
+            &normalized,
+            at_start,
+            scratch,
+            ids,
+            limit,
+            &|part, at_start, scratch, ids| {
+                let piece = Piece {
+                    at_start,
+                    normalized: true,
+                };
+                self.encode_segment(part, piece, scratch, ids, limit)
+            },
+        );
+        scratch.gap = normalized;
+        out
     }
 
     /// Where encoding may stop: with right truncation, once one id more than those to keep is there (so a cut
@@ -473,10 +532,14 @@ impl Tokenizer for FastTokenizer {
         ids.extend_from_slice(&self.template.prefix);
         let start = ids.len();
         let limit = self.limit(start);
-        self.added
-            .split(text, scratch, ids, limit, &|gap, scratch, ids| {
-                self.encode_gap(gap, scratch, ids, limit)
-            })?;
+        self.added.split(
+            text,
+            true,
+            scratch,
+            ids,
+            limit,
+            &|gap, at_start, scratch, ids| self.encode_gap(gap, at_start, scratch, ids, limit),
+        )?;
         let mut cut = false;
         if let Some(t) = self.truncation {
             let keep = t.max_length - self.template.len();
@@ -620,10 +683,13 @@ mod tests {
         refused(j, "rstrip");
         let mut j = minilm();
         j["added_tokens"][0]["normalized"] = true.into();
-        refused(j, "normalised text is supported with BPE only");
+        refused(j, "normalised text is supported with BPE and Unigram only");
         let mut j = vocab_json("xlmr_style_unigram_1k_tokenizer.json");
-        j["pre_tokenizer"]["prepend_scheme"] = "first".into();
-        refused(j, "first");
+        let mut metaspace = j["pre_tokenizer"].clone();
+        metaspace["prepend_scheme"] = "first".into();
+        j["pre_tokenizer"] = serde_json::json!({"type": "Sequence",
+            "pretokenizers": [{"type": "WhitespaceSplit"}, metaspace]});
+        refused(j, "first\" after WhitespaceSplit");
         let mut j = vocab_json("xlmr_style_unigram_1k_tokenizer.json");
         j["normalizer"]["normalizers"][2]["pattern"]["Regex"] = "\\s+".into();
         refused(j, "regex");
@@ -656,5 +722,22 @@ mod tests {
         let mut j = qwen2();
         j["model"]["merges"][0] = serde_json::json!(["Ġ", "no such token"]);
         refused(j, "no such token");
+    }
+
+    #[test]
+    fn unsupported_sentencepiece_bpe_pipelines_are_refused() {
+        let gemma = || vocab_json("gemma_style_spbpe_4k_tokenizer.json");
+        let mut j = gemma();
+        j["pre_tokenizer"]["pattern"] = serde_json::json!({"Regex": "\\s+"});
+        refused(j, "String pattern");
+        let mut j = gemma();
+        j["pre_tokenizer"]["invert"] = true.into();
+        refused(j, "invert");
+        let mut j = gemma();
+        j["pre_tokenizer"] = serde_json::json!({"type": "Whitespace"});
+        refused(j, "Whitespace");
+        let mut j = gemma();
+        j["normalizer"] = serde_json::json!({"type": "NFC"});
+        refused(j, "NFC");
     }
 }

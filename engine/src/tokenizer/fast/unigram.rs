@@ -1,17 +1,16 @@
 //! Unigram (SentencePiece) behind its normaliser sequence and the Metaspace pre-tokeniser: Viterbi over the
-//! lattice of vocabulary pieces, walked straight off a byte trie, with the crate's unknown-token rule. `steps`
+//! lattice of vocabulary pieces, walked straight off a byte trie, with the crate's unknown-token rule. `spm`
 //! parses and runs what comes before the lattice, `trie` lays out and walks the pieces.
 
 use serde_json::Value;
 
-use super::{bad, bool_field, FxMap};
+use super::spm::{self, has_at, parse_pre_tokenizer, parse_step, PreTokenizer, Step};
+use super::{bad, bool_field, FxMap, Piece};
 use crate::error::Result;
 use crate::tokenizer::Scratch;
 
-mod steps;
 mod trie;
 
-use steps::{has_at, parse_pre_tokenizer, parse_step, PreTokenizer, Step};
 pub(crate) use trie::Best;
 use trie::{relax, Trie};
 
@@ -223,10 +222,22 @@ impl Unigram {
         self.unk.is_some()
     }
 
+    /// Writes `text` as the normaliser leaves it to `out`, with `scratch`'s buffers.
+    pub(crate) fn normalize_into(&self, text: &str, scratch: &mut Scratch, out: &mut String) {
+        out.clear();
+        out.push_str(spm::normalize(
+            &self.steps,
+            text,
+            &mut scratch.a,
+            &mut scratch.b,
+        ));
+    }
+
     /// Appends the ids of `text`, stopping after the pre-token that takes them to `limit` or more.
     pub(crate) fn encode(
         &self,
         text: &str,
+        piece: Piece,
         scratch: &mut Scratch,
         ids: &mut Vec<u32>,
         limit: usize,
@@ -234,23 +245,19 @@ impl Unigram {
         let Scratch {
             a, b, best, path, ..
         } = scratch;
-        // Each step reads the text (first) or `a` and writes `b`, which then becomes `a`.
-        let mut normalized = false;
-        for step in &self.steps {
-            let src = if normalized { a.as_str() } else { text };
-            b.clear();
-            step.apply(src, b);
-            std::mem::swap(a, b);
-            normalized = true;
-        }
-        let text = if normalized { a.as_str() } else { text };
-        self.pre.for_each_pretoken(text, b, |pretoken| {
-            match self.whole.get(pretoken.as_bytes()) {
-                Some(id) => ids.push(id),
-                None => self.viterbi(pretoken, best, path, ids)?,
-            }
-            Ok(ids.len() < limit)
-        })
+        let text = if piece.normalized {
+            text
+        } else {
+            spm::normalize(&self.steps, text, a, b)
+        };
+        self.pre
+            .for_each_pretoken(text, piece.at_start, b, |pretoken| {
+                match self.whole.get(pretoken.as_bytes()) {
+                    Some(id) => ids.push(id),
+                    None => self.viterbi(pretoken, best, path, ids)?,
+                }
+                Ok(ids.len() < limit)
+            })
     }
 
     /// Appends the ids of the best segmentation of `pretoken` into pieces.

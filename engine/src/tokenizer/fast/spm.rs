@@ -1,10 +1,11 @@
-//! What runs before the lattice: the normaliser steps of a SentencePiece conversion (precompiled charsmap,
-//! strip, replace) and the Metaspace pre-tokeniser, parsed from `tokenizer.json`.
+//! What runs before a SentencePiece model, Unigram or BPE: the normaliser steps of a SentencePiece conversion
+//! (precompiled charsmap, strip, replace, prepend) and its pre-tokenisers (Metaspace; a literal `Split`), parsed
+//! from `tokenizer.json`.
 
 use serde_json::Value;
 
-use super::super::charsmap::CharsMap;
-use super::super::{bad, bool_field, str_field};
+use super::charsmap::CharsMap;
+use super::{bad, bool_field, str_field};
 use crate::error::Result;
 
 pub(super) enum Pattern {
@@ -18,15 +19,32 @@ pub(super) enum Pattern {
 
 pub(super) enum Step {
     Precompiled(Box<CharsMap>),
-    Strip { left: bool, right: bool },
-    Replace { pattern: Pattern, content: String },
+    Strip {
+        left: bool,
+        right: bool,
+    },
+    Replace {
+        pattern: Pattern,
+        content: String,
+    },
+    /// Put in front of a text that is not empty (Llama's and Mistral's `▁` before their legacy conversions).
+    Prepend(String),
+}
+
+/// Where Metaspace puts the replacement in front of a pre-token that does not start with one.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Prepend {
+    Always,
+    /// Only before the text that starts the input (not after an added token): Llama's and Mistral's own.
+    First,
+    Never,
 }
 
 /// The Metaspace pre-tokeniser, optionally after `WhitespaceSplit`.
 pub(super) struct PreTokenizer {
     whitespace_split: bool,
     pub(super) replacement: char,
-    prepend: bool,
+    prepend: Prepend,
     split: bool,
     /// The bytes that may start a character the scan must look at (whitespace, a space, the replacement); any
     /// other byte is passed over without decoding.
@@ -50,8 +68,32 @@ impl Step {
                 out.push_str(s);
             }
             Step::Replace { pattern, content } => replace(src, pattern, content, out),
+            Step::Prepend(p) => {
+                if !src.is_empty() {
+                    out.push_str(p);
+                }
+                out.push_str(src);
+            }
         }
     }
+}
+
+/// `text` through `steps`, each reading the text (first) or `a` and writing `b`, which then becomes `a`.
+pub(super) fn normalize<'a>(
+    steps: &[Step],
+    text: &'a str,
+    a: &'a mut String,
+    b: &mut String,
+) -> &'a str {
+    if steps.is_empty() {
+        return text;
+    }
+    for (k, step) in steps.iter().enumerate() {
+        b.clear();
+        step.apply(if k == 0 { text } else { a.as_str() }, b);
+        std::mem::swap(a, b);
+    }
+    a.as_str()
 }
 
 pub(super) fn parse_step(n: &Value, steps: &mut Vec<Step>) -> Result<()> {
@@ -88,10 +130,14 @@ pub(super) fn parse_step(n: &Value, steps: &mut Vec<Step>) -> Result<()> {
             }
             steps.push(Step::Replace { pattern, content });
         }
+        Some("Prepend") => steps.push(Step::Prepend(
+            str_field(n, "prepend", "Prepend")?.to_owned(),
+        )),
         None if n.is_null() => {}
         other => {
             return Err(bad(format!(
-                "normalizer {other:?} is not supported with Unigram (Precompiled, Strip, Replace and Sequence are)"
+                "normalizer {other:?} is not supported with a SentencePiece model (Precompiled, Strip, Replace, \
+                 Prepend and Sequence are)"
             )))
         }
     }
@@ -128,13 +174,21 @@ fn parse_metaspace(p: &Value, whitespace_split: bool) -> Result<PreTokenizer> {
             .ok_or_else(|| bad("Metaspace: bad prepend_scheme"))?,
     };
     let prepend = match (scheme, p.get("add_prefix_space").and_then(Value::as_bool)) {
-        ("never", _) => false,
+        ("never", _) => Prepend::Never,
         (_, Some(false)) => {
             return Err(bad(
                 "Metaspace: add_prefix_space contradicts prepend_scheme",
             ))
         }
-        ("always", _) => true,
+        ("always", _) => Prepend::Always,
+        // After WhitespaceSplit, the crate tells the first word by its offset in the text before normalisation,
+        // which a normaliser that deletes characters moves.
+        ("first", _) if whitespace_split => {
+            return Err(bad(
+                "Metaspace: prepend_scheme \"first\" after WhitespaceSplit is not supported",
+            ))
+        }
+        ("first", _) => Prepend::First,
         (s, _) => {
             return Err(bad(format!(
                 "Metaspace: prepend_scheme {s:?} is not supported"
@@ -163,16 +217,23 @@ fn parse_metaspace(p: &Value, whitespace_split: bool) -> Result<PreTokenizer> {
 }
 
 impl PreTokenizer {
-    /// Calls `f` on each pre-token of `text`, while it returns true: words (after `WhitespaceSplit`), spaces replaced, the replacement
-    /// prepended, and (with `split`) cut before every replacement. One scan over the text that stops only at
+    /// Calls `f` on each pre-token of `text`, while it returns true: words (after `WhitespaceSplit`), spaces
+    /// replaced, the replacement prepended (with the scheme `first`, only when `at_start`: the text starts the
+    /// input), and (with `split`) cut before every replacement. One scan over the text that stops only at
     /// [`PreTokenizer::special`] bytes, where a pass per stage paid a loop exit per word and stage; a pre-token
     /// is copied into `buf` only when it differs from the text.
     pub(super) fn for_each_pretoken(
         &self,
         text: &str,
+        at_start: bool,
         buf: &mut String,
         mut f: impl FnMut(&str) -> Result<bool>,
     ) -> Result<()> {
+        let prepend = match self.prepend {
+            Prepend::Always => true,
+            Prepend::First => at_start,
+            Prepend::Never => false,
+        };
         let rep = self.replacement;
         // `part` of the text follows a replacement that is not in the text when `virtual_rep`, and holds spaces
         // that become replacements when `spaces`.
@@ -206,7 +267,7 @@ impl PreTokenizer {
         }
         let (mut start, mut virtual_rep, mut spaces) = (
             i,
-            self.prepend && !matches!(first_char(&text[i..]), Some(c) if c == ' ' || c == rep),
+            prepend && !matches!(first_char(&text[i..]), Some(c) if c == ' ' || c == rep),
             false,
         );
         loop {
@@ -224,7 +285,7 @@ impl PreTokenizer {
                 if i == bytes.len() {
                     return Ok(());
                 }
-                (start, virtual_rep) = (i, self.prepend && first_char(&text[i..]) != Some(rep));
+                (start, virtual_rep) = (i, prepend && first_char(&text[i..]) != Some(rep));
             } else if c == ' ' && self.split {
                 if !emit(&text[start..i], virtual_rep, spaces)? {
                     return Ok(());
@@ -306,7 +367,8 @@ fn kind(v: &Value) -> Option<&str> {
 
 pub(super) fn parse_pre_tokenizer(p: &Value) -> Result<PreTokenizer> {
     let unsupported = || {
-        bad("pre_tokenizer: Unigram supports Metaspace, optionally after WhitespaceSplit in a Sequence")
+        bad("pre_tokenizer: a SentencePiece model supports Metaspace, optionally after WhitespaceSplit in a \
+             Sequence")
     };
     match p.get("type").and_then(Value::as_str) {
         Some("Metaspace") => parse_metaspace(p, false),
@@ -358,5 +420,102 @@ fn replace(s: &str, pattern: &Pattern, content: &str, out: &mut String) {
             }
             out.push_str(&s[last..]);
         }
+    }
+}
+
+/// Where `Split` puts each match of its pattern.
+#[derive(Clone, Copy)]
+enum Behavior {
+    Removed,
+    Isolated,
+    MergedWithPrevious,
+    MergedWithNext,
+    Contiguous,
+}
+
+/// The `Split` pre-tokeniser by a literal string, not inverted (Gemma's: by a space, which its normaliser has
+/// already replaced, so a whole text is one pre-token).
+pub(super) struct LiteralSplit {
+    pattern: Box<str>,
+    behavior: Behavior,
+}
+
+impl LiteralSplit {
+    pub(super) fn parse(p: &Value) -> Result<Self> {
+        let pattern = p
+            .get("pattern")
+            .and_then(|p| p.get("String"))
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| {
+                bad("Split: a SentencePiece model supports a non-empty String pattern")
+            })?;
+        if bool_field(p, "invert", false, "Split")? {
+            return Err(bad("Split: `invert` is not supported"));
+        }
+        let behavior = match str_field(p, "behavior", "Split")? {
+            "Removed" => Behavior::Removed,
+            "Isolated" => Behavior::Isolated,
+            "MergedWithPrevious" => Behavior::MergedWithPrevious,
+            "MergedWithNext" => Behavior::MergedWithNext,
+            "Contiguous" => Behavior::Contiguous,
+            other => return Err(bad(format!("Split: unknown behavior {other:?}"))),
+        };
+        Ok(LiteralSplit {
+            pattern: pattern.into(),
+            behavior,
+        })
+    }
+
+    /// Calls `f` on each piece of `text` while it returns true. The text is cut into runs that alternate between
+    /// matches and the text between them (none empty, as the crate's `find_matches`), and the runs are joined into
+    /// pieces as the crate's `NormalizedString::split` folds them.
+    pub(super) fn for_each_piece(
+        &self,
+        text: &str,
+        mut f: impl FnMut(&str) -> Result<bool>,
+    ) -> Result<()> {
+        // The piece that may still grow by the next run, and whether the run before was a match.
+        let mut pending: Option<(usize, usize)> = None;
+        let mut after_match = false;
+        // One run, or `None` at the end of the text.
+        let mut run = |run: Option<(usize, usize, bool)>| -> Result<bool> {
+            let Some((s, e, is_match)) = run else {
+                return pending.take().map_or(Ok(true), |(s, e)| f(&text[s..e]));
+            };
+            let grows = match self.behavior {
+                Behavior::Removed => return if is_match { Ok(true) } else { f(&text[s..e]) },
+                Behavior::Isolated => return f(&text[s..e]),
+                Behavior::MergedWithNext if !is_match => {
+                    let start = pending.take().map_or(s, |p| p.0);
+                    return f(&text[start..e]);
+                }
+                Behavior::MergedWithNext => false,
+                Behavior::MergedWithPrevious => is_match && !after_match,
+                Behavior::Contiguous => is_match && after_match,
+            };
+            after_match = is_match;
+            match &mut pending {
+                Some(p) if grows => {
+                    p.1 = e;
+                    Ok(true)
+                }
+                _ => match pending.replace((s, e)) {
+                    Some((s, e)) => f(&text[s..e]),
+                    None => Ok(true),
+                },
+            }
+        };
+        let mut at = 0;
+        for (s, m) in text.match_indices(&*self.pattern) {
+            if (at < s && !run(Some((at, s, false)))?) || !run(Some((s, s + m.len(), true)))? {
+                return Ok(());
+            }
+            at = s + m.len();
+        }
+        if at < text.len() && !run(Some((at, text.len(), false)))? {
+            return Ok(());
+        }
+        run(None).map(drop)
     }
 }

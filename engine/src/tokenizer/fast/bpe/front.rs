@@ -1,0 +1,156 @@
+//! What runs before the merges, by how the vocabulary spells its tokens: GPT-2's byte-level alphabet behind NFC
+//! and a regex pre-tokeniser, or SentencePiece's text (spaces as `▁`) behind its normaliser steps and Metaspace or a
+//! literal `Split`, or no pre-tokeniser at all (a whole text is one word).
+
+use serde_json::Value;
+
+use super::super::pretok::{PreTokenizer, GPT2};
+use super::super::spm::{self, LiteralSplit, Step};
+use super::super::{bad, bool_field};
+use crate::error::Result;
+
+pub(super) enum Front {
+    /// GPT-2's `ByteLevel` (GPT-2, Qwen2/Qwen3, Llama-3): each byte of a pre-token is one printable character, and
+    /// the vocabulary is written in those characters.
+    Bytes { nfc: bool, pre: PreTokenizer },
+    /// SentencePiece's BPE (Llama 2, Mistral, Gemma): tokens are text; a character outside the vocabulary is its
+    /// UTF-8 bytes' `<0xXX>` tokens (`byte_fallback`) or the unknown token.
+    Chars { steps: Vec<Step>, pre: CharPre },
+}
+
+/// How a SentencePiece BPE cuts its normalised text into words.
+pub(super) enum CharPre {
+    /// No pre-tokeniser: the text between added tokens is one word.
+    Whole,
+    Metaspace(Box<spm::PreTokenizer>),
+    Split(LiteralSplit),
+}
+
+impl Front {
+    pub(super) fn parse(normalizer: &Value, pre_tokenizer: &Value) -> Result<Self> {
+        let kind = |v: &Value| v.get("type").and_then(Value::as_str).map(str::to_owned);
+        let steps = pre_tokenizer
+            .get("pretokenizers")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let byte_level = match kind(pre_tokenizer).as_deref() {
+            Some("ByteLevel") => true,
+            Some("Sequence") => steps.last().and_then(kind).as_deref() == Some("ByteLevel"),
+            _ => false,
+        };
+        if byte_level {
+            return Ok(Front::Bytes {
+                nfc: parse_normalizer(normalizer)?,
+                pre: parse_pre_tokenizer(pre_tokenizer)?,
+            });
+        }
+        let mut normalizers = Vec::new();
+        spm::parse_step(normalizer, &mut normalizers)?;
+        let pre = match kind(pre_tokenizer).as_deref() {
+            None if pre_tokenizer.is_null() => CharPre::Whole,
+            Some("Split") => CharPre::Split(LiteralSplit::parse(pre_tokenizer)?),
+            Some("Metaspace" | "Sequence") => {
+                CharPre::Metaspace(Box::new(spm::parse_pre_tokenizer(pre_tokenizer)?))
+            }
+            other => {
+                return Err(bad(format!(
+                    "pre_tokenizer {other:?} is not supported with BPE (ByteLevel, Split then ByteLevel, \
+                     Metaspace, a literal Split, or none is)"
+                )))
+            }
+        };
+        Ok(Front::Chars {
+            steps: normalizers,
+            pre,
+        })
+    }
+}
+
+/// GPT-2's `bytes_to_unicode`: printable bytes stand for themselves, the others, in order, for U+0100 onwards.
+pub(super) fn byte_chars() -> [char; 256] {
+    let mut out = ['\0'; 256];
+    let mut n = 0;
+    for (b, c) in out.iter_mut().enumerate() {
+        let printable = matches!(b, 33..=126 | 161..=172 | 174..=255);
+        let code = if printable {
+            b as u32
+        } else {
+            n += 1;
+            255 + n
+        };
+        *c = char::from_u32(code).unwrap_or('\0');
+    }
+    out
+}
+
+/// The byte-level normaliser: NFC (`true`) or none.
+fn parse_normalizer(json: &Value) -> Result<bool> {
+    match json.get("type").and_then(Value::as_str) {
+        None if json.is_null() => Ok(false),
+        Some("NFC") => Ok(true),
+        Some("Sequence") => {
+            let steps = json
+                .get("normalizers")
+                .and_then(Value::as_array)
+                .ok_or_else(|| bad("normalizer Sequence: missing `normalizers`"))?;
+            match steps.as_slice() {
+                [] => Ok(false),
+                [one] => parse_normalizer(one),
+                _ => Err(bad(
+                    "a normalizer Sequence of several steps is not supported with byte-level BPE",
+                )),
+            }
+        }
+        other => Err(bad(format!(
+            "normalizer {other:?} is not supported with byte-level BPE (NFC or none is)"
+        ))),
+    }
+}
+
+/// The `ByteLevel` pre-tokeniser's settings: its prefix space is refused, and whether it splits by GPT-2's regex.
+fn byte_level(json: &Value) -> Result<bool> {
+    if bool_field(json, "add_prefix_space", true, "ByteLevel")? {
+        return Err(bad("ByteLevel: `add_prefix_space` is not supported"));
+    }
+    bool_field(json, "use_regex", true, "ByteLevel")
+}
+
+/// The split pattern: `ByteLevel` with its own regex, or `Split` by a regex followed by `ByteLevel` without one.
+fn parse_pre_tokenizer(json: &Value) -> Result<PreTokenizer> {
+    match json.get("type").and_then(Value::as_str) {
+        Some("ByteLevel") if byte_level(json)? => PreTokenizer::new(GPT2),
+        Some("Sequence") => {
+            let steps = json
+                .get("pretokenizers")
+                .and_then(Value::as_array)
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            let [split, bytes] = steps else {
+                return Err(bad("pre_tokenizer Sequence: Split then ByteLevel is supported"));
+            };
+            if split.get("type").and_then(Value::as_str) != Some("Split")
+                || bytes.get("type").and_then(Value::as_str) != Some("ByteLevel")
+                || byte_level(bytes)?
+            {
+                return Err(bad(
+                    "pre_tokenizer Sequence: Split then ByteLevel without its regex is supported",
+                ));
+            }
+            if split.get("behavior").and_then(Value::as_str) != Some("Isolated")
+                || bool_field(split, "invert", false, "Split")?
+            {
+                return Err(bad("Split: only the Isolated behaviour, not inverted, is supported"));
+            }
+            let regex = split
+                .get("pattern")
+                .and_then(|p| p.get("Regex"))
+                .and_then(Value::as_str)
+                .ok_or_else(|| bad("Split: only a Regex pattern is supported"))?;
+            PreTokenizer::new(regex)
+        }
+        other => Err(bad(format!(
+            "pre_tokenizer {other:?} is not supported with BPE (ByteLevel, or Split then ByteLevel, is)"
+        ))),
+    }
+}

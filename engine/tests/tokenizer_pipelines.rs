@@ -1,0 +1,160 @@
+//! `fast` against the reference `hf` on the SentencePiece pipeline settings the shipped tokenizers do not all
+//! hold: every behaviour of a literal `Split`, every Metaspace prepend scheme with and without its split, BPE
+//! without byte fallback (unknowns fused or not, the unknown token missing), `ignore_merges`, and added tokens
+//! matched on normalised text in front of Unigram. Each variant is the shipped file with its JSON edited; the texts
+//! are a sample of the corpora and random hostile strings with the added tokens among them.
+
+mod texts;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::{json, Value};
+use texts::{compare, corpus, random_text, workloads};
+
+fn read(file: &str) -> Value {
+    let path = workloads().join("vocab").join(file);
+    serde_json::from_str(&std::fs::read_to_string(path).expect("vocab")).expect("JSON")
+}
+
+fn sample() -> Vec<String> {
+    let mut rng = StdRng::seed_from_u64(0x5b_be);
+    let mut texts: Vec<String> = corpus().into_iter().step_by(17).collect();
+    texts.extend((0..600).map(|_| random_text(&mut rng)));
+    // Added tokens at the start, at the end and between spaces, where prepending and stripping differ.
+    texts.extend(
+        [
+            "<s>x y",
+            "x <s>",
+            " <tab> <tab>",
+            "<tab>",
+            "a<s> b",
+            "\u{2581}\u{2581}a",
+            "   ",
+            "e e\u{2581}e",
+        ]
+        .map(String::from),
+    );
+    texts
+}
+
+/// Writes `json` under `name` and compares the two tokenizers on `texts`; returns how many texts failed in both.
+fn check(name: &str, json: &Value, texts: &[String]) -> usize {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("tokenizer.json");
+    std::fs::write(&file, json.to_string()).expect("write");
+    compare(name, &file, texts)
+}
+
+#[test]
+fn literal_split_behaviours_equal() {
+    let texts = sample();
+    for pattern in ["\u{2581}", "e", "ab"] {
+        for behavior in [
+            "Removed",
+            "Isolated",
+            "MergedWithPrevious",
+            "MergedWithNext",
+            "Contiguous",
+        ] {
+            let mut j = read("gemma_style_spbpe_4k_tokenizer.json");
+            j["pre_tokenizer"] = json!({"type": "Split", "pattern": {"String": pattern},
+                "behavior": behavior, "invert": false});
+            assert_eq!(check(&format!("{pattern:?} {behavior}"), &j, &texts), 0);
+        }
+    }
+}
+
+#[test]
+fn metaspace_prepend_schemes_equal() {
+    let texts = sample();
+    for scheme in ["always", "first", "never"] {
+        for split in [false, true] {
+            let mut j = read("mistral_style_spbpe_4k_tokenizer.json");
+            j["pre_tokenizer"]["prepend_scheme"] = scheme.into();
+            j["pre_tokenizer"]["split"] = split.into();
+            assert_eq!(check(&format!("{scheme} split {split}"), &j, &texts), 0);
+        }
+    }
+    // Llama 2's legacy normaliser in front of Metaspace, and Metaspace after WhitespaceSplit.
+    let mut j = read("llama2_style_spbpe_4k_tokenizer.json");
+    j["pre_tokenizer"] = read("mistral_style_spbpe_4k_tokenizer.json")["pre_tokenizer"].clone();
+    assert_eq!(check("prepend normaliser then first", &j, &texts), 0);
+    let mut j = read("mistral_style_spbpe_4k_tokenizer.json");
+    let mut metaspace = j["pre_tokenizer"].clone();
+    metaspace["prepend_scheme"] = "always".into();
+    j["pre_tokenizer"] =
+        json!({"type": "Sequence", "pretokenizers": [{"type": "WhitespaceSplit"}, metaspace]});
+    assert_eq!(check("WhitespaceSplit then Metaspace", &j, &texts), 0);
+}
+
+/// Without byte fallback a character outside the vocabulary is the unknown token (consecutive ones fused into
+/// one with `fuse_unk`), dropped without one, and fails the encode when the unknown token is not in the
+/// vocabulary; and `ignore_merges` takes a whole word that is a token as that token.
+#[test]
+fn sentencepiece_bpe_unknowns_and_ignore_merges_equal() {
+    let texts = sample();
+    let configs = [
+        ("fused", Some("<unk>"), true, false),
+        ("unfused", Some("<unk>"), false, false),
+        ("dropped", None, false, false),
+        ("missing", Some("<nope>"), true, false),
+        ("ignore merges", Some("<unk>"), true, true),
+    ];
+    for (name, unk, fuse, ignore_merges) in configs {
+        let mut j = read("llama2_style_spbpe_4k_tokenizer.json");
+        j["model"]["byte_fallback"] = (name == "ignore merges").into();
+        j["model"]["unk_token"] = unk.map_or(Value::Null, Into::into);
+        j["model"]["fuse_unk"] = fuse.into();
+        j["model"]["ignore_merges"] = ignore_merges.into();
+        let failed = check(name, &j, &texts);
+        assert_eq!(failed > 0, name == "missing", "{name}: {failed} failed");
+    }
+}
+
+/// Added tokens with `normalized: true` in front of Unigram: the crate normalises their contents and finds them
+/// in the normalised text between the raw-text ones (the XLM-R pipeline's precompiled map and `▁` replacement).
+#[test]
+fn unigram_normalized_added_tokens_equal() {
+    let mut j = read("xlmr_style_unigram_1k_tokenizer.json");
+    let added = j["added_tokens"].as_array_mut().expect("added tokens");
+    // The ids the crate gives them, after the vocabulary's 1,002 pieces (it overrides others, with a warning).
+    let next = 1002;
+    for (k, content) in ["<tab>", " x", "ＡＢ"].into_iter().enumerate() {
+        added.push(
+            json!({"id": next + k, "content": content, "single_word": false, "lstrip": false,
+            "rstrip": false, "normalized": true, "special": false}),
+        );
+    }
+    let mut rng = StdRng::seed_from_u64(0x0_ada);
+    let texts: Vec<String> = sample()
+        .into_iter()
+        .map(|mut s| {
+            for piece in [" x", "ＡＢ", "AB", "<tab>"] {
+                if rng.gen_bool(0.3) {
+                    let at = s
+                        .char_indices()
+                        .map(|(i, _)| i)
+                        .nth(rng.gen_range(0..=s.chars().count()));
+                    s.insert_str(at.unwrap_or(s.len()), piece);
+                }
+            }
+            s
+        })
+        .collect();
+    assert_eq!(check("unigram normalized", &j, &texts), 0);
+}
+
+/// A merge that joins a word to the `▁` after it (here `e` + `▁t`, ranked first) makes the whole text one merge
+/// problem again; without one, `fast` merges the pieces between such places apart, which must change nothing.
+#[test]
+fn a_merge_across_a_space_equal() {
+    let texts = sample();
+    let mut j = read("llama2_style_spbpe_4k_tokenizer.json");
+    let vocab = j["model"]["vocab"].as_object_mut().expect("vocab");
+    assert!(vocab.contains_key("\u{2581}t") && vocab.contains_key("e"));
+    vocab.insert("e\u{2581}t".into(), 4000.into());
+    j["added_tokens"][3]["id"] = 4001.into();
+    let merges = j["model"]["merges"].as_array_mut().expect("merges");
+    merges.insert(0, json!(["e", "\u{2581}t"]));
+    assert_eq!(check("merge across a space", &j, &texts), 0);
+}
