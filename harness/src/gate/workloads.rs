@@ -64,6 +64,42 @@ pub const SPECS: &[Spec] = &[
         "Pegasus Unigram, fast, 514 tokens",
     ),
     spec(
+        "tokenize/bpe/query",
+        MEASURED,
+        200,
+        "Qwen2-style byte-level BPE, fast, ~10-token query",
+    ),
+    spec(
+        "tokenize/bpe/passage",
+        MEASURED,
+        50,
+        "Qwen2-style byte-level BPE, fast, ~150-token passage",
+    ),
+    spec(
+        "tokenize/bpe/514",
+        MEASURED,
+        20,
+        "Qwen2-style byte-level BPE, fast, 514 tokens",
+    ),
+    spec(
+        "tokenize/spbpe/query",
+        MEASURED,
+        200,
+        "Llama 2-style SentencePiece BPE, fast, ~10-token query",
+    ),
+    spec(
+        "tokenize/spbpe/passage",
+        MEASURED,
+        50,
+        "Llama 2-style SentencePiece BPE, fast, ~150-token passage",
+    ),
+    spec(
+        "tokenize/spbpe/514",
+        MEASURED,
+        20,
+        "Llama 2-style SentencePiece BPE, fast, 514 tokens",
+    ),
+    spec(
         "batch-builder",
         MEASURED,
         20,
@@ -132,6 +168,8 @@ fn setup(name: &str, root: &Path) -> Result<Work> {
         let file = match kind {
             "wordpiece" => vocab.join("all-MiniLM-L6-v2/tokenizer.json"),
             "unigram" => vocab.join("pegasus_unigram_tokenizer.json"),
+            "bpe" => vocab.join("qwen2_style_bpe_4k_tokenizer.json"),
+            "spbpe" => vocab.join("llama2_style_spbpe_4k_tokenizer.json"),
             _ => bail!("workload {name}: no tokenizer {kind}"),
         };
         return tokenize(&file, size, root);

@@ -34,7 +34,7 @@ const SHORT: usize = 48;
 enum Init {
     Id(u32),
     /// `byte_fallback`: the `<0xXX>` tokens of the UTF-8 bytes of the unit's character.
-    Fallback([u32; 4], usize),
+    Fallback([u32; 4], u8),
     Unk(u32),
     /// An unknown token that is not in the vocabulary: the crate fails the encode.
     UnkMissing,
@@ -77,7 +77,7 @@ pub(crate) struct Bpe {
     /// `(left << 32 | right)` to `(rank << 32 | merged)`.
     merges: FxMap<u64, u64>,
     /// What each byte starts as (byte-level), or each ASCII character (SentencePiece; the others are looked up).
-    init: Box<[Init; 256]>,
+    init: [Init; 256],
     /// The `<0xXX>` token of each byte, `NONE` where the vocabulary lacks it; all `NONE` without `byte_fallback`.
     fallback: Box<[u32; 256]>,
     /// What a unit that is neither a token nor covered by its bytes' tokens becomes.
@@ -89,6 +89,8 @@ pub(crate) struct Bpe {
     /// is a token, so a word's merges never cross the place before a `▁` that follows another character: the word
     /// is merged in those pieces, each a few symbols, instead of as one long text.
     words_at_space: bool,
+    /// What `▁`, which starts most SentencePiece words, starts as: looked up once.
+    space: Init,
     front: Front,
 }
 
@@ -198,13 +200,14 @@ impl Bpe {
             None => Init::Dropped,
         };
         let mut bpe = Bpe {
+            space: Init::Dropped,
             words_at_space: !byte_level
                 && !crosses_space
                 && by_bytes.contains_key(SPACE.encode_utf8(&mut [0; 4]).as_bytes()),
             by_bytes,
             unmapped,
             merges,
-            init: Box::new([Init::Dropped; 256]),
+            init: [Init::Dropped; 256],
             fallback,
             unknown,
             fuse_unk: bool_field(model, "fuse_unk", false, "BPE")?,
@@ -220,6 +223,8 @@ impl Bpe {
             let c = c.encode_utf8(&mut utf8);
             bpe.init[b] = bpe.classify(id_of(c), c.as_bytes());
         }
+        let space = SPACE.encode_utf8(&mut [0; 4]).to_owned();
+        bpe.space = bpe.classify(id_of(&space), space.as_bytes());
         Ok(bpe)
     }
 
@@ -235,7 +240,8 @@ impl Bpe {
         if ids[..utf8.len()].contains(&NONE) {
             self.unknown
         } else {
-            Init::Fallback(ids, utf8.len())
+            // At most four: `utf8` is one character's.
+            Init::Fallback(ids, utf8.len() as u8)
         }
     }
 
@@ -358,6 +364,9 @@ impl Bpe {
             if c.is_ascii() {
                 return self.init[usize::from(bytes[i])];
             }
+            if c == SPACE {
+                return self.space;
+            }
             let utf8 = &bytes[i..i + c.len_utf8()];
             self.classify(self.by_bytes.get(utf8).copied(), utf8)
         })
@@ -372,7 +381,10 @@ impl Bpe {
 
     /// With `ignore_merges`, a word that is a token is that token: pushes it and says so.
     fn whole(&self, word: &[u8], ids: &mut Vec<u32>) -> bool {
-        let id = self.by_bytes.get(word).filter(|_| self.ignore_merges);
+        if !self.ignore_merges {
+            return false;
+        }
+        let id = self.by_bytes.get(word);
         ids.extend(id);
         id.is_some()
     }
@@ -409,7 +421,7 @@ impl Bpe {
                     syms.push(id);
                 }
                 // The crate pushes these ahead of a held unknown token.
-                Init::Fallback(f, n) => syms.extend_from_slice(&f[..n]),
+                Init::Fallback(f, n) => syms.extend_from_slice(&f[..usize::from(n)]),
                 Init::Unk(u) => {
                     if !(self.fuse_unk && unk.is_some()) {
                         syms.extend(unk.replace(u));

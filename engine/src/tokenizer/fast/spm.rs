@@ -308,6 +308,22 @@ impl PreTokenizer {
     }
 }
 
+/// `s` with each of `matches` replaced by `content`, written to `out`.
+fn replace_all<'a>(
+    s: &str,
+    matches: impl Iterator<Item = (usize, &'a str)>,
+    content: &str,
+    out: &mut String,
+) {
+    let mut last = 0;
+    for (i, m) in matches {
+        out.push_str(&s[last..i]);
+        out.push_str(content);
+        last = i + m.len();
+    }
+    out.push_str(&s[last..]);
+}
+
 /// Where the next run of `pat` (a character's bytes) worth a look starts, at or after `i`: for a one-byte `pat`
 /// and runs of two or more, the next place it occurs twice in a row, found eight bytes at a time, since a
 /// single space between words is the common case and a byte loop stopped (and mispredicted) at each.
@@ -392,13 +408,13 @@ pub(super) fn parse_pre_tokenizer(p: &Value) -> Result<PreTokenizer> {
 fn replace(s: &str, pattern: &Pattern, content: &str, out: &mut String) {
     match pattern {
         Pattern::Literal(p) => {
-            let mut last = 0;
-            for (i, m) in s.match_indices(p.as_str()) {
-                out.push_str(&s[last..i]);
-                out.push_str(content);
-                last = i + m.len();
+            let mut chars = p.chars();
+            // One character (a space, most often) is found by `memchr`; a string pattern would take the two-way
+            // searcher, which cost Llama 2's normaliser twice its copying.
+            match (chars.next(), chars.next()) {
+                (Some(c), None) => replace_all(s, s.match_indices(c), content, out),
+                _ => replace_all(s, s.match_indices(p.as_str()), content, out),
             }
-            out.push_str(&s[last..]);
         }
         Pattern::Run { c, min } => {
             // Nothing is copied until a run is replaced, and single `c`s (most of them) are skipped over.
