@@ -75,10 +75,19 @@ fn metaspace_prepend_schemes_equal() {
             assert_eq!(check(&format!("{scheme} split {split}"), &j, &texts), 0);
         }
     }
-    // Llama 2's legacy normaliser in front of Metaspace, and Metaspace after WhitespaceSplit.
+    // Llama 2's legacy normaliser in front of Metaspace (without its added token matched on normalised text,
+    // which `first` behind a normaliser refuses), a one-for-one Replace in front of it, and Metaspace after
+    // WhitespaceSplit.
     let mut j = read("llama2_style_spbpe_4k_tokenizer.json");
     j["pre_tokenizer"] = read("mistral_style_spbpe_4k_tokenizer.json")["pre_tokenizer"].clone();
+    j["added_tokens"]
+        .as_array_mut()
+        .expect("added tokens")
+        .pop();
     assert_eq!(check("prepend normaliser then first", &j, &texts), 0);
+    let mut j = read("mistral_style_spbpe_4k_tokenizer.json");
+    j["normalizer"] = json!({"type": "Replace", "pattern": {"String": "e"}, "content": "\u{e9}"});
+    assert_eq!(check("one-for-one replace then first", &j, &texts), 0);
     let mut j = read("mistral_style_spbpe_4k_tokenizer.json");
     let mut metaspace = j["pre_tokenizer"].clone();
     metaspace["prepend_scheme"] = "always".into();
@@ -146,6 +155,7 @@ fn unigram_normalized_added_tokens_equal() {
 
 /// A merge that joins a word to the `▁` after it (here `e` + `▁t`, ranked first) makes the whole text one merge
 /// problem again; without one, `fast` merges the pieces between such places apart, which must change nothing.
+/// Nor may a dropped character (no unknown token, no byte fallback) let a `▁▁` merge reach across.
 #[test]
 fn a_merge_across_a_space_equal() {
     let texts = sample();
@@ -157,4 +167,36 @@ fn a_merge_across_a_space_equal() {
     let merges = j["model"]["merges"].as_array_mut().expect("merges");
     merges.insert(0, json!(["e", "\u{2581}t"]));
     assert_eq!(check("merge across a space", &j, &texts), 0);
+    let mut j = read("llama2_style_spbpe_4k_tokenizer.json");
+    j["model"]["unk_token"] = Value::Null;
+    j["model"]["byte_fallback"] = false.into();
+    let vocab = j["model"]["vocab"].as_object_mut().expect("vocab");
+    assert!(!vocab.contains_key("\u{2581}\u{2581}"));
+    vocab.insert("\u{2581}\u{2581}".into(), 4000.into());
+    j["added_tokens"][3]["id"] = 4001.into();
+    let merges = j["model"]["merges"].as_array_mut().expect("merges");
+    merges.insert(0, json!(["\u{2581}", "\u{2581}"]));
+    let mut dropped = texts.clone();
+    dropped.extend(["\u{4e00} x", "a\u{4e00} \u{4e00}\u{4e00}  b"].map(String::from));
+    assert_eq!(check("dropped character before a space", &j, &dropped), 0);
+}
+
+/// Added tokens matched on normalised text whose contents normalise alike (the first, specials first, wins) or
+/// into a model token (counted by their contents in the file).
+#[test]
+fn normalised_added_token_contents_equal() {
+    let texts = sample();
+    let mut j = read("llama2_style_spbpe_4k_tokenizer.json");
+    let added = j["added_tokens"].as_array_mut().expect("added tokens");
+    for (id, content, special) in [
+        (4001, "qq zz", false),
+        (4002, "qq\u{2581}zz", false),
+        (4003, " the", false),
+    ] {
+        added.push(json!({"id": id, "content": content, "single_word": false, "lstrip": false, "rstrip": false,
+            "normalized": true, "special": special}));
+    }
+    let mut texts = texts;
+    texts.extend(["qq zz", "a qq\u{2581}zz b", " the the"].map(String::from));
+    assert_eq!(check("normalised contents", &j, &texts), 0);
 }

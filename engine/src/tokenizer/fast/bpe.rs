@@ -85,9 +85,11 @@ pub(crate) struct Bpe {
     fuse_unk: bool,
     unk_token: String,
     ignore_merges: bool,
-    /// SentencePiece: no merge joins a symbol that ends in another character to one that starts with `▁`, and `▁`
-    /// is a token, so a word's merges never cross the place before a `▁` that follows another character: the word
-    /// is merged in those pieces, each a few symbols, instead of as one long text.
+    /// SentencePiece: no merge joins a symbol that ends in another character to one that starts with `▁`; `▁` is
+    /// a token; no character is dropped (it has an unknown token that does not end in `▁`, or every byte's
+    /// `<0xXX>`); no two tokens share an id (merges are by id, the check by text). So the symbol before a `▁` that
+    /// follows another character always ends in that character, and a word's merges never cross that place: the
+    /// word is merged in those pieces, each a few symbols, instead of as one long text.
     words_at_space: bool,
     /// What `▁`, which starts most SentencePiece words, starts as: looked up once.
     space: Init,
@@ -199,10 +201,25 @@ impl Bpe {
             Some(unk) => id_of(unk).map_or(Init::UnkMissing, Init::Unk),
             None => Init::Dropped,
         };
+        let never_dropped = match &unknown {
+            Init::Unk(_) | Init::UnkMissing => {
+                !unk_token.as_deref().is_some_and(|u| u.ends_with(SPACE))
+            }
+            _ => !fallback.contains(&NONE),
+        };
+        let ids_unique = {
+            let mut seen = std::collections::HashSet::with_capacity(vocab.len());
+            by_bytes
+                .values()
+                .chain(unmapped.values())
+                .all(|&id| seen.insert(id))
+        };
         let mut bpe = Bpe {
             space: Init::Dropped,
             words_at_space: !byte_level
                 && !crosses_space
+                && never_dropped
+                && ids_unique
                 && by_bytes.contains_key(SPACE.encode_utf8(&mut [0; 4]).as_bytes()),
             by_bytes,
             unmapped,
@@ -262,6 +279,11 @@ impl Bpe {
             Some(b) => self.by_bytes.contains_key(b.as_slice()),
             None => self.unmapped.contains_key(token),
         }
+    }
+
+    /// Whether Metaspace's `first` prepend sits behind normaliser steps (see `Front::first_behind_steps`).
+    pub(crate) fn first_behind_steps(&self) -> bool {
+        self.front.first_behind_steps()
     }
 
     /// Whether no text can fail to encode (only an unknown token missing from the vocabulary fails).
@@ -334,7 +356,7 @@ impl Bpe {
             }
             Front::Bytes { .. } => out.push_str(text),
             Front::Chars { steps, .. } => {
-                out.push_str(spm::normalize(steps, text, &mut scratch.a, &mut scratch.b))
+                spm::normalize_into(steps, text, &mut scratch.a, &mut scratch.b, out)
             }
         }
     }

@@ -100,7 +100,8 @@ impl Model {
 /// Where a piece of text handed to a model sits.
 #[derive(Clone, Copy)]
 pub(crate) struct Piece {
-    /// It starts the input (Metaspace's prepend scheme `first` puts its `▁` only there, not after an added token).
+    /// It starts the input: Metaspace's prepend scheme `first` puts its `▁` only there (the crate's rule, an
+    /// offset of 0 in the input through the normaliser's alignments, agrees wherever `first` is accepted).
     at_start: bool,
     /// The normaliser has run over it already (the text between added tokens matched on normalised text).
     normalized: bool,
@@ -139,7 +140,15 @@ impl AddedTokens {
         normalize: &dyn Fn(&str) -> std::borrow::Cow<str>,
     ) -> Result<Self> {
         let mut map: FxMap<Box<str>, Added> = FxMap::default();
-        for t in json.as_array().map(Vec::as_slice).unwrap_or_default() {
+        let all = json.as_array().map(Vec::as_slice).unwrap_or_default();
+        // The crate matches the special tokens ahead of the others, each in the file's order, and of two with one
+        // content (once normalised) the first matched wins.
+        let mut ordered = Vec::with_capacity(all.len());
+        for t in all {
+            ordered.push((!bool_field(t, "special", false, "added_tokens")?, t));
+        }
+        ordered.sort_by_key(|&(later, _)| later);
+        for (_, t) in ordered {
             let content = str_field(t, "content", "added_tokens")?;
             let id = t
                 .get("id")
@@ -166,7 +175,8 @@ impl AddedTokens {
                 if content.is_empty() {
                     return Err(bad("an added token is empty once normalised"));
                 }
-                map.insert(content.into(), Added { id, lstrip, rstrip });
+                map.entry(content.into())
+                    .or_insert(Added { id, lstrip, rstrip });
             }
         }
         let mut tokens: Vec<_> = map.into_iter().collect();
@@ -419,6 +429,17 @@ impl FastTokenizer {
                     "added token {t:?}: matching on normalised text is supported with BPE and Unigram only"
                 )));
             }
+            let first_behind_steps = match &model {
+                Model::WordPiece(_) => false,
+                Model::Unigram(m) => m.first_behind_steps(),
+                Model::Bpe(m) => m.first_behind_steps(),
+            };
+            if first_behind_steps {
+                return Err(bad(format!(
+                    "added token {t:?}: matching on normalised text with Metaspace's prepend_scheme \"first\" \
+                     behind a normaliser is not supported"
+                )));
+            }
         }
         let template = Template::parse(section("post_processor"))?;
         if let Some(t) = truncation {
@@ -430,19 +451,22 @@ impl FastTokenizer {
                 )));
             }
         }
-        // As the crate counts it: the union of the model's pieces and the added tokens, by content.
+        // As the crate counts it: the union of the model's pieces and the added tokens, by their contents in the
+        // file (not normalised).
         let (model_size, in_model): (usize, &dyn Fn(&str) -> bool) = match &model {
             Model::WordPiece(m) => (m.vocab_size(), &|t| m.contains(t)),
             Model::Unigram(m) => (m.vocab_size(), &|t| m.contains(t)),
             Model::Bpe(m) => (m.vocab_size(), &|t| m.contains(t)),
         };
-        let vocab_size = model_size
-            + added
-                .tokens
-                .iter()
-                .chain(&normalized.tokens)
-                .filter(|(t, _)| !in_model(t))
-                .count();
+        let contents: std::collections::HashSet<&str> = section("added_tokens")
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|t| t.get("content").and_then(Value::as_str))
+            .filter(|t| !in_model(t))
+            .collect();
+        let vocab_size = model_size + contents.len();
         Ok(FastTokenizer {
             model,
             added,
@@ -739,5 +763,17 @@ mod tests {
         let mut j = gemma();
         j["normalizer"] = serde_json::json!({"type": "NFC"});
         refused(j, "NFC");
+        let mistral = || vocab_json("mistral_style_spbpe_4k_tokenizer.json");
+        let mut j = mistral();
+        j["normalizer"] =
+            serde_json::json!({"type": "Strip", "strip_left": true, "strip_right": false});
+        refused(j, "strips or shortens");
+        let mut j = mistral();
+        j["normalizer"] =
+            serde_json::json!({"type": "Replace", "pattern": {"String": "ab"}, "content": "h"});
+        refused(j, "strips or shortens");
+        let mut j = vocab_json("llama2_style_spbpe_4k_tokenizer.json");
+        j["pre_tokenizer"] = mistral()["pre_tokenizer"].clone();
+        refused(j, "behind a normaliser");
     }
 }

@@ -35,7 +35,9 @@ pub(super) enum Step {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Prepend {
     Always,
-    /// Only before the text that starts the input (not after an added token): Llama's and Mistral's own.
+    /// Only before a piece whose offset in the input, through the normaliser's alignments, is 0 (the crate's
+    /// rule): Llama's and Mistral's own. Accepted only where that is the piece that starts the input (see
+    /// [`keeps_first_offset`]).
     First,
     Never,
 }
@@ -78,6 +80,32 @@ impl Step {
     }
 }
 
+/// Whether the first character `steps` leave still starts at offset 0 of their input, by the crate's alignments:
+/// no step strips the start or replaces text by less than one character for each, which would move it (and
+/// with it Metaspace's `first` prepend). Expanding steps keep it.
+pub(super) fn keeps_first_offset(steps: &[Step]) -> bool {
+    steps.iter().all(|step| match step {
+        Step::Strip { left, .. } => !left,
+        Step::Replace {
+            pattern: Pattern::Literal(p),
+            content,
+        } => p.chars().count() == 1 && !content.is_empty(),
+        Step::Replace { .. } => false,
+        Step::Precompiled(_) | Step::Prepend(_) => true,
+    })
+}
+
+/// Refuses Metaspace's `first` behind steps that move the first character (see [`keeps_first_offset`]).
+pub(super) fn check_first(pre: &PreTokenizer, steps: &[Step]) -> Result<()> {
+    if pre.prepends_first() && !keeps_first_offset(steps) {
+        return Err(bad(
+            "Metaspace: prepend_scheme \"first\" behind a normaliser that strips or shortens the start of the text \
+             is not supported",
+        ));
+    }
+    Ok(())
+}
+
 /// `text` through `steps`, each reading the text (first) or `a` and writing `b`, which then becomes `a`.
 pub(super) fn normalize<'a>(
     steps: &[Step],
@@ -94,6 +122,18 @@ pub(super) fn normalize<'a>(
         std::mem::swap(a, b);
     }
     a.as_str()
+}
+
+/// [`normalize`] written to `out`.
+pub(super) fn normalize_into(
+    steps: &[Step],
+    text: &str,
+    a: &mut String,
+    b: &mut String,
+    out: &mut String,
+) {
+    out.clear();
+    out.push_str(normalize(steps, text, a, b));
 }
 
 pub(super) fn parse_step(n: &Value, steps: &mut Vec<Step>) -> Result<()> {
@@ -150,8 +190,7 @@ fn parse_regex(r: &str) -> Result<Pattern> {
     if !r.chars().any(|c| META.contains(c)) {
         return Ok(Pattern::Literal(r.to_owned()));
     }
-    let mut chars = r.chars();
-    if let (Some(c), Some(rest)) = (chars.next(), r.get(1..)) {
+    if let Some((c, rest)) = r.chars().next().map(|c| (c, &r[c.len_utf8()..])) {
         if let Some(min) = rest.strip_prefix('{').and_then(|m| m.strip_suffix(",}")) {
             if let (false, Ok(min @ 1..)) = (META.contains(c), min.parse::<usize>()) {
                 return Ok(Pattern::Run { c, min });
@@ -181,8 +220,8 @@ fn parse_metaspace(p: &Value, whitespace_split: bool) -> Result<PreTokenizer> {
             ))
         }
         ("always", _) => Prepend::Always,
-        // After WhitespaceSplit, the crate tells the first word by its offset in the text before normalisation,
-        // which a normaliser that deletes characters moves.
+        // After WhitespaceSplit, the crate tells the first word by its offset in the input, which whitespace
+        // before it moves.
         ("first", _) if whitespace_split => {
             return Err(bad(
                 "Metaspace: prepend_scheme \"first\" after WhitespaceSplit is not supported",
@@ -217,6 +256,11 @@ fn parse_metaspace(p: &Value, whitespace_split: bool) -> Result<PreTokenizer> {
 }
 
 impl PreTokenizer {
+    /// Whether it prepends only to the piece that starts the input (the scheme `first`).
+    pub(super) fn prepends_first(&self) -> bool {
+        self.prepend == Prepend::First
+    }
+
     /// Calls `f` on each pre-token of `text`, while it returns true: words (after `WhitespaceSplit`), spaces
     /// replaced, the replacement prepended (with the scheme `first`, only when `at_start`: the text starts the
     /// input), and (with `split`) cut before every replacement. One scan over the text that stops only at

@@ -139,6 +139,7 @@ impl Unigram {
         let mut steps = Vec::new();
         parse_step(normalizer, &mut steps)?;
         let pre = parse_pre_tokenizer(pre_tokenizer)?;
+        spm::check_first(&pre, &steps)?;
         let vocab = model
             .get("vocab")
             .and_then(Value::as_array)
@@ -216,6 +217,12 @@ impl Unigram {
 
     pub(crate) fn contains(&self, piece: &str) -> bool {
         self.pieces.contains_key(piece)
+    }
+
+    /// Whether Metaspace's `first` prepend sits behind normaliser steps, whose offsets an added token matched on
+    /// normalised text could move.
+    pub(crate) fn first_behind_steps(&self) -> bool {
+        !self.steps.is_empty() && self.pre.prepends_first()
     }
 
     pub(crate) fn has_unk(&self) -> bool {

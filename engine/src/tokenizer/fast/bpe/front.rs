@@ -27,16 +27,22 @@ pub(super) enum CharPre {
 }
 
 impl Front {
+    /// Whether it has normaliser steps and Metaspace's `first` prepend, whose "starts the input" an added token
+    /// matched on normalised text could move (the crate tells it by offsets inside the normalised text).
+    pub(super) fn first_behind_steps(&self) -> bool {
+        matches!(self, Front::Chars { steps, pre: CharPre::Metaspace(m) } if !steps.is_empty() && m.prepends_first())
+    }
+
     pub(super) fn parse(normalizer: &Value, pre_tokenizer: &Value) -> Result<Self> {
         let kind = |v: &Value| v.get("type").and_then(Value::as_str).map(str::to_owned);
-        let steps = pre_tokenizer
+        let sequence = pre_tokenizer
             .get("pretokenizers")
             .and_then(Value::as_array)
             .map(Vec::as_slice)
             .unwrap_or_default();
         let byte_level = match kind(pre_tokenizer).as_deref() {
             Some("ByteLevel") => true,
-            Some("Sequence") => steps.last().and_then(kind).as_deref() == Some("ByteLevel"),
+            Some("Sequence") => sequence.last().and_then(kind).as_deref() == Some("ByteLevel"),
             _ => false,
         };
         if byte_level {
@@ -51,7 +57,9 @@ impl Front {
             None if pre_tokenizer.is_null() => CharPre::Whole,
             Some("Split") => CharPre::Split(LiteralSplit::parse(pre_tokenizer)?),
             Some("Metaspace" | "Sequence") => {
-                CharPre::Metaspace(Box::new(spm::parse_pre_tokenizer(pre_tokenizer)?))
+                let metaspace = spm::parse_pre_tokenizer(pre_tokenizer)?;
+                spm::check_first(&metaspace, &normalizers)?;
+                CharPre::Metaspace(Box::new(metaspace))
             }
             other => {
                 return Err(bad(format!(
