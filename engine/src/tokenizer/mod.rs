@@ -21,11 +21,11 @@ use crate::error::Result;
 pub enum TokenizerKind {
     /// The Hugging Face `tokenizers` crate.
     Hf,
-    /// The in-house WordPiece, Unigram and byte-level BPE tokenizer; a `tokenizer.json` it cannot reproduce
-    /// exactly is an error.
+    /// The in-house WordPiece, Unigram and BPE (byte-level, SentencePiece) tokenizer; a `tokenizer.json` it cannot
+    /// reproduce exactly is an error.
     Fast,
-    /// The in-house tokenizer where it reproduces the file exactly, else (a pipeline it refuses: SentencePiece
-    /// BPE with byte fallback, other split patterns) the crate's, with a warning naming why.
+    /// The in-house tokenizer where it reproduces the file exactly, else (a pipeline it refuses: other split
+    /// patterns or normalisers, `single_word` added tokens) the crate's, with a warning naming why.
     #[default]
     Auto,
 }

@@ -347,16 +347,22 @@ impl Bpe {
         }
     }
 
-    /// Writes `text` as the normaliser leaves it to `out`, with `scratch`'s buffers.
-    pub(crate) fn normalize_into(&self, text: &str, scratch: &mut Scratch, out: &mut String) {
-        out.clear();
+    /// `text` as the normaliser leaves it: itself where it changes nothing (no steps, NFC text already NFC), else
+    /// written to `out` with `scratch`'s buffers.
+    pub(crate) fn normalized<'a>(
+        &self,
+        text: &'a str,
+        scratch: &mut Scratch,
+        out: &'a mut String,
+    ) -> &'a str {
         match &self.front {
             Front::Bytes { nfc: true, .. } if !nfc::is_nfc(text) => {
-                nfc::nfc(text, out, &mut scratch.marks, &mut scratch.held)
+                nfc::nfc(text, out, &mut scratch.marks, &mut scratch.held);
+                out
             }
-            Front::Bytes { .. } => out.push_str(text),
+            Front::Bytes { .. } => text,
             Front::Chars { steps, .. } => {
-                spm::normalize_into(steps, text, &mut scratch.a, &mut scratch.b, out)
+                spm::normalized(steps, text, &mut scratch.a, &mut scratch.b, out)
             }
         }
     }

@@ -83,16 +83,13 @@ enum Model {
 }
 
 impl Model {
-    /// Writes `text` as the model's normaliser leaves it to `out` (WordPiece's is never asked: no second pass,
-    /// checked at load).
-    fn normalize_into(&self, text: &str, scratch: &mut Scratch, out: &mut String) {
+    /// `text` as the model's normaliser leaves it: itself, or written to `out` (WordPiece's is never asked: no
+    /// second pass, checked at load).
+    fn normalized<'a>(&self, text: &'a str, scratch: &mut Scratch, out: &'a mut String) -> &'a str {
         match self {
-            Model::WordPiece(_) => {
-                out.clear();
-                out.push_str(text);
-            }
-            Model::Unigram(m) => m.normalize_into(text, scratch, out),
-            Model::Bpe(m) => m.normalize_into(text, scratch, out),
+            Model::WordPiece(_) => text,
+            Model::Unigram(m) => m.normalized(text, scratch, out),
+            Model::Bpe(m) => m.normalized(text, scratch, out),
         }
     }
 }
@@ -420,8 +417,10 @@ impl FastTokenizer {
         let added = AddedTokens::parse(section("added_tokens"), false, &|t| t.into())?;
         let normalized = AddedTokens::parse(section("added_tokens"), true, &|t| {
             let mut out = String::new();
-            model.normalize_into(t, &mut Scratch::default(), &mut out);
-            out.into()
+            model
+                .normalized(t, &mut Scratch::default(), &mut out)
+                .to_owned()
+                .into()
         })?;
         if let Some((t, _)) = normalized.tokens.first() {
             if matches!(model, Model::WordPiece(_)) {
@@ -511,11 +510,12 @@ impl FastTokenizer {
             };
             return self.encode_segment(text, piece, scratch, ids, limit);
         }
-        // The normalised gap in a buffer of its own, taken out of the scratch for the encodes of its pieces.
-        let mut normalized = std::mem::take(&mut scratch.gap);
-        self.model.normalize_into(text, scratch, &mut normalized);
+        // The normalised gap (the text itself where normalising changes nothing) in a buffer of its own, taken
+        // out of the scratch for the encodes of its pieces.
+        let mut buf = std::mem::take(&mut scratch.gap);
+        let normalized = self.model.normalized(text, scratch, &mut buf);
         let out = self.normalized.split(
-            &normalized,
+            normalized,
             at_start,
             scratch,
             ids,
@@ -528,7 +528,7 @@ impl FastTokenizer {
                 self.encode_segment(part, piece, scratch, ids, limit)
             },
         );
-        scratch.gap = normalized;
+        scratch.gap = buf;
         out
     }
 

@@ -124,16 +124,20 @@ pub(super) fn normalize<'a>(
     a.as_str()
 }
 
-/// [`normalize`] written to `out`.
-pub(super) fn normalize_into(
+/// [`normalize`] into `out`, which outlives the scratch buffers; `text` itself when there are no steps.
+pub(super) fn normalized<'a>(
     steps: &[Step],
-    text: &str,
+    text: &'a str,
     a: &mut String,
     b: &mut String,
-    out: &mut String,
-) {
+    out: &'a mut String,
+) -> &'a str {
+    if steps.is_empty() {
+        return text;
+    }
     out.clear();
     out.push_str(normalize(steps, text, a, b));
+    out
 }
 
 pub(super) fn parse_step(n: &Value, steps: &mut Vec<Step>) -> Result<()> {

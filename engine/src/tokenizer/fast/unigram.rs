@@ -229,15 +229,14 @@ impl Unigram {
         self.unk.is_some()
     }
 
-    /// Writes `text` as the normaliser leaves it to `out`, with `scratch`'s buffers.
-    pub(crate) fn normalize_into(&self, text: &str, scratch: &mut Scratch, out: &mut String) {
-        out.clear();
-        out.push_str(spm::normalize(
-            &self.steps,
-            text,
-            &mut scratch.a,
-            &mut scratch.b,
-        ));
+    /// `text` as the normaliser leaves it: itself, or written to `out` with `scratch`'s buffers.
+    pub(crate) fn normalized<'a>(
+        &self,
+        text: &'a str,
+        scratch: &mut Scratch,
+        out: &'a mut String,
+    ) -> &'a str {
+        spm::normalized(&self.steps, text, &mut scratch.a, &mut scratch.b, out)
     }
 
     /// Appends the ids of `text`, stopping after the pre-token that takes them to `limit` or more.
