@@ -426,9 +426,10 @@ def texts():
     return picks
 
 
-def make(name, build, tok, specials, pooling, normalize, seed, max_seq, dense=(), norm_center=1.0):
+def make(name, build, tok, specials, pooling, normalize, seed, max_seq, dense=(), norm_center=1.0, edit=None):
     """`dense`: (out_features, bias, activation) of each Dense module after pooling; `norm_center`: what the norms'
-    weights are drawn around (Gemma's scale by 1 + weight: 0)."""
+    weights are drawn around (Gemma's scale by 1 + weight: 0); `edit`: applied to config.json's dict before the
+    reference loads the directory (so the reference is what transformers makes of the edited file)."""
     d = OUT / name
     shutil.rmtree(d, ignore_errors=True)
     work = OUT / f"{name}_hf"
@@ -459,6 +460,10 @@ def make(name, build, tok, specials, pooling, normalize, seed, max_seq, dense=()
     shutil.rmtree(work)
     for f in ["special_tokens_map.json", "README.md", "config_sentence_transformers.json"]:
         (d / f).unlink(missing_ok=True)
+    if edit:
+        config = json.loads((d / "config.json").read_text())
+        edit(config)
+        (d / "config.json").write_text(json.dumps(config, indent=2))
 
     st = SentenceTransformer(str(d), device="cpu")
     batch = texts()
@@ -475,6 +480,33 @@ def make(name, build, tok, specials, pooling, normalize, seed, max_seq, dense=()
 
 
 MODERNBERT_SPECIALS = dict(BERT_SPECIALS, unk_token="[UNK]")
+
+
+def as_transformers4_rope(config):
+    """transformers 4's keys for rotary scaling, as the Hub's Llama 3.x files have them: `rope_scaling` beside a
+    top-level `rope_theta`."""
+    params = config.pop("rope_parameters")
+    config["rope_theta"] = params.pop("rope_theta")
+    config["rope_scaling"] = params
+
+
+def assert_rope_scaling_shows(name):
+    """The fixture tells its scaling apart: the same directory without it embeds the texts far from the reference."""
+    d = OUT / name
+    plain = OUT / f"{name}_plain"
+    shutil.rmtree(plain, ignore_errors=True)
+    shutil.copytree(d, plain)
+    config = json.loads((plain / "config.json").read_text())
+    config.pop("rope_scaling", None)
+    config.setdefault("rope_parameters", {}).update(rope_type="default")
+    (plain / "config.json").write_text(json.dumps(config, indent=2))
+    batch = texts()
+    a = SentenceTransformer(str(d), device="cpu").encode(batch, convert_to_tensor=True, normalize_embeddings=True)
+    b = SentenceTransformer(str(plain), device="cpu").encode(batch, convert_to_tensor=True, normalize_embeddings=True)
+    shutil.rmtree(plain)
+    worst = float((a * b).sum(-1).min())
+    assert worst < 0.99, f"{name}: without its rotary scaling the embeddings stay within cosine {worst}"
+    print(f"{name}: without its rotary scaling, min cosine {worst:.4f}")
 
 
 def main():
@@ -552,6 +584,22 @@ def main():
         assert config["rms_norm_eps"] == 1e-5, config
         del config["rms_norm_eps"]
         path.write_text(json.dumps(config, indent=2))
+    if not only or "llama3_rope_last" in only:
+        # Llama 3.1's scaling over a pretraining length of 32 positions: at heads of 16 and base 5e4 one frequency is
+        # kept, one smoothed, six divided by 8, which the 96-token texts show.
+        llama3 = dict(rope_type="llama3", rope_theta=5e4, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                      original_max_position_embeddings=32)
+        make("llama3_rope_last", decoder(LlamaConfig, LlamaModel, num_key_value_heads=2, rope_parameters=llama3),
+             llama_tokenizer(), LLAMA_SPECIALS, "lasttoken", True, 26, 96, edit=as_transformers4_rope)
+        assert_rope_scaling_shows("llama3_rope_last")
+    if not only or "qwen3_yarn_last" in only:
+        # YaRN as Qwen documents it for long inputs (factor 4) over 24 positions: frequencies ramped and cos/sin
+        # times 0.1 ln 4 + 1.
+        yarn = dict(rope_type="yarn", rope_theta=1e4, factor=4.0, original_max_position_embeddings=24)
+        make("qwen3_yarn_last", decoder(Qwen3Config, Qwen3Model, num_key_value_heads=2, head_dim=16,
+                                        rope_parameters=yarn),
+             make_qwen3_fixtures.tokenizer(), QWEN_SPECIALS, "lasttoken", True, 27, 96)
+        assert_rope_scaling_shows("qwen3_yarn_last")
     if only:
         return
     make("xlmr_mean", roberta_like(XLMRobertaConfig, XLMRobertaModel), xlmr_tokenizer(), ROBERTA_SPECIALS, "mean",

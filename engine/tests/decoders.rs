@@ -6,13 +6,16 @@
 //! without biases, with SGPT's position-weighted mean pooling), Mistral with a sliding window on every layer and a
 //! head width of its own (both last-token pooling, with a SentencePiece-style tokenizer appending `</s>`), Qwen2 with its Q/K/V biases, sliding-window layers from
 //! `max_window_layers` on and stella's Dense head, Qwen3 bidirectional with sliding-window layers from
-//! `layer_types` (mean pooling), and EuroBERT (Llama's layers, always bidirectional, its own RMSNorm epsilon).
+//! `layer_types` (mean pooling), EuroBERT (Llama's layers, always bidirectional, its own RMSNorm epsilon), and
+//! rotary scaling: Llama 3.1's (`llama3`, in transformers 4's `rope_scaling` key as the Hub's Llama 3.x files have
+//! it) and YaRN on Qwen3 (transformers 5's `rope_parameters`), each over a pretraining length shorter than the
+//! texts so that the scaling shows (the script checks the embeddings without it are far from the reference).
 
 use engine::{Engine, EngineConfig};
 
 mod common;
 
-const MODELS: [&str; 8] = [
+const MODELS: [&str; 10] = [
     "qwen3_causal",
     "qwen3_bidirectional",
     "llama_last",
@@ -21,6 +24,8 @@ const MODELS: [&str; 8] = [
     "qwen2_dense_mean",
     "qwen3_window_mean",
     "eurobert_mean",
+    "llama3_rope_last",
+    "qwen3_yarn_last",
 ];
 
 common::models::fixture_tests!(MODELS);

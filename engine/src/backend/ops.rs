@@ -162,20 +162,16 @@ pub trait Device: Send + Sync + 'static {
         inp: usize,
     ) -> Result<Self::Linear>;
     fn param(&self, t: Tensor) -> Result<Self::Param>;
-    /// Rotary embedding's cos/sin table for positions `0..positions` and heads of `head_dim` (rotate-half layout,
-    /// as Hugging Face's `apply_rotary_pos_emb`), with frequencies `scale · theta^(-2i/head_dim)` (`scale`: 1, or
-    /// what a rotary scaling multiplies positions by).
+    /// Rotary embedding's cos/sin table for positions `0..positions` and heads twice as wide as `frequencies`
+    /// (rotate-half layout, as Hugging Face's `apply_rotary_pos_emb`): at position `p`, `cos(p·f)` then `sin(p·f)`
+    /// for each frequency, both times `attention_factor` (1, or YaRN's).
     fn rotary_table(
         &self,
-        head_dim: usize,
-        theta: f64,
-        scale: f64,
+        frequencies: &[f64],
+        attention_factor: f64,
         positions: usize,
     ) -> Result<Self::Param> {
-        let half = head_dim / 2;
-        let frequencies: Vec<f64> = (0..half)
-            .map(|i| scale * theta.powf(-2.0 * i as f64 / head_dim as f64))
-            .collect();
+        let head_dim = 2 * frequencies.len();
         // Fallible: the length comes from a model's config, and an absurd one must be an error, not an abort.
         let mut table = Vec::new();
         positions
@@ -188,8 +184,8 @@ pub trait Device: Send + Sync + 'static {
             })?;
         for p in 0..positions {
             let angles = frequencies.iter().map(|f| p as f64 * f);
-            table.extend(angles.clone().map(|a| a.cos() as f32));
-            table.extend(angles.map(|a| a.sin() as f32));
+            table.extend(angles.clone().map(|a| (a.cos() * attention_factor) as f32));
+            table.extend(angles.map(|a| (a.sin() * attention_factor) as f32));
         }
         self.param(Tensor::from_vec(table))
     }

@@ -232,7 +232,7 @@ impl<D: Device> Decoder<D> {
                 dim: h,
                 norm: None,
             },
-            rotary: rotary_table(device, dir, c.head_dim(), c.rope_theta(), 1.0)?,
+            rotary: rotary_table(device, dir, c.head_dim(), c.rope())?,
             layers: (0..c.num_hidden_layers)
                 .map(|i| Layer::load(&w, device, c, i))
                 .collect::<Result<_>>()?,

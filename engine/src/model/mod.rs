@@ -20,7 +20,8 @@ mod weights;
 
 pub use config::{
     BertConfig, BertFamily, DecoderConfig, DecoderFamily, Gemma3Config, ModelConfig,
-    ModernBertConfig, RotaryBertConfig, RotaryBertFamily, RotaryBertMlp, T5Config, T5FeedForward,
+    ModernBertConfig, Rope, RopeScaling, RotaryBertConfig, RotaryBertFamily, RotaryBertMlp,
+    T5Config, T5FeedForward,
 };
 pub use dir::{DenseModule, ModelDir, Pooling, MAX_POSITIONS};
 pub use head::Head;
@@ -112,11 +113,10 @@ pub(crate) fn rotary_table<D: Device>(
     device: &D,
     dir: &ModelDir,
     head_dim: usize,
-    theta: f64,
-    scale: f64,
+    rope: &Rope,
 ) -> Result<D::Param> {
     device
-        .rotary_table(head_dim, theta, scale, dir.positions)
+        .rotary_table(&rope.frequencies(head_dim), rope.attention_factor(), dir.positions)
         .map_err(|e| {
             crate::error::Error::model(
                 &dir.root,
@@ -129,21 +129,21 @@ pub(crate) fn rotary_table<D: Device>(
 }
 
 /// The rotary tables of a model with global and sliding-window layers (ModernBERT, Gemma 3), each kind with its
-/// base, for positions `0..dir.positions`.
+/// base and scaling, for positions `0..dir.positions`.
 pub(crate) struct LayerRotary<D: Device> {
     global: D::Param,
     local: D::Param,
 }
 
 impl<D: Device> LayerRotary<D> {
-    /// `theta(global)`: the base of the global layers' table, or of the local ones'.
-    pub fn load(
+    /// `rope(global)`: the global layers' rotary positions, or the local ones'.
+    pub fn load<'a>(
         device: &D,
         dir: &ModelDir,
         head_dim: usize,
-        theta: impl Fn(bool) -> f64,
+        rope: impl Fn(bool) -> &'a Rope,
     ) -> Result<Self> {
-        let table = |global| rotary_table(device, dir, head_dim, theta(global), 1.0);
+        let table = |global| rotary_table(device, dir, head_dim, rope(global));
         Ok(LayerRotary {
             global: table(true)?,
             local: table(false)?,

@@ -139,7 +139,7 @@ impl<D: Device> ModernBert<D> {
                     c.norm_bias,
                 )?),
             },
-            rotary: LayerRotary::load(device, dir, c.head_dim(), |global| c.rope_theta(global))?,
+            rotary: LayerRotary::load(device, dir, c.head_dim(), |global| c.rope(global))?,
             layers: (0..c.num_hidden_layers)
                 .map(|i| Layer::load(&w, device, c, i))
                 .collect::<Result<_>>()?,

@@ -259,7 +259,7 @@ impl<D: Device> RotaryBert<D> {
                     true,
                 )?),
             },
-            rotary: rotary_table(device, dir, c.head_dim, c.rope_theta, c.rope_position_scale)?,
+            rotary: rotary_table(device, dir, c.head_dim, &c.rope)?,
             layers: (0..c.num_hidden_layers)
                 .map(|i| Layer::load(&w, device, c, naming, i))
                 .collect::<Result<_>>()?,

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::{check_dims, read_json, RopeParameters};
+use super::{check_dims, read_json, Rope};
 use crate::backend::ops::AttentionShape;
 use crate::error::{Error, Result};
 
@@ -76,11 +76,15 @@ pub struct DecoderConfig {
     rms_norm_eps: Option<f64>,
     /// Rotary base frequency: top-level in older configs, under `rope_parameters` in newer ones.
     rope_theta: Option<f64>,
+    /// transformers 5's rotary parameters (base, scaling).
     #[serde(default)]
-    rope_parameters: Option<RopeParameters>,
-    /// Refused when set: rotary scaling (transformers 4's key).
+    rope_parameters: Option<serde_json::Value>,
+    /// transformers 4's rotary scaling (Llama 3.1's `llama3`, Qwen's `yarn`, ...).
     #[serde(default)]
     rope_scaling: Option<serde_json::Value>,
+    /// Made from the three above by [`read_decoder`].
+    #[serde(skip)]
+    rope: Rope,
     /// Biases on the attention projections (Llama, Qwen3: all four; Qwen2 has Q/K/V biases whatever it says).
     #[serde(default)]
     attention_bias: bool,
@@ -124,12 +128,26 @@ fn default_max_window_layers() -> usize {
 }
 
 impl DecoderConfig {
-    pub fn rope_theta(&self) -> f64 {
-        self.rope_parameters
+    /// The rotary positions (base and scaling).
+    pub fn rope(&self) -> &Rope {
+        &self.rope
+    }
+
+    /// The rotary positions the file names: `rope_scaling` where it names any (transformers 5 converts the older
+    /// key so), else `rope_parameters`; the base from them, else `rope_theta`, else the default.
+    fn read_rope(&self) -> std::result::Result<Rope, String> {
+        let named =
+            |v: &&serde_json::Value| !(v.is_null() || v.as_object().is_some_and(|m| m.is_empty()));
+        let parameters = self
+            .rope_scaling
             .as_ref()
-            .and_then(|r| r.rope_theta)
-            .or(self.rope_theta)
-            .unwrap_or(DEFAULT_ROPE_THETA)
+            .filter(named)
+            .or(self.rope_parameters.as_ref());
+        Rope::read(
+            &[parameters],
+            self.rope_theta.unwrap_or(DEFAULT_ROPE_THETA),
+            self.max_position_embeddings,
+        )
     }
 
     /// Whether attention is causal: as the file says, but EuroBertAttention's never is.
@@ -234,19 +252,6 @@ impl DecoderConfig {
                 self.hidden_act
             ));
         }
-        if let Some(r) = self
-            .rope_parameters
-            .as_ref()
-            .filter(|r| r.rope_type != "default")
-        {
-            return Some(format!(
-                "unsupported rope_type {:?}: expected \"default\" (no rotary scaling)",
-                r.rope_type
-            ));
-        }
-        if self.rope_scaling.as_ref().is_some_and(|r| !r.is_null()) {
-            return Some("rope_scaling is not supported (no rotary scaling)".into());
-        }
         let (heads, kv) = (self.num_attention_heads, self.kv_heads());
         if heads == 0 || kv == 0 || !heads.is_multiple_of(kv) {
             return Some(format!(
@@ -311,6 +316,9 @@ pub(super) fn read_decoder(config_path: &Path, family: DecoderFamily) -> Result<
             ),
         ],
     )?;
+    config.rope = config
+        .read_rope()
+        .map_err(|why| Error::model(config_path, why))?;
     match config.refusal() {
         Some(why) => Err(Error::model(config_path, why)),
         None => Ok(config),
@@ -419,7 +427,7 @@ mod tests {
         );
         assert_eq!((c.kv_heads(), c.head_dim()), (4, 16));
         assert_eq!(config(DecoderFamily::Qwen3, json!({})).head_dim(), 128);
-        assert_eq!(c.rope_theta(), DEFAULT_ROPE_THETA);
+        assert_eq!(c.read_rope(), Ok(Rope::plain(DEFAULT_ROPE_THETA)));
         let q2 = config(DecoderFamily::Qwen2, json!({"mlp_bias": true}));
         assert_eq!(
             (q2.attention_biases(), q2.mlp_bias()),
@@ -427,14 +435,45 @@ mod tests {
         );
     }
 
+    /// Either generation's keys: transformers 4's `rope_scaling` beside a top-level base (Llama 3.2's file), 5's
+    /// `rope_parameters` with the base inside; `rope_scaling` wins where both name something, as transformers 5
+    /// converts it; what transformers cannot run (longrope's extra factors aside) is refused.
     #[test]
-    fn rotary_scaling_is_refused_in_either_key() {
-        for extra in [
-            json!({"rope_scaling": {"type": "linear", "factor": 2.0}}),
-            json!({"rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5}}),
-        ] {
-            let c = config(DecoderFamily::Llama, extra);
-            assert!(c.refusal().is_some_and(|r| r.contains("rotary scaling")));
+    fn rotary_scaling_in_either_key() {
+        use super::super::RopeScaling;
+        let llama3 = RopeScaling::Llama3 {
+            factor: 32.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original: 8192.0,
+        };
+        let old = config(
+            DecoderFamily::Llama,
+            json!({"rope_theta": 5e5, "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0,
+                "low_freq_factor": 1.0, "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+                "rope_parameters": {"rope_type": "default"}}),
+        );
+        let new = config(
+            DecoderFamily::Llama,
+            json!({"rope_scaling": null, "rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5,
+                "factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                "original_max_position_embeddings": 8192}}),
+        );
+        for c in [old, new] {
+            assert_eq!(
+                c.read_rope(),
+                Ok(Rope {
+                    theta: 5e5,
+                    scaling: llama3.clone()
+                })
+            );
         }
+        let refused = config(
+            DecoderFamily::Qwen2,
+            json!({"rope_scaling": {"type": "longrope", "factor": 2.0}}),
+        );
+        assert!(refused
+            .read_rope()
+            .is_err_and(|e| e.contains("unsupported rope_type")));
     }
 }

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::{read_json, LayerKinds};
+use super::{read_json, LayerKinds, Rope};
 use crate::backend::ops::AttentionShape;
 use crate::error::{Error, Result};
 
@@ -77,15 +77,10 @@ impl Gemma3Config {
         self.kinds.is_global(i, pattern)
     }
 
-    /// The rotary base of the global layers (`global`) or of the local ones: transformers' defaults 1,000,000 and
-    /// 10,000.
-    pub fn rope_theta(&self, global: bool) -> f64 {
-        if global {
-            self.kinds.rope_theta(true, self.rope_theta, 1_000_000.0)
-        } else {
-            self.kinds
-                .rope_theta(false, self.rope_local_base_freq, 10_000.0)
-        }
+    /// The rotary positions of the global layers (`global`) or of the local ones: bases by default 1,000,000 and
+    /// 10,000, transformers 4's `rope_scaling` on the global ones (Gemma 3 4B's linear factor 8).
+    pub fn rope(&self, global: bool) -> &Rope {
+        self.kinds.rope(global)
     }
 
     /// Layer `i`'s attention; the window as transformers 5 masks it. transformers holds `sliding_window / 2 + 1`
@@ -115,8 +110,18 @@ impl Gemma3Config {
 }
 
 pub(super) fn read_gemma3(config_path: &Path) -> Result<Gemma3Config> {
-    let config: Gemma3Config = read_json(config_path)?;
+    let mut config: Gemma3Config = read_json(config_path)?;
     let fail = |message: String| Err(Error::model(config_path, message));
+    let bases = [
+        config.rope_theta.unwrap_or(1_000_000.0),
+        config.rope_local_base_freq.unwrap_or(10_000.0),
+    ];
+    if let Err(why) = config
+        .kinds
+        .read_ropes(bases, false, config.max_position_embeddings)
+    {
+        return fail(why);
+    }
     if !["gelu_pytorch_tanh", "gelu"].contains(&config.hidden_activation.as_str()) {
         return fail(format!(
             "unsupported hidden_activation {:?}: expected \"gelu_pytorch_tanh\" or \"gelu\"",
@@ -160,7 +165,10 @@ mod tests {
             "max_position_embeddings": 40, "sliding_window": 512});
         let mut merged = base.as_object().expect("object").clone();
         merged.extend(json.as_object().expect("object").clone());
-        serde_json::from_value(serde_json::Value::Object(merged)).expect("a Gemma 3 config")
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("config.json");
+        std::fs::write(&path, serde_json::Value::Object(merged).to_string()).expect("write");
+        read_gemma3(&path).expect("a Gemma 3 config")
     }
 
     /// Gemma 3's pattern (the sixth layer global) and rotary bases of transformers 4's keys, and EmbeddingGemma's
@@ -178,7 +186,10 @@ mod tests {
             [Some(256), Some(256), Some(256), Some(256), Some(256), None]
         );
         assert!(!c.attention(0).causal);
-        assert_eq!((c.rope_theta(true), c.rope_theta(false)), (5e5, 2e3));
+        assert_eq!(
+            (c.rope(true), c.rope(false)),
+            (&Rope::plain(5e5), &Rope::plain(2e3))
+        );
         let causal = gemma3(
             json!({"layer_types": ["full_attention", "sliding_attention",
             "sliding_attention", "sliding_attention", "sliding_attention", "full_attention"]}),
@@ -187,8 +198,8 @@ mod tests {
         assert_eq!(causal.attention(0).window, None);
         assert!(causal.attention(1).causal);
         assert_eq!(
-            (causal.rope_theta(true), causal.rope_theta(false)),
-            (1e6, 1e4)
+            (causal.rope(true), causal.rope(false)),
+            (&Rope::plain(1e6), &Rope::plain(1e4))
         );
         // transformers' is_causal: false widens the sliding layers' mask to |i − j| ≤ what it holds.
         let open = gemma3(json!({"is_causal": false}));
@@ -200,6 +211,24 @@ mod tests {
         assert_eq!(
             (both.attention(0).window, both.attention(5).window),
             (Some(257), None)
+        );
+    }
+
+    /// Gemma 3 4B's transformers 4 keys scale the global layers only (transformers' Gemma3TextConfig merges
+    /// `rope_scaling` into `full_attention`'s parameters); transformers 5's nested keys say it per kind.
+    #[test]
+    fn gemma3_rope_scaling_is_the_global_layers() {
+        use super::super::RopeScaling;
+        use serde_json::json;
+        let old = gemma3(json!({"rope_scaling": {"rope_type": "linear", "factor": 8.0}}));
+        assert_eq!(old.rope(true).scaling, RopeScaling::Linear { factor: 8.0 });
+        assert_eq!(old.rope(false), &Rope::plain(1e4));
+        let new = gemma3(json!({"rope_parameters": {
+            "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}}));
+        assert_eq!(
+            (new.rope(true), new.rope(false)),
+            (old.rope(true), old.rope(false))
         );
     }
 }

@@ -13,6 +13,7 @@ mod bert;
 mod decoder;
 mod gemma3;
 mod modernbert;
+mod rope;
 mod rotary_bert;
 mod t5;
 
@@ -24,34 +25,25 @@ use gemma3::read_gemma3;
 pub use gemma3::Gemma3Config;
 use modernbert::read_modernbert;
 pub use modernbert::ModernBertConfig;
+pub use rope::{Rope, RopeScaling};
 use rotary_bert::read_rotary_bert;
 pub use rotary_bert::{RotaryBertConfig, RotaryBertFamily, RotaryBertMlp};
 use t5::read_t5;
 pub use t5::{T5Config, T5FeedForward};
 
-/// One entry of `rope_parameters` (transformers 5), or the file's only one.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
-struct RopeParameters {
-    rope_theta: Option<f64>,
-    /// transformers reads the older `type` where `rope_type` is absent.
-    #[serde(default = "default_rope_type", alias = "type")]
-    rope_type: String,
-    /// A scaling's factor (`linear`: positions divided by it).
-    factor: Option<f64>,
-}
-
-fn default_rope_type() -> String {
-    "default".into()
-}
 /// What a model with global and sliding-window layers (ModernBERT, Gemma 3) says about them in transformers 5's
 /// keys: `layer_types`, and `rope_parameters` by layer type; each family reads its older keys itself.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 struct LayerKinds {
     layer_types: Option<Vec<String>>,
-    rope_parameters: Option<BTreeMap<String, RopeParameters>>,
-    /// Refused when set: rotary scaling (transformers 4's key).
+    rope_parameters: Option<BTreeMap<String, serde_json::Value>>,
+    /// transformers 4's rotary scaling, merged into the global layers' parameters (and the local ones' where the
+    /// family says so).
     #[serde(default)]
     rope_scaling: Option<serde_json::Value>,
+    /// The global layers' and the local layers' rotary positions, made by [`LayerKinds::read_ropes`].
+    #[serde(skip)]
+    ropes: [Rope; 2],
 }
 
 impl LayerKinds {
@@ -63,39 +55,39 @@ impl LayerKinds {
         }
     }
 
-    /// The rotary base of the global layers or of the local ones: `rope_parameters`' entry, else `old` (the
-    /// family's older key), else `default`.
-    fn rope_theta(&self, global: bool, old: Option<f64>, default: f64) -> f64 {
-        let kind = if global {
-            "full_attention"
-        } else {
-            "sliding_attention"
-        };
-        self.rope_parameters
-            .as_ref()
-            .and_then(|r| r.get(kind))
-            .and_then(|r| r.rope_theta)
-            .or(old)
-            .unwrap_or(default)
+    /// Reads each kind's rotary positions, global then local: `rope_parameters`' entry for the kind, then
+    /// `rope_scaling` merged over it (over the global one only, unless `scaling_local`, as the family's
+    /// transformers config converts the older keys), the base from `bases` (the family's older keys, else its
+    /// defaults) where neither names one.
+    fn read_ropes(
+        &mut self,
+        bases: [f64; 2],
+        scaling_local: bool,
+        max_positions: usize,
+    ) -> std::result::Result<(), String> {
+        for (i, kind) in ["full_attention", "sliding_attention"]
+            .into_iter()
+            .enumerate()
+        {
+            let layer = self.rope_parameters.as_ref().and_then(|r| r.get(kind));
+            let scaling = self
+                .rope_scaling
+                .as_ref()
+                .filter(|_| i == 0 || scaling_local);
+            self.ropes[i] = Rope::read(&[layer, scaling], bases[i], max_positions)
+                .map_err(|e| format!("{kind} layers: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// The global layers' rotary positions, or the local ones'.
+    fn rope(&self, global: bool) -> &Rope {
+        &self.ropes[usize::from(!global)]
     }
 
     /// Why a model of `layers` layers cannot run as these keys say, if it cannot: a `layer_types` of another
-    /// length or with other kinds, rotary scaling.
+    /// length or with other kinds.
     fn refusal(&self, layers: usize) -> Option<String> {
-        if let Some((kind, r)) = self
-            .rope_parameters
-            .iter()
-            .flatten()
-            .find(|(_, r)| r.rope_type != "default")
-        {
-            return Some(format!(
-                "unsupported rope_type {:?} for {kind}: expected \"default\" (no rotary scaling)",
-                r.rope_type
-            ));
-        }
-        if self.rope_scaling.as_ref().is_some_and(|r| !r.is_null()) {
-            return Some("rope_scaling is not supported (no rotary scaling)".into());
-        }
         let types = self.layer_types.as_ref()?;
         (types.len() != layers
             || types

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::{default_act, read_json, LayerKinds};
+use super::{default_act, read_json, LayerKinds, Rope};
 use crate::backend::ops::AttentionShape;
 use crate::error::{Error, Result};
 
@@ -60,16 +60,10 @@ impl ModernBertConfig {
         self.kinds.is_global(i, pattern)
     }
 
-    /// The rotary base of the global layers (`global`) or of the local ones: transformers' defaults 160,000 and
-    /// 10,000.
-    pub fn rope_theta(&self, global: bool) -> f64 {
-        if global {
-            self.kinds
-                .rope_theta(true, self.global_rope_theta, 160_000.0)
-        } else {
-            self.kinds
-                .rope_theta(false, self.local_rope_theta, 10_000.0)
-        }
+    /// The rotary positions of the global layers (`global`) or of the local ones: bases by default 160,000 and
+    /// 10,000, transformers 4's `rope_scaling` on both.
+    pub fn rope(&self, global: bool) -> &Rope {
+        self.kinds.rope(global)
     }
 
     pub fn head_dim(&self) -> usize {
@@ -89,8 +83,18 @@ impl ModernBertConfig {
 }
 
 pub(super) fn read_modernbert(config_path: &Path) -> Result<ModernBertConfig> {
-    let config: ModernBertConfig = read_json(config_path)?;
+    let mut config: ModernBertConfig = read_json(config_path)?;
     let fail = |message: String| Err(Error::model(config_path, message));
+    let bases = [
+        config.global_rope_theta.unwrap_or(160_000.0),
+        config.local_rope_theta.unwrap_or(10_000.0),
+    ];
+    if let Err(why) = config
+        .kinds
+        .read_ropes(bases, true, config.max_position_embeddings)
+    {
+        return fail(why);
+    }
     // transformers' ACT2FN["gelu"] is the exact (erf) GELU; the tanh forms would be silently different.
     if config.hidden_activation != "gelu" {
         return fail(format!(
@@ -127,7 +131,10 @@ mod tests {
             "num_attention_heads": 2, "intermediate_size": 16, "max_position_embeddings": 40});
         let mut merged = base.as_object().expect("object").clone();
         merged.extend(json.as_object().expect("object").clone());
-        serde_json::from_value(serde_json::Value::Object(merged)).expect("a ModernBERT config")
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("config.json");
+        std::fs::write(&path, serde_json::Value::Object(merged).to_string()).expect("write");
+        read_modernbert(&path).expect("a ModernBERT config")
     }
 
     /// Both generations of ModernBERT's config: transformers 4's pattern and thetas, transformers 5's
@@ -141,13 +148,16 @@ mod tests {
         );
         let windows: Vec<_> = (0..4).map(|i| old.attention(i).window).collect();
         assert_eq!(windows, [None, Some(32), None, Some(32)]);
-        assert_eq!((old.rope_theta(true), old.rope_theta(false)), (8e4, 5e3));
+        assert_eq!(
+            (old.rope(true), old.rope(false)),
+            (&Rope::plain(8e4), &Rope::plain(5e3))
+        );
         let defaults = modernbert(json!({}));
         let windows: Vec<_> = (0..4).map(|i| defaults.attention(i).window).collect();
         assert_eq!(windows, [None, Some(64), Some(64), None]);
         assert_eq!(
-            (defaults.rope_theta(true), defaults.rope_theta(false)),
-            (160_000.0, 10_000.0)
+            (defaults.rope(true), defaults.rope(false)),
+            (&Rope::plain(160_000.0), &Rope::plain(10_000.0))
         );
         let new = modernbert(
             json!({"layer_types": ["sliding_attention", "full_attention",
@@ -157,7 +167,16 @@ mod tests {
         );
         let windows: Vec<_> = (0..4).map(|i| new.attention(i).window).collect();
         assert_eq!(windows, [Some(64), None, None, Some(64)]);
-        assert_eq!((new.rope_theta(true), new.rope_theta(false)), (1e5, 2e4));
+        assert_eq!(
+            (new.rope(true), new.rope(false)),
+            (&Rope::plain(1e5), &Rope::plain(2e4))
+        );
+        // transformers 4's rope_scaling scales both kinds (ModernBertConfig merges it into each).
+        let scaled = modernbert(json!({"rope_scaling": {"type": "linear", "factor": 2.0}}));
+        for global in [true, false] {
+            let r = scaled.rope(global);
+            assert_eq!(r.scaling, super::super::RopeScaling::Linear { factor: 2.0 });
+        }
     }
 
     /// What would run silently wrong is refused, naming the key.
@@ -174,13 +193,10 @@ mod tests {
                 "hidden_activation",
             ),
             (
-                json!({"rope_parameters": {"full_attention": {"rope_theta": 1e4, "rope_type": "linear"}}}),
+                json!({"rope_parameters": {"full_attention": {"rope_theta": 1e4, "rope_type": "longrope"}}}),
                 "rope_type",
             ),
-            (
-                json!({"rope_scaling": {"type": "linear", "factor": 2.0}}),
-                "rope_scaling",
-            ),
+            (json!({"rope_scaling": {"type": "linear"}}), "factor"),
             (json!({"layer_types": ["full_attention"]}), "layer_types"),
             (json!({"num_attention_heads": 3}), "num_attention_heads"),
             (

@@ -12,7 +12,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::{check_dims, read_json, RopeParameters};
+use super::{check_dims, read_json, Rope, RopeScaling};
 use crate::backend::ops::{Activation, AttentionShape, Glu};
 use crate::error::{Error, Result};
 
@@ -101,7 +101,7 @@ struct RotaryBertFile {
     /// contrastors' longest sequence (8,192 for v1.5, trained to 2,048: `max_trained_positions`).
     n_positions: Option<usize>,
     max_trained_positions: Option<usize>,
-    rope_parameters: Option<RopeParameters>,
+    rope_parameters: Option<serde_json::Value>,
     rope_theta: Option<f64>,
     rotary_emb_base: Option<f64>,
     #[serde(default)]
@@ -161,10 +161,8 @@ pub struct RotaryBertConfig {
     pub type_vocab_size: usize,
     pub layer_norm_eps: f64,
     pub max_positions: usize,
-    pub rope_theta: f64,
-    /// What positions are multiplied by before rotary's frequencies (1: none; GTE's fixed NTK scaling and
-    /// transformers' `linear` rope type scale them).
-    pub rope_position_scale: f64,
+    /// Plain, or linearly scaled (transformers' `linear` rope type; GTE's fixed NTK scaling is one).
+    pub rope: Rope,
     pub mlp: RotaryBertMlp,
     /// Q/K/V and the output projection's biases (Nomic: contrastors' `qkv_proj_bias`; GTE and Jina: always).
     pub attention_bias: bool,
@@ -307,7 +305,7 @@ pub(super) fn read_rotary_bert(path: &Path, family: RotaryBertFamily) -> Result<
             f.activation_function, f.hidden_act
         ))
     })?;
-    let (theta, rope_position_scale) = rope(&f, family, head_dim).map_err(fail)?;
+    let rope = rope(&f, family, head_dim).map_err(fail)?;
     // A file in contrastors' keys alone (no transformers generation beside them) takes contrastors' defaults for
     // what it leaves out; transformers' NomicBertConfig has no biases and plain rotary.
     let contrastors_only = f.n_embd.is_some() && f.hidden_size.is_none();
@@ -389,59 +387,59 @@ pub(super) fn read_rotary_bert(path: &Path, family: RotaryBertFamily) -> Result<
             .or(f.layer_norm_epsilon)
             .unwrap_or(defaults.layer_norm_eps),
         max_positions,
-        rope_theta: theta,
-        rope_position_scale,
+        rope,
         mlp,
         attention_bias,
         mlp_biases,
     })
 }
 
-/// The rotary base and position scale: `rope_parameters` (transformers 5: `default`, or `linear` with its factor),
-/// else the older keys; GTE's `rope_scaling: {type: ntk, factor: s}` is Alibaba's fixed NTK scaling (vLLM's
-/// `NTKScalingRotaryEmbedding`), frequencies `(θ s)^(-2i/d) · s^(-2/d)`: a base of `θ s` and positions times
-/// `s^(-2/d)`. Other scalings are refused.
+/// The rotary positions: `rope_parameters` (transformers 5) or the older keys, plain or transformers' `linear`;
+/// GTE's `rope_scaling: {type: ntk, factor: s}` is Alibaba's fixed NTK scaling (vLLM's
+/// `NTKScalingRotaryEmbedding`), frequencies `(θ s)^(-2i/d) · s^(-2/d)`: a base of `θ s`, linearly scaled by
+/// `s^(2/d)`. Other scalings are refused (none of these families' checkpoints uses one).
 fn rope(
     f: &RotaryBertFile,
     family: RotaryBertFamily,
     head_dim: usize,
-) -> std::result::Result<(f64, f64), String> {
+) -> std::result::Result<Rope, String> {
     let theta = f
-        .rope_parameters
-        .as_ref()
-        .and_then(|r| r.rope_theta)
-        .or(f.rope_theta)
+        .rope_theta
         .or(f.rotary_emb_base)
         .unwrap_or(family.defaults().theta);
-    if !(theta > 0.0 && theta.is_finite()) {
-        return Err(format!("rotary base {theta}: expected a positive number"));
-    }
     let scaling = f.rope_scaling.as_ref().filter(|v| !v.is_null());
     let kind = scaling.and_then(|v| v.get("type").or(v.get("rope_type")));
-    match (f.rope_parameters.as_ref().map(|r| r.rope_type.as_str()), scaling) {
-        (Some("default") | None, None) => Ok((theta, 1.0)),
-        (Some("linear"), None) => {
-            let s = f
-                .rope_parameters
-                .as_ref()
-                .and_then(|r| r.factor)
-                .filter(|s| *s > 0.0 && s.is_finite())
-                .ok_or("linear rotary scaling without a positive factor")?;
-            Ok((theta, 1.0 / s))
+    // Alibaba's `mixed_b` is another (mixed) NTK scaling, not this one.
+    if family == RotaryBertFamily::Gte
+        && kind.and_then(serde_json::Value::as_str) == Some("ntk")
+        && scaling.is_some_and(|v| v.get("mixed_b").is_none_or(serde_json::Value::is_null))
+    {
+        let plain = Rope::read(&[f.rope_parameters.as_ref()], theta, 0)?;
+        let s = scaling
+            .and_then(|v| v.get("factor"))
+            .and_then(serde_json::Value::as_f64)
+            .filter(|s| *s > 0.0 && s.is_finite())
+            .ok_or_else(|| format!("ntk rotary scaling without a positive factor: {scaling:?}"))?;
+        if plain.scaling != RopeScaling::None {
+            return Err(format!(
+                "ntk rotary scaling over another one: {:?}",
+                plain.scaling
+            ));
         }
-        // Alibaba's `mixed_b` is another (mixed) NTK scaling, not this one.
-        (Some("default") | None, Some(v))
-            if family == RotaryBertFamily::Gte
-                && kind.and_then(serde_json::Value::as_str) == Some("ntk")
-                && v.get("mixed_b").is_none_or(serde_json::Value::is_null) =>
-        {
-            let s = v
-                .get("factor")
-                .and_then(serde_json::Value::as_f64)
-                .filter(|s| *s > 0.0 && s.is_finite())
-                .ok_or_else(|| format!("ntk rotary scaling without a positive factor: {v}"))?;
-            Ok((theta * s, s.powf(-2.0 / head_dim as f64)))
-        }
+        return Ok(Rope {
+            theta: plain.theta * s,
+            scaling: RopeScaling::Linear {
+                factor: s.powf(2.0 / head_dim as f64),
+            },
+        });
+    }
+    let rope = Rope::read(
+        &[scaling.or(f.rope_parameters.as_ref())],
+        theta,
+        family.defaults().longest,
+    )?;
+    match rope.scaling {
+        RopeScaling::None | RopeScaling::Linear { .. } => Ok(rope),
         _ => Err(format!(
             "unsupported rotary scaling (rope_parameters {:?}, rope_scaling {scaling:?}): expected none, \
              transformers' linear, or GTE's ntk",
@@ -483,7 +481,7 @@ mod tests {
         .expect("transformers' file");
         assert_eq!(hub, native);
         assert_eq!(
-            (hub.head_dim, hub.rope_theta, hub.mlp, hub.max_positions),
+            (hub.head_dim, hub.rope.theta, hub.mlp, hub.max_positions),
             (64, 1000.0, RotaryBertMlp::Gated(Glu::Silu), 8192)
         );
     }
@@ -499,10 +497,7 @@ mod tests {
             RotaryBertFamily::Nomic,
         )
         .expect("v1's scaling");
-        assert_eq!(
-            (c.max_positions, c.rope_theta, c.rope_position_scale),
-            (2048, 1000.0, 1.0)
-        );
+        assert_eq!((c.max_positions, &c.rope), (2048, &Rope::plain(1000.0)));
     }
 
     /// gte-base-en-v1.5's file (Alibaba's NewModel: fixed NTK scaling, no token types): the biases and GeGLU of
@@ -520,8 +515,11 @@ mod tests {
             (c.mlp, c.attention_bias, c.mlp_biases, c.type_vocab_size),
             (RotaryBertMlp::Gated(Glu::Gelu), true, (false, true), 0)
         );
-        assert_eq!(c.rope_theta, 1e6);
-        assert!((c.rope_position_scale - 2f64.powf(-2.0 / 64.0)).abs() < 1e-15);
+        assert_eq!(c.rope.theta, 1e6);
+        let RopeScaling::Linear { factor } = c.rope.scaling else {
+            panic!("linear: {:?}", c.rope.scaling);
+        };
+        assert!((factor - 2f64.powf(2.0 / 64.0)).abs() < 1e-15);
         // Alibaba's mixed NTK scaling is another one: refused, not read as the fixed one.
         let mixed = json!({"model_type": "new", "vocab_size": 10, "hidden_size": 8, "num_attention_heads": 2,
             "num_hidden_layers": 1, "intermediate_size": 16,
@@ -560,7 +558,7 @@ mod tests {
         );
         assert_eq!(
             (
-                hub.rope_theta,
+                hub.rope.theta,
                 hub.max_positions,
                 hub.layer_norm_eps,
                 hub.type_vocab_size
