@@ -8,7 +8,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::{check_dims, read_json, Rope};
+use super::{check_dims, read_json, rope::scaling_or_parameters, Rope};
 use crate::backend::ops::AttentionShape;
 use crate::error::{Error, Result};
 
@@ -82,7 +82,10 @@ pub struct DecoderConfig {
     /// transformers 4's rotary scaling (Llama 3.1's `llama3`, Qwen's `yarn`, ...).
     #[serde(default)]
     rope_scaling: Option<serde_json::Value>,
-    /// Made from the three above by [`read_decoder`].
+    /// The pretraining length a scaling extends, at the top level (Phi-3's place): it wins over the one in the
+    /// rotary parameters, as transformers' `standardize_rope_params` has it.
+    original_max_position_embeddings: Option<f64>,
+    /// Made from the four above by [`read_decoder`].
     #[serde(skip)]
     rope: Rope,
     /// Biases on the attention projections (Llama, Qwen3: all four; Qwen2 has Q/K/V biases whatever it says).
@@ -134,17 +137,16 @@ impl DecoderConfig {
     }
 
     /// The rotary positions the file names: `rope_scaling` where it names any (transformers 5 converts the older
-    /// key so), else `rope_parameters`; the base from them, else `rope_theta`, else the default.
+    /// key so), else `rope_parameters`, a top-level `original_max_position_embeddings` over theirs; the base from
+    /// them, else `rope_theta`, else the default.
     fn read_rope(&self) -> std::result::Result<Rope, String> {
-        let named =
-            |v: &&serde_json::Value| !(v.is_null() || v.as_object().is_some_and(|m| m.is_empty()));
-        let parameters = self
-            .rope_scaling
-            .as_ref()
-            .filter(named)
-            .or(self.rope_parameters.as_ref());
+        let parameters =
+            scaling_or_parameters(self.rope_scaling.as_ref(), self.rope_parameters.as_ref());
+        let original = self
+            .original_max_position_embeddings
+            .map(|n| serde_json::json!({ "original_max_position_embeddings": n }));
         Rope::read(
-            &[parameters],
+            &[parameters, original.as_ref()],
             self.rope_theta.unwrap_or(DEFAULT_ROPE_THETA),
             self.max_position_embeddings,
         )
@@ -468,6 +470,16 @@ mod tests {
                 })
             );
         }
+        // Phi-3's top-level pretraining length wins over the parameters' one.
+        let top = config(
+            DecoderFamily::Qwen3,
+            json!({"original_max_position_embeddings": 8192, "rope_parameters": {"rope_type": "yarn",
+                "factor": 4.0, "original_max_position_embeddings": 32768}}),
+        );
+        assert!(matches!(
+            top.read_rope().map(|r| r.scaling),
+            Ok(RopeScaling::Yarn { original, .. }) if original == 8192.0
+        ));
         let refused = config(
             DecoderFamily::Qwen2,
             json!({"rope_scaling": {"type": "longrope", "factor": 2.0}}),

@@ -65,17 +65,29 @@ impl LayerKinds {
         scaling_local: bool,
         max_positions: usize,
     ) -> std::result::Result<(), String> {
+        // Without `rope_parameters`, transformers starts each kind from `{rope_type: default}`, which an older
+        // `type` in `rope_scaling` does not override.
+        let default = serde_json::json!({"rope_type": "default"});
         for (i, kind) in ["full_attention", "sliding_attention"]
             .into_iter()
             .enumerate()
         {
-            let layer = self.rope_parameters.as_ref().and_then(|r| r.get(kind));
+            let layer = match &self.rope_parameters {
+                Some(r) => r.get(kind),
+                None => Some(&default),
+            };
             let scaling = self
                 .rope_scaling
                 .as_ref()
                 .filter(|_| i == 0 || scaling_local);
-            self.ropes[i] = Rope::read(&[layer, scaling], bases[i], max_positions)
+            let mut rope = Rope::read(&[layer, scaling], bases[i], max_positions)
                 .map_err(|e| format!("{kind} layers: {e}"))?;
+            // transformers reads YaRN's `truncate` from the top of `rope_parameters`, where a file nested by
+            // layer kind has none: always the default, true.
+            if let RopeScaling::Yarn { truncate, .. } = &mut rope.scaling {
+                *truncate = true;
+            }
+            self.ropes[i] = rope;
         }
         Ok(())
     }

@@ -171,12 +171,15 @@ mod tests {
             (new.rope(true), new.rope(false)),
             (&Rope::plain(1e5), &Rope::plain(2e4))
         );
-        // transformers 4's rope_scaling scales both kinds (ModernBertConfig merges it into each).
-        let scaled = modernbert(json!({"rope_scaling": {"type": "linear", "factor": 2.0}}));
+        // transformers 4's rope_scaling scales both kinds (ModernBertConfig merges it into each kind's
+        // `{rope_type: default}`, so that an older `type` alone changes nothing).
+        let scaled = modernbert(json!({"rope_scaling": {"rope_type": "linear", "factor": 2.0}}));
         for global in [true, false] {
             let r = scaled.rope(global);
             assert_eq!(r.scaling, super::super::RopeScaling::Linear { factor: 2.0 });
         }
+        let old_type = modernbert(json!({"rope_scaling": {"type": "linear", "factor": 2.0}}));
+        assert_eq!(old_type.rope(true), &Rope::plain(160_000.0));
     }
 
     /// What would run silently wrong is refused, naming the key.
@@ -196,7 +199,7 @@ mod tests {
                 json!({"rope_parameters": {"full_attention": {"rope_theta": 1e4, "rope_type": "longrope"}}}),
                 "rope_type",
             ),
-            (json!({"rope_scaling": {"type": "linear"}}), "factor"),
+            (json!({"rope_scaling": {"rope_type": "linear"}}), "factor"),
             (json!({"layer_types": ["full_attention"]}), "layer_types"),
             (json!({"num_attention_heads": 3}), "num_attention_heads"),
             (

@@ -22,8 +22,19 @@ struct RopeParameters {
     mscale_all_dim: Option<f64>,
     beta_fast: Option<f64>,
     beta_slow: Option<f64>,
-    truncate: Option<bool>,
+    /// Absent: true; null: false (transformers' `if truncate`).
+    #[serde(default, deserialize_with = "super::present")]
+    truncate: Option<Option<bool>>,
     partial_rotary_factor: Option<f64>,
+}
+
+/// transformers' `rope_scaling or rope_parameters`: the older key where it names anything (not null, not `{}`).
+pub(super) fn scaling_or_parameters<'a>(
+    rope_scaling: Option<&'a Value>,
+    rope_parameters: Option<&'a Value>,
+) -> Option<&'a Value> {
+    let named = |v: &&Value| !(v.is_null() || v.as_object().is_some_and(|m| m.is_empty()));
+    rope_scaling.filter(named).or(rope_parameters)
 }
 
 /// How a rotary table's frequencies differ from plain RoPE's `θ^(-2i/d)`.
@@ -102,17 +113,18 @@ impl Rope {
         if !(theta > 0.0 && theta.is_finite()) {
             return Err(format!("rotary base {theta}: expected a positive number"));
         }
-        if p.partial_rotary_factor.is_some_and(|f| f != 1.0) {
-            return Err(format!(
-                "partial_rotary_factor {:?}: expected rotary over whole heads",
-                p.partial_rotary_factor
-            ));
-        }
         let kind = p
             .rope_type
             .as_deref()
             .or(p.kind.as_deref())
             .unwrap_or("default");
+        // transformers' default rotary ignores it; its scalings rotate only that fraction of a head.
+        if kind != "default" && p.partial_rotary_factor.is_some_and(|f| f != 1.0) {
+            return Err(format!(
+                "partial_rotary_factor {:?} with {kind} rotary scaling: expected rotary over whole heads",
+                p.partial_rotary_factor
+            ));
+        }
         let positive = |name: &str, v: Option<f64>| {
             v.filter(|v| *v > 0.0 && v.is_finite())
                 .ok_or_else(|| format!("{kind} rotary scaling needs a positive {name}, got {v:?}"))
@@ -175,7 +187,7 @@ impl Rope {
                     beta_fast: p.beta_fast.filter(|b| *b != 0.0).unwrap_or(32.0),
                     beta_slow: p.beta_slow.filter(|b| *b != 0.0).unwrap_or(1.0),
                     original,
-                    truncate: p.truncate.unwrap_or(true),
+                    truncate: p.truncate.is_none_or(|t| t.unwrap_or(false)),
                 }
             }
             other => {
@@ -276,6 +288,34 @@ mod tests {
         assert_eq!(r.frequencies(8), Rope::plain(1e4).frequencies(8));
     }
 
+    /// transformers reads `truncate` with Python's truthiness (null: false) and ignores `partial_rotary_factor`
+    /// without a scaling; `rope_scaling: {}` names nothing.
+    #[test]
+    fn truthiness_and_empty_keys_as_transformers_reads_them() {
+        let yarn = |truncate: Value| {
+            let r = read(json!({"rope_type": "yarn", "factor": 4.0, "truncate": truncate}))
+                .expect("read");
+            match r.scaling {
+                RopeScaling::Yarn { truncate, .. } => truncate,
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!((yarn(Value::Null), yarn(json!(true))), (false, true));
+        let absent = read(json!({"rope_type": "yarn", "factor": 4.0})).expect("read");
+        assert!(matches!(
+            absent.scaling,
+            RopeScaling::Yarn { truncate: true, .. }
+        ));
+        let plain =
+            read(json!({"rope_type": "default", "partial_rotary_factor": 0.5})).expect("read");
+        assert_eq!(plain, Rope::plain(1e4));
+        let parameters = json!({"rope_type": "linear", "factor": 2.0});
+        assert_eq!(
+            scaling_or_parameters(Some(&json!({})), Some(&parameters)),
+            Some(&parameters)
+        );
+    }
+
     #[test]
     fn later_sources_override_earlier_ones() {
         let layer = json!({"rope_type": "default", "rope_theta": 5e5});
@@ -346,7 +386,7 @@ mod tests {
             ),
             (json!({"rope_theta": -1.0}), "rotary base"),
             (
-                json!({"partial_rotary_factor": 0.5}),
+                json!({"rope_type": "linear", "factor": 2.0, "partial_rotary_factor": 0.5}),
                 "partial_rotary_factor",
             ),
             (json!("linear"), "expected an object"),

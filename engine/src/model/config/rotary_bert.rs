@@ -12,7 +12,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::{check_dims, read_json, Rope, RopeScaling};
+use super::{check_dims, read_json, rope::scaling_or_parameters, Rope, RopeScaling};
 use crate::backend::ops::{Activation, AttentionShape, Glu};
 use crate::error::{Error, Result};
 
@@ -434,7 +434,7 @@ fn rope(
         });
     }
     let rope = Rope::read(
-        &[scaling.or(f.rope_parameters.as_ref())],
+        &[scaling_or_parameters(scaling, f.rope_parameters.as_ref())],
         theta,
         family.defaults().longest,
     )?;
