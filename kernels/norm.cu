@@ -3,18 +3,21 @@
 // output's bf16 rounding to `shadow` when given (common.cuh: the next GEMM's operand).
 
 // `out` may be `x` itself (in place): each thread copies the columns it then normalises, so no barrier is needed.
-extern "C" __global__ void layer_norm(const float* x, int ldx, float* out, int ldo, int cols, const int* meta,
-                                      const float* gamma, const float* beta, float eps, unsigned short* shadow) {
+// `res`, when not null, is added to `x` first (the residual of a block whose output is itself normed).
+extern "C" __global__ void layer_norm(const float* x, int ldx, const float* res, int ldr, float* out, int ldo,
+                                      int cols, const int* meta, const float* gamma, const float* beta, float eps,
+                                      unsigned short* shadow) {
     __shared__ float scratch[32];
     const int r = blockIdx.x;
     if (r >= META_TOKENS(meta)) {
         return;
     }
     const float* in = x + (size_t)r * ldx;
+    const float* added = res ? res + (size_t)r * ldr : nullptr;
     float* row = out + (size_t)r * ldo;
     float s = 0.0f;
     for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-        const float v = in[c];
+        const float v = added ? in[c] + added[c] : in[c];
         row[c] = v;
         s += v;
     }

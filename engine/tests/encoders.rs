@@ -18,14 +18,16 @@
 //! and both generations of config keys, and GTE (GeGLU, biases) in transformers' config and in Alibaba's NewModel
 //! one with its fixed NTK rotary scaling and no token types, and Jina v3 (XLM-R's tokenizer, BERT's GELU MLP, every
 //! bias) in the Hub's tensor names and transformers' in-memory ones; and JinaBERT (jina-embeddings-v2: ALiBi over 12
-//! heads, GeGLU; its reference written out by scripts/make_jinabert_fixture.py). The first three number positions after the
+//! heads, GeGLU; its reference written out by scripts/make_jinabert_fixture.py) and Jina's qk-post-norm JinaBERT
+//! (jina-embeddings-v2-base-code, -de, -es, -zh: LayerNorms on Q and K, a second residual norm, its own GeGLU
+//! order; the same script's). The first three number positions after the
 //! padding id: their texts put `<pad>` inside sequences
 //! (it takes the padding row and does not advance the positions after it), `<mask>` after whitespace it strips,
 //! and run past max_seq_length; the default tokenizer must give sentence-transformers' ids.
 
 mod common;
 
-const MODELS: [&str; 20] = [
+const MODELS: [&str; 21] = [
     "xlmr_mean",
     "roberta_cls",
     "mpnet_mean",
@@ -46,6 +48,7 @@ const MODELS: [&str; 20] = [
     "jina_v3_mean",
     "jina_v3_renamed_mean",
     "jinabert_mean",
+    "jinabert_qk_mean",
 ];
 
 common::models::fixture_tests!(MODELS);
@@ -83,26 +86,18 @@ fn jina_v3_remote_code_checkpoint_is_refused_naming_the_hf_one() {
     );
 }
 
-/// jina-embeddings-v2's code, German, Spanish and Chinese models (Jina's other JinaBERT: LayerNorms on Q and K,
-/// another feed-forward) are refused by name, not run as the JinaBERT the engine knows.
+/// Jina's qk-post-norm JinaBERT (told apart by its tensors) runs only as its checkpoints have it, with ALiBi and
+/// the GeGLU feed-forward: a config saying otherwise is refused by name, not run with half the layer misread.
 #[test]
-fn jinabert_with_qk_norms_is_refused() {
-    use safetensors::{serialize, SafeTensors};
+fn jinabert_qk_post_norm_without_geglu_is_refused() {
     let tmp = tempfile::tempdir().expect("temp dir");
-    let bytes = common::models::copy_all_but_weights("jinabert_mean", tmp.path());
-    let file = SafeTensors::deserialize(&bytes).expect("safetensors");
-    let norm = "encoder.layer.0.attention.self.layer_norm_q.weight";
-    let mut tensors: Vec<(String, _)> = file
-        .names()
-        .into_iter()
-        .map(|n| (n.to_string(), file.tensor(n).expect("tensor")))
-        .collect();
-    let bias = file
-        .tensor("encoder.layer.0.attention.self.query.bias")
-        .expect("a row of the width");
-    tensors.push((norm.to_string(), bias));
-    let data = serialize(tensors, None).expect("serialize");
-    std::fs::write(tmp.path().join("model.safetensors"), data).expect("write");
+    let bytes = common::models::copy_all_but_weights("jinabert_qk_mean", tmp.path());
+    std::fs::write(tmp.path().join("model.safetensors"), bytes).expect("weights");
+    let path = tmp.path().join("config.json");
+    let mut config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).expect("config")).expect("json");
+    config["feed_forward_type"] = "original".into();
+    std::fs::write(&path, config.to_string()).expect("write config");
     let err = engine::Engine::load(tmp.path(), engine::EngineConfig::default())
         .err()
         .expect("refused");

@@ -279,8 +279,15 @@ pub trait Ops {
         residual: Option<Self::Mat>,
         out: Self::Mat,
     );
-    /// LayerNorm of every row of `x` into `out` (`x` itself for in place).
-    fn layer_norm(&self, x: Self::Mat, out: Self::Mat, norm: &LayerNormWeights<Self::Device>);
+    /// LayerNorm of every row of `x` into `out` (`x` itself for in place); with `residual`, of `x + residual`
+    /// (the residual of a block whose output is itself normed: JinaBERT's qk-post-norm layer).
+    fn layer_norm(
+        &self,
+        x: Self::Mat,
+        residual: Option<Self::Mat>,
+        out: Self::Mat,
+        norm: &LayerNormWeights<Self::Device>,
+    );
     /// RMSNorm of every row of `x`, scaled by `weight` (one value per column), into `out` (`x` itself for in
     /// place); with `accumulate`, added to `out` instead (`x` another matrix): Gemma's norm of a block's output
     /// before its residual.

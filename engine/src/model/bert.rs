@@ -8,7 +8,10 @@
 //! (`modeling_distilbert.py`: no token types, other tensor names): [`BertFamily`]. And JinaBERT
 //! (jina-embeddings-v2, Jina's `jina-bert-implementation`): BERT without a position table, symmetric ALiBi biases
 //! on the attention scores, and a GeGLU feed-forward (`mlp.gated_layers` without bias, the GELU of its first half
-//! times its second, `mlp.wo`, `mlp.layernorm`). Differences, all exact in real arithmetic: sequences are
+//! times its second, `mlp.wo`, `mlp.layernorm`); and Jina's `jina-bert-v2-qk-post-norm` (jina-embeddings-v2-base-code,
+//! -de, -es, -zh): LayerNorms on the projected Q and K, the attention block's output added to the layer's input and
+//! normed once more (`layer_norm_1`) before the GeGLU (`mlp.up_gated_layer`, the GELU of its second half times its
+//! first, `mlp.down_layer`, `layer_norm_2`): [`QkPostNorm`]. Differences, all exact in real arithmetic: sequences are
 //! concatenated without padding, so
 //! attention runs per sequence and needs no mask; Q, K and V are one fused projection; the residual of each
 //! block is added in its output projection's epilogue, before the LayerNorm.
@@ -143,10 +146,20 @@ enum FeedForward<D: Device> {
     },
 }
 
+/// What Jina's `jina-bert-v2-qk-post-norm` layer adds to JinaBERT's (its `JinaBertSelfAttention` and
+/// `JinaBertLayer`): a LayerNorm on the projected Q and one on K, each over all heads together, and `layer_norm_1`
+/// on the attention block's output plus the layer's input.
+struct QkPostNorm<D: Device> {
+    q: LayerNormWeights<D>,
+    k: LayerNormWeights<D>,
+    attention_residual: LayerNormWeights<D>,
+}
+
 /// One BertLayer: self-attention (BertSelfAttention + BertSelfOutput), then the feed-forward block
 /// (BertIntermediate + BertOutput), each closed by residual + LayerNorm (post-norm, as BERT).
 pub struct Layer<D: Device> {
     qkv: Linear<D>,
+    qk_post_norm: Option<QkPostNorm<D>>,
     attn_out: Linear<D>,
     attn_norm: LayerNormWeights<D>,
     feed_forward: FeedForward<D>,
@@ -155,11 +168,20 @@ pub struct Layer<D: Device> {
 }
 
 impl<D: Device> Layer<D> {
-    pub fn load(w: &Weights, d: &D, c: &BertConfig, i: usize) -> Result<Self> {
+    /// `qk_post_norm`: the checkpoint is Jina's `jina-bert-v2-qk-post-norm` ([`QkPostNorm`]).
+    pub fn load(w: &Weights, d: &D, c: &BertConfig, i: usize, qk_post_norm: bool) -> Result<Self> {
         let (h, f) = (c.hidden_size, c.intermediate_size);
-        let n = LayerNames::of(c, i);
+        let n = LayerNames::of(c, i, qk_post_norm);
         let eps = c.norm_eps();
-        let feed_forward = if c.gated_feed_forward() {
+        let feed_forward = if qk_post_norm {
+            // `up_gated_layer`'s first half is the values, its second the gate: swapped, for the gate op's order.
+            let t = w.get(&format!("{}.weight", n.intermediate), &[2 * f, h])?;
+            let (up, gate) = t.data().split_at(f * h);
+            FeedForward::Geglu {
+                gated: d.linear(&[gate, up].concat(), None, 2 * f, h)?,
+                wo: Linear::load(w, d, &n.output, h, f)?,
+            }
+        } else if c.gated_feed_forward() {
             FeedForward::Geglu {
                 gated: stacked_linear(w, d, &[(n.intermediate, 2 * f)], h, false)?,
                 wo: Linear::load(w, d, &n.output, h, f)?,
@@ -170,8 +192,17 @@ impl<D: Device> Layer<D> {
                 output: Linear::load(w, d, &n.output, h, f)?,
             }
         };
+        let qk_post_norm = match &n.qk_post_norm {
+            Some([q, k, residual]) => Some(QkPostNorm {
+                q: layer_norm(w, d, q, h, eps, true)?,
+                k: layer_norm(w, d, k, h, eps, true)?,
+                attention_residual: layer_norm(w, d, residual, h, eps, true)?,
+            }),
+            None => None,
+        };
         Ok(Layer {
             qkv: Linear::load_stacked(w, d, &n.qkv.each_ref().map(String::as_str), h, h)?,
+            qk_post_norm,
             attn_out: Linear::load(w, d, &n.attn_out, h, h)?,
             attn_norm: layer_norm(w, d, &n.attn_norm, h, eps, true)?,
             feed_forward,
@@ -191,10 +222,19 @@ impl<D: Device> Layer<D> {
     ) {
         self.qkv
             .forward(ops, a.hidden, Activation::None, None, a.qkv);
+        if let Some(p) = &self.qk_post_norm {
+            let h = self.attention.heads * self.attention.head_dim;
+            let (q, k) = (a.qkv.columns(0..h), a.qkv.columns(h..2 * h));
+            ops.layer_norm(q, None, q, &p.q);
+            ops.layer_norm(k, None, k, &p.k);
+        }
         ops.attention(batch, a.qkv, self.attention, bias, a.ctx);
         self.attn_out
             .forward(ops, a.ctx, Activation::None, Some(a.hidden), a.tmp);
-        ops.layer_norm(a.tmp, a.tmp, &self.attn_norm);
+        ops.layer_norm(a.tmp, None, a.tmp, &self.attn_norm);
+        if let Some(p) = &self.qk_post_norm {
+            ops.layer_norm(a.tmp, Some(a.hidden), a.tmp, &p.attention_residual);
+        }
         let output = match &self.feed_forward {
             FeedForward::Bert {
                 intermediate,
@@ -211,13 +251,15 @@ impl<D: Device> Layer<D> {
             }
         };
         output.forward(ops, a.inter, Activation::None, Some(a.tmp), a.hidden);
-        ops.layer_norm(a.hidden, a.hidden, &self.out_norm);
+        ops.layer_norm(a.hidden, None, a.hidden, &self.out_norm);
     }
 }
 
 /// Layer `i`'s tensors in each family's checkpoints.
 struct LayerNames {
     qkv: [String; 3],
+    /// Jina's qk-post-norm LayerNorms: on Q, on K, and on the attention block's output plus the layer's input.
+    qk_post_norm: Option<[String; 3]>,
     attn_out: String,
     attn_norm: String,
     intermediate: String,
@@ -226,7 +268,7 @@ struct LayerNames {
 }
 
 impl LayerNames {
-    fn of(c: &BertConfig, i: usize) -> Self {
+    fn of(c: &BertConfig, i: usize, qk_post_norm: bool) -> Self {
         // Q, K, V, the attention's output projection and LayerNorm, the feed-forward's two projections and its
         // LayerNorm.
         let (block, mut names) = match c.family() {
@@ -273,14 +315,24 @@ impl LayerNames {
                 ],
             ),
         };
-        if c.gated_feed_forward() {
+        if qk_post_norm {
+            names[5..].copy_from_slice(&["mlp.up_gated_layer", "mlp.down_layer", "layer_norm_2"]);
+        } else if c.gated_feed_forward() {
             // JinaBERT's GLUMLP after BERT's attention.
             names[5..].copy_from_slice(&["mlp.gated_layers", "mlp.wo", "mlp.layernorm"]);
         }
-        let [q, k, v, attn_out, attn_norm, intermediate, output, out_norm] =
-            names.map(|n| format!("{block}.{i}.{n}"));
+        let name = |n: &str| format!("{block}.{i}.{n}");
+        let [q, k, v, attn_out, attn_norm, intermediate, output, out_norm] = names.map(name);
         LayerNames {
             qkv: [q, k, v],
+            qk_post_norm: qk_post_norm.then(|| {
+                [
+                    "attention.self.layer_norm_q",
+                    "attention.self.layer_norm_k",
+                    "layer_norm_1",
+                ]
+                .map(name)
+            }),
             attn_out,
             attn_norm,
             intermediate,
@@ -307,18 +359,19 @@ impl<D: Device> Bert<D> {
         };
         let w = Weights::open(&dir.weights_path, "embeddings.word_embeddings.weight")?;
         // jina-embeddings-v2's code, German, Spanish and Chinese models run another JinaBERT (Jina's
-        // `jina-bert-v2-qk-post-norm`: LayerNorms on Q and K, another MLP): refused, not misread.
-        if w.has("encoder.layer.0.attention.self.layer_norm_q.weight") {
+        // `jina-bert-v2-qk-post-norm`), told apart by its tensors (its config.json is JinaBERT's).
+        let qk_post_norm = w.has("encoder.layer.0.attention.self.layer_norm_q.weight");
+        if qk_post_norm && !(c.alibi() && c.gated_feed_forward()) {
             return Err(Error::model(
                 w.path(),
-                "JinaBERT with LayerNorms on Q and K (jina-bert-v2-qk-post-norm: jina-embeddings-v2-base-code, \
-                 -de, -es, -zh) is not supported",
+                "JinaBERT's qk-post-norm layers are supported with ALiBi and the GeGLU feed-forward \
+                 (position_embedding_type \"alibi\", feed_forward_type \"geglu\"), as Jina's checkpoints have them",
             ));
         }
         Ok(Bert {
             embeddings: Embeddings::load(&w, device, c)?,
             layers: (0..c.num_hidden_layers)
-                .map(|i| Layer::load(&w, device, c, i))
+                .map(|i| Layer::load(&w, device, c, i, qk_post_norm))
                 .collect::<Result<_>>()?,
             bias: match c.family() {
                 BertFamily::Bert if c.alibi() => Some(alibi_bias(

@@ -66,7 +66,7 @@ impl<D: Device> Layer<D> {
     ) {
         let input = match &self.attn_norm {
             Some(norm) => {
-                ops.layer_norm(a.hidden, a.normed, norm);
+                ops.layer_norm(a.hidden, None, a.normed, norm);
                 a.normed
             }
             None => a.hidden,
@@ -91,7 +91,7 @@ impl<D: Device> Layer<D> {
             a.normed,
         );
         // `normed` now holds the attention block's output (with its residual); the MLP reads its norm.
-        ops.layer_norm(a.normed, a.hidden, &self.mlp_norm);
+        ops.layer_norm(a.normed, None, a.hidden, &self.mlp_norm);
         ops.linear(a.hidden, &self.wi, Activation::None, None, a.gate_up);
         ops.glu(a.gate_up, Glu::Gelu, a.act);
         ops.linear(
@@ -161,7 +161,7 @@ impl<D: Device> Encoder<D> for ModernBert<D> {
         for layer in &self.layers {
             layer.forward(ops, batch, self.rotary.of(&layer.attention), &a);
         }
-        ops.layer_norm(a.hidden, a.hidden, &self.final_norm);
+        ops.layer_norm(a.hidden, None, a.hidden, &self.final_norm);
         a.hidden
     }
 }

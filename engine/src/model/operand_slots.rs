@@ -91,8 +91,11 @@ impl Ops for Recorder {
         }
     }
 
-    fn layer_norm(&self, x: View, out: View, _: &LayerNormWeights<Shapes>) {
+    fn layer_norm(&self, x: View, residual: Option<View>, out: View, _: &LayerNormWeights<Shapes>) {
         self.f32_only("layer_norm", &[x, out]);
+        if let Some(r) = residual {
+            self.f32_only("layer_norm's residual", &[r]);
+        }
     }
 
     fn rms_norm(&self, x: View, out: View, _: &(), _: f32, _: bool) {
@@ -159,7 +162,8 @@ fn operand_slots_reach_only_linear_layers_and_the_gate() {
     let tiny = super::synthetic::MODELS[2].1;
     super::synthetic::write_qwen3(&qwen3, tiny).unwrap();
     // ModernBERT, Gemma 3 (with Dense modules), Nomic BERT, Jina v3 (its MLP ungated) and JinaBERT (BERT with a
-    // GeGLU): fixtures scripts/make_encoder_fixtures.py and make_jinabert_fixture.py made.
+    // GeGLU; the qk-post-norm one, norms on QKV's columns and a residual norm): fixtures
+    // scripts/make_encoder_fixtures.py and make_jinabert_fixture.py made.
     let fixture = |name: &str| {
         std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/fixtures")
@@ -173,6 +177,7 @@ fn operand_slots_reach_only_linear_layers_and_the_gate() {
         fixture("nomic_mean"),
         fixture("jina_v3_mean"),
         fixture("jinabert_mean"),
+        fixture("jinabert_qk_mean"),
     ] {
         let (misuse, used) = record(&dir);
         assert!(misuse.is_empty(), "{}: {misuse:?}", dir.display());

@@ -196,7 +196,7 @@ impl<D: Device> Layer<D> {
         self.rotary.forward(ops, batch, a.qkv, rotary);
         ops.attention(batch, a.qkv, self.attention, None, a.ctx);
         ops.linear(a.ctx, &self.out, Activation::None, Some(a.hidden), a.normed);
-        ops.layer_norm(a.normed, a.hidden, &self.attention_norm);
+        ops.layer_norm(a.normed, None, a.hidden, &self.attention_norm);
         match self.mlp {
             RotaryBertMlp::Gated(gate) => {
                 ops.linear(a.hidden, &self.mlp_in, Activation::None, None, a.gate_up);
@@ -211,7 +211,7 @@ impl<D: Device> Layer<D> {
             Some(a.hidden),
             a.normed,
         );
-        ops.layer_norm(a.normed, a.hidden, &self.mlp_norm);
+        ops.layer_norm(a.normed, None, a.hidden, &self.mlp_norm);
     }
 }
 

@@ -2,7 +2,7 @@
 // as the backend launches them (engine/src/backend/cuda/ops.rs: 256 threads; a block per row for the norms, per
 // sequence for pooling; rows x 256-column blocks for the element-wise kernels) over `rows` bucket rows of which
 // `tokens` are the batch's, and a grid of two sequences more than the batch's. The program is picked by a define:
-//   EW_PROGRAM_NORM (norm.cu): layer_norm(x, gamma a, beta b) into a fresh matrix, then in place, then
+//   EW_PROGRAM_NORM (norm.cu): layer_norm(x + y, gamma a, beta b) into a fresh matrix, layer_norm(x) in place, then
 //     rms_norm(x, weight a) into a fresh matrix, then accumulating into y;
 //   EW_PROGRAM_ELEMENTWISE (elementwise.cu): bias_act(y, bias a, GELU, residual x) in place, bias_act(y, bias a,
 //     tanh) on a copy of y, the same with ReLU on another, glu(x) (f = cols / 2)
@@ -56,13 +56,13 @@ int main(int argc, char** argv) {
     auto o0 = nans(n);
     auto sh0 = unwritten((size_t)rows * cols);
     emu::launch(dim3{(unsigned)rows, 1, 1}, THREADS, 0, [&] {
-        layer_norm(x.data(), ld, o0.data(), ld, cols, meta, a.data(), b.data(), eps, sh0.data());
+        layer_norm(x.data(), ld, y.data(), ld, o0.data(), ld, cols, meta, a.data(), b.data(), eps, sh0.data());
     });
     put(out, o0);
     put(out, sh0);
     auto sh1 = unwritten((size_t)rows * cols);
     emu::launch(dim3{(unsigned)rows, 1, 1}, THREADS, 0, [&] {
-        layer_norm(x.data(), ld, x.data(), ld, cols, meta, a.data(), b.data(), eps, sh1.data());
+        layer_norm(x.data(), ld, nullptr, 0, x.data(), ld, cols, meta, a.data(), b.data(), eps, sh1.data());
     });
     put(out, x);
     put(out, sh1);

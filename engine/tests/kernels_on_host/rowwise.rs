@@ -146,27 +146,37 @@ fn emulated_cuda_norms_match_f64_and_write_their_shadow() {
     let rms_added = out.f32s(ROWS * LD);
     let rms_added_shadow = out.bf16s(ROWS * COLS);
     let x = |r: usize, c: usize| inp.x[r * LD + c] as f64;
-    let stats: Vec<(f64, f64)> = (0..ROWS)
-        .map(|r| {
-            let mean = (0..COLS).map(|c| x(r, c)).sum::<f64>() / COLS as f64;
-            let var = (0..COLS).map(|c| (x(r, c) - mean).powi(2)).sum::<f64>() / COLS as f64;
-            (mean, 1.0 / (var + EPS as f64).sqrt())
-        })
-        .collect();
-    let want = |r: usize, c: usize| {
-        (x(r, c) - stats[r].0) * stats[r].1 * inp.a[c] as f64 + inp.b[c] as f64
+    let x_plus_y = |r: usize, c: usize| x(r, c) + inp.y[r * LD + c] as f64;
+    // The LayerNorm of the rows `v` gives, with gamma a and beta b, as rows of COLS.
+    let layer_norm_of = |v: &dyn Fn(usize, usize) -> f64| -> Vec<f64> {
+        let mut want = Vec::with_capacity(ROWS * COLS);
+        for r in 0..ROWS {
+            let mean = (0..COLS).map(|c| v(r, c)).sum::<f64>() / COLS as f64;
+            let var = (0..COLS).map(|c| (v(r, c) - mean).powi(2)).sum::<f64>() / COLS as f64;
+            let inv = 1.0 / (var + EPS as f64).sqrt();
+            want.extend(
+                (0..COLS).map(|c| (v(r, c) - mean) * inv * inp.a[c] as f64 + inp.b[c] as f64),
+            );
+        }
+        want
     };
+    let (with_residual, plain) = (layer_norm_of(&x_plus_y), layer_norm_of(&x));
     check_rows(
-        "layer_norm into another matrix",
+        "layer_norm of x plus a residual into another matrix",
         &ln_out,
         &ln_out_shadow,
         COLS,
-        want,
+        |r, c| with_residual[r * COLS + c],
         |_| f32::NAN,
     );
-    check_rows("layer_norm in place", &ln, &ln_shadow, COLS, want, |i| {
-        inp.x[i]
-    });
+    check_rows(
+        "layer_norm in place",
+        &ln,
+        &ln_shadow,
+        COLS,
+        |r, c| plain[r * COLS + c],
+        |i| inp.x[i],
+    );
     // rms_norm ran on the LayerNorm's output, over whole rows with weight a.
     let l = |r: usize, c: usize| ln[r * LD + c] as f64;
     let rms_of = |r: usize, c: usize| {

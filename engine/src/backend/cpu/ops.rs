@@ -221,11 +221,40 @@ impl<'a> Ops for CpuPass<'a> {
         gemm::linear(self.par, x, &w.weight, epi, out, self.scratch);
     }
 
-    fn layer_norm(&self, x: Mat<'a>, out: Mat<'a>, norm: &LayerNormWeights<Cpu>) {
+    fn layer_norm(
+        &self,
+        x: Mat<'a>,
+        residual: Option<Mat<'a>>,
+        out: Mat<'a>,
+        norm: &LayerNormWeights<Cpu>,
+    ) {
         let (g, b) = (norm.weight.data(), norm.bias.data());
         assert!(b.len() == x.cols, "layer_norm: bias shape");
-        norm_rows(self.par, "layer_norm", x, out, g, |row| {
-            kernels::layer_norm(row, g, b, norm.eps)
+        let Some(res) = residual else {
+            return norm_rows(self.par, "layer_norm", x, out, g, |row| {
+                kernels::layer_norm(row, g, b, norm.eps)
+            });
+        };
+        assert!(
+            g.len() == x.cols
+                && out.rows >= x.rows
+                && out.cols == x.cols
+                && res.rows >= x.rows
+                && res.cols == x.cols
+                && res.ptr() != out.ptr(),
+            "layer_norm: a residual of x's shape, other than the output"
+        );
+        for_rows(self.par, x.rows, &|r| {
+            // SAFETY: each task owns its rows of `out`; the residual is another matrix, read only.
+            let (added, dst) = unsafe { (res.row(r), out.row_mut(r)) };
+            if x.ptr() != out.ptr() {
+                // SAFETY: `x` is another matrix, read only.
+                dst.copy_from_slice(unsafe { x.row(r) });
+            }
+            for (d, a) in dst.iter_mut().zip(added) {
+                *d += a;
+            }
+            kernels::layer_norm(dst, g, b, norm.eps);
         });
     }
 

@@ -339,15 +339,26 @@ impl<'a> Ops for CudaPass<'a> {
         }
     }
 
-    fn layer_norm(&self, x: CudaMat, out: CudaMat, norm: &LayerNormWeights<Cuda>) {
+    fn layer_norm(
+        &self,
+        x: CudaMat,
+        residual: Option<CudaMat>,
+        out: CudaMat,
+        norm: &LayerNormWeights<Cuda>,
+    ) {
         f32_views("layer_norm", &[x, out]);
         assert!(
             norm.weight.data.len() == x.cols
                 && norm.bias.data.len() == x.cols
                 && out.rows >= x.rows
-                && out.cols == x.cols,
-            "layer_norm: weight or output shape"
+                && out.cols == x.cols
+                && residual.is_none_or(|r| r.rows >= x.rows && r.cols == x.cols),
+            "layer_norm: weight, residual or output shape"
         );
+        if let Some(r) = residual {
+            f32_views("layer_norm's residual", &[r]);
+        }
+        let res = residual.map_or((0, 0), |r| (r.ptr, r.ld));
         let s = &self.device.stream;
         self.launch_producing(
             "layer_norm",
@@ -359,6 +370,8 @@ impl<'a> Ops for CudaPass<'a> {
             &[
                 Arg::Ptr(x.ptr),
                 Self::i(x.ld),
+                Arg::Ptr(res.0),
+                Self::i(res.1),
                 Arg::Ptr(out.ptr),
                 Self::i(out.ld),
                 Self::i(x.cols),
