@@ -11,7 +11,7 @@
 //! times its second, `mlp.wo`, `mlp.layernorm`); and Jina's `jina-bert-v2-qk-post-norm` (jina-embeddings-v2-base-code,
 //! -de, -es, -zh): LayerNorms on the projected Q and K, the attention block's output added to the layer's input and
 //! normed once more (`layer_norm_1`) before the GeGLU (`mlp.up_gated_layer`, the GELU of its second half times its
-//! first, `mlp.down_layer`, `layer_norm_2`): [`QkPostNorm`]. Differences, all exact in real arithmetic: sequences are
+//! first, `mlp.down_layer`, `layer_norm_2`): `QkPostNorm`. Differences, all exact in real arithmetic: sequences are
 //! concatenated without padding, so
 //! attention runs per sequence and needs no mask; Q, K and V are one fused projection; the residual of each
 //! block is added in its output projection's epilogue, before the LayerNorm.
@@ -168,7 +168,7 @@ pub struct Layer<D: Device> {
 }
 
 impl<D: Device> Layer<D> {
-    /// `qk_post_norm`: the checkpoint is Jina's `jina-bert-v2-qk-post-norm` ([`QkPostNorm`]).
+    /// `qk_post_norm`: the checkpoint is Jina's `jina-bert-v2-qk-post-norm` (`QkPostNorm`).
     pub fn load(w: &Weights, d: &D, c: &BertConfig, i: usize, qk_post_norm: bool) -> Result<Self> {
         let (h, f) = (c.hidden_size, c.intermediate_size);
         let n = LayerNames::of(c, i, qk_post_norm);
