@@ -69,7 +69,15 @@ Complete sentence-transformers directories under engine/tests/fixtures/:
   - jina_v3_renamed_mean: the same model under the tensor names transformers gives it in memory;
   - eurobert_mean: EuroBertModel (Llama's layers, bidirectional; grouped K/V heads, attention and MLP biases) with
     llama_last's tokenizer, mean pooling, Normalize; config.json without `rms_norm_eps`, so that EuroBERT's own
-    default (1e-5, not Llama's 1e-6) is the one read.
+    default (1e-5, not Llama's 1e-6) is the one read;
+  - llama3_rope_last: llama_last's LlamaModel with Llama 3.1's rotary scaling (`llama3`, factor 8 over a pretraining
+    length of 32), written in transformers 4's keys as the Hub's Llama 3.x files are (`rope_scaling` beside
+    `rope_theta`), last-token pooling, Normalize;
+  - gemma3_linear_mean: gemma3_mean's model with Gemma 3 4B's rotary (global layers scaled linearly by 8, local
+    ones plain; every second layer global, its base 2e3), in transformers 4's keys (`rope_scaling` for the global layers only), mean pooling, Normalize;
+  - qwen3_yarn_last: Qwen3Model (causal) with YaRN (factor 4 over 24 positions) in transformers 5's
+    `rope_parameters`, last-token pooling, Normalize.
+  Each scaled fixture is checked here to embed far from the same directory without its scaling.
 
 The first three number positions as RoBERTa does (from pad_token_id + 1, a `<pad>` inside a text taking the padding row and
 not advancing the count), so the texts include `<pad>`, `<mask>` and `<s>` among runs of whitespace, and texts
@@ -274,15 +282,34 @@ def eurobert(tok, max_seq):
 GEMMA_SPECIALS = dict(bos_token="<bos>", eos_token="<eos>", pad_token="<pad>")
 
 
-def gemma3(tok, max_seq):
+def gemma3(tok, max_seq, **extra):
     config = Gemma3TextConfig(vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=96,
                               num_hidden_layers=4, num_attention_heads=2, num_key_value_heads=1, head_dim=32,
                               max_position_embeddings=max_seq, query_pre_attn_scalar=24, sliding_window=16,
-                              sliding_window_pattern=3, use_bidirectional_attention=True, rope_theta=5e4,
-                              rope_local_base_freq=300.0, hidden_activation="gelu_pytorch_tanh",
+                              use_bidirectional_attention=True,
+                              hidden_activation="gelu_pytorch_tanh",
                               pad_token_id=tok.token_to_id("<pad>"), bos_token_id=tok.token_to_id("<bos>"),
-                              eos_token_id=tok.token_to_id("<eos>"), attn_implementation="eager")
+                              eos_token_id=tok.token_to_id("<eos>"), attn_implementation="eager",
+                              **{"rope_theta": 5e4, "rope_local_base_freq": 300.0, "sliding_window_pattern": 3,
+                                 **extra})
     return Gemma3TextModel(config).eval()
+
+
+def gemma3_linear_global(tok, max_seq):
+    """Gemma 3 4B's rotary: its global layers' positions scaled linearly by 8, the local ones' plain; every second
+    layer global, at a base low enough for the scaling to show over 96 positions."""
+    return gemma3(tok, max_seq, sliding_window_pattern=2, rope_parameters={
+        "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 2e3},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 300.0}})
+
+
+def as_gemma3_transformers4_rope(config):
+    """Gemma 3's transformers 4 keys: `rope_theta` and `rope_local_base_freq`, `rope_scaling` for the global layers."""
+    params = config.pop("rope_parameters")
+    full, sliding = params["full_attention"], params["sliding_attention"]
+    config["rope_theta"] = full.pop("rope_theta")
+    config["rope_local_base_freq"] = sliding["rope_theta"]
+    config["rope_scaling"] = full
 
 
 ROBERTA_SPECIALS = dict(bos_token="<s>", eos_token="</s>", pad_token="<pad>", mask_token="<mask>", cls_token="<s>",
@@ -497,8 +524,8 @@ def assert_rope_scaling_shows(name):
     shutil.rmtree(plain, ignore_errors=True)
     shutil.copytree(d, plain)
     config = json.loads((plain / "config.json").read_text())
-    config.pop("rope_scaling", None)
-    config.setdefault("rope_parameters", {}).update(rope_type="default")
+    if config.pop("rope_scaling", None) is None:
+        config["rope_parameters"]["rope_type"] = "default"
     (plain / "config.json").write_text(json.dumps(config, indent=2))
     batch = texts()
     a = SentenceTransformer(str(d), device="cpu").encode(batch, convert_to_tensor=True, normalize_embeddings=True)
@@ -592,6 +619,10 @@ def main():
         make("llama3_rope_last", decoder(LlamaConfig, LlamaModel, num_key_value_heads=2, rope_parameters=llama3),
              llama_tokenizer(), LLAMA_SPECIALS, "lasttoken", True, 26, 96, edit=as_transformers4_rope)
         assert_rope_scaling_shows("llama3_rope_last")
+    if not only or "gemma3_linear_mean" in only:
+        make("gemma3_linear_mean", gemma3_linear_global, gemma_tokenizer(), GEMMA_SPECIALS, "mean", True, 29, 96,
+             norm_center=0.0, edit=as_gemma3_transformers4_rope)
+        assert_rope_scaling_shows("gemma3_linear_mean")
     if not only or "qwen3_yarn_last" in only:
         # YaRN as Qwen documents it for long inputs (factor 4) over 24 positions: frequencies ramped and cos/sin
         # times 0.1 ln 4 + 1.

@@ -11,7 +11,8 @@
 //! and EmbeddingGemma's (two Dense without bias or activation, 64 to 256 to 48, Normalize); and Gemma 3's text
 //! model as EmbeddingGemma runs it (bidirectional, sliding-window and global layers, four norms a layer, a score
 //! scale of its own), its SentencePiece-style tokenizer read by the crate (the default falls back to it), with
-//! EmbeddingGemma's head; and T5's encoder (relative position buckets other than the default, 4 heads of 24
+//! EmbeddingGemma's head, and with Gemma 3 4B's rotary (its global layers scaled linearly, in transformers 4's
+//! `rope_scaling`, the local ones plain); and T5's encoder (relative position buckets other than the default, 4 heads of 24
 //! columns against d_model 64, the gated tanh-GELU feed-forward with sentence-t5's Dense head, and the ReLU
 //! one); and the other pooling modes: max over the tokens (BERT) and the sum over the square root of their count
 //! (DistilBERT); and the post-norm rotary BERTs: Nomic BERT (nomic-embed-text: SwiGLU) in both tensor namings
@@ -27,7 +28,7 @@
 
 mod common;
 
-const MODELS: [&str; 21] = [
+const MODELS: [&str; 22] = [
     "xlmr_mean",
     "roberta_cls",
     "mpnet_mean",
@@ -37,6 +38,7 @@ const MODELS: [&str; 21] = [
     "bert_dense_cls",
     "distilbert_dense_mean",
     "gemma3_mean",
+    "gemma3_linear_mean",
     "t5_gated_mean",
     "t5_relu_cls",
     "bert_max",
