@@ -55,7 +55,9 @@ impl DecoderFamily {
     ];
 }
 
-/// The subset of a Hugging Face `config.json` that a Llama-family decoder used as an embedding model needs.
+/// The subset of a Hugging Face `config.json` that a Llama-family decoder used as an embedding model needs. Read it
+/// with [`ModelConfig::read`](super::ModelConfig::read), which makes its rotary positions (deserialised alone, they
+/// are plain).
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 pub struct DecoderConfig {
     /// Set by [`ModelConfig::read`](super::ModelConfig::read) from the names in the file.

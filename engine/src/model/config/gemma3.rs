@@ -8,7 +8,8 @@ use super::{read_json, LayerKinds, Rope};
 use crate::backend::ops::AttentionShape;
 use crate::error::{Error, Result};
 
-/// The subset of a Hugging Face `config.json` that Gemma 3's text model needs as an embedding model.
+/// The subset of a Hugging Face `config.json` that Gemma 3's text model needs as an embedding model. Read it with
+/// [`ModelConfig::read`](super::ModelConfig::read), which makes its rotary positions.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 pub struct Gemma3Config {
     pub vocab_size: usize,

@@ -65,17 +65,18 @@ impl LayerKinds {
         scaling_local: bool,
         max_positions: usize,
     ) -> std::result::Result<(), String> {
-        // Without `rope_parameters`, transformers starts each kind from `{rope_type: default}`, which an older
-        // `type` in `rope_scaling` does not override.
+        // Without `rope_parameters` (or its entry for a kind), transformers starts the kind from
+        // `{rope_type: default}`, which an older `type` in `rope_scaling` does not override.
         let default = serde_json::json!({"rope_type": "default"});
         for (i, kind) in ["full_attention", "sliding_attention"]
             .into_iter()
             .enumerate()
         {
-            let layer = match &self.rope_parameters {
-                Some(r) => r.get(kind),
-                None => Some(&default),
-            };
+            let layer = self
+                .rope_parameters
+                .as_ref()
+                .and_then(|r| r.get(kind))
+                .or(Some(&default));
             let scaling = self
                 .rope_scaling
                 .as_ref()

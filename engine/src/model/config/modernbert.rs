@@ -9,7 +9,8 @@ use crate::backend::ops::AttentionShape;
 use crate::error::{Error, Result};
 
 /// The subset of a Hugging Face `config.json` that ModernBERT needs (gte-modernbert, modernbert-embed, granite
-/// embedding r2): keys of transformers 4.48+ and of 5 (`layer_types`, `rope_parameters` by layer type).
+/// embedding r2): keys of transformers 4.48+ and of 5 (`layer_types`, `rope_parameters` by layer type). Read it with
+/// [`ModelConfig::read`](super::ModelConfig::read), which makes its rotary positions.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 pub struct ModernBertConfig {
     pub vocab_size: usize,
@@ -180,6 +181,15 @@ mod tests {
         }
         let old_type = modernbert(json!({"rope_scaling": {"type": "linear", "factor": 2.0}}));
         assert_eq!(old_type.rope(true), &Rope::plain(160_000.0));
+        // YaRN's `truncate` is read from the top of `rope_parameters`, where a file by layer kind has none.
+        let yarn = modernbert(json!({"rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+            "original_max_position_embeddings": 20, "truncate": false}}));
+        for global in [true, false] {
+            assert!(matches!(
+                yarn.rope(global).scaling,
+                super::super::RopeScaling::Yarn { truncate: true, .. }
+            ));
+        }
     }
 
     /// What would run silently wrong is refused, naming the key.

@@ -107,6 +107,14 @@ impl Rope {
                 other => return Err(format!("rotary parameters {other}: expected an object")),
             }
         }
+        if let Some(kind) = ["full_attention", "sliding_attention"]
+            .into_iter()
+            .find(|k| merged.get(*k).is_some_and(Value::is_object))
+        {
+            return Err(format!(
+                "rotary parameters nested by layer kind ({kind}) where the model takes one set"
+            ));
+        }
         let p: RopeParameters = serde_json::from_value(Value::Object(merged.clone()))
             .map_err(|e| format!("rotary parameters {}: {e}", Value::Object(merged)))?;
         let theta = p.rope_theta.unwrap_or(theta);
@@ -176,10 +184,11 @@ impl Rope {
                     }
                 };
                 let attention_factor = match (p.attention_factor, p.mscale, p.mscale_all_dim) {
-                    (Some(a), _, _) => positive("attention_factor", Some(a))?,
-                    (None, Some(m), Some(all)) if m != 0.0 && all != 0.0 => mscale(m) / mscale(all),
-                    _ => mscale(1.0),
+                    (Some(a), _, _) => Some(a),
+                    (None, Some(m), Some(all)) if m != 0.0 && all != 0.0 => Some(mscale(m) / mscale(all)),
+                    _ => Some(mscale(1.0)),
                 };
+                let attention_factor = positive("attention_factor", attention_factor)?;
                 RopeScaling::Yarn {
                     factor,
                     attention_factor,
@@ -282,7 +291,7 @@ mod tests {
     fn both_type_keys_read_and_rope_type_wins() {
         // transformers 4.4x saved `rope_type` beside the older `type`; serde's alias would call that a duplicate.
         let r =
-            read(json!({"type": "linear", "rope_type": "linear", "factor": 2.0})).expect("read");
+            read(json!({"type": "dynamic", "rope_type": "linear", "factor": 2.0})).expect("read");
         assert_eq!(r.scaling, RopeScaling::Linear { factor: 2.0 });
         let r = read(json!({"type": "dynamic", "factor": 2.0})).expect("read");
         assert_eq!(r.frequencies(8), Rope::plain(1e4).frequencies(8));
@@ -327,8 +336,8 @@ mod tests {
         assert_eq!(plain, Rope::plain(3e3));
     }
 
-    /// Llama 3.1's published parameters (factor 8, 1 and 4, 8192 positions) at head width 128, base 5e5: the
-    /// frequencies transformers' `_compute_llama3_parameters` gives at three indices, one per band.
+    /// Llama 3.1's published parameters (factor 8, 1 and 4, 8192 positions) at head width 128, base 5e5: one index
+    /// per band, the smoothed one against what transformers' `_compute_llama3_parameters` gives (in f32).
     #[test]
     fn llama3_bands() {
         let r = read(
@@ -339,13 +348,15 @@ mod tests {
         let f = r.frequencies(128);
         let plain = Rope::plain(5e5).frequencies(128);
         assert_eq!(f[0], plain[0]); // wavelength 2π: kept
-        assert!((f[63] - plain[63] / 8.0).abs() < 1e-18); // longest wavelengths: divided by the factor
-                                                          // Index 40: wavelength 2π·5e5^(80/128) ≈ 2.31e4 > 8192: divided. Index 30: ≈ 2.76e3, between 2048 and
-                                                          // 8192: smoothed.
+                                    // The longest wavelengths, and index 40's (2π·5e5^(80/128) ≈ 2.29e4 > 8192): divided by the factor.
+        assert!((f[63] - plain[63] / 8.0).abs() < 1e-18);
         assert!((f[40] - plain[40] / 8.0).abs() < 1e-18);
-        let wavelength = 2.0 * std::f64::consts::PI / plain[30];
-        let smooth = (8192.0 / wavelength - 1.0) / 3.0;
-        assert!((f[30] - ((1.0 - smooth) * plain[30] / 8.0 + smooth * plain[30])).abs() < 1e-15);
+        // Index 30's (≈ 2.95e3, between 2048 and 8192): smoothed, 0.0013718936825171113 in transformers.
+        assert!(
+            (f[30] / 0.001_371_893_682_517_111_3 - 1.0).abs() < 1e-6,
+            "{}",
+            f[30]
+        );
         assert_eq!(r.attention_factor(), 1.0);
     }
 
@@ -390,6 +401,14 @@ mod tests {
                 "partial_rotary_factor",
             ),
             (json!("linear"), "expected an object"),
+            (
+                json!({"full_attention": {"rope_type": "yarn", "factor": 4.0}}),
+                "nested by layer kind",
+            ),
+            (
+                json!({"rope_type": "yarn", "factor": 4.0, "mscale": 1.0, "mscale_all_dim": -100.0 / 4f64.ln()}),
+                "attention_factor",
+            ),
         ] {
             let e = read(v.clone()).expect_err("refused");
             assert!(e.contains(says), "{v}: {e}");
