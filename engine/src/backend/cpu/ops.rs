@@ -26,11 +26,12 @@ fn for_rows(par: &dyn Par, rows: usize, f: &(dyn Fn(usize) + Sync)) {
 }
 
 /// A row-wise norm of `x` (weights `weight`, one per column) into `out` (`x` itself for in place): each row of
-/// `out` takes `x`'s row, then `norm` in place.
+/// `out` takes `x`'s row, plus `residual`'s where given, then `norm` in place.
 fn norm_rows<F: Fn(&mut [f32]) + Sync>(
     par: &dyn Par,
     op: &str,
     x: Mat,
+    residual: Option<Mat>,
     out: Mat,
     weight: &[f32],
     norm: F,
@@ -42,15 +43,34 @@ fn norm_rows<F: Fn(&mut [f32]) + Sync>(
         x.cols,
         out.cols
     );
-    if x.ptr() == out.ptr() {
-        // SAFETY: each task owns its rows.
-        return for_rows(par, x.rows, &|r| norm(unsafe { out.row_mut(r) }));
-    }
+    let in_place = x.ptr() == out.ptr();
+    let Some(res) = residual else {
+        if in_place {
+            // SAFETY: each task owns its rows.
+            return for_rows(par, x.rows, &|r| norm(unsafe { out.row_mut(r) }));
+        }
+        return for_rows(par, x.rows, &|r| {
+            // SAFETY: each task owns its rows of `out`; `x` is another matrix, read only.
+            let dst = unsafe { out.row_mut(r) };
+            // SAFETY: as above.
+            dst.copy_from_slice(unsafe { x.row(r) });
+            norm(dst);
+        });
+    };
+    assert!(
+        res.rows >= x.rows && res.cols == x.cols && res.ptr() != out.ptr(),
+        "{op}: a residual of x's shape, other than the output"
+    );
     for_rows(par, x.rows, &|r| {
-        // SAFETY: each task owns its rows of `out`; `x` is another matrix, read only.
-        let dst = unsafe { out.row_mut(r) };
-        // SAFETY: as above.
-        dst.copy_from_slice(unsafe { x.row(r) });
+        // SAFETY: each task owns its rows of `out`; the residual is another matrix, read only.
+        let (added, dst) = unsafe { (res.row(r), out.row_mut(r)) };
+        if !in_place {
+            // SAFETY: `x` is another matrix, read only.
+            dst.copy_from_slice(unsafe { x.row(r) });
+        }
+        for (d, a) in dst.iter_mut().zip(added) {
+            *d += a;
+        }
         norm(dst);
     });
 }
@@ -230,38 +250,15 @@ impl<'a> Ops for CpuPass<'a> {
     ) {
         let (g, b) = (norm.weight.data(), norm.bias.data());
         assert!(b.len() == x.cols, "layer_norm: bias shape");
-        let Some(res) = residual else {
-            return norm_rows(self.par, "layer_norm", x, out, g, |row| {
-                kernels::layer_norm(row, g, b, norm.eps)
-            });
-        };
-        assert!(
-            g.len() == x.cols
-                && out.rows >= x.rows
-                && out.cols == x.cols
-                && res.rows >= x.rows
-                && res.cols == x.cols
-                && res.ptr() != out.ptr(),
-            "layer_norm: a residual of x's shape, other than the output"
-        );
-        for_rows(self.par, x.rows, &|r| {
-            // SAFETY: each task owns its rows of `out`; the residual is another matrix, read only.
-            let (added, dst) = unsafe { (res.row(r), out.row_mut(r)) };
-            if x.ptr() != out.ptr() {
-                // SAFETY: `x` is another matrix, read only.
-                dst.copy_from_slice(unsafe { x.row(r) });
-            }
-            for (d, a) in dst.iter_mut().zip(added) {
-                *d += a;
-            }
-            kernels::layer_norm(dst, g, b, norm.eps);
+        norm_rows(self.par, "layer_norm", x, residual, out, g, |row| {
+            kernels::layer_norm(row, g, b, norm.eps)
         });
     }
 
     fn rms_norm(&self, x: Mat<'a>, out: Mat<'a>, weight: &Tensor, eps: f32, accumulate: bool) {
         let g = weight.data();
         if !accumulate {
-            return norm_rows(self.par, "rms_norm", x, out, g, |row| {
+            return norm_rows(self.par, "rms_norm", x, None, out, g, |row| {
                 kernels::rms_norm(row, g, eps)
             });
         }

@@ -117,12 +117,10 @@ pub(super) fn read_gemma3(config_path: &Path) -> Result<Gemma3Config> {
         config.rope_theta.unwrap_or(1_000_000.0),
         config.rope_local_base_freq.unwrap_or(10_000.0),
     ];
-    if let Err(why) = config
+    let positions = config.max_position_embeddings;
+    config
         .kinds
-        .read_ropes(bases, false, config.max_position_embeddings)
-    {
-        return fail(why);
-    }
+        .read_ropes(config_path, bases, false, positions)?;
     if !["gelu_pytorch_tanh", "gelu"].contains(&config.hidden_activation.as_str()) {
         return fail(format!(
             "unsupported hidden_activation {:?}: expected \"gelu_pytorch_tanh\" or \"gelu\"",

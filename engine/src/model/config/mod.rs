@@ -59,12 +59,14 @@ impl LayerKinds {
     /// `rope_scaling` merged over it (over the global one only, unless `scaling_local`, as the family's
     /// transformers config converts the older keys), the base from `bases` (the family's older keys, else its
     /// defaults) where neither names one.
+    /// An error names `config_path`.
     fn read_ropes(
         &mut self,
+        config_path: &Path,
         bases: [f64; 2],
         scaling_local: bool,
         max_positions: usize,
-    ) -> std::result::Result<(), String> {
+    ) -> Result<()> {
         // Without `rope_parameters` (or its entry for a kind), transformers starts the kind from
         // `{rope_type: default}`, which an older `type` in `rope_scaling` does not override.
         let default = serde_json::json!({"rope_type": "default"});
@@ -82,7 +84,7 @@ impl LayerKinds {
                 .as_ref()
                 .filter(|_| i == 0 || scaling_local);
             let mut rope = Rope::read(&[layer, scaling], bases[i], max_positions)
-                .map_err(|e| format!("{kind} layers: {e}"))?;
+                .map_err(|e| Error::model(config_path, format!("{kind} layers: {e}")))?;
             // transformers reads YaRN's `truncate` from the top of `rope_parameters`, where a file nested by
             // layer kind has none: always the default, true.
             if let RopeScaling::Yarn { truncate, .. } = &mut rope.scaling {

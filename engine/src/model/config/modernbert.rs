@@ -90,12 +90,10 @@ pub(super) fn read_modernbert(config_path: &Path) -> Result<ModernBertConfig> {
         config.global_rope_theta.unwrap_or(160_000.0),
         config.local_rope_theta.unwrap_or(10_000.0),
     ];
-    if let Err(why) = config
+    let positions = config.max_position_embeddings;
+    config
         .kinds
-        .read_ropes(bases, true, config.max_position_embeddings)
-    {
-        return fail(why);
-    }
+        .read_ropes(config_path, bases, true, positions)?;
     // transformers' ACT2FN["gelu"] is the exact (erf) GELU; the tanh forms would be silently different.
     if config.hidden_activation != "gelu" {
         return fail(format!(

@@ -115,8 +115,9 @@ impl Rope {
                 "rotary parameters nested by layer kind ({kind}) where the model takes one set"
             ));
         }
-        let p: RopeParameters = serde_json::from_value(Value::Object(merged.clone()))
-            .map_err(|e| format!("rotary parameters {}: {e}", Value::Object(merged)))?;
+        let merged = Value::Object(merged);
+        let p = RopeParameters::deserialize(&merged)
+            .map_err(|e| format!("rotary parameters {merged}: {e}"))?;
         let theta = p.rope_theta.unwrap_or(theta);
         if !(theta > 0.0 && theta.is_finite()) {
             return Err(format!("rotary base {theta}: expected a positive number"));
