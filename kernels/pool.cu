@@ -1,9 +1,10 @@
 // Pooling and the model's Normalize module (Ops::pool, and the CUDA backend's normalizing of pooled rows).
 
 // One block per sequence: its output row is its tokens' mean (mode 0), first token (1), last token (2), column-wise
-// maximum (3), sum over the square root of their count (4) or mean weighted by position, 1 to n (5); a
-// sequence whose readout is Tokens (readouts[s] = 1) gets a copy of every token's row instead, in its output rows
-// out_offsets[s]..out_offsets[s + 1]. With `norms` (null for none), the pooled row then takes sentence-transformers'
+// maximum (3), sum over the square root of their count (4) or mean weighted by position, 1 to n (5), over its tokens
+// from the readouts[s]-th on (a left-out prompt's; the last token at least), each weighted mean's weight its position
+// in the whole sequence; a sequence whose readout is Tokens (readouts[s] = -1) gets a copy of every token's row
+// instead, in its output rows out_offsets[s]..out_offsets[s + 1]. With `norms` (null for none), the pooled row then takes sentence-transformers'
 // Normalize in the same pass: scaled to unit L2 norm (the norm clamped at 1e-12, as torch.nn.functional.normalize),
 // its norm written to norms[s]; Tokens rows are left as they are (norms[s] = -1), since Normalize never applies to
 // token states. (Fused: a separate Normalize launch was one more per forward, and one more read of the rows.)
@@ -15,12 +16,12 @@ extern "C" __global__ void pool(const float* x, int ldx, float* out, int ldo, in
     if (s >= META_SEQS(meta)) {
         return;
     }
-    const int start = offsets[s], end = offsets[s + 1];
+    const int first = offsets[s], end = offsets[s + 1];
     // The same for every thread of the block, so the block returns whole and its reduction below stays whole.
-    if (readouts[s] == 1) {
-        for (int t = start; t < end; t++) {
+    if (readouts[s] < 0) {
+        for (int t = first; t < end; t++) {
             const float* in = x + (size_t)t * ldx;
-            float* o = out + (size_t)(out_offsets[s] + t - start) * ldo;
+            float* o = out + (size_t)(out_offsets[s] + t - first) * ldo;
             for (int c = threadIdx.x; c < cols; c += blockDim.x) {
                 o[c] = in[c];
             }
@@ -30,6 +31,7 @@ extern "C" __global__ void pool(const float* x, int ldx, float* out, int ldo, in
         }
         return;
     }
+    const int start = first + min(readouts[s], max(end - first - 1, 0));
     float* o = out + (size_t)out_offsets[s] * ldo;
     float q = 0.0f;
     for (int c = threadIdx.x; c < cols; c += blockDim.x) {
@@ -45,12 +47,13 @@ extern "C" __global__ void pool(const float* x, int ldx, float* out, int ldo, in
                 v = fmaxf(v, x[(size_t)t * ldx + c]);
             }
         } else if (mode == 5) {
-            // Weights 1..n, whose sum is n (n + 1) / 2.
+            // Weights k + 1..m (positions in the whole sequence), whose sum is (m - k)(m + k + 1) / 2.
             v = 0.0f;
             for (int t = start; t < end; t++) {
-                v += (float)(t - start + 1) * x[(size_t)t * ldx + c];
+                v += (float)(t - first + 1) * x[(size_t)t * ldx + c];
             }
-            v *= 2.0f / (n * (n + 1.0f));
+            const float k = (float)(start - first), m = (float)(end - first);
+            v *= 2.0f / ((m - k) * (m + k + 1.0f));
         } else {
             v = 0.0f;
             for (int t = start; t < end; t++) {

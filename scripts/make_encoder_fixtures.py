@@ -76,7 +76,15 @@ Complete sentence-transformers directories under engine/tests/fixtures/:
   - gemma3_linear_mean: gemma3_mean's model with Gemma 3 4B's rotary (global layers scaled linearly by 8, local
     ones plain; every second layer global, its base 2e3), in transformers 4's keys (`rope_scaling` for the global layers only), mean pooling, Normalize;
   - qwen3_yarn_last: Qwen3Model (causal) with YaRN (factor 4 over 24 positions) in transformers 5's
-    `rope_parameters`, last-token pooling, Normalize.
+    `rope_parameters`, last-token pooling, Normalize;
+  - bert_six_modes: bert_max's BertModel with all six pooling modes concatenated, in an order of their own
+    (weightedmean, lasttoken, cls, mean_sqrt_len_tokens, max, mean: 384 columns), `include_prompt: false` and a
+    prompt `query` (INSTRUCTOR's kind of instruction), no Normalize (which would hide each block's scale); besides
+    reference.jsonl (no prompt: every token pooled), reference_query.jsonl: each text encoded with
+    `prompt_name="query"`, whose tokens sentence-transformers leaves out of every mode (ids: the templated text's);
+  - distilbert_cls_mean_dense: DistilBertModel with CLS and mean pooling concatenated, written in sentence-transformers
+    < 6's flags (`pooling_mode_cls_token`, `pooling_mode_mean_tokens`), a tanh Dense module with bias from their 128
+    columns to 48, Normalize.
   Each scaled fixture is checked here to embed far from the same directory without its scaling.
 
 The first three number positions as RoBERTa does (from pad_token_id + 1, a `<pad>` inside a text taking the padding row and
@@ -453,10 +461,14 @@ def texts():
     return picks
 
 
-def make(name, build, tok, specials, pooling, normalize, seed, max_seq, dense=(), norm_center=1.0, edit=None):
-    """`dense`: (out_features, bias, activation) of each Dense module after pooling; `norm_center`: what the norms'
-    weights are drawn around (Gemma's scale by 1 + weight: 0); `edit`: applied to config.json's dict before the
-    reference loads the directory (so the reference is what transformers makes of the edited file)."""
+def make(name, build, tok, specials, pooling, normalize, seed, max_seq, dense=(), norm_center=1.0, edit=None,
+         include_prompt=True, prompts=None, legacy_pooling=False):
+    """`pooling`: a mode, or a tuple of modes to concatenate; `dense`: (out_features, bias, activation) of each Dense
+    module after pooling; `norm_center`: what the norms' weights are drawn around (Gemma's scale by 1 + weight: 0);
+    `edit`: applied to config.json's dict before the reference loads the directory (so the reference is what
+    transformers makes of the edited file); `prompts`: name to text, kept in config_sentence_transformers.json, each
+    with its own reference_{name}.jsonl; `legacy_pooling`: 1_Pooling/config.json rewritten in sentence-transformers
+    < 6's flags."""
     d = OUT / name
     shutil.rmtree(d, ignore_errors=True)
     work = OUT / f"{name}_hf"
@@ -475,8 +487,8 @@ def make(name, build, tok, specials, pooling, normalize, seed, max_seq, dense=()
     unk = {"unk_token": u for u in ("[UNK]", "<unk>") if tok.token_to_id(u) is not None}
     PreTrainedTokenizerFast(tokenizer_object=tok, **{**unk, **specials}).save_pretrained(work)
     transformer = models.Transformer(str(work), max_seq_length=max_seq)
-    modules = [transformer, models.Pooling(64, pooling_mode=pooling)]
-    width = 64
+    modules = [transformer, models.Pooling(64, pooling_mode=pooling, include_prompt=include_prompt)]
+    width = 64 * (1 if isinstance(pooling, str) else len(pooling))
     for out, bias, act in dense:
         modules.append(models.Dense(width, out, bias=bias, activation_function=act))
         width = out
@@ -487,6 +499,16 @@ def make(name, build, tok, specials, pooling, normalize, seed, max_seq, dense=()
     shutil.rmtree(work)
     for f in ["special_tokens_map.json", "README.md", "config_sentence_transformers.json"]:
         (d / f).unlink(missing_ok=True)
+    if prompts:
+        (d / "config_sentence_transformers.json").write_text(json.dumps({"prompts": prompts}, indent=2))
+    if legacy_pooling:
+        flags = {"cls": "pooling_mode_cls_token", "max": "pooling_mode_max_tokens", "mean": "pooling_mode_mean_tokens",
+                 "mean_sqrt_len_tokens": "pooling_mode_mean_sqrt_len_tokens",
+                 "weightedmean": "pooling_mode_weightedmean_tokens", "lasttoken": "pooling_mode_lasttoken"}
+        modes = (pooling,) if isinstance(pooling, str) else pooling
+        legacy = {"word_embedding_dimension": 64, **{f: m in modes for m, f in flags.items()},
+                  "include_prompt": include_prompt}
+        (d / "1_Pooling" / "config.json").write_text(json.dumps(legacy, indent=2))
     if edit:
         config = json.loads((d / "config.json").read_text())
         edit(config)
@@ -499,11 +521,20 @@ def make(name, build, tok, specials, pooling, normalize, seed, max_seq, dense=()
     pad = tok.token_to_id("<pad>")
     assert pad is None or any(pad in i[1:-1] for i in ids) or "modernbert" in name, "no <pad> inside a sequence"
     assert any(len(i) == max_seq for i in ids), "no text reaches max_seq_length"
-    with open(d / "reference.jsonl", "w", encoding="utf-8") as f:
+    write_reference(d / "reference.jsonl", batch, ids, emb)
+    for prompt_name, prompt in (prompts or {}).items():
+        # The text as sent (the prompt is the engine's to add); the ids and embedding of the templated one.
+        emb = st.encode(batch, prompt_name=prompt_name, batch_size=4, convert_to_numpy=True)
+        ids = [st.tokenize([prompt + t])["input_ids"][0].tolist() for t in batch]
+        write_reference(d / f"reference_{prompt_name}.jsonl", batch, ids, emb)
+    print(f"{d}: {len(batch)} texts, vocab {tok.get_vocab_size()}, {sum(len(i) for i in ids)} tokens")
+
+
+def write_reference(path, batch, ids, emb):
+    with open(path, "w", encoding="utf-8") as f:
         for t, i, e in zip(batch, ids, emb):
             b64 = base64.b64encode(struct.pack(f"<{len(e)}f", *e.tolist())).decode()
             f.write(json.dumps({"text": t, "ids": i, "embedding": b64}, ensure_ascii=False) + "\n")
-    print(f"{d}: {len(batch)} texts, vocab {tok.get_vocab_size()}, {sum(len(i) for i in ids)} tokens")
 
 
 MODERNBERT_SPECIALS = dict(BERT_SPECIALS, unk_token="[UNK]")
@@ -587,6 +618,13 @@ def main():
     if not only or "distilbert_mean_sqrt" in only:
         make("distilbert_mean_sqrt", distilbert, bert_tokenizer(), BERT_SPECIALS, "mean_sqrt_len_tokens", False, 19,
              64)
+    if not only or "bert_six_modes" in only:
+        make("bert_six_modes", bert, bert_tokenizer(), BERT_SPECIALS,
+             ("weightedmean", "lasttoken", "cls", "mean_sqrt_len_tokens", "max", "mean"), False, 30, 64,
+             include_prompt=False, prompts={"query": "Represent the question for retrieving supporting documents: "})
+    if not only or "distilbert_cls_mean_dense" in only:
+        make("distilbert_cls_mean_dense", distilbert, bert_tokenizer(), BERT_SPECIALS, ("cls", "mean"), True, 31, 64,
+             dense=[(48, True, torch.nn.Tanh())], legacy_pooling=True)
     if not only or "llama_weightedmean" in only:
         make("llama_weightedmean", decoder(LlamaConfig, LlamaModel, num_key_value_heads=2, rope_theta=5e4),
              llama_tokenizer(), LLAMA_SPECIALS, "weightedmean", True, 20, 96)

@@ -4,11 +4,26 @@ use crate::error::{Error, Result};
 
 /// What a sequence's answer is: one pooled embedding (the model's Pooling module), or the last hidden state of
 /// every token (TEI's `/embed_all`), unpooled and unnormalized.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Readout {
-    #[default]
-    Pooled,
+    /// Pooled over the tokens from the `skip`-th on: a prompt's tokens, left out where the model's Pooling module
+    /// excludes the prompt (sentence-transformers' `include_prompt: false`; its special token at the start with
+    /// them). A sequence no longer than `skip` pools its last token.
+    Pooled {
+        skip: u32,
+    },
     Tokens,
+}
+
+impl Readout {
+    /// Pooled over every token.
+    pub const POOLED: Readout = Readout::Pooled { skip: 0 };
+}
+
+impl Default for Readout {
+    fn default() -> Self {
+        Readout::POOLED
+    }
 }
 
 /// Token ids of several sequences, concatenated, with `offsets[i]..offsets[i + 1]` the tokens of sequence `i`.
@@ -51,7 +66,7 @@ impl Batch {
 
     /// Appends one sequence, to be pooled.
     pub fn push(&mut self, seq: &[u32]) {
-        self.push_as(seq, Readout::Pooled);
+        self.push_as(seq, Readout::POOLED);
     }
 
     /// Appends one sequence with the answer it wants.
@@ -60,7 +75,7 @@ impl Batch {
         self.offsets.push(self.ids.len());
         self.max_len = self.max_len.max(seq.len());
         let rows = match readout {
-            Readout::Pooled => 1,
+            Readout::Pooled { .. } => 1,
             Readout::Tokens => seq.len(),
         };
         self.readouts.push(readout);

@@ -76,12 +76,15 @@ pub struct ModelInfo {
     pub dim: usize,
     pub layers: usize,
     pub max_seq_length: usize,
-    pub pooling: model::Pooling,
+    pub pooling: model::PoolingModule,
     /// The output widths of the sentence-transformers Dense modules after pooling, in order (none: the embedding
-    /// is the pooled hidden states, and token states are served).
+    /// is the pooled hidden states).
     pub dense: Vec<usize>,
+    /// Whether token states are served (`/embed_all`): only where they are the embedding's space, one pooling mode
+    /// and no Dense module ([`model::ModelDir::pools_last`]).
+    pub token_states: bool,
     pub normalize: bool,
-    pub prompts: Vec<(String, String)>,
+    pub prompts: Vec<Prompt>,
     /// The architecture and its settings, as read from config.json.
     #[serde(skip)]
     pub config: model::ModelConfig,
@@ -122,15 +125,26 @@ impl ModelFront {
                 ),
             ));
         }
+        let special = if dir.pooling.include_prompt || dir.prompts.is_empty() {
+            Vec::new()
+        } else {
+            tokenizer::special_ids(&dir.tokenizer_path)?
+        };
+        let prompts = dir
+            .prompts
+            .iter()
+            .map(|(name, text)| Prompt::new(tokenizer.as_ref(), &dir.pooling, name, text, &special))
+            .collect::<Result<_>>()?;
         let info = ModelInfo {
             path: dir.root.clone(),
             dim: dir.dim(),
             layers: dir.config.layers(),
             max_seq_length,
-            pooling: dir.pooling,
+            pooling: dir.pooling.clone(),
             dense: dir.dense.iter().map(|d| d.out_features).collect(),
+            token_states: dir.pools_last(),
             normalize: dir.normalize,
-            prompts: dir.prompts.clone(),
+            prompts,
             config: dir.config.clone(),
         };
         Ok(ModelFront {
@@ -167,6 +181,78 @@ impl ModelFront {
         self.tokenizer.encode(text, &mut ids)?;
         Ok(ids)
     }
+
+    /// The model's prompt `name`, or an error listing the ones it has (`what` names the setting that asked).
+    pub fn prompt(&self, name: &str, what: &'static str) -> Result<&Prompt> {
+        let prompts = &self.info.prompts;
+        prompts
+            .iter()
+            .find(|p| p.name == name)
+            .ok_or_else(|| Error::Config {
+                name: what,
+                message: format!(
+                    "the model has no prompt `{name}` (it has: {})",
+                    prompt_names(prompts)
+                ),
+            })
+    }
+}
+
+/// One of the model's prompts (`config_sentence_transformers.json`): its text, put before an input, and how many
+/// leading tokens of the templated input pooling leaves out (`skip` of [`Readout::Pooled`]; 0 unless the model's
+/// Pooling module excludes the prompt).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Prompt {
+    pub name: String,
+    pub text: String,
+    pub skip: u32,
+}
+
+impl Prompt {
+    /// The prompt `name` → `text`, with sentence-transformers' count of its tokens where `pooling` leaves them
+    /// out (`include_prompt: false`): the prompt tokenized alone, special tokens and truncation included, less a
+    /// trailing special token (one of `special`: the separator a post-processor appends); the leading one (CLS,
+    /// BOS) stays counted, so it is left out too. An empty prompt leaves out nothing, as sentence-transformers
+    /// does not count one. `special` is `tokenizer.json`'s special added tokens, where transformers takes the
+    /// tokens `tokenizer_config.json` names: the same for the separators and end tokens post-processors append.
+    fn new(
+        tokenizer: &dyn Tokenizer,
+        pooling: &model::PoolingModule,
+        name: &str,
+        text: &str,
+        special: &[u32],
+    ) -> Result<Self> {
+        let mut skip = 0;
+        if !pooling.include_prompt && !text.is_empty() {
+            let mut ids = Vec::new();
+            tokenizer.encode(text, &mut ids)?;
+            let trailing_special = ids.last().is_some_and(|id| special.contains(id));
+            skip = u32::try_from(ids.len() - usize::from(trailing_special)).unwrap_or(u32::MAX);
+        }
+        Ok(Prompt {
+            name: name.to_owned(),
+            text: text.to_owned(),
+            skip,
+        })
+    }
+
+    /// The readout of an input this prompt was put before: pooled, without the prompt's tokens where they are
+    /// left out.
+    pub fn readout(&self) -> Readout {
+        Readout::Pooled { skip: self.skip }
+    }
+}
+
+/// The prompts' names, for a message (`no prompts` when there are none).
+pub fn prompt_names(prompts: &[Prompt]) -> String {
+    if prompts.is_empty() {
+        return "no prompts".into();
+    }
+    prompts
+        .iter()
+        .map(|p| p.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// A loaded model behind a backend, with its tokenizer and batching settings.
@@ -240,7 +326,7 @@ impl Engine {
                 scheduler::Scheduler::start(self.backend.clone(), &self.bulk_config(), |_| {});
             let seqs = texts.iter().map(|t| self.tokenize(t.as_ref()));
             scheduler
-                .embed_all(seqs, |e| {
+                .embed_all(seqs, Readout::POOLED, |e| {
                     out.push(e.embedding.to_vec());
                     Ok(())
                 })

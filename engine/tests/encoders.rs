@@ -21,14 +21,18 @@
 //! bias) in the Hub's tensor names and transformers' in-memory ones; and JinaBERT (jina-embeddings-v2: ALiBi over 12
 //! heads, GeGLU; its reference written out by scripts/make_jinabert_fixture.py) and Jina's qk-post-norm JinaBERT
 //! (jina-embeddings-v2-base-code, -de, -es, -zh: LayerNorms on Q and K, a second residual norm, its own GeGLU
-//! order; the same script's). The first three number positions after the
+//! order; the same script's); and sentence-transformers' Pooling module with several modes concatenated: all six
+//! in an order of their own with the prompt's tokens left out (`include_prompt: false`, INSTRUCTOR's), and CLS
+//! and mean in the old flags with a Dense module over both and Normalize. The first three number positions after the
 //! padding id: their texts put `<pad>` inside sequences
 //! (it takes the padding row and does not advance the positions after it), `<mask>` after whitespace it strips,
 //! and run past max_seq_length; the default tokenizer must give sentence-transformers' ids.
 
 mod common;
 
-const MODELS: [&str; 22] = [
+use engine::{CaptureMode, Dtype};
+
+const MODELS: [&str; 24] = [
     "xlmr_mean",
     "roberta_cls",
     "mpnet_mean",
@@ -51,6 +55,8 @@ const MODELS: [&str; 22] = [
     "jina_v3_renamed_mean",
     "jinabert_mean",
     "jinabert_qk_mean",
+    "bert_six_modes",
+    "distilbert_cls_mean_dense",
 ];
 
 common::models::fixture_tests!(MODELS);
@@ -104,4 +110,109 @@ fn jinabert_qk_post_norm_without_geglu_is_refused() {
         .err()
         .expect("refused");
     assert!(err.to_string().contains("qk-post-norm"), "{err}");
+}
+
+/// A model whose Pooling module leaves the prompt out (`include_prompt: false`, as INSTRUCTOR's): a text sent
+/// through the gateway with `prompt_name: "query"` embeds as sentence-transformers encodes it with that prompt,
+/// each of the six concatenated modes pooling only the tokens after the prompt's (and the CLS before them),
+/// weighted means keeping their positions (in f32 and, where the CPU runs it, bf16); the same templated input
+/// sent as token ids gets no prompt, so pools every token and embeds elsewhere (what is left out shows); and an
+/// over-long text cut from the left, which would lose the prompt in place of its own first tokens, is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prompt_left_out_of_pooling_matches_sentence_transformers() {
+    use engine::gateway::{Direction, Gateway, GatewayConfig, Inputs, Options};
+    let name = "bert_six_modes";
+    let dir = common::models::dir(name);
+    // The gateway refuses an empty string, which sentence-transformers embeds.
+    let fx: Vec<_> = common::read(&dir.join("reference_query.jsonl"), "embedding")
+        .into_iter()
+        .filter(|f| !f.text.is_empty())
+        .collect();
+    let texts: Vec<String> = fx.iter().map(|f| f.text.clone()).collect();
+    let query = Options {
+        prompt_name: Some("query".into()),
+        truncate: true,
+        ..Default::default()
+    };
+    let embed = |gateway: Gateway, inputs: Inputs, options: Options| async move {
+        let embedded = gateway.embed(inputs, options).await.expect("embed");
+        let rows: Vec<Vec<f32>> = embedded
+            .vectors
+            .iter()
+            .map(|r| r.as_slice().to_vec())
+            .collect();
+        rows
+    };
+    for dtype in [Dtype::F32, Dtype::Bf16] {
+        let engine = common::models::load(name, dtype, CaptureMode::Lazy);
+        if engine.backend().info().dtype != dtype {
+            eprintln!("SKIPPED bf16: this CPU has no AVX512-BF16");
+            continue;
+        }
+        let prompt = "Represent the question for retrieving supporting documents: ";
+        for f in &fx {
+            assert_eq!(
+                engine
+                    .tokenize(&format!("{prompt}{}", f.text))
+                    .expect("ids"),
+                f.ids
+            );
+        }
+        let gateway = Gateway::new(vec![engine], GatewayConfig::default()).expect("gateway");
+        let got = embed(gateway.clone(), Inputs::Texts(texts.clone()), query.clone()).await;
+        let worst = fx
+            .iter()
+            .zip(&got)
+            .map(|(f, g)| common::cosine(&f.embedding, g))
+            .fold(f64::INFINITY, f64::min);
+        println!(
+            "{name} {dtype} with prompt_name query: min cosine {worst:.9} over {} texts",
+            fx.len()
+        );
+        let min = if dtype == Dtype::F32 { 0.9999 } else { 0.999 };
+        assert!(worst >= min, "{name} {dtype}: min cosine {worst}");
+        // The templated ids sent as ids: the whole input, every token pooled (the plain reference's way).
+        let ids = Inputs::Ids(fx.iter().map(|f| f.ids.clone()).collect());
+        let as_ids = embed(gateway.clone(), ids, query.clone()).await;
+        for (i, (a, b)) in as_ids.iter().zip(&got).enumerate() {
+            assert!(
+                common::cosine(a, b) < 0.9999,
+                "text {i}: the prompt's tokens were left out of ids"
+            );
+        }
+        let left = Options {
+            direction: Direction::Left,
+            ..query.clone()
+        };
+        let cut = fx
+            .iter()
+            .find(|f| f.ids.len() == 64)
+            .expect("a text cut to the limit");
+        let refused = gateway
+            .embed(Inputs::Texts(vec![cut.text.clone()]), left.clone())
+            .await
+            .err()
+            .expect("refused");
+        assert_eq!(refused.status.as_u16(), 422, "{}", refused.message);
+        assert!(
+            refused.message.contains("from the left"),
+            "{}",
+            refused.message
+        );
+        let short = fx
+            .iter()
+            .position(|f| f.ids.len() < 40)
+            .expect("a short text");
+        let kept = embed(
+            gateway.clone(),
+            Inputs::Texts(vec![texts[short].clone()]),
+            left,
+        )
+        .await;
+        let same = common::cosine(&kept[0], &got[short]);
+        assert!(
+            same > 0.99999,
+            "a text not cut embeds as it does cut from the right: {same}"
+        );
+    }
 }

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use engine::model::tiny::{write_tiny_bert, TinySpec};
-use engine::model::{ModelDir, Pooling, Weights};
+use engine::model::{ModelDir, Pooling, PoolingModule, Weights};
 use engine::{Batch, Engine, EngineConfig, Error};
 
 fn tiny(dir: &Path) -> Engine {
@@ -296,10 +296,10 @@ fn token_readout_shares_the_batch_and_its_mean_is_the_pooled_row() {
     let a = engine.tokenize("the query of tokens").expect("tokenize");
     let b = vec![a[0]];
     let mut batch = Batch::new();
-    batch.push_as(&a, Readout::Pooled);
+    batch.push_as(&a, Readout::POOLED);
     batch.push_as(&a, Readout::Tokens);
     batch.push_as(&b, Readout::Tokens);
-    batch.push_as(&b, Readout::Pooled);
+    batch.push_as(&b, Readout::POOLED);
     assert_eq!(batch.out_rows(), 2 + a.len() + 1);
     let runs: Vec<Vec<Vec<f32>>> = [Run::Eager, Run::Capture, Run::Replay]
         .into_iter()
@@ -387,7 +387,7 @@ fn bad_model_directories_name_the_file_and_what_was_expected() {
     write_tiny_bert(dir.path(), TinySpec::default()).expect("write");
     std::fs::write(
         dir.path().join("1_Pooling/config.json"),
-        r#"{"pooling_mode_max_tokens": true, "pooling_mode_mean_tokens": true}"#,
+        r#"{"pooling_mode": ["max", "median"]}"#,
     )
     .expect("write");
     let e = err(dir.path());
@@ -429,8 +429,9 @@ fn bad_model_directories_name_the_file_and_what_was_expected() {
 /// sentence-transformers 6 writes `pooling_mode` (a name, or a list) where earlier versions wrote a flag per mode,
 /// and leaves the sequence limit to the tokenizer (`tokenizer_config.json`'s `model_max_length`, within the
 /// positions) when its own config names none; older models may name that config after their architecture. Both
-/// versions' files are read as sentence-transformers reads them, and what it would do that we do not (several
-/// modes concatenated, pooling without the prompt, lowercasing for a cased tokenizer) is refused, not ignored.
+/// versions' files are read as sentence-transformers reads them (several modes concatenated, the prompt's tokens
+/// left out of pooling), and what it would do that we do not (lowercasing for a cased tokenizer) is refused, not
+/// ignored.
 #[test]
 fn both_sentence_transformers_config_formats_are_read() {
     use serde_json::json;
@@ -446,42 +447,68 @@ fn both_sentence_transformers_config_formats_are_read() {
     };
     let spec = TinySpec::default();
     write_tiny_bert(d, spec).expect("write");
-    for (json, want) in [
+    use Pooling::*;
+    for (json, modes, include_prompt) in [
         (
             json!({"embedding_dimension": 32, "pooling_mode": "cls"}),
-            Pooling::Cls,
+            vec![Cls],
+            true,
         ),
         (
             json!({"pooling_mode": ["lasttoken"], "include_prompt": true}),
-            Pooling::LastToken,
+            vec![LastToken],
+            true,
         ),
         // `pooling_mode` wins over the old flags; no flag set at all means the mean.
         (
             json!({"pooling_mode": "mean", "pooling_mode_cls_token": true}),
-            Pooling::Mean,
+            vec![Mean],
+            true,
         ),
-        (json!({"pooling_mode_cls_token": false}), Pooling::Mean),
-        (json!({"pooling_mode_lasttoken": true}), Pooling::LastToken),
+        (json!({"pooling_mode_cls_token": false}), vec![Mean], true),
+        (
+            json!({"pooling_mode_lasttoken": true}),
+            vec![LastToken],
+            true,
+        ),
         (
             json!({"pooling_mode": "weightedmean"}),
-            Pooling::WeightedMean,
+            vec![WeightedMean],
+            true,
         ),
-        (json!({"pooling_mode_max_tokens": true}), Pooling::Max),
+        (json!({"pooling_mode_max_tokens": true}), vec![Max], true),
         (
             json!({"pooling_mode_mean_sqrt_len_tokens": true}),
-            Pooling::MeanSqrtLen,
+            vec![MeanSqrtLen],
+            true,
+        ),
+        // Several modes, concatenated: in the list's order, or the old flags' fixed one (CLS, max, mean, mean over
+        // √n, weighted mean, last token) whatever order the file writes them in.
+        (
+            json!({"pooling_mode": ["max", "mean", "max"], "include_prompt": false}),
+            vec![Max, Mean, Max],
+            false,
+        ),
+        (
+            json!({"pooling_mode_lasttoken": true, "pooling_mode_mean_tokens": true,
+                   "pooling_mode_cls_token": true, "include_prompt": false}),
+            vec![Cls, Mean, LastToken],
+            false,
         ),
     ] {
         write("1_Pooling/config.json", json.clone());
-        assert_eq!(open().expect("opens").pooling, want, "{json}");
+        let want = PoolingModule {
+            modes,
+            include_prompt,
+        };
+        let dir = open().expect("opens");
+        assert_eq!(dir.pooling, want, "{json}");
+        assert_eq!(dir.dim(), want.modes.len() * spec.hidden, "{json}");
     }
     for (json, needle) in [
-        (json!({"pooling_mode": ["mean", "max"]}), "concatenated"),
+        (json!({"pooling_mode": ["mean", "median"]}), "median"),
         (json!({"pooling_mode": "median"}), "median"),
-        (
-            json!({"pooling_mode": "mean", "include_prompt": false}),
-            "include_prompt",
-        ),
+        (json!({"pooling_mode": []}), "empty list"),
     ] {
         write("1_Pooling/config.json", json);
         refused(needle);

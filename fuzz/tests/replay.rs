@@ -46,7 +46,8 @@ fn model_dir_corpus_replays() {
 /// Regression (CI stop 25): the seeds were a Qwen3's files fed to the tiny BERT, so the fuzzer started from
 /// inputs that could not load and seldom reached a loaded model. A seed for each tiny model's file is now that
 /// file unchanged, checked here (`FUZZ_WRITE_SEEDS=1 cargo test` rewrites them after the tiny models change);
-/// the hand-made `qwen3-tiny.config-rope-*.json` beside them are edits of the Qwen3's config.
+/// the hand-made `qwen3-tiny.config-rope-*.json` and `tiny-bert.1_Pooling-config-concat.json` beside them are
+/// edits of the Qwen3's config and the BERT's pooling.
 #[test]
 fn model_dir_seeds_are_the_tiny_models_own_files() {
     let dir = repo().join("fuzz/corpus/model_dir");

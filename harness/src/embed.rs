@@ -4,7 +4,8 @@
 //! stays bounded and the backend always has the next batch), batched by its one batch builder, answered in rows of
 //! the pooled results that are written straight to the output as they come. Ctrl-C stops it with every line
 //! written so far complete. Inputs over the model's token limit are cut to it and counted (`--no-truncate` refuses
-//! them instead). `--per-input` embeds one input at a time instead and reports its latency.
+//! them instead). `--prompt-name` puts one of the model's prompts before every input, as `prompt_name` does over
+//! HTTP. `--per-input` embeds one input at a time instead and reports its latency.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -15,8 +16,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use engine::gateway::EncodingFormat;
-use engine::scheduler::Scheduler;
-use engine::{Engine, Row};
+use engine::scheduler::{Scheduler, Work};
+use engine::{Engine, Prompt, Readout, Row};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::input::{self, Input};
@@ -36,6 +37,11 @@ pub struct EmbedArgs {
     /// Fail on an input over the model's token limit instead of cutting it to the limit.
     #[arg(long)]
     no_truncate: bool,
+    /// Put the model's prompt NAME (from its config_sentence_transformers.json: e5's `passage`, an instruction)
+    /// before every input, as `prompt_name` does over HTTP; where the model's pooling leaves the prompt out
+    /// (`include_prompt: false`), its tokens are not pooled.
+    #[arg(long, value_name = "NAME")]
+    prompt_name: Option<String>,
     /// Embed each input on its own, one after another (as online queries arrive), and report the latency
     /// percentiles of one input instead of bulk throughput.
     #[arg(long)]
@@ -70,11 +76,22 @@ struct Reading<'a> {
     keep: Vec<String>,
     no_truncate: bool,
     format: EncodingFormat,
+    /// The prompt put before every input, if any.
+    prompt: Option<Prompt>,
 }
 
 impl Reading<'_> {
-    /// The ids of input line `n`, cut to the model's limit (counted in `truncated`) unless `--no-truncate`.
+    /// The ids of input line `n` (after the prompt, if any), cut to the model's limit (counted in `truncated`)
+    /// unless `--no-truncate`.
     fn tokenize(&self, n: usize, text: &str, truncated: &Cell<usize>) -> Result<Vec<u32>> {
+        let templated;
+        let text = match &self.prompt {
+            Some(prompt) => {
+                templated = format!("{}{text}", prompt.text);
+                &templated
+            }
+            None => text,
+        };
         let mut ids = Vec::new();
         let cut = engine::tokenizer::with_thread_scratch(|scratch| {
             self.engine.tokenizer().encode_cut(text, scratch, &mut ids)
@@ -90,6 +107,13 @@ impl Reading<'_> {
             truncated.set(truncated.get() + 1);
         }
         Ok(ids)
+    }
+
+    /// What each input's answer is: pooled, without the prompt's tokens where the model leaves them out.
+    fn readout(&self) -> Readout {
+        self.prompt
+            .as_ref()
+            .map_or(Readout::POOLED, Prompt::readout)
     }
 }
 
@@ -112,6 +136,11 @@ pub fn run(args: EmbedArgs) -> Result<()> {
         keep: args.keep.into_iter().filter(|k| !k.is_empty()).collect(),
         no_truncate: args.no_truncate,
         format: args.output_format,
+        prompt: args
+            .prompt_name
+            .as_deref()
+            .map(|name| engine.front().prompt(name, "--prompt-name").cloned())
+            .transpose()?,
     };
     let mut stats = Stats::default();
     let interrupted = runtime.block_on(async {
@@ -232,7 +261,7 @@ async fn bulk(
     // The counts are kept as lines are written, so an interrupted run reports what its output holds.
     let (inputs, tokens, time) = (&mut stats.inputs, &mut stats.tokens, &mut stats.time);
     scheduler
-        .embed_all(seqs, |e| {
+        .embed_all(seqs, reading.readout(), |e| {
             let (n, fields) = pending.borrow_mut().pop_front().unwrap_or_default();
             write_line(out, &fields, &e.embedding, reading.format)?;
             *inputs += 1;
@@ -262,7 +291,13 @@ async fn per_input(
         let ids = reading.tokenize(n, &text, &stats.truncated)?;
         let tokens = ids.len();
         let answer = scheduler
-            .submit(vec![ids], engine::Priority::Online)?
+            .submit(
+                vec![ids],
+                Work {
+                    priority: engine::Priority::Online,
+                    readout: reading.readout(),
+                },
+            )?
             .wait()
             .await;
         let elapsed = one.elapsed();

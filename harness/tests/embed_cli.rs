@@ -1,6 +1,6 @@
 //! `bench embed` and `bench serve` as a person runs them, on the tiny random model (issue 21): truncation counted
 //! or refused, kept fields passed through in input order, blank lines and a byte-order mark, Ctrl-C keeping what
-//! is done; and `serve` failing on a busy port before it loads a model.
+//! is done, a prompt put before each input; and `serve` failing on a busy port before it loads a model.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -78,6 +78,70 @@ fn embed_counts_truncated_inputs_and_no_truncate_refuses_them() {
     assert!(!refused.status.success());
     assert!(
         stderr.contains("input line 2 is over the model's limit of 48 tokens"),
+        "{stderr}"
+    );
+}
+
+/// `--prompt-name` puts the model's prompt before every input, as `prompt_name` over HTTP: with the prompt pooled
+/// the answer is the templated text's; where the model's pooling leaves the prompt out (`include_prompt: false`)
+/// it is another, the same in bulk and one input at a time; a prompt the model lacks is refused naming those it has.
+#[test]
+fn embed_puts_the_prompt_before_each_input_and_pools_as_the_model_says() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tiny_model(tmp.path());
+    let dir = Path::new(&model);
+    std::fs::write(
+        dir.join("config_sentence_transformers.json"),
+        r#"{"prompts": {"query": "query: ", "passage": "passage: "}}"#,
+    )
+    .unwrap();
+    let (plain, templated) = (
+        tmp.path().join("plain.txt"),
+        tmp.path().join("templated.txt"),
+    );
+    std::fs::write(&plain, "is it\nwhat is the capital of france\n").unwrap();
+    std::fs::write(
+        &templated,
+        "query: is it\nquery: what is the capital of france\n",
+    )
+    .unwrap();
+    let (plain, templated) = (plain.display().to_string(), templated.display().to_string());
+    let embed = |file: &str, extra: &[&str]| {
+        let mut args = vec!["embed", "--model", &model, "--threads", "1", "--lines"];
+        args.extend_from_slice(extra);
+        args.push(file);
+        ok_lines(&bench(&args))
+    };
+    let prompted = embed(&plain, &["--prompt-name", "query"]);
+    assert_eq!(prompted, embed(&templated, &[]));
+    assert_ne!(prompted, embed(&plain, &[]));
+
+    std::fs::write(
+        dir.join("1_Pooling/config.json"),
+        r#"{"pooling_mode": "mean", "include_prompt": false}"#,
+    )
+    .unwrap();
+    let without_prompt = embed(&plain, &["--prompt-name", "query"]);
+    assert_eq!(without_prompt.len(), 2);
+    assert_ne!(without_prompt, prompted);
+    assert_eq!(
+        without_prompt,
+        embed(&plain, &["--prompt-name", "query", "--per-input"])
+    );
+
+    let unknown = bench(&[
+        "embed",
+        "--model",
+        &model,
+        "--lines",
+        "--prompt-name",
+        "nope",
+        &plain,
+    ]);
+    let stderr = String::from_utf8_lossy(&unknown.stderr);
+    assert!(!unknown.status.success());
+    assert!(
+        stderr.contains("no prompt `nope`") && stderr.contains("passage, query"),
         "{stderr}"
     );
 }

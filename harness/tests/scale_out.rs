@@ -168,10 +168,22 @@ fn tiny(tmp: &Path) -> std::path::PathBuf {
     dir
 }
 
+/// The tiny model's pooling leaves the prompt out (`include_prompt: false`), so that how many tokens a replica's
+/// pooling skips has to travel with the work: a request with a prompt answers as one process does only if it does.
 #[test]
 fn a_gateway_and_two_replica_processes_answer_as_one_process_does() {
     let tmp = tempfile::tempdir().unwrap();
     let model = tiny(tmp.path());
+    std::fs::write(
+        model.join("1_Pooling/config.json"),
+        r#"{"pooling_mode": "mean", "include_prompt": false}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        model.join("config_sentence_transformers.json"),
+        r#"{"prompts": {"query": "query: "}}"#,
+    )
+    .unwrap();
     let (a, b) = (replica(&model, 0), replica(&model, 0));
     let gw = gateway(&model, &[&a, &b]);
     let single = serve(&model, &["--port", "0"]);
@@ -179,11 +191,17 @@ fn a_gateway_and_two_replica_processes_answer_as_one_process_does() {
     let texts: Vec<String> = (0..7)
         .map(|i| format!("sentence number {i} of the comparison"))
         .collect();
-    for path in ["/v1/embeddings", "/embed", "/embed_all"] {
+    for (path, prompt) in [
+        ("/v1/embeddings", None),
+        ("/embed", None),
+        ("/embed_all", None),
+        ("/embed", Some("query")),
+    ] {
         let body = if path == "/v1/embeddings" {
             request(&texts)
         } else {
-            serde_json::json!({ "inputs": texts, "normalize": false }).to_string()
+            serde_json::json!({ "inputs": texts, "normalize": false, "prompt_name": prompt })
+                .to_string()
         };
         let (status, split) = http(&gw.addr, "POST", path, &body);
         assert_eq!(status, 200, "{split}");
@@ -199,7 +217,7 @@ fn a_gateway_and_two_replica_processes_answer_as_one_process_does() {
             }
         };
         // Bitwise: the floats travel as IEEE-754 bytes, and a sequence's embedding does not depend on its batch.
-        assert_eq!(pick(&split), pick(&whole), "{path}");
+        assert_eq!(pick(&split), pick(&whole), "{path} with prompt {prompt:?}");
     }
     // Seven inputs in pieces of two went to both replicas.
     assert!(batches(&a) > 0 && batches(&b) > 0);

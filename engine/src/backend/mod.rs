@@ -62,7 +62,9 @@ impl Backend for Threaded {
         if !self.info.token_states && (0..batch.len()).any(|i| batch.readout(i) == Readout::Tokens)
         {
             return Handle::ready(Err(Error::Batch(
-                "token states are not served for a model with Dense modules after pooling".into(),
+                "token states are not served for a model whose embedding is not in their space (Dense modules \
+                 after pooling, or several pooling modes)"
+                    .into(),
             )));
         }
         if batch.is_empty() {
@@ -290,7 +292,7 @@ impl Embeddings {
         for i in 0..self.len() {
             let (start, end) = (self.offsets[i] * self.dim, self.offsets[i + 1] * self.dim);
             self.norms.push(match batch.readout(i) {
-                crate::Readout::Pooled => {
+                crate::Readout::Pooled { .. } => {
                     let mut norm = 0.0;
                     cpu::kernels::l2_normalize(&mut self.data[start..end], &mut norm);
                     Some(norm)

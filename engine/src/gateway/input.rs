@@ -11,7 +11,7 @@ use crate::scheduler::Priority;
 use crate::tokenizer::{
     with_thread_scratch, HfTokenizer, TokenDetail, Tokenizer, Truncation, TruncationSide,
 };
-use crate::ModelFront;
+use crate::{prompt_names, ModelFront, Prompt};
 
 /// What a client asked to embed: texts, or token ids taken as the model's full input (special tokens included).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,7 +60,8 @@ pub struct Options {
     pub direction: Direction,
     /// Which of the scheduler's queues the inputs join.
     pub priority: Priority,
-    /// Each input's answer: its pooled embedding, or its tokens' states (`/embed_all`).
+    /// Each input's answer: its pooled embedding, or its tokens' states (`/embed_all`). A pooled readout's
+    /// `skip` is the gateway's to set ([`Tokenization::readout`]).
     pub readout: crate::Readout,
     /// Whose conventions a refusal follows: OpenAI's (400, and only the server can turn truncation on) or TEI's
     /// (422, and the request's `truncate` can).
@@ -77,8 +78,9 @@ pub struct Tokenization {
     /// which has the tokens' offsets (the ids are the same as the engine's), loaded on first use.
     detailed: OnceLock<Result<[HfTokenizer; 2], String>>,
     path: PathBuf,
-    prompts: Vec<(String, String)>,
-    default_prompt: Option<String>,
+    prompts: Vec<Prompt>,
+    /// The one a request naming none gets.
+    default_prompt: Option<Prompt>,
     max_len: usize,
     vocab_size: usize,
 }
@@ -92,26 +94,15 @@ impl Tokenization {
             side: TruncationSide::Left,
         };
         let left = crate::tokenizer::load(&path, front.config().tokenizer, Some(left))?;
-        let default_prompt = match default_prompt_name {
-            None => None,
-            Some(name) => {
-                Some(
-                    find_prompt(&info.prompts, name).ok_or_else(|| crate::Error::Config {
-                        name: "default_prompt_name",
-                        message: format!(
-                            "the model has no prompt `{name}` (it has: {})",
-                            prompt_names(&info.prompts)
-                        ),
-                    })?,
-                )
-            }
-        };
+        let default_prompt = default_prompt_name
+            .map(|name| front.prompt(name, "default_prompt_name").cloned())
+            .transpose()?;
         Ok(Tokenization {
             left,
             detailed: OnceLock::new(),
             path,
             prompts: info.prompts.clone(),
-            default_prompt: default_prompt.map(str::to_owned),
+            default_prompt,
             max_len: info.max_seq_length,
             vocab_size: front.vocab_size(),
         })
@@ -133,11 +124,11 @@ impl Tokenization {
         }
         match inputs {
             Inputs::Texts(texts) => {
-                let prefix = self.prefix(options.prompt_name.as_deref())?;
+                let prompt = self.prompt(options.prompt_name.as_deref())?;
                 texts
                     .iter()
                     .enumerate()
-                    .map(|(i, text)| self.encode_text(front, i, prefix, text, options))
+                    .map(|(i, text)| self.encode_text(front, i, prompt, text, options))
                     .collect()
             }
             Inputs::Ids(seqs) => seqs
@@ -232,30 +223,49 @@ impl Tokenization {
             .map_err(|e| ApiError::internal(format!("loading the tokenizer: {e}")))
     }
 
-    fn prefix(&self, name: Option<&str>) -> Result<&str, ApiError> {
-        match name {
-            None => Ok(self.default_prompt.as_deref().unwrap_or("")),
-            Some(name) => find_prompt(&self.prompts, name).ok_or_else(|| {
-                ApiError::bad_request(
-                    "unknown_prompt",
-                    format!(
-                        "unknown prompt_name `{name}`; the model has: {}",
-                        prompt_names(&self.prompts)
-                    ),
-                )
-            }),
+    /// The prompt a request gets: the one it names, else the server's default, if any.
+    fn prompt(&self, name: Option<&str>) -> Result<Option<&Prompt>, ApiError> {
+        let Some(name) = name else {
+            return Ok(self.default_prompt.as_ref());
+        };
+        match self.prompts.iter().find(|p| p.name == name) {
+            Some(prompt) => Ok(Some(prompt)),
+            None => Err(ApiError::bad_request(
+                "unknown_prompt",
+                format!(
+                    "unknown prompt_name `{name}`; the model has: {}",
+                    prompt_names(&self.prompts)
+                ),
+            )),
         }
+    }
+
+    fn prefix(&self, name: Option<&str>) -> Result<&str, ApiError> {
+        Ok(self.prompt(name)?.map_or("", |p| p.text.as_str()))
+    }
+
+    /// The answer `options` asks for `inputs`: a pooled one leaves out the prompt's tokens where the model's
+    /// Pooling module excludes the prompt (texts only: token ids are the whole input, no prompt put before them).
+    pub fn readout(&self, inputs: &Inputs, options: &Options) -> Result<crate::Readout, ApiError> {
+        Ok(match (options.readout, inputs) {
+            (crate::Readout::Pooled { .. }, Inputs::Texts(_)) => self
+                .prompt(options.prompt_name.as_deref())?
+                .map_or(crate::Readout::POOLED, Prompt::readout),
+            (crate::Readout::Pooled { .. }, Inputs::Ids(_)) => crate::Readout::POOLED,
+            (crate::Readout::Tokens, _) => crate::Readout::Tokens,
+        })
     }
 
     fn encode_text(
         &self,
         front: &ModelFront,
         i: usize,
-        prefix: &str,
+        prompt: Option<&Prompt>,
         text: &str,
         options: &Options,
     ) -> Result<Vec<u32>, ApiError> {
         non_empty(i, text)?;
+        let prefix = prompt.map_or("", |p| p.text.as_str());
         let templated;
         let text = if prefix.is_empty() {
             text
@@ -274,6 +284,18 @@ impl Tokenization {
             })?;
         if cut && !options.truncate {
             return Err(self.too_long(i, None, options.api));
+        }
+        // Cut from the left, the prompt goes first: pooling would then leave out the text's first tokens in its
+        // place. (sentence-transformers cuts from the right only.)
+        if cut && options.direction == Direction::Left && prompt.is_some_and(|p| p.skip > 0) {
+            return Err(ApiError::unprocessable(
+                "input_too_long",
+                format!(
+                    "input {i} is over the model's limit of {} tokens, and cutting it from the left would cut \
+                     into the prompt, which this model leaves out of pooling; shorten it, or truncate from the right",
+                    self.max_len
+                ),
+            ));
         }
         Ok(ids)
     }
@@ -374,22 +396,4 @@ fn non_empty(i: usize, text: &str) -> Result<(), ApiError> {
         ));
     }
     Ok(())
-}
-
-fn find_prompt<'a>(prompts: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    prompts
-        .iter()
-        .find(|(n, _)| n == name)
-        .map(|(_, p)| p.as_str())
-}
-
-fn prompt_names(prompts: &[(String, String)]) -> String {
-    if prompts.is_empty() {
-        return "no prompts".into();
-    }
-    prompts
-        .iter()
-        .map(|(n, _)| n.as_str())
-        .collect::<Vec<_>>()
-        .join(", ")
 }

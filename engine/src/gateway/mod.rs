@@ -333,7 +333,7 @@ impl Gateway {
         let start = Instant::now();
         let work = Work {
             priority: options.priority,
-            readout: options.readout,
+            readout: self.inner.tokenization.readout(&inputs, &options)?,
         };
         let (seqs, tokenization) = self.tokenize(inputs, options).await?;
         let (n, tokens) = (seqs.len(), seqs.iter().map(Vec::len).sum());

@@ -52,10 +52,11 @@ pub(super) async fn embed_all(
 ) -> Response {
     let result = async {
         let req: EmbedAllRequest = parse(&headers, body)?;
-        if !gw.front().info().dense.is_empty() {
+        if !gw.front().info().token_states {
             return Err(ApiError::unprocessable(
                 "unsupported",
-                "this model's embeddings pass Dense modules after pooling: its token states are not served",
+                "this model's embedding is not in its token states' space (Dense modules after pooling, or several \
+                 pooling modes concatenated): its token states are not served",
             ));
         }
         let options = Options {

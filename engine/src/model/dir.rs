@@ -10,7 +10,7 @@ use super::config::{read_json, ModelConfig};
 use crate::backend::ops::Activation;
 use crate::error::{Error, Result};
 
-/// How token states become one sentence embedding: sentence-transformers' Pooling modes.
+/// How token states become one vector: one of sentence-transformers' Pooling modes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Pooling {
@@ -30,6 +30,31 @@ pub enum Pooling {
     /// SGPT's for decoders: later tokens have seen more of the text).
     #[serde(rename = "weighted_mean")]
     WeightedMean,
+}
+
+/// sentence-transformers' Pooling module: its modes, whose vectors are concatenated in order (each the hidden
+/// states' width), and whether a prompt's tokens are pooled (`include_prompt`: INSTRUCTOR's models leave them out,
+/// pooling only the text's; a CLS mode then reads the first token after the prompt).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct PoolingModule {
+    /// At least one.
+    pub modes: Vec<Pooling>,
+    pub include_prompt: bool,
+}
+
+impl PoolingModule {
+    /// One mode over every token: what a directory without a Pooling module gets (the mean).
+    pub fn single(mode: Pooling) -> Self {
+        PoolingModule {
+            modes: vec![mode],
+            include_prompt: true,
+        }
+    }
+
+    /// Width of the pooled vector for hidden states of `hidden` columns.
+    pub fn width(&self, hidden: usize) -> usize {
+        self.modes.len() * hidden
+    }
 }
 
 impl Pooling {
@@ -58,7 +83,7 @@ pub const MAX_POSITIONS: usize = 1 << 17;
 pub struct ModelDir {
     pub root: PathBuf,
     pub config: ModelConfig,
-    pub pooling: Pooling,
+    pub pooling: PoolingModule,
     pub normalize: bool,
     /// sentence-transformers' `max_seq_length`, capped by the position table.
     pub max_seq_length: usize,
@@ -306,7 +331,8 @@ impl ModelDir {
 
         // Without modules.json the directory is a bare transformers model: sentence-transformers then defaults to
         // mean pooling without normalisation, and so do we.
-        let (mut pooling, mut normalize, mut pooled) = (Pooling::Mean, false, false);
+        let (mut pooling, mut normalize, mut pooled) =
+            (PoolingModule::single(Pooling::Mean), false, false);
         let mut dense: Vec<DenseModule> = Vec::new();
         let modules_path = root.join("modules.json");
         if modules_path.is_file() {
@@ -319,9 +345,10 @@ impl ModelDir {
                         pooled = true;
                     }
                     "Dense" if pooled && !normalize => {
-                        let inp = dense
-                            .last()
-                            .map_or(config.hidden_size(), |d| d.out_features);
+                        let inp = dense.last().map_or_else(
+                            || pooling.width(config.hidden_size()),
+                            |d| d.out_features,
+                        );
                         dense.push(DenseModule::read(&root.join(&m.path), inp)?);
                     }
                     "Dense" => {
@@ -403,11 +430,19 @@ impl ModelDir {
 }
 
 impl ModelDir {
-    /// Width of the sentence embedding: the last Dense module's output, else the hidden states'.
+    /// Width of the sentence embedding: the last Dense module's output, else the pooled vector's.
     pub fn dim(&self) -> usize {
-        self.dense
-            .last()
-            .map_or(self.config.hidden_size(), |d| d.out_features)
+        self.dense.last().map_or_else(
+            || self.pooling.width(self.config.hidden_size()),
+            |d| d.out_features,
+        )
+    }
+
+    /// Whether the embedding is the hidden states pooled by one mode, nothing after it but Normalize: then a
+    /// sequence's token states are in the embedding's space (served by `/embed_all`), and a backend may normalize
+    /// rows as it pools them.
+    pub fn pools_last(&self) -> bool {
+        self.dense.is_empty() && self.pooling.modes.len() == 1
     }
 
     /// The directory as an engine that truncates every input to `max_len` tokens runs it.
@@ -417,14 +452,8 @@ impl ModelDir {
     }
 }
 
-fn read_pooling(path: &Path) -> Result<Pooling> {
+fn read_pooling(path: &Path) -> Result<PoolingModule> {
     let p: PoolingFile = read_json(path)?;
-    if !p.include_prompt {
-        return Err(Error::model(
-            path,
-            "unsupported pooling: include_prompt = false (pooling without the prompt's tokens)",
-        ));
-    }
     let modes = match p.pooling_mode {
         Some(PoolingModes::One(mode)) => vec![mode],
         Some(PoolingModes::Several(modes)) => modes,
@@ -450,19 +479,30 @@ fn read_pooling(path: &Path) -> Result<Pooling> {
             }
         }
     };
-    const KNOWN: &str = "mean, cls, lasttoken, max, mean_sqrt_len_tokens or weightedmean";
-    match modes.as_slice() {
-        [mode] => Pooling::from_config(mode).ok_or_else(|| {
-            Error::model(
-                path,
-                format!("unsupported pooling mode {mode:?}: expected {KNOWN}"),
-            )
-        }),
-        _ => Err(Error::model(
+    if modes.is_empty() {
+        return Err(Error::model(
             path,
-            format!("unsupported pooling: modes {modes:?} (concatenated); expected one of {KNOWN}"),
-        )),
+            "pooling_mode is an empty list: no pooled vector",
+        ));
     }
+    let modes = modes
+        .iter()
+        .map(|mode| {
+            Pooling::from_config(mode).ok_or_else(|| {
+                Error::model(
+                    path,
+                    format!(
+                        "unsupported pooling mode {mode:?}: expected mean, cls, lasttoken, max, \
+                         mean_sqrt_len_tokens or weightedmean"
+                    ),
+                )
+            })
+        })
+        .collect::<Result<_>>()?;
+    Ok(PoolingModule {
+        modes,
+        include_prompt: p.include_prompt,
+    })
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
-//! sentence-transformers' modules after the Transformer one, over the op set: Pooling, then any Dense modules
+//! sentence-transformers' modules after the Transformer one, over the op set: Pooling (each of its modes into its
+//! own block of columns, as sentence-transformers concatenates them), then any Dense modules
 //! (`act(x · Wᵀ + b)` per pooled row: LaBSE's and distiluse's tanh projection, EmbeddingGemma's two), then Normalize,
 //! which the backend applies ([`Architecture::normalizes`](crate::backend::ops::Architecture::normalizes)).
 
@@ -16,8 +17,10 @@ struct Dense<D: Device> {
 
 /// Pooling, Dense and Normalize: one embedding per sequence from the last hidden states.
 pub struct Head<D: Device> {
-    pub pooling: Pooling,
+    /// The Pooling module's modes, concatenated in order.
+    pub modes: Vec<Pooling>,
     pub normalize: bool,
+    pools_last: bool,
     hidden: usize,
     dense: Vec<Dense<D>>,
 }
@@ -38,22 +41,29 @@ impl<D: Device> Head<D> {
             })
             .collect::<Result<_>>()?;
         Ok(Head {
-            pooling: dir.pooling,
+            modes: dir.pooling.modes.clone(),
             normalize: dir.normalize,
+            pools_last: dir.pools_last(),
             hidden: dir.config.hidden_size(),
             dense,
         })
     }
 
-    /// Width of the sentence embedding.
-    pub fn dim(&self) -> usize {
-        self.dense.last().map_or(self.hidden, |d| d.out)
+    /// Width of the pooled vector: the hidden states' per mode.
+    fn pooled(&self) -> usize {
+        self.modes.len() * self.hidden
     }
 
-    /// Whether the pooled rows are the embedding (no Dense module after pooling): a backend may then normalize
-    /// them as it pools; a Dense module's input is the pooled vector as it is.
+    /// Width of the sentence embedding.
+    pub fn dim(&self) -> usize {
+        self.dense.last().map_or(self.pooled(), |d| d.out)
+    }
+
+    /// Whether each pooled row is the embedding ([`ModelDir::pools_last`]: one mode, no Dense module after it): a
+    /// backend may then normalize a row as it pools it; a Dense module's input, or a concatenation, is the pooled
+    /// vectors as they are.
     pub fn pools_last(&self) -> bool {
-        self.dense.is_empty()
+        self.pools_last
     }
 
     /// Appends the slots the Dense modules read and write (the pooled rows, and each output but the last's, which
@@ -61,7 +71,7 @@ impl<D: Device> Head<D> {
     pub fn extend(&self, layout: &mut Layout) {
         let region = layout.region_widths().len();
         let mut offset = 0;
-        let inputs = std::iter::once(self.hidden).chain(self.dense.iter().map(|d| d.out));
+        let inputs = std::iter::once(self.pooled()).chain(self.dense.iter().map(|d| d.out));
         for width in inputs.take(self.dense.len()) {
             layout.slots.push(Slot::new(region, offset, width, false));
             offset += width;
@@ -70,8 +80,7 @@ impl<D: Device> Head<D> {
 
     /// Pools `x` (one row per token) into the first `batch.out_rows()` rows of `out` (a sequence that asked for
     /// its token states gets them copied instead), through the Dense modules if any; `acts` are the views of the
-    /// slots [`Head::extend`] added. A backend serves token states only without Dense modules
-    /// ([`Head::pools_last`]).
+    /// slots [`Head::extend`] added. A backend serves token states only where [`Head::pools_last`].
     pub fn forward<O: Ops<Device = D>>(
         &self,
         ops: &O,
@@ -81,11 +90,19 @@ impl<D: Device> Head<D> {
         out: O::Mat,
     ) {
         let rows = batch.out_rows();
+        let pool = |into: O::Mat| {
+            for (i, &mode) in self.modes.iter().enumerate() {
+                let block = into
+                    .top(rows)
+                    .columns(i * self.hidden..(i + 1) * self.hidden);
+                ops.pool(batch, x, mode, block);
+            }
+        };
         let Some((last, inner)) = self.dense.split_last() else {
-            ops.pool(batch, x, self.pooling, out.top(rows));
+            pool(out);
             return;
         };
-        ops.pool(batch, x, self.pooling, acts[0].top(rows));
+        pool(acts[0]);
         for (i, d) in inner.iter().enumerate() {
             ops.linear(
                 acts[i].top(rows),

@@ -23,7 +23,7 @@ pub use config::{
     ModernBertConfig, Rope, RopeScaling, RotaryBertConfig, RotaryBertFamily, RotaryBertMlp,
     T5Config, T5FeedForward,
 };
-pub use dir::{DenseModule, ModelDir, Pooling, MAX_POSITIONS};
+pub use dir::{DenseModule, ModelDir, Pooling, PoolingModule, MAX_POSITIONS};
 pub use head::Head;
 pub use weights::{Tensor, Weights};
 

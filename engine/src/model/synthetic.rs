@@ -281,7 +281,7 @@ mod tests {
             let engine = Engine::load(&path, EngineConfig::default()).unwrap();
             let info = engine.info();
             assert_eq!(info.dim, 64);
-            assert!(info.prompts.iter().any(|(name, _)| name == "query"));
+            assert!(info.prompts.iter().any(|p| p.name == "query"));
             let texts = ["a query about search", "a passage"];
             let a = engine.embed(&texts).unwrap();
             let b = engine.embed(&texts).unwrap();

@@ -144,9 +144,13 @@ impl Remote {
                 Priority::Batch => proto::Priority::Batch,
             } as i32,
             readout: match work.readout {
-                Readout::Pooled => proto::Readout::Pooled,
+                Readout::Pooled { .. } => proto::Readout::Pooled,
                 Readout::Tokens => proto::Readout::Tokens,
             } as i32,
+            skip: match work.readout {
+                Readout::Pooled { skip } => skip,
+                Readout::Tokens => 0,
+            },
             admitted_elsewhere: admitted,
         };
         let mut pending = Pending {

@@ -46,7 +46,7 @@ impl proto::replica_server::Replica for Service {
                 proto::Priority::Batch => Priority::Batch,
             },
             readout: match request.readout() {
-                proto::Readout::Pooled => Readout::Pooled,
+                proto::Readout::Pooled => Readout::Pooled { skip: request.skip },
                 proto::Readout::Tokens => Readout::Tokens,
             },
         };

@@ -80,7 +80,7 @@ impl From<Priority> for Work {
     fn from(priority: Priority) -> Work {
         Work {
             priority,
-            readout: crate::Readout::Pooled,
+            readout: crate::Readout::POOLED,
         }
     }
 }
@@ -364,16 +364,22 @@ impl Scheduler {
         }
     }
 
-    /// Embeds `seqs` in order as batch work, calling `each` with every answer in input order: groups are
+    /// Embeds `seqs` in order as batch work, each read out as `readout` says (pooled, without a prompt's tokens
+    /// where the model leaves them out, or token states), calling `each` with every answer in input order: groups are
     /// submitted as the queue has room (so a whole corpus is fed within the queue's bounds, keeping the backend
     /// busy) while the answers already there are handed over. The first error of `seqs`, of `each` or of a batch
     /// stops submission; what was admitted before it still runs.
     pub async fn embed_all<E: From<Error>>(
         &self,
         seqs: impl IntoIterator<Item = Result<Vec<u32>, E>>,
+        readout: crate::Readout,
         mut each: impl FnMut(Embedded) -> Result<(), E>,
     ) -> Result<(), E> {
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Ticket>(GROUPS_AHEAD);
+        let work = Work {
+            priority: Priority::Batch,
+            readout,
+        };
         let feed = async move {
             let mut seqs = seqs.into_iter();
             loop {
@@ -395,7 +401,7 @@ impl Scheduler {
                 // A closed channel means the answering side stopped on an error; it reports that one.
                 if !group.is_empty()
                     && tx
-                        .send(self.submit_waiting(group, Priority::Batch).await?)
+                        .send(self.submit_waiting(group, work).await?)
                         .await
                         .is_err()
                 {

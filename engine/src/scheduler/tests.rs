@@ -388,7 +388,7 @@ async fn embed_all_feeds_more_than_the_queue_holds_in_order() {
     let seqs = (1..=n).map(|i| Ok::<_, Error>(vec![i; 1 + i as usize % 3]));
     let mut got = Vec::new();
     scheduler
-        .embed_all(seqs, |e| {
+        .embed_all(seqs, crate::Readout::POOLED, |e| {
             got.push(e.embedding[0]);
             Ok(())
         })
@@ -419,7 +419,7 @@ async fn embed_all_stops_at_the_first_bad_input_after_answering_the_ones_before(
     let seqs = [Ok(vec![1]), Ok(vec![2]), Err(Failed::Input(3)), Ok(vec![4])];
     let mut got = Vec::new();
     let result = scheduler
-        .embed_all(seqs, |e| {
+        .embed_all(seqs, crate::Readout::POOLED, |e| {
             got.push(e.embedding[0]);
             Ok(())
         })

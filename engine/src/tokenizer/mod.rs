@@ -138,6 +138,33 @@ pub trait Tokenizer: Send + Sync {
     fn max_length(&self) -> usize;
 }
 
+/// The ids of `tokenizer.json`'s added tokens marked special: transformers' `all_special_ids` as far as the file
+/// tells them (the tokens a post-processor adds are among them).
+pub fn special_ids(path: &Path) -> Result<Vec<u32>> {
+    #[derive(Deserialize)]
+    struct Added {
+        id: u32,
+        #[serde(default)]
+        special: bool,
+    }
+    #[derive(Deserialize)]
+    struct File {
+        #[serde(default)]
+        added_tokens: Vec<Added>,
+    }
+    let text = std::fs::read_to_string(path).map_err(crate::Error::io(path))?;
+    let file: File = serde_json::from_str(&text).map_err(|source| crate::Error::Json {
+        path: path.to_owned(),
+        source,
+    })?;
+    Ok(file
+        .added_tokens
+        .into_iter()
+        .filter(|t| t.special)
+        .map(|t| t.id)
+        .collect())
+}
+
 /// Reads `tokenizer.json` with the chosen implementation.
 pub fn load(
     path: &Path,

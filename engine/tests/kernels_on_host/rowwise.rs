@@ -14,9 +14,15 @@ const LD: usize = COLS + 5;
 /// Rotary's heads: 3 per row (and 12 of a quarter of it, for the per-head norm).
 const GROUP: usize = 128;
 const EPS: f32 = 1e-6;
-/// The batch's sequences for pooling (TOKENS tokens in all), and which read out every token (`Readout::Tokens`).
-const LENS: [usize; 3] = [1, 3, 5];
-const TOKEN_READOUT: [bool; 3] = [false, true, false];
+/// The batch's sequences for pooling (TOKENS tokens in all), and each one's readout code as the CUDA backend
+/// uploads it: -1 reads out every token (`Readout::Tokens`), k ≥ 0 pools from the k-th token on (`Readout::Pooled`
+/// with `skip`: past the end of the first, which pools its one token; none of the third's; one of the last's).
+const LENS: [usize; 4] = [1, 3, 2, 3];
+const READOUTS: [i32; 4] = [4, -1, 0, 1];
+
+fn token_readout(s: usize) -> bool {
+    READOUTS[s] < 0
+}
 
 struct RowInputs {
     x: Vec<f32>,
@@ -57,8 +63,8 @@ fn run_rowwise(file: &str, define: &str) -> Option<(RowInputs, Output)> {
     let offsets = cumulative(LENS.to_vec());
     let out_offsets = cumulative(
         LENS.iter()
-            .zip(TOKEN_READOUT)
-            .map(|(&n, tokens)| if tokens { n } else { 1 })
+            .enumerate()
+            .map(|(s, &n)| if token_readout(s) { n } else { 1 })
             .collect(),
     );
     assert_eq!(offsets[LENS.len()], TOKENS);
@@ -68,9 +74,10 @@ fn run_rowwise(file: &str, define: &str) -> Option<(RowInputs, Output)> {
         .chain(pos.iter().copied())
         .chain(offsets.iter().copied())
         .chain(out_offsets.iter().copied())
-        .chain(TOKEN_READOUT.map(usize::from));
+        .map(|v| v as i32)
+        .chain(READOUTS);
     for v in ints {
-        input.extend_from_slice(&(v as i32).to_le_bytes());
+        input.extend_from_slice(&v.to_le_bytes());
     }
     input.extend_from_slice(&EPS.to_le_bytes());
     for v in x.iter().chain(&y).chain(&a).chain(&b).chain(&table) {
@@ -422,27 +429,28 @@ fn emulated_cuda_pooling_and_normalize_match_f64() {
         let got = out.f32s(rows_out * LD);
         for (s, w) in inp.offsets.windows(2).enumerate() {
             let o = inp.out_offsets[s];
-            let rows: Vec<Vec<f64>> = if TOKEN_READOUT[s] {
+            let rows: Vec<Vec<f64>> = if token_readout(s) {
                 (w[0]..w[1])
                     .map(|t| (0..COLS).map(|c| x(t, c)).collect())
                     .collect()
             } else {
-                let n = (w[1] - w[0]) as f64;
-                let sum = |c: usize| (w[0]..w[1]).map(|t| x(t, c)).sum::<f64>();
+                // The pooled tokens: after the skipped ones, the last at least.
+                let start = w[0] + (READOUTS[s] as usize).min(w[1] - w[0] - 1);
+                let n = (w[1] - start) as f64;
+                let sum = |c: usize| (start..w[1]).map(|t| x(t, c)).sum::<f64>();
                 let row = (0..COLS).map(|c| match mode {
                     0 => sum(c) / n,
-                    1 => x(w[0], c),
+                    1 => x(start, c),
                     2 => x(w[1] - 1, c),
-                    3 => (w[0]..w[1])
+                    3 => (start..w[1])
                         .map(|t| x(t, c))
                         .fold(f64::NEG_INFINITY, f64::max),
                     4 => sum(c) / n.sqrt(),
                     _ => {
-                        let weights = n * (n + 1.0) / 2.0;
-                        (w[0]..w[1])
-                            .map(|t| (t - w[0] + 1) as f64 * x(t, c))
-                            .sum::<f64>()
-                            / weights
+                        // Weights: positions in the whole sequence, 1 for its first token.
+                        let weight = |t: usize| (t - w[0] + 1) as f64;
+                        let weights: f64 = (start..w[1]).map(weight).sum();
+                        (start..w[1]).map(|t| weight(t) * x(t, c)).sum::<f64>() / weights
                     }
                 });
                 vec![row.collect()]
@@ -470,10 +478,10 @@ fn emulated_cuda_pooling_and_normalize_match_f64() {
     // Normalize: pooled rows to unit length with their norms kept; Tokens rows left alone, their norm -1.
     let normalized = out.f32s(rows_out * LD);
     let norms = out.f32s(LENS.len());
-    for s in 0..LENS.len() {
+    for (s, &got_norm) in norms.iter().enumerate() {
         let (o, end) = (inp.out_offsets[s], inp.out_offsets[s + 1]);
-        if TOKEN_READOUT[s] {
-            assert_eq!(norms[s], -1.0);
+        if token_readout(s) {
+            assert_eq!(got_norm, -1.0);
             let bits = |m: &[f32]| {
                 m[o * LD..end * LD]
                     .iter()
@@ -489,7 +497,7 @@ fn emulated_cuda_pooling_and_normalize_match_f64() {
         let row = &mean[o * LD..o * LD + COLS];
         let norm = row.iter().map(|&v| (v as f64).powi(2)).sum::<f64>().sqrt();
         assert!(
-            (norms[s] as f64 - norm).abs() <= 1e-5 * norm,
+            (got_norm as f64 - norm).abs() <= 1e-5 * norm,
             "norm of sequence {s}"
         );
         for (c, &v) in row.iter().enumerate() {

@@ -361,23 +361,28 @@ impl<'a> Ops for CpuPass<'a> {
             "pool: shapes"
         );
         for_rows(self.par, batch.len(), &|s| {
-            let (start, end) = (offsets[s], offsets[s + 1]);
+            let (first, end) = (offsets[s], offsets[s + 1]);
             // SAFETY: the hidden states are read only during this operation.
             let token = |t: usize| unsafe { x.row(t) };
-            if batch.readout(s) == Readout::Tokens {
-                for (r, t) in (rows[s]..rows[s + 1]).zip(start..end) {
-                    // SAFETY: each task owns its sequence's output rows.
-                    unsafe { out.row_mut(r) }.copy_from_slice(token(t));
+            let skip = match batch.readout(s) {
+                Readout::Pooled { skip } => skip as usize,
+                Readout::Tokens => {
+                    for (r, t) in (rows[s]..rows[s + 1]).zip(first..end) {
+                        // SAFETY: each task owns its sequence's output rows.
+                        unsafe { out.row_mut(r) }.copy_from_slice(token(t));
+                    }
+                    return;
                 }
-                return;
-            }
+            };
+            // The pooled tokens: from `start` (after a left-out prompt; the last token at least) to the end.
+            let start = first + skip.min((end - first).saturating_sub(1));
             // SAFETY: each task owns its output rows.
             let row = unsafe { out.row_mut(rows[s]) };
             // A (weighted) sum over the tokens, then one scale: 1 / n, 1 / √n, or 1 over the weights' total.
             let weighted_sum = |row: &mut [f32], weight: &dyn Fn(usize) -> f32| {
                 row.fill(0.0);
                 for t in start..end {
-                    let w = weight(t - start);
+                    let w = weight(t - first);
                     row.iter_mut().zip(token(t)).for_each(|(o, v)| *o += w * v);
                 }
             };
@@ -409,9 +414,12 @@ impl<'a> Ops for CpuPass<'a> {
                     }
                 }
                 Pooling::WeightedMean => {
-                    // Weights 1..=n: their sum n (n + 1) / 2.
+                    // Each token weighs its position in the sequence, 1 for the first (a left-out prompt's tokens
+                    // keep theirs, as sentence-transformers): k + 1..=m, whose sum is (m - k)(m + k + 1) / 2 (a
+                    // product: no cancellation when k is near m).
                     weighted_sum(row, &|i| (i + 1) as f32);
-                    2.0 / (n * (n + 1.0))
+                    let (k, m) = ((start - first) as f32, (end - first) as f32);
+                    2.0 / ((m - k) * (m + k + 1.0))
                 }
             };
             if scale != 1.0 {

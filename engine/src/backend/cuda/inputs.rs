@@ -94,7 +94,11 @@ impl InputLayout {
             host[self.out_offsets + i] = int(r);
         }
         for i in 0..seqs {
-            host[self.readouts + i] = (batch.readout(i) == Readout::Tokens) as i32;
+            // The pool kernel's readout code: -1 for token states, else the leading tokens pooling leaves out.
+            host[self.readouts + i] = match batch.readout(i) {
+                Readout::Pooled { skip } => i32::try_from(skip).unwrap_or(i32::MAX),
+                Readout::Tokens => -1,
+            };
         }
         let mut tile = self.tiles;
         for (s, w) in batch.offsets().windows(2).enumerate() {
@@ -230,6 +234,14 @@ mod tests {
         assert_eq!(&host[l.tok_pos + 17..l.tok_pos + 20], &[0, 1, 2]);
         // Nothing past the prefix is touched.
         assert!(host[n..].iter().all(|&v| v == -7));
+        // The pool kernel's readout codes: the tokens a pooled sequence skips, -1 for token states.
+        let mut b = Batch::new();
+        b.push_as(&[1, 2, 3], Readout::Pooled { skip: 2 });
+        b.push_as(&[4, 5], Readout::Tokens);
+        b.push_as(&[6], Readout::Pooled { skip: u32::MAX });
+        l.fill(&b, &mut host).unwrap();
+        assert_eq!(&host[l.readouts..l.readouts + 3], &[2, -1, i32::MAX]);
+        assert_eq!(&host[l.out_offsets..l.out_offsets + 4], &[0, 1, 3, 4]);
     }
 
     #[test]
