@@ -85,6 +85,9 @@ pub struct ModelInfo {
     pub token_states: bool,
     pub normalize: bool,
     pub prompts: Vec<Prompt>,
+    /// The prompt a text naming none gets (the model's `default_prompt_name`; a server's
+    /// `--default-prompt-name` replaces it).
+    pub default_prompt: Option<String>,
     /// The architecture and its settings, as read from config.json.
     #[serde(skip)]
     pub config: model::ModelConfig,
@@ -145,6 +148,7 @@ impl ModelFront {
             token_states: dir.pools_last(),
             normalize: dir.normalize,
             prompts,
+            default_prompt: dir.default_prompt.clone(),
             config: dir.config.clone(),
         };
         Ok(ModelFront {
@@ -180,6 +184,19 @@ impl ModelFront {
         let mut ids = Vec::new();
         self.tokenizer.encode(text, &mut ids)?;
         Ok(ids)
+    }
+
+    /// The prompt to put before a text: `name` if given (an error listing the model's prompts if it has no such
+    /// one; `what` names the setting that asked), else the model's default, if any.
+    pub fn prompt_or_default(
+        &self,
+        name: Option<&str>,
+        what: &'static str,
+    ) -> Result<Option<&Prompt>> {
+        match name.or(self.info.default_prompt.as_deref()) {
+            Some(name) => self.prompt(name, what).map(Some),
+            None => Ok(None),
+        }
     }
 
     /// The model's prompt `name`, or an error listing the ones it has (`what` names the setting that asked).
@@ -234,6 +251,14 @@ impl Prompt {
             text: text.to_owned(),
             skip,
         })
+    }
+
+    /// `text` with `prompt`, if any, before it.
+    pub fn template<'a>(prompt: Option<&Prompt>, text: &'a str) -> std::borrow::Cow<'a, str> {
+        match prompt {
+            Some(p) if !p.text.is_empty() => format!("{}{text}", p.text).into(),
+            _ => text.into(),
+        }
     }
 
     /// The readout of an input this prompt was put before: pooled, without the prompt's tokens where they are
@@ -311,8 +336,10 @@ impl Engine {
 
     /// Embeds `texts` and returns one vector per text, in order: the blocking convenience over the serving path,
     /// a [`scheduler::Scheduler`] on a small runtime of this call's own (so batching and overlap are the
-    /// scheduler's, cut by its one batch builder). Not for async code (it blocks): use a scheduler there.
+    /// scheduler's, cut by its one batch builder). Each text gets the model's default prompt, if it names one,
+    /// as sentence-transformers' `encode` does. Not for async code (it blocks): use a scheduler there.
     pub fn embed<S: AsRef<str>>(&self, texts: &[S]) -> Result<Vec<Vec<f32>>> {
+        let prompt = self.front.prompt_or_default(None, "default_prompt_name")?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_time()
             .build()
@@ -324,9 +351,12 @@ impl Engine {
         runtime.block_on(async {
             let scheduler =
                 scheduler::Scheduler::start(self.backend.clone(), &self.bulk_config(), |_| {});
-            let seqs = texts.iter().map(|t| self.tokenize(t.as_ref()));
+            let seqs = texts
+                .iter()
+                .map(|t| self.tokenize(&Prompt::template(prompt, t.as_ref())));
+            let readout = prompt.map_or(Readout::POOLED, Prompt::readout);
             scheduler
-                .embed_all(seqs, Readout::POOLED, |e| {
+                .embed_all(seqs, readout, |e| {
                     out.push(e.embedding.to_vec());
                     Ok(())
                 })

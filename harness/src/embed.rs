@@ -39,7 +39,7 @@ pub struct EmbedArgs {
     no_truncate: bool,
     /// Put the model's prompt NAME (from its config_sentence_transformers.json: e5's `passage`, an instruction)
     /// before every input, as `prompt_name` does over HTTP; where the model's pooling leaves the prompt out
-    /// (`include_prompt: false`), its tokens are not pooled.
+    /// (`include_prompt: false`), its tokens are not pooled. Default: the model's `default_prompt_name`, if set.
     #[arg(long, value_name = "NAME")]
     prompt_name: Option<String>,
     /// Embed each input on its own, one after another (as online queries arrive), and report the latency
@@ -76,7 +76,7 @@ struct Reading<'a> {
     keep: Vec<String>,
     no_truncate: bool,
     format: EncodingFormat,
-    /// The prompt put before every input, if any.
+    /// The prompt put before every input (`--prompt-name`, else the model's default), if any.
     prompt: Option<Prompt>,
 }
 
@@ -84,17 +84,10 @@ impl Reading<'_> {
     /// The ids of input line `n` (after the prompt, if any), cut to the model's limit (counted in `truncated`)
     /// unless `--no-truncate`.
     fn tokenize(&self, n: usize, text: &str, truncated: &Cell<usize>) -> Result<Vec<u32>> {
-        let templated;
-        let text = match &self.prompt {
-            Some(prompt) => {
-                templated = format!("{}{text}", prompt.text);
-                &templated
-            }
-            None => text,
-        };
+        let text = Prompt::template(self.prompt.as_ref(), text);
         let mut ids = Vec::new();
         let cut = engine::tokenizer::with_thread_scratch(|scratch| {
-            self.engine.tokenizer().encode_cut(text, scratch, &mut ids)
+            self.engine.tokenizer().encode_cut(&text, scratch, &mut ids)
         })
         .with_context(|| format!("input line {n}"))?;
         if cut {
@@ -136,11 +129,10 @@ pub fn run(args: EmbedArgs) -> Result<()> {
         keep: args.keep.into_iter().filter(|k| !k.is_empty()).collect(),
         no_truncate: args.no_truncate,
         format: args.output_format,
-        prompt: args
-            .prompt_name
-            .as_deref()
-            .map(|name| engine.front().prompt(name, "--prompt-name").cloned())
-            .transpose()?,
+        prompt: engine
+            .front()
+            .prompt_or_default(args.prompt_name.as_deref(), "--prompt-name")?
+            .cloned(),
     };
     let mut stats = Stats::default();
     let interrupted = runtime.block_on(async {

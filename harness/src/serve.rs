@@ -122,7 +122,8 @@ pub struct GatewayArgs {
     /// Truncate inputs over the model's token limit instead of refusing them (when a request does not say).
     #[arg(long)]
     pub auto_truncate: bool,
-    /// Prompt of the model's config_sentence_transformers.json applied when a request names none.
+    /// Prompt of the model's config_sentence_transformers.json applied when a request names none (default: the
+    /// model's own `default_prompt_name`, if set).
     #[arg(long)]
     pub default_prompt_name: Option<String>,
     /// On SIGTERM or Ctrl-C, how long to answer what was accepted before giving up (exit 1); a second signal

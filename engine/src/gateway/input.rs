@@ -94,9 +94,9 @@ impl Tokenization {
             side: TruncationSide::Left,
         };
         let left = crate::tokenizer::load(&path, front.config().tokenizer, Some(left))?;
-        let default_prompt = default_prompt_name
-            .map(|name| front.prompt(name, "default_prompt_name").cloned())
-            .transpose()?;
+        let default_prompt = front
+            .prompt_or_default(default_prompt_name, "default_prompt_name")?
+            .cloned();
         Ok(Tokenization {
             left,
             detailed: OnceLock::new(),
@@ -166,14 +166,14 @@ impl Tokenization {
             Direction::Right => right,
             Direction::Left => left,
         };
-        let prefix = self.prefix(options.prompt_name.as_deref())?;
+        let prompt = self.prompt(options.prompt_name.as_deref())?;
         texts
             .iter()
             .enumerate()
             .map(|(i, text)| {
                 non_empty(i, text)?;
                 let (tokens, cut) = tokenizer
-                    .tokens(&format!("{prefix}{text}"), add_special_tokens)
+                    .tokens(&Prompt::template(prompt, text), add_special_tokens)
                     .map_err(|e| {
                         ApiError::unprocessable("tokenization_failed", format!("input {i}: {e}"))
                     })?;
@@ -240,10 +240,6 @@ impl Tokenization {
         }
     }
 
-    fn prefix(&self, name: Option<&str>) -> Result<&str, ApiError> {
-        Ok(self.prompt(name)?.map_or("", |p| p.text.as_str()))
-    }
-
     /// The answer `options` asks for `inputs`: a pooled one leaves out the prompt's tokens where the model's
     /// Pooling module excludes the prompt (texts only: token ids are the whole input, no prompt put before them).
     pub fn readout(&self, inputs: &Inputs, options: &Options) -> Result<crate::Readout, ApiError> {
@@ -265,20 +261,13 @@ impl Tokenization {
         options: &Options,
     ) -> Result<Vec<u32>, ApiError> {
         non_empty(i, text)?;
-        let prefix = prompt.map_or("", |p| p.text.as_str());
-        let templated;
-        let text = if prefix.is_empty() {
-            text
-        } else {
-            templated = format!("{prefix}{text}");
-            &templated
-        };
+        let text = Prompt::template(prompt, text);
         let tokenizer = match options.direction {
             Direction::Right => front.tokenizer(),
             Direction::Left => self.left.as_ref(),
         };
         let mut ids = Vec::new();
-        let cut = with_thread_scratch(|scratch| tokenizer.encode_cut(text, scratch, &mut ids))
+        let cut = with_thread_scratch(|scratch| tokenizer.encode_cut(&text, scratch, &mut ids))
             .map_err(|e| {
                 ApiError::unprocessable("tokenization_failed", format!("input {i}: {e}"))
             })?;

@@ -58,7 +58,8 @@ pub struct GatewayConfig {
     pub max_payload_bytes: usize,
     /// Truncate over-limit inputs when the request does not say (OpenAI's endpoint never says).
     pub auto_truncate: bool,
-    /// Prompt from the model's `config_sentence_transformers.json` applied when a request names none.
+    /// Prompt from the model's `config_sentence_transformers.json` applied when a request names none (`None`: the
+    /// model's own `default_prompt_name`, if set).
     pub default_prompt_name: Option<String>,
     /// After a shutdown signal, how long the server may take to answer what it accepted before it gives up
     /// (and [`Gateway::serve`] fails naming what was left unanswered).

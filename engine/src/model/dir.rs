@@ -93,6 +93,9 @@ pub struct ModelDir {
     pub positions: usize,
     /// Prompt prefixes by name from `config_sentence_transformers.json` (e.g. `query` → `"query: "`).
     pub prompts: Vec<(String, String)>,
+    /// The prompt sentence-transformers puts before a text that names none (its `default_prompt_name`), one of
+    /// `prompts`.
+    pub default_prompt: Option<String>,
     /// sentence-transformers' Dense modules after pooling, in order.
     pub dense: Vec<DenseModule>,
     pub weights_path: PathBuf,
@@ -295,6 +298,7 @@ fn tokenizer_lowercases(path: &Path) -> Result<bool> {
 struct SentenceTransformersFile {
     #[serde(default)]
     prompts: std::collections::BTreeMap<String, String>,
+    default_prompt_name: Option<String>,
 }
 
 fn require(path: PathBuf, what: &str) -> Result<PathBuf> {
@@ -406,14 +410,26 @@ impl ModelDir {
         }
         .map_or(positions, |n| n.min(positions));
         let st_path = root.join("config_sentence_transformers.json");
-        let prompts = if st_path.is_file() {
+        let st = if st_path.is_file() {
             read_json::<SentenceTransformersFile>(&st_path)?
-                .prompts
-                .into_iter()
-                .collect()
         } else {
-            Vec::new()
+            SentenceTransformersFile::default()
         };
+        // As sentence-transformers, which refuses a default that names no prompt.
+        let default_prompt = st.default_prompt_name;
+        if let Some(name) = default_prompt
+            .as_ref()
+            .filter(|n| !st.prompts.contains_key(*n))
+        {
+            return Err(Error::model(
+                &st_path,
+                format!(
+                    "default_prompt_name {name:?} is not one of its prompts ({:?})",
+                    st.prompts.keys().collect::<Vec<_>>()
+                ),
+            ));
+        }
+        let prompts = st.prompts.into_iter().collect();
         Ok(ModelDir {
             root,
             positions,
@@ -422,6 +438,7 @@ impl ModelDir {
             normalize,
             max_seq_length,
             prompts,
+            default_prompt,
             dense,
             weights_path,
             tokenizer_path,

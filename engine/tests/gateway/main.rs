@@ -340,6 +340,61 @@ async fn token_ids_dimensions_prompts_and_tokenize() {
     assert!(value("embed_forwards_total{run=\"eager\"} ") >= 1.0);
 }
 
+/// The model's own `default_prompt_name` (config_sentence_transformers.json) is put before a text that names no
+/// prompt, by the gateway and by `Engine::embed`, as sentence-transformers' `encode` does; a request's
+/// `prompt_name` and the server's `--default-prompt-name` replace it; one naming no prompt is refused at load, as
+/// sentence-transformers refuses it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_models_default_prompt_applies_where_none_is_named() {
+    let dir = model_dir();
+    let plain = engine(&dir, EngineConfig::default());
+    let want = embed(&plain, &["query: is it", "the is it"]);
+    let st_config = dir.path().join("config_sentence_transformers.json");
+    std::fs::write(
+        &st_config,
+        r#"{"prompts": {"query": "query: ", "passage": "the "}, "default_prompt_name": "query"}"#,
+    )
+    .unwrap();
+    let e = engine(&dir, EngineConfig::default());
+    assert_eq!(e.info().default_prompt.as_deref(), Some("query"));
+    assert_eq!(embed(&e, &["is it"])[0], want[0]);
+    let router = gateway(&dir, 1, GatewayConfig::default()).router();
+    let default = post(&router, "/embed", json!({ "inputs": "is it" })).await;
+    assert_eq!(floats(&default.body[0]), want[0]);
+    let named = post(
+        &router,
+        "/embed",
+        json!({ "inputs": "is it", "prompt_name": "passage" }),
+    )
+    .await;
+    assert_eq!(floats(&named.body[0]), want[1]);
+    let flag = GatewayConfig {
+        default_prompt_name: Some("passage".into()),
+        ..Default::default()
+    };
+    let server_default = post(
+        &gateway(&dir, 1, flag).router(),
+        "/embed",
+        json!({ "inputs": "is it" }),
+    )
+    .await;
+    assert_eq!(floats(&server_default.body[0]), want[1]);
+
+    std::fs::write(
+        &st_config,
+        r#"{"prompts": {"query": "query: "}, "default_prompt_name": "nope"}"#,
+    )
+    .unwrap();
+    let err = Engine::load(dir.path(), EngineConfig::default())
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        err.contains("default_prompt_name") && err.contains("nope"),
+        "{err}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_gets_the_right_status_and_one_error_shape() {
     let dir = model_dir();
