@@ -85,8 +85,8 @@ pub struct ModelInfo {
     pub token_states: bool,
     pub normalize: bool,
     pub prompts: Vec<Prompt>,
-    /// The prompt a text naming none gets (the model's `default_prompt_name`; a server's
-    /// `--default-prompt-name` replaces it).
+    /// The model's own `default_prompt_name`: the prompt a text naming none gets, unless a server's
+    /// `--default-prompt-name` replaces it (shown beside this in `/info`'s gateway settings).
     pub default_prompt: Option<String>,
     /// The architecture and its settings, as read from config.json.
     #[serde(skip)]
@@ -188,12 +188,15 @@ impl ModelFront {
 
     /// The prompt to put before a text: `name` if given (an error listing the model's prompts if it has no such
     /// one; `what` names the setting that asked), else the model's default, if any.
+    /// An empty `name` asks for none (the default left off, as sentence-transformers' `prompt=""`), unless the
+    /// model has a prompt of that name.
     pub fn prompt_or_default(
         &self,
         name: Option<&str>,
         what: &'static str,
     ) -> Result<Option<&Prompt>> {
         match name.or(self.info.default_prompt.as_deref()) {
+            Some("") if !self.info.prompts.iter().any(|p| p.name.is_empty()) => Ok(None),
             Some(name) => self.prompt(name, what).map(Some),
             None => Ok(None),
         }
@@ -329,7 +332,8 @@ impl Engine {
         self.front.tokenizer()
     }
 
-    /// Token ids of `text`, special tokens included, truncated to the model's max sequence length.
+    /// Token ids of `text`, special tokens included, truncated to the model's max sequence length. No prompt is
+    /// put before it (where the model has a default prompt, [`Engine::embed`] puts it).
     pub fn tokenize(&self, text: &str) -> Result<Vec<u32>> {
         self.front.tokenize(text)
     }

@@ -5,7 +5,8 @@
 //! the pooled results that are written straight to the output as they come. Ctrl-C stops it with every line
 //! written so far complete. Inputs over the model's token limit are cut to it and counted (`--no-truncate` refuses
 //! them instead). `--prompt-name` puts one of the model's prompts before every input, as `prompt_name` does over
-//! HTTP. `--per-input` embeds one input at a time instead and reports its latency.
+//! HTTP (by default the model's `default_prompt_name`, if set; `--prompt-name ''` puts none). `--per-input` embeds
+//! one input at a time instead and reports its latency.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -39,7 +40,8 @@ pub struct EmbedArgs {
     no_truncate: bool,
     /// Put the model's prompt NAME (from its config_sentence_transformers.json: e5's `passage`, an instruction)
     /// before every input, as `prompt_name` does over HTTP; where the model's pooling leaves the prompt out
-    /// (`include_prompt: false`), its tokens are not pooled. Default: the model's `default_prompt_name`, if set.
+    /// (`include_prompt: false`), its tokens are not pooled. Default: the model's `default_prompt_name`, if set
+    /// (`''`: none).
     #[arg(long, value_name = "NAME")]
     prompt_name: Option<String>,
     /// Embed each input on its own, one after another (as online queries arrive), and report the latency

@@ -83,7 +83,7 @@ fn embed_counts_truncated_inputs_and_no_truncate_refuses_them() {
 }
 
 /// `--prompt-name` puts the model's prompt before every input, as `prompt_name` over HTTP (by default the model's
-/// `default_prompt_name`, if set): with the prompt pooled the answer is the templated text's; where the model's
+/// `default_prompt_name`, if set; `''` for none): with the prompt pooled the answer is the templated text's; where the model's
 /// pooling leaves the prompt out (`include_prompt: false`) it is another, the same in bulk and one input at a
 /// time; a prompt the model lacks is refused naming those it has.
 #[test]
@@ -115,8 +115,9 @@ fn embed_puts_the_prompt_before_each_input_and_pools_as_the_model_says() {
     };
     let prompted = embed(&plain, &["--prompt-name", "query"]);
     assert_eq!(prompted, embed(&templated, &[]));
-    assert_ne!(prompted, embed(&plain, &[]));
-    // The model's own default prompt, where it names one; `--prompt-name` replaces it.
+    let bare = embed(&plain, &[]);
+    assert_ne!(prompted, bare);
+    // The model's own default prompt, where it names one; `--prompt-name` replaces it, `''` leaves it off.
     std::fs::write(
         dir.join("config_sentence_transformers.json"),
         r#"{"prompts": {"query": "query: ", "passage": "passage: "}, "default_prompt_name": "query"}"#,
@@ -137,6 +138,12 @@ fn embed_puts_the_prompt_before_each_input_and_pools_as_the_model_says() {
         without_prompt,
         embed(&plain, &["--prompt-name", "query", "--per-input"])
     );
+    assert_eq!(
+        embed(&plain, &[]),
+        without_prompt,
+        "the default prompt is left out too"
+    );
+    assert_eq!(embed(&plain, &["--prompt-name", ""]), bare);
 
     let unknown = bench(&[
         "embed",

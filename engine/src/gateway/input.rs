@@ -224,12 +224,15 @@ impl Tokenization {
     }
 
     /// The prompt a request gets: the one it names, else the server's default, if any.
+    /// `prompt_name: ""` asks for none (the model's default left off, as sentence-transformers' `prompt=""`),
+    /// unless the model has a prompt of that name.
     fn prompt(&self, name: Option<&str>) -> Result<Option<&Prompt>, ApiError> {
         let Some(name) = name else {
             return Ok(self.default_prompt.as_ref());
         };
         match self.prompts.iter().find(|p| p.name == name) {
             Some(prompt) => Ok(Some(prompt)),
+            None if name.is_empty() => Ok(None),
             None => Err(ApiError::bad_request(
                 "unknown_prompt",
                 format!(
@@ -276,13 +279,16 @@ impl Tokenization {
         }
         // Cut from the left, the prompt goes first: pooling would then leave out the text's first tokens in its
         // place. (sentence-transformers cuts from the right only.)
-        if cut && options.direction == Direction::Left && prompt.is_some_and(|p| p.skip > 0) {
+        let pooled = matches!(options.readout, crate::Readout::Pooled { .. });
+        let cut_left = cut && options.direction == Direction::Left;
+        if let Some(p) = prompt.filter(|p| cut_left && pooled && p.skip > 0) {
             return Err(ApiError::unprocessable(
                 "input_too_long",
                 format!(
                     "input {i} is over the model's limit of {} tokens, and cutting it from the left would cut \
-                     into the prompt, which this model leaves out of pooling; shorten it, or truncate from the right",
-                    self.max_len
+                     into the prompt `{}`, which this model leaves out of pooling; shorten it, or truncate from \
+                     the right",
+                    self.max_len, p.name
                 ),
             ));
         }

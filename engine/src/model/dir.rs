@@ -296,8 +296,9 @@ fn tokenizer_lowercases(path: &Path) -> Result<bool> {
 
 #[derive(Deserialize, Default)]
 struct SentenceTransformersFile {
+    /// A `null` prompt is an empty one, as sentence-transformers reads it.
     #[serde(default)]
-    prompts: std::collections::BTreeMap<String, String>,
+    prompts: std::collections::BTreeMap<String, Option<String>>,
     default_prompt_name: Option<String>,
 }
 
@@ -429,7 +430,11 @@ impl ModelDir {
                 ),
             ));
         }
-        let prompts = st.prompts.into_iter().collect();
+        let prompts = st
+            .prompts
+            .into_iter()
+            .map(|(name, text)| (name, text.unwrap_or_default()))
+            .collect();
         Ok(ModelDir {
             root,
             positions,

@@ -342,8 +342,10 @@ async fn token_ids_dimensions_prompts_and_tokenize() {
 
 /// The model's own `default_prompt_name` (config_sentence_transformers.json) is put before a text that names no
 /// prompt, by the gateway and by `Engine::embed`, as sentence-transformers' `encode` does; a request's
-/// `prompt_name` and the server's `--default-prompt-name` replace it; one naming no prompt is refused at load, as
-/// sentence-transformers refuses it.
+/// `prompt_name` and the server's `--default-prompt-name` replace it, `prompt_name: ""` leaves it off (as
+/// sentence-transformers' `prompt=""`); where the prompt is left out of pooling, a text cut from the left is refused
+/// (it would lose the prompt in place of its own first tokens) but its token states are served; a default naming
+/// no prompt is refused at load, as sentence-transformers refuses it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_models_default_prompt_applies_where_none_is_named() {
     let dir = model_dir();
@@ -352,7 +354,7 @@ async fn the_models_default_prompt_applies_where_none_is_named() {
     let st_config = dir.path().join("config_sentence_transformers.json");
     std::fs::write(
         &st_config,
-        r#"{"prompts": {"query": "query: ", "passage": "the "}, "default_prompt_name": "query"}"#,
+        r#"{"prompts": {"query": "query: ", "passage": "the ", "bare": null}, "default_prompt_name": "query"}"#,
     )
     .unwrap();
     let e = engine(&dir, EngineConfig::default());
@@ -368,6 +370,21 @@ async fn the_models_default_prompt_applies_where_none_is_named() {
     )
     .await;
     assert_eq!(floats(&named.body[0]), want[1]);
+    let none = post(
+        &router,
+        "/embed",
+        json!({ "inputs": "is it", "prompt_name": "" }),
+    )
+    .await;
+    assert_eq!(floats(&none.body[0]), embed(&plain, &["is it"])[0]);
+    // A prompt written as null is an empty one, as sentence-transformers reads it.
+    let bare = post(
+        &router,
+        "/embed",
+        json!({ "inputs": "is it", "prompt_name": "bare" }),
+    )
+    .await;
+    assert_eq!(floats(&bare.body[0]), floats(&none.body[0]));
     let flag = GatewayConfig {
         default_prompt_name: Some("passage".into()),
         ..Default::default()
@@ -379,6 +396,31 @@ async fn the_models_default_prompt_applies_where_none_is_named() {
     )
     .await;
     assert_eq!(floats(&server_default.body[0]), want[1]);
+    // With the prompt left out of pooling, a text cut from the left would lose the prompt instead of its own
+    // first tokens: refused where it is pooled; its token states, which pool nothing, are served.
+    std::fs::write(
+        dir.path().join("1_Pooling/config.json"),
+        r#"{"pooling_mode": "mean", "include_prompt": false}"#,
+    )
+    .unwrap();
+    let router = gateway(&dir, 1, GatewayConfig::default()).router();
+    let long =
+        json!({ "inputs": "a ".repeat(100), "truncate": true, "truncation_direction": "Left" });
+    let pooled = post(&router, "/embed", long.clone()).await;
+    assert_eq!(
+        error_code(&pooled, StatusCode::UNPROCESSABLE_ENTITY),
+        "validation"
+    );
+    assert!(
+        pooled.body["error"]
+            .as_str()
+            .unwrap()
+            .contains("prompt `query`"),
+        "{}",
+        pooled.body
+    );
+    let states = post(&router, "/embed_all", long).await;
+    assert_eq!(states.status, StatusCode::OK, "{}", states.body);
 
     std::fs::write(
         &st_config,
