@@ -195,26 +195,13 @@ impl ModelFront {
         name: Option<&str>,
         what: &'static str,
     ) -> Result<Option<&Prompt>> {
-        match name.or(self.info.default_prompt.as_deref()) {
-            Some("") if !self.info.prompts.iter().any(|p| p.name.is_empty()) => Ok(None),
-            Some(name) => self.prompt(name, what).map(Some),
-            None => Ok(None),
-        }
-    }
-
-    /// The model's prompt `name`, or an error listing the ones it has (`what` names the setting that asked).
-    pub fn prompt(&self, name: &str, what: &'static str) -> Result<&Prompt> {
-        let prompts = &self.info.prompts;
-        prompts
-            .iter()
-            .find(|p| p.name == name)
-            .ok_or_else(|| Error::Config {
-                name: what,
-                message: format!(
-                    "the model has no prompt `{name}` (it has: {})",
-                    prompt_names(prompts)
-                ),
-            })
+        let Some(name) = name.or(self.info.default_prompt.as_deref()) else {
+            return Ok(None);
+        };
+        Prompt::find(&self.info.prompts, name).map_err(|names| Error::Config {
+            name: what,
+            message: format!("the model has no prompt `{name}` (it has: {names})"),
+        })
     }
 }
 
@@ -264,23 +251,29 @@ impl Prompt {
         }
     }
 
+    /// `name` among `prompts`; `""`, where no prompt has that name, asks for none (sentence-transformers'
+    /// `prompt=""`). An unknown name's error is the names there are, for the caller's message.
+    pub fn find<'a>(
+        prompts: &'a [Prompt],
+        name: &str,
+    ) -> std::result::Result<Option<&'a Prompt>, String> {
+        match prompts.iter().find(|p| p.name == name) {
+            Some(prompt) => Ok(Some(prompt)),
+            None if name.is_empty() => Ok(None),
+            None if prompts.is_empty() => Err("no prompts".into()),
+            None => Err(prompts
+                .iter()
+                .map(|p| p.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")),
+        }
+    }
+
     /// The readout of an input this prompt was put before: pooled, without the prompt's tokens where they are
     /// left out.
     pub fn readout(&self) -> Readout {
         Readout::Pooled { skip: self.skip }
     }
-}
-
-/// The prompts' names, for a message (`no prompts` when there are none).
-pub fn prompt_names(prompts: &[Prompt]) -> String {
-    if prompts.is_empty() {
-        return "no prompts".into();
-    }
-    prompts
-        .iter()
-        .map(|p| p.name.as_str())
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// A loaded model behind a backend, with its tokenizer and batching settings.

@@ -11,7 +11,7 @@ use crate::scheduler::Priority;
 use crate::tokenizer::{
     with_thread_scratch, HfTokenizer, TokenDetail, Tokenizer, Truncation, TruncationSide,
 };
-use crate::{prompt_names, ModelFront, Prompt};
+use crate::{ModelFront, Prompt};
 
 /// What a client asked to embed: texts, or token ids taken as the model's full input (special tokens included).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -230,17 +230,12 @@ impl Tokenization {
         let Some(name) = name else {
             return Ok(self.default_prompt.as_ref());
         };
-        match self.prompts.iter().find(|p| p.name == name) {
-            Some(prompt) => Ok(Some(prompt)),
-            None if name.is_empty() => Ok(None),
-            None => Err(ApiError::bad_request(
+        Prompt::find(&self.prompts, name).map_err(|names| {
+            ApiError::bad_request(
                 "unknown_prompt",
-                format!(
-                    "unknown prompt_name `{name}`; the model has: {}",
-                    prompt_names(&self.prompts)
-                ),
-            )),
-        }
+                format!("unknown prompt_name `{name}`; the model has: {names}"),
+            )
+        })
     }
 
     /// The answer `options` asks for `inputs`: a pooled one leaves out the prompt's tokens where the model's
