@@ -176,13 +176,29 @@ def model_meta(model_dir):
             dense.append((os.path.join(model_dir, m["path"]), act))
         if kind == "Pooling":
             p = json.load(open(os.path.join(model_dir, m["path"], "config.json")))
-            if p.get("pooling_mode_cls_token"):
-                pooling = "cls"
-            elif p.get("pooling_mode_lasttoken"):
-                pooling = "last"
+            pooling = pooling_mode(p)
         if kind == "Normalize":
             normalize = True
     return pooling, dense, normalize
+
+
+def pooling_mode(config):
+    """The one pooling mode of a Pooling module's config.json, in either sentence-transformers version's form
+    (`pooling_mode`, a name or a list, or the old flags); the reference computes mean, CLS and last-token pooling
+    of the whole sequence only, so anything else stops the check rather than being compared as mean."""
+    flags = {"cls_token": "cls", "mean_tokens": "mean", "lasttoken": "last", "max_tokens": "max",
+             "mean_sqrt_len_tokens": "mean_sqrt_len_tokens", "weightedmean_tokens": "weightedmean"}
+    names = {"cls": "cls", "mean": "mean", "lasttoken": "last", "max": "max",
+             "mean_sqrt_len_tokens": "mean_sqrt_len_tokens", "weightedmean": "weightedmean"}
+    mode = config.get("pooling_mode")
+    if mode is None:
+        modes = [name for flag, name in flags.items() if config.get(f"pooling_mode_{flag}")]
+    else:
+        modes = [names.get(m, m) for m in ([mode] if isinstance(mode, str) else mode)]
+    if len(modes) != 1 or modes[0] not in ("mean", "cls", "last") or config.get("include_prompt") is False:
+        sys.exit(f"gpu_check reference: pooling {modes} (include_prompt {config.get('include_prompt', True)}) is "
+                 "not computed here; it checks one mean, CLS or last-token mode over every token")
+    return modes[0]
 
 
 def read_texts(path, limit):
