@@ -92,8 +92,8 @@ impl TraceStats {
 }
 
 impl Trace {
-    /// Reads a trace file, its format told by its content: a CSV with a `TIMESTAMP` column (Azure LLM 2023),
-    /// JSON Lines with `timestamp` in milliseconds (Mooncake) or `t` in seconds (native).
+    /// Reads a trace file, its format told by its content: a CSV with an arrival-time column (Azure's LLM
+    /// traces, BurstGPT's), JSON Lines with `timestamp` in milliseconds (Mooncake) or `t` in seconds (native).
     pub fn load(path: &Path) -> Result<Trace, InputError> {
         let io = |source| InputError::Io {
             path: path.to_owned(),
@@ -111,7 +111,7 @@ impl Trace {
         let arrivals = if first.trim_start().starts_with('{') {
             read_jsonl(path, reader)?
         } else {
-            read_azure_csv(path, reader)?
+            read_csv(path, reader)?
         };
         if arrivals.len() < 2 {
             return Err(InputError::Format {
@@ -166,41 +166,67 @@ impl Trace {
     }
 }
 
-/// Azure LLM inference trace 2023: `TIMESTAMP,ContextTokens,GeneratedTokens`, one row per request, the prompt's
-/// length taken as the input's token count.
-fn read_azure_csv(path: &Path, reader: impl std::io::Read) -> Result<Vec<Arrival>, InputError> {
+/// The columns a CSV trace names its arrival times by, matched without regard to case or surrounding spaces:
+/// Azure's LLM inference traces (2023 and 2024: `TIMESTAMP`), BurstGPT's (`Timestamp`, seconds) and plain
+/// exports.
+const TIME_COLUMNS: [&str; 3] = ["timestamp", "time", "arrival_time"];
+/// The columns that give a request's prompt length in tokens: Azure's `ContextTokens`, BurstGPT's
+/// `Request tokens`, and the names other exports use. Optional: without one the corpus picks lengths.
+const TOKEN_COLUMNS: [&str; 5] = [
+    "contexttokens",
+    "request tokens",
+    "input_length",
+    "input_tokens",
+    "prompt_tokens",
+];
+
+/// A CSV trace, one request per row: Azure LLM inference (`TIMESTAMP,ContextTokens,GeneratedTokens`, dates),
+/// BurstGPT (`Timestamp,Model,Request tokens,...`, seconds from the start) or any CSV with such columns. The
+/// prompt's length is taken as the input's token count.
+fn read_csv(path: &Path, reader: impl std::io::Read) -> Result<Vec<Arrival>, InputError> {
     let mut csv = csv::Reader::from_reader(reader);
     let parse_err = |line: usize, message: String| InputError::Parse {
         path: path.to_owned(),
         line,
         message,
     };
-    let headers = csv.headers().map_err(|e| parse_err(1, e.to_string()))?;
-    let column = |name: &str| {
-        headers
-            .iter()
-            .position(|h| h.trim() == name)
-            .ok_or_else(|| InputError::Format {
-                path: path.to_owned(),
-                message: format!(
-                    "no `{name}` column (expected Azure's TIMESTAMP,ContextTokens,GeneratedTokens or JSON Lines)"
-                ),
-            })
+    let headers = csv
+        .headers()
+        .map_err(|e| parse_err(1, e.to_string()))?
+        .clone();
+    let column = |names: &[&str]| {
+        names.iter().find_map(|n| {
+            headers
+                .iter()
+                .position(|h| h.trim().eq_ignore_ascii_case(n))
+        })
     };
-    let (ts, ctx) = (column("TIMESTAMP")?, column("ContextTokens")?);
+    let ts = column(&TIME_COLUMNS).ok_or_else(|| InputError::Format {
+        path: path.to_owned(),
+        message: format!(
+            "no arrival-time column: a CSV trace names one `TIMESTAMP` (Azure's LLM traces), `Timestamp` \
+             (BurstGPT's), `time` or `arrival_time` (found: {})",
+            headers.iter().collect::<Vec<_>>().join(",")
+        ),
+    })?;
+    let ctx = column(&TOKEN_COLUMNS);
     let mut out = Vec::new();
     for (i, record) in csv.records().enumerate() {
         let line = i + 2;
         let record = record.map_err(|e| parse_err(line, e.to_string()))?;
         let field = |c: usize| record.get(c).unwrap_or("").trim();
-        let at = parse_timestamp(field(ts))
+        let at = parse_time(field(ts))
             .and_then(arrival_time)
             .map_err(|m| parse_err(line, m))?;
-        let tokens = field(ctx)
-            .parse::<u32>()
-            .map_err(|e| parse_err(line, format!("ContextTokens `{}`: {e}", field(ctx))))?;
+        let tokens = match ctx {
+            Some(c) => Some(field(c).parse::<u32>().map_err(|e| {
+                let name = headers.get(c).unwrap_or("").trim();
+                parse_err(line, format!("{name} `{}`: {e}", field(c)))
+            })?),
+            None => None,
+        };
         out.push(Arrival {
-            tokens: Some(tokens),
+            tokens,
             ..Arrival::at(at)
         });
     }
@@ -216,10 +242,20 @@ fn arrival_time(at: f64) -> Result<f64, String> {
     }
 }
 
-/// `YYYY-MM-DD HH:MM:SS[.fraction]` to seconds since 1970 (UTC; the trace's zone does not matter for gaps).
+/// A CSV trace's time: seconds as a number (BurstGPT's), or a date and time (Azure's).
+fn parse_time(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(secs) => Ok(secs),
+        Err(_) => parse_timestamp(s),
+    }
+}
+
+/// `YYYY-MM-DD HH:MM:SS[.fraction]` (or ISO 8601's `T` between them), optionally followed by a zone: `Z`,
+/// `+HH:MM`, `-HH:MM` or `±HHMM`, to seconds since 1970 UTC (the zone matters only where a trace mixes them).
 fn parse_timestamp(s: &str) -> Result<f64, String> {
-    let bad = || format!("timestamp `{s}` is not `YYYY-MM-DD HH:MM:SS[.fff]`");
-    let (date, time) = s.split_once(' ').ok_or_else(bad)?;
+    let bad = || format!("timestamp `{s}` is not `YYYY-MM-DD HH:MM:SS[.fff][zone]`");
+    let (date, time) = s.split_once([' ', 'T']).ok_or_else(bad)?;
+    let (time, offset_s) = split_zone(time).ok_or_else(bad)?;
     let num = |x: &str| x.parse::<i64>().map_err(|_| bad());
     let d: Vec<&str> = date.split('-').collect();
     let t: Vec<&str> = time.split(':').collect();
@@ -238,7 +274,29 @@ fn parse_timestamp(s: &str) -> Result<f64, String> {
         return Err(bad());
     }
     let days = days_from_civil(y, m, day);
-    Ok((days * 86_400 + hh * 3600 + mm * 60) as f64 + secs)
+    Ok((days * 86_400 + hh * 3600 + mm * 60 - offset_s) as f64 + secs)
+}
+
+/// A time of day and its zone's offset from UTC in seconds (0 without a zone); `None` for a malformed zone.
+fn split_zone(time: &str) -> Option<(&str, i64)> {
+    if let Some(t) = time.strip_suffix(['Z', 'z']) {
+        return Some((t, 0));
+    }
+    // A sign after the seconds starts the offset (the time itself has no sign).
+    let Some(at) = time.rfind(['+', '-']) else {
+        return Some((time, 0));
+    };
+    let (t, zone) = time.split_at(at);
+    let sign = if zone.starts_with('-') { -1 } else { 1 };
+    let digits: String = zone[1..].chars().filter(|&c| c != ':').collect();
+    if digits.len() != 4 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let (h, m) = (
+        digits[..2].parse::<i64>().ok()?,
+        digits[2..].parse::<i64>().ok()?,
+    );
+    (h < 24 && m < 60).then_some((t, sign * (h * 3600 + m * 60)))
 }
 
 /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
@@ -420,7 +478,10 @@ mod tests {
         let csv = dir.path().join("t.csv");
         std::fs::write(&csv, "when,ContextTokens\n1,2\n").unwrap();
         let e = Trace::load(&csv).unwrap_err().to_string();
-        assert!(e.contains("no `TIMESTAMP` column"), "{e}");
+        assert!(
+            e.contains("no arrival-time column") && e.contains("found: when,ContextTokens"),
+            "{e}"
+        );
         std::fs::write(
             &csv,
             "TIMESTAMP,ContextTokens\n2023-11-16 18:15:46.5,3\nyesterday,4\n",
@@ -467,6 +528,59 @@ mod tests {
             e.contains("line 2") && e.contains("arrival time -2 s"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn burstgpt_csv_seconds_and_request_tokens() {
+        let dir = tempfile::tempdir().unwrap();
+        let csv = dir.path().join("BurstGPT_1.csv");
+        std::fs::write(
+            &csv,
+            "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n\
+             5,ChatGPT,472,18,490,Conversation log\n\
+             45,ChatGPT,1087,0,1087,Conversation log\n\
+             45.5,GPT-4,12,300,312,API log\n",
+        )
+        .unwrap();
+        let t = Trace::load(&csv).unwrap();
+        let got: Vec<_> = t.arrivals.iter().map(|a| (a.at, a.tokens)).collect();
+        assert_eq!(
+            got,
+            [(0.0, Some(472)), (40.0, Some(1087)), (40.5, Some(12))]
+        );
+        // Without a token column the arrivals come with no lengths; a bad count names its column.
+        std::fs::write(&csv, "time,model\n1,a\n3,b\n").unwrap();
+        let t = Trace::load(&csv).unwrap();
+        assert_eq!(t.arrivals[1].at, 2.0);
+        assert!(t.arrivals.iter().all(|a| a.tokens.is_none()));
+        std::fs::write(&csv, "Timestamp,Request tokens\n1,2\n3,many\n").unwrap();
+        let e = Trace::load(&csv).unwrap_err().to_string();
+        assert!(
+            e.contains("line 3") && e.contains("Request tokens `many`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn iso_timestamps_with_zones() {
+        let plain = parse_timestamp("2024-05-10 00:00:00.0098750").unwrap();
+        for s in [
+            "2024-05-10T00:00:00.0098750",
+            "2024-05-10 00:00:00.0098750Z",
+            "2024-05-10 00:00:00.0098750+00:00",
+            "2024-05-10T02:00:00.0098750+02:00",
+            "2024-05-09T19:00:00.0098750-0500",
+        ] {
+            let t = parse_timestamp(s).unwrap();
+            assert!((t - plain).abs() < 1e-6, "{s}: {t} vs {plain}");
+        }
+        for s in [
+            "2024-05-10 00:00:00+2",
+            "2024-05-10 00:00:00+25:00",
+            "2024-05-10",
+        ] {
+            assert!(parse_timestamp(s).is_err(), "{s}");
+        }
     }
 
     #[test]
