@@ -6,7 +6,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::path::Path;
 
-use engine::tokenizer::{self, Scratch, TokenizerKind, Truncation};
+use engine::tokenizer::{self, FastTokenizer, Scratch, Tokenizer, TokenizerKind, Truncation};
 
 struct Counting;
 
@@ -62,7 +62,11 @@ fn warm_encode_allocates_nothing() {
             texts.push(v["text"].as_str().expect("text").to_owned());
         }
     }
-    for file in [
+    let read = |file: &str| -> serde_json::Value {
+        let text = std::fs::read_to_string(workloads.join("vocab").join(file)).expect("vocab");
+        serde_json::from_str(&text).expect("tokenizer.json")
+    };
+    let mut files: Vec<(String, serde_json::Value)> = [
         "all-MiniLM-L6-v2/tokenizer.json",
         "pegasus_unigram_tokenizer.json",
         "xlmr_style_unigram_1k_tokenizer.json",
@@ -72,14 +76,20 @@ fn warm_encode_allocates_nothing() {
         "llama2_style_spbpe_4k_tokenizer.json",
         "mistral_style_spbpe_4k_tokenizer.json",
         "gemma_style_spbpe_4k_tokenizer.json",
-    ] {
+    ]
+    .into_iter()
+    .map(|f| (f.to_owned(), read(f)))
+    .collect();
+    // ByteLevel's prefix space, in both its places, writes its spaced copies into the scratch too.
+    let mut j = read("gpt2_style_bpe_4k_tokenizer.json");
+    j["pre_tokenizer"]["add_prefix_space"] = true.into();
+    files.push(("gpt2 style, prefix space".into(), j));
+    let mut j = read("qwen2_style_bpe_4k_tokenizer.json");
+    j["pre_tokenizer"]["pretokenizers"][1]["add_prefix_space"] = true.into();
+    files.push(("qwen2 style, prefix space".into(), j));
+    for (file, json) in &files {
         for truncation in [None, Some(Truncation::right(64))] {
-            let t = tokenizer::load(
-                &workloads.join("vocab").join(file),
-                TokenizerKind::Fast,
-                truncation,
-            )
-            .expect("loads");
+            let t = FastTokenizer::from_json(json, truncation).expect("loads");
             let (mut scratch, mut ids) = (Scratch::default(), Vec::new());
             let mut batch = Vec::new();
             let refs: Vec<&str> = texts.iter().map(String::as_str).collect();

@@ -200,3 +200,50 @@ fn normalised_added_token_contents_equal() {
     texts.extend(["qq zz", "a qq\u{2581}zz b", " the the"].map(String::from));
     assert_eq!(check("normalised contents", &j, &texts), 0);
 }
+
+/// `ByteLevel`'s `add_prefix_space` (RoBERTa's and GPT-2's tokenizers saved with it on): a space before each piece
+/// between added tokens that does not start with one when `ByteLevel` splits by its own regex, before each
+/// pre-token of the `Split` when one runs first; with added tokens matched on raw and on normalised text, which cut
+/// the pieces.
+#[test]
+fn byte_level_prefix_space_equal() {
+    let mut texts = sample();
+    texts.extend(
+        [
+            "",
+            " ",
+            "hello",
+            " hello",
+            "  hello",
+            "\nhello",
+            "<|endoftext|>x",
+            "x<|endoftext|> y",
+            "a  <|endoftext|>",
+            "12 345\t6",
+            "a  b   c",
+            "\u{e9}t\u{e9}",
+        ]
+        .map(String::from),
+    );
+    let gpt2 = read("gpt2_style_bpe_4k_tokenizer.json");
+    let qwen2 = read("qwen2_style_bpe_4k_tokenizer.json");
+    let mut variants = Vec::new();
+    let mut j = gpt2.clone();
+    j["pre_tokenizer"]["add_prefix_space"] = true.into();
+    variants.push(("ByteLevel with its regex", j));
+    let mut j = qwen2.clone();
+    j["pre_tokenizer"]["pretokenizers"][1]["add_prefix_space"] = true.into();
+    variants.push(("Split then ByteLevel", j));
+    // An added token matched on normalised text splits the pieces too.
+    for (name, mut j) in variants.clone() {
+        let added = j["added_tokens"].as_array_mut().expect("added tokens");
+        added.push(
+            json!({"id": 4000, "content": "  ", "single_word": false, "lstrip": false,
+            "rstrip": false, "normalized": true, "special": false}),
+        );
+        variants.push((name, j));
+    }
+    for (name, j) in &variants {
+        assert_eq!(check(name, j, &texts), 0, "{name}");
+    }
+}

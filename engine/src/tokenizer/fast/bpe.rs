@@ -13,13 +13,14 @@ use std::collections::BinaryHeap;
 
 use serde_json::Value;
 
+use super::pretok::PreTokenizer;
 use super::{bad, bool_field, nfc, spm, str_field, FxMap, Piece};
 use crate::error::Result;
 use crate::tokenizer::Scratch;
 
 mod front;
 
-use front::{byte_chars, CharPre, Front};
+use front::{byte_chars, CharPre, Front, PrefixSpace};
 
 const NONE: u32 = u32::MAX;
 /// A pair with no merge: ranks and pairs share one `u64` (rank above, merged id below), so this sorts last.
@@ -98,6 +99,19 @@ pub(crate) struct Bpe {
 
 /// SentencePiece's whitespace.
 const SPACE: char = '\u{2581}';
+
+/// Whether `ByteLevel`'s prefix space goes before this piece: the crate adds it to a non-empty piece that does not
+/// start with a space.
+fn needs_space(piece: &[u8]) -> bool {
+    piece.first().is_some_and(|&c| c != b' ')
+}
+
+/// `text` after one space, in `out`.
+fn spaced(text: &str, out: &mut String) {
+    out.clear();
+    out.push(' ');
+    out.push_str(text);
+}
 
 /// `(left, right)` of a merge, in either of the crate's formats: `["a", "b"]` or `"a b"`.
 fn merge_pair(m: &Value) -> Option<(&str, &str)> {
@@ -311,22 +325,23 @@ impl Bpe {
             ..
         } = scratch;
         match &self.front {
-            Front::Bytes { nfc, pre } => {
+            Front::Bytes { nfc, pre, prefix } => {
                 let text = if *nfc && !piece.normalized && !nfc::is_nfc(text) {
                     nfc::nfc(text, a, marks, held);
                     a.as_str()
                 } else {
                     text
                 };
-                let mut p = 0;
-                while p < text.len() && ids.len() < limit {
-                    let e = pre.next(text, p);
-                    let word = &text.as_bytes()[p..e];
-                    let units = word.iter().map(|&b| self.init[usize::from(b)]);
-                    self.word(word, units, bpe, ids)?;
-                    p = e;
+                match prefix {
+                    PrefixSpace::Segment if needs_space(text.as_bytes()) => {
+                        spaced(text, b);
+                        self.byte_words(b.as_str(), pre, None, bpe, ids, limit)
+                    }
+                    PrefixSpace::Never | PrefixSpace::Segment => {
+                        self.byte_words(text, pre, None, bpe, ids, limit)
+                    }
+                    PrefixSpace::PreToken => self.byte_words(text, pre, Some(b), bpe, ids, limit),
                 }
-                Ok(())
             }
             Front::Chars { steps, pre } => {
                 let text = if piece.normalized {
@@ -365,6 +380,34 @@ impl Bpe {
                 spm::normalized(steps, text, &mut scratch.a, &mut scratch.b, out)
             }
         }
+    }
+
+    /// The byte-level pre-tokens of `text`, merged, until `ids` holds `limit`; with `spaced`, each one that does not
+    /// start with a space gets one, written there.
+    fn byte_words(
+        &self,
+        text: &str,
+        pre: &PreTokenizer,
+        mut spaced_buf: Option<&mut String>,
+        work: &mut Work,
+        ids: &mut Vec<u32>,
+        limit: usize,
+    ) -> Result<()> {
+        let mut p = 0;
+        while p < text.len() && ids.len() < limit {
+            let e = pre.next(text, p);
+            let mut word = &text[p..e];
+            if let Some(buf) = spaced_buf.as_deref_mut() {
+                if needs_space(word.as_bytes()) {
+                    spaced(word, buf);
+                    word = buf.as_str();
+                }
+            }
+            let units = word.bytes().map(|b| self.init[usize::from(b)]);
+            self.word(word.as_bytes(), units, work, ids)?;
+            p = e;
+        }
+        Ok(())
     }
 
     /// A SentencePiece word: its characters' units, merged (in pieces where `words_at_space` allows).

@@ -732,8 +732,8 @@ mod tests {
         j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Removed".into();
         refused(j, "Isolated");
         let mut j = qwen2();
-        j["pre_tokenizer"]["pretokenizers"][1]["add_prefix_space"] = true.into();
-        refused(j, "add_prefix_space");
+        j["pre_tokenizer"]["pretokenizers"][1]["use_regex"] = true.into();
+        refused(j, "ByteLevel without its regex");
         let mut j = qwen2();
         j["normalizer"] = serde_json::json!({"type": "NFKC"});
         refused(j, "NFKC");

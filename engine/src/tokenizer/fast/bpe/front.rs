@@ -12,10 +12,26 @@ use crate::error::Result;
 pub(super) enum Front {
     /// GPT-2's `ByteLevel` (GPT-2, Qwen2/Qwen3, Llama-3): each byte of a pre-token is one printable character, and
     /// the vocabulary is written in those characters.
-    Bytes { nfc: bool, pre: PreTokenizer },
+    Bytes {
+        nfc: bool,
+        pre: PreTokenizer,
+        prefix: PrefixSpace,
+    },
     /// SentencePiece's BPE (Llama 2, Mistral, Gemma): tokens are text; a character outside the vocabulary is its
     /// UTF-8 bytes' `<0xXX>` tokens (`byte_fallback`) or the unknown token.
     Chars { steps: Vec<Step>, pre: CharPre },
+}
+
+/// Where `ByteLevel`'s `add_prefix_space` puts a space before text that does not start with one: the crate adds it
+/// to each piece `ByteLevel` is given, which is the text between added tokens when it splits by its own regex, and
+/// each pre-token when a `Split` runs before it (RoBERTa's and GPT-2's tokenizers saved with the option on).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum PrefixSpace {
+    Never,
+    /// Before the text between two added tokens (`ByteLevel` with its regex).
+    Segment,
+    /// Before each pre-token of the `Split` (`ByteLevel` without its regex).
+    PreToken,
 }
 
 /// How a SentencePiece BPE cuts its normalised text into words.
@@ -46,10 +62,9 @@ impl Front {
             _ => false,
         };
         if byte_level {
-            return Ok(Front::Bytes {
-                nfc: parse_normalizer(normalizer)?,
-                pre: parse_pre_tokenizer(pre_tokenizer)?,
-            });
+            let nfc = parse_normalizer(normalizer)?;
+            let (pre, prefix) = parse_pre_tokenizer(pre_tokenizer)?;
+            return Ok(Front::Bytes { nfc, pre, prefix });
         }
         let mut normalizers = Vec::new();
         spm::parse_step(normalizer, &mut normalizers)?;
@@ -116,18 +131,26 @@ fn parse_normalizer(json: &Value) -> Result<bool> {
     }
 }
 
-/// The `ByteLevel` pre-tokeniser's settings: its prefix space is refused, and whether it splits by GPT-2's regex.
-fn byte_level(json: &Value) -> Result<bool> {
-    if bool_field(json, "add_prefix_space", true, "ByteLevel")? {
-        return Err(bad("ByteLevel: `add_prefix_space` is not supported"));
-    }
-    bool_field(json, "use_regex", true, "ByteLevel")
+/// The `ByteLevel` pre-tokeniser's settings: whether it adds a prefix space, and whether it splits by GPT-2's
+/// regex.
+fn byte_level(json: &Value) -> Result<(bool, bool)> {
+    Ok((
+        bool_field(json, "add_prefix_space", true, "ByteLevel")?,
+        bool_field(json, "use_regex", true, "ByteLevel")?,
+    ))
 }
 
-/// The split pattern: `ByteLevel` with its own regex, or `Split` by a regex followed by `ByteLevel` without one.
-fn parse_pre_tokenizer(json: &Value) -> Result<PreTokenizer> {
+/// The split pattern, `ByteLevel` with its own regex or `Split` by a regex followed by `ByteLevel` without one, and
+/// where the prefix space goes.
+fn parse_pre_tokenizer(json: &Value) -> Result<(PreTokenizer, PrefixSpace)> {
+    let prefix = |on: bool, at: PrefixSpace| if on { at } else { PrefixSpace::Never };
     match json.get("type").and_then(Value::as_str) {
-        Some("ByteLevel") if byte_level(json)? => PreTokenizer::new(GPT2),
+        Some("ByteLevel") => match byte_level(json)? {
+            (space, true) => Ok((PreTokenizer::new(GPT2)?, prefix(space, PrefixSpace::Segment))),
+            (_, false) => Err(bad(
+                "pre_tokenizer ByteLevel without its regex (and no Split before it) is not supported",
+            )),
+        },
         Some("Sequence") => {
             let steps = json
                 .get("pretokenizers")
@@ -137,14 +160,18 @@ fn parse_pre_tokenizer(json: &Value) -> Result<PreTokenizer> {
             let [split, bytes] = steps else {
                 return Err(bad("pre_tokenizer Sequence: Split then ByteLevel is supported"));
             };
-            if split.get("type").and_then(Value::as_str) != Some("Split")
-                || bytes.get("type").and_then(Value::as_str) != Some("ByteLevel")
-                || byte_level(bytes)?
-            {
+            let space = match bytes.get("type").and_then(Value::as_str) {
+                Some("ByteLevel") => match byte_level(bytes)? {
+                    (space, false) => Some(space),
+                    (_, true) => None,
+                },
+                _ => None,
+            };
+            let (Some(space), Some("Split")) = (space, split.get("type").and_then(Value::as_str)) else {
                 return Err(bad(
                     "pre_tokenizer Sequence: Split then ByteLevel without its regex is supported",
                 ));
-            }
+            };
             if split.get("behavior").and_then(Value::as_str) != Some("Isolated")
                 || bool_field(split, "invert", false, "Split")?
             {
@@ -155,7 +182,7 @@ fn parse_pre_tokenizer(json: &Value) -> Result<PreTokenizer> {
                 .and_then(|p| p.get("Regex"))
                 .and_then(Value::as_str)
                 .ok_or_else(|| bad("Split: only a Regex pattern is supported"))?;
-            PreTokenizer::new(regex)
+            Ok((PreTokenizer::new(regex)?, prefix(space, PrefixSpace::PreToken)))
         }
         other => Err(bad(format!(
             "pre_tokenizer {other:?} is not supported with BPE (ByteLevel, or Split then ByteLevel, is)"
