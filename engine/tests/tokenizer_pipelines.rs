@@ -247,3 +247,30 @@ fn byte_level_prefix_space_equal() {
         assert_eq!(check(name, j, &texts), 0, "{name}");
     }
 }
+
+/// Regression: the added tokens took the ids their file writes, where the crate gives its own on load (the
+/// model's id for a content the vocabulary holds, the next free ones after the vocabulary in the file's order for
+/// the rest) and only warns: a hand-edited file whose ids leave a gap or repeat a model token encoded differently.
+#[test]
+fn added_token_ids_are_the_ones_the_crate_gives() {
+    let mut j = read("all-MiniLM-L6-v2/tokenizer.json");
+    let added = j["added_tokens"].as_array_mut().expect("added tokens");
+    for (id, content, special) in [
+        (40000, "zzqx", false),
+        (7, "qqwy", true),
+        (30522, "hello", false),
+    ] {
+        added.push(
+            json!({"id": id, "content": content, "single_word": false, "lstrip": false,
+            "rstrip": false, "normalized": false, "special": special}),
+        );
+    }
+    let mut texts = sample();
+    texts.extend(["a zzqx b qqwy hello", "hellozzqx"].map(String::from));
+    assert_eq!(check("gapped added ids", &j, &texts), 0);
+    let fast = engine::tokenizer::FastTokenizer::from_json(&j, None).expect("loads");
+    let mut ids = Vec::new();
+    engine::tokenizer::Tokenizer::encode(&fast, "zzqx qqwy hello", &mut ids).expect("encodes");
+    // [CLS] zzqx qqwy hello [SEP]: the two new contents after the 30,522 tokens, "hello" the model's own id.
+    assert_eq!(ids, [101, 30522, 30523, 7592, 102]);
+}

@@ -280,9 +280,10 @@ impl Bpe {
         self.by_bytes.len() + self.unmapped.len()
     }
 
-    pub(crate) fn contains(&self, token: &str) -> bool {
+    /// The id of a token of the vocabulary, as the file spells it (byte-level: in GPT-2's byte characters).
+    pub(crate) fn token_id(&self, token: &str) -> Option<u32> {
         if !matches!(self.front, Front::Bytes { .. }) {
-            return self.by_bytes.contains_key(token.as_bytes());
+            return self.by_bytes.get(token.as_bytes()).copied();
         }
         let chars = byte_chars();
         let bytes: Option<Vec<u8>> = token
@@ -290,8 +291,8 @@ impl Bpe {
             .map(|c| chars.iter().position(|&m| m == c).map(|b| b as u8))
             .collect();
         match bytes {
-            Some(b) => self.by_bytes.contains_key(b.as_slice()),
-            None => self.unmapped.contains_key(token),
+            Some(b) => self.by_bytes.get(b.as_slice()).copied(),
+            None => self.unmapped.get(token).copied(),
         }
     }
 

@@ -133,6 +133,7 @@ impl AddedTokens {
     /// `normalize` first, as the crate matches them) or on the raw text.
     fn parse(
         json: &Value,
+        ids: &FxMap<&str, u32>,
         normalized: bool,
         normalize: &dyn Fn(&str) -> std::borrow::Cow<str>,
     ) -> Result<Self> {
@@ -147,11 +148,9 @@ impl AddedTokens {
         ordered.sort_by_key(|&(later, _)| later);
         for (_, t) in ordered {
             let content = str_field(t, "content", "added_tokens")?;
-            let id = t
-                .get("id")
-                .and_then(Value::as_u64)
-                .and_then(|id| u32::try_from(id).ok())
-                .ok_or_else(|| bad(format!("added token {content:?}: missing id")))?;
+            let id = *ids
+                .get(content)
+                .ok_or_else(|| bad(format!("added token {content:?}: no id")))?;
             let special = bool_field(t, "special", false, "added_tokens")?;
             if bool_field(t, "single_word", false, "added_tokens")? {
                 return Err(bad(format!(
@@ -366,6 +365,36 @@ impl Template {
     }
 }
 
+/// The ids the crate gives the added tokens when it reads the file, whatever ids the file writes beside them (it
+/// only warns where they differ): a content the model's vocabulary holds gets the model's id; the others, in the
+/// file's order, the ids from the vocabulary's size (its count of tokens) on; a repeated content keeps its first.
+fn added_ids<'a>(
+    json: &'a Value,
+    model_size: usize,
+    model_id: &dyn Fn(&str) -> Option<u32>,
+) -> Result<FxMap<&'a str, u32>> {
+    let mut ids = FxMap::default();
+    let mut next = u32::try_from(model_size).map_err(|_| bad("the vocabulary is too large"))?;
+    for t in json.as_array().map(Vec::as_slice).unwrap_or_default() {
+        let content = str_field(t, "content", "added_tokens")?;
+        if content.is_empty() || ids.contains_key(content) {
+            continue;
+        }
+        let id = match model_id(content) {
+            Some(id) => id,
+            None => {
+                let id = next;
+                next = next
+                    .checked_add(1)
+                    .ok_or_else(|| bad("too many added tokens"))?;
+                id
+            }
+        };
+        ids.insert(content, id);
+    }
+    Ok(ids)
+}
+
 /// The in-house tokenizer for one `tokenizer.json`.
 pub struct FastTokenizer {
     model: Model,
@@ -414,8 +443,14 @@ impl FastTokenizer {
             )?)),
             other => return Err(bad(format!("model type {other:?} is not supported"))),
         };
-        let added = AddedTokens::parse(section("added_tokens"), false, &|t| t.into())?;
-        let normalized = AddedTokens::parse(section("added_tokens"), true, &|t| {
+        let (model_size, model_id): (usize, &dyn Fn(&str) -> Option<u32>) = match &model {
+            Model::WordPiece(m) => (m.vocab_size(), &|t| m.token_id(t)),
+            Model::Unigram(m) => (m.vocab_size(), &|t| m.token_id(t)),
+            Model::Bpe(m) => (m.vocab_size(), &|t| m.token_id(t)),
+        };
+        let ids = added_ids(section("added_tokens"), model_size, model_id)?;
+        let added = AddedTokens::parse(section("added_tokens"), &ids, false, &|t| t.into())?;
+        let normalized = AddedTokens::parse(section("added_tokens"), &ids, true, &|t| {
             let mut out = String::new();
             model
                 .normalized(t, &mut Scratch::default(), &mut out)
@@ -452,20 +487,7 @@ impl FastTokenizer {
         }
         // As the crate counts it: the union of the model's pieces and the added tokens, by their contents in the
         // file (not normalised).
-        let (model_size, in_model): (usize, &dyn Fn(&str) -> bool) = match &model {
-            Model::WordPiece(m) => (m.vocab_size(), &|t| m.contains(t)),
-            Model::Unigram(m) => (m.vocab_size(), &|t| m.contains(t)),
-            Model::Bpe(m) => (m.vocab_size(), &|t| m.contains(t)),
-        };
-        let contents: std::collections::HashSet<&str> = section("added_tokens")
-            .as_array()
-            .map(Vec::as_slice)
-            .unwrap_or_default()
-            .iter()
-            .filter_map(|t| t.get("content").and_then(Value::as_str))
-            .filter(|t| !in_model(t))
-            .collect();
-        let vocab_size = model_size + contents.len();
+        let vocab_size = model_size + ids.keys().filter(|t| model_id(t).is_none()).count();
         Ok(FastTokenizer {
             model,
             added,

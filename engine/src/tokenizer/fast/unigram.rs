@@ -215,8 +215,9 @@ impl Unigram {
         self.pieces.len()
     }
 
-    pub(crate) fn contains(&self, piece: &str) -> bool {
-        self.pieces.contains_key(piece)
+    /// The id of a piece of the vocabulary.
+    pub(crate) fn token_id(&self, piece: &str) -> Option<u32> {
+        self.pieces.get(piece).copied()
     }
 
     /// Whether Metaspace's `first` prepend sits behind normaliser steps, whose offsets an added token matched on

@@ -144,8 +144,9 @@ impl WordPiece {
         self.vocab.len()
     }
 
-    pub(crate) fn contains(&self, token: &str) -> bool {
-        self.vocab.contains_key(token)
+    /// The id of a token of the vocabulary.
+    pub(crate) fn token_id(&self, token: &str) -> Option<u32> {
+        self.vocab.get(token).copied()
     }
 
     /// The whole pipeline for one ASCII character, which decomposes to itself and lowercases to one character.
