@@ -87,6 +87,13 @@ fn warm_encode_allocates_nothing() {
     let mut j = read("qwen2_style_bpe_4k_tokenizer.json");
     j["pre_tokenizer"]["pretokenizers"][1]["add_prefix_space"] = true.into();
     files.push(("qwen2 style, prefix space".into(), j));
+    // WordPiece's added tokens matched on normalised text: the normalised gap is written into the scratch.
+    let mut j = read("all-MiniLM-L6-v2/tokenizer.json");
+    j["added_tokens"][0]["normalized"] = true.into();
+    j["added_tokens"].as_array_mut().expect("added tokens").push(serde_json::json!({"id": 30522,
+        "content": "The", "single_word": false, "lstrip": false, "rstrip": false, "normalized": true,
+        "special": false}));
+    files.push(("minilm, normalised added tokens".into(), j));
     for (file, json) in &files {
         for truncation in [None, Some(Truncation::right(64))] {
             let t = FastTokenizer::from_json(json, truncation).expect("loads");

@@ -274,3 +274,59 @@ fn added_token_ids_are_the_ones_the_crate_gives() {
     // [CLS] zzqx qqwy hello [SEP]: the two new contents after the 30,522 tokens, "hello" the model's own id.
     assert_eq!(ids, [101, 30522, 30523, 7592, 102]);
 }
+
+/// WordPiece with added tokens matched on normalised text (what transformers' `add_tokens` writes for a BERT
+/// vocabulary): their contents and the text between raw-text matches through the BERT normaliser, under each of
+/// its settings; the text between them is then pre-tokenised without being normalised twice.
+#[test]
+fn wordpiece_normalized_added_tokens_equal() {
+    let contents = [
+        "covid19",
+        "\u{dc}n\u{ef}code",
+        "new-token",
+        "hello world",
+        "\u{65e5}\u{672c}",
+        "stra\u{df}e",
+        "\u{130}stanbul",
+        "a\tb",
+        "\u{1c5}",
+    ];
+    let mut texts = sample();
+    for c in contents {
+        texts.push(format!("x {} y{}", c.to_uppercase(), c));
+        texts.push(format!("{c}{c} {}", c.to_lowercase()));
+    }
+    texts.extend(
+        [
+            "COVID19 cases",
+            "HELLO  WORLD",
+            "hello\tworld",
+            "\u{65e5}\u{672c}\u{8a9e}",
+            "i\u{307}stanbul",
+            "\u{1}covid19\u{2}",
+            "a\u{a0}b",
+        ]
+        .map(String::from),
+    );
+    for (lowercase, strip_accents, chinese, clean) in [
+        (true, None, true, true),
+        (false, None, true, true),
+        (true, Some(false), false, true),
+        (false, Some(true), true, false),
+        (true, Some(true), false, false),
+    ] {
+        let mut j = read("all-MiniLM-L6-v2/tokenizer.json");
+        j["normalizer"] = json!({"type": "BertNormalizer", "clean_text": clean,
+            "handle_chinese_chars": chinese, "strip_accents": strip_accents, "lowercase": lowercase});
+        let added = j["added_tokens"].as_array_mut().expect("added tokens");
+        for (i, c) in contents.iter().enumerate() {
+            added.push(
+                json!({"id": 30522 + i, "content": c, "single_word": false, "lstrip": false,
+                "rstrip": false, "normalized": true, "special": false}),
+            );
+        }
+        let name =
+            format!("lowercase {lowercase}, strip {strip_accents:?}, CJK {chinese}, clean {clean}");
+        assert_eq!(check(&name, &j, &texts), 0, "{name}");
+    }
+}

@@ -83,11 +83,10 @@ enum Model {
 }
 
 impl Model {
-    /// `text` as the model's normaliser leaves it: itself, or written to `out` (WordPiece's is never asked: no
-    /// second pass, checked at load).
+    /// `text` as the model's normaliser leaves it: itself, or written to `out`.
     fn normalized<'a>(&self, text: &'a str, scratch: &mut Scratch, out: &'a mut String) -> &'a str {
         match self {
-            Model::WordPiece(_) => text,
+            Model::WordPiece(m) => m.normalized(text, &mut scratch.marks, out),
             Model::Unigram(m) => m.normalized(text, scratch, out),
             Model::Bpe(m) => m.normalized(text, scratch, out),
         }
@@ -399,8 +398,9 @@ fn added_ids<'a>(
 pub struct FastTokenizer {
     model: Model,
     added: AddedTokens,
-    /// The added tokens matched on normalised text (GPT-NeoX's and ModernBERT's runs of spaces): only with BPE
-    /// and Unigram, whose normaliser we can apply to the text between `added`'s matches on its own.
+    /// The added tokens matched on normalised text (GPT-NeoX's and ModernBERT's runs of spaces, the tokens
+    /// transformers' `add_tokens` gives a BERT vocabulary), found in the normalised text between `added`'s
+    /// matches.
     normalized: AddedTokens,
     template: Template,
     truncation: Option<Truncation>,
@@ -458,11 +458,6 @@ impl FastTokenizer {
                 .into()
         })?;
         if let Some((t, _)) = normalized.tokens.first() {
-            if matches!(model, Model::WordPiece(_)) {
-                return Err(bad(format!(
-                    "added token {t:?}: matching on normalised text is supported with BPE and Unigram only"
-                )));
-            }
             let first_behind_steps = match &model {
                 Model::WordPiece(_) => false,
                 Model::Unigram(m) => m.first_behind_steps(),
@@ -508,8 +503,7 @@ impl FastTokenizer {
         limit: usize,
     ) -> Result<()> {
         match &self.model {
-            // No second pass with WordPiece (refused at load), so its text is never normalised already.
-            Model::WordPiece(m) => m.encode(text, scratch, ids, limit),
+            Model::WordPiece(m) => m.encode(text, piece.normalized, scratch, ids, limit),
             Model::Unigram(m) => m.encode(text, piece, scratch, ids, limit),
             Model::Bpe(m) => m.encode(text, piece, scratch, ids, limit),
         }
@@ -727,9 +721,6 @@ mod tests {
         j["added_tokens"][0]["rstrip"] = true.into();
         j["added_tokens"][1]["content"] = "\n\n".into();
         refused(j, "rstrip");
-        let mut j = minilm();
-        j["added_tokens"][0]["normalized"] = true.into();
-        refused(j, "normalised text is supported with BPE and Unigram only");
         let mut j = vocab_json("xlmr_style_unigram_1k_tokenizer.json");
         let mut metaspace = j["pre_tokenizer"].clone();
         metaspace["prepend_scheme"] = "first".into();

@@ -178,9 +178,33 @@ impl WordPiece {
     }
 
     /// Appends the ids of `text`, stopping at the first space after they reach `limit`.
+    /// `text` as the BERT normaliser leaves it: itself without one, else written to `out` (the added tokens matched
+    /// on normalised text are found in it).
+    pub(crate) fn normalized<'a>(
+        &self,
+        text: &'a str,
+        marks: &mut Vec<(u8, char)>,
+        out: &'a mut String,
+    ) -> &'a str {
+        if self.norm.is_none() {
+            return text;
+        }
+        out.clear();
+        marks.clear();
+        for c in text.chars() {
+            // Infallible: a string sink never fails.
+            let _ = self.normalize(c, marks, out);
+        }
+        let _ = self.flush_marks(marks, out);
+        out
+    }
+
+    /// Appends the ids of `text` (`normalized`: the normaliser has run over it already, as over the text between
+    /// added tokens matched on normalised text), stopping at the word that brings them to `limit`.
     pub(crate) fn encode(
         &self,
         text: &str,
+        normalized: bool,
         scratch: &mut Scratch,
         ids: &mut Vec<u32>,
         limit: usize,
@@ -220,7 +244,14 @@ impl WordPiece {
                     break;
                 };
                 i += c.len_utf8();
-                self.normalize(c, marks, &mut w)?;
+                // Normalised text is only classified: BERT's normaliser is not idempotent on every character
+                // (a lowercase can make a mark that a second accent strip would drop). Its ASCII characters
+                // normalise to themselves, so the table above serves both.
+                if normalized {
+                    w.classify(c)?;
+                } else {
+                    self.normalize(c, marks, &mut w)?;
+                }
             }
         }
         self.flush_marks(marks, &mut w)?;
@@ -229,7 +260,7 @@ impl WordPiece {
 
     /// The normaliser for one non-ASCII character: clean, isolate CJK, decompose (holding combining marks back
     /// for canonical ordering), then [`WordPiece::emit`].
-    fn normalize(&self, c: char, marks: &mut Vec<(u8, char)>, w: &mut Words) -> Result<()> {
+    fn normalize(&self, c: char, marks: &mut Vec<(u8, char)>, w: &mut impl Sink) -> Result<()> {
         let Some(n) = self.norm else {
             return w.classify(c);
         };
@@ -255,7 +286,7 @@ impl WordPiece {
         c: char,
         n: Normalizer,
         marks: &mut Vec<(u8, char)>,
-        w: &mut Words,
+        w: &mut impl Sink,
     ) -> Result<()> {
         if !n.strip_accents {
             return self.emit(c, n, w);
@@ -276,7 +307,7 @@ impl WordPiece {
     }
 
     /// Emits the held combining marks in canonical order (a stable sort by combining class).
-    fn flush_marks(&self, marks: &mut Vec<(u8, char)>, w: &mut Words) -> Result<()> {
+    fn flush_marks(&self, marks: &mut Vec<(u8, char)>, w: &mut impl Sink) -> Result<()> {
         for i in 1..marks.len() {
             let mut j = i;
             while j > 0 && marks[j - 1].0 > marks[j].0 {
@@ -294,7 +325,7 @@ impl WordPiece {
     }
 
     /// The end of the normaliser: drop non-spacing marks when stripping accents, lowercase.
-    fn emit(&self, c: char, n: Normalizer, w: &mut Words) -> Result<()> {
+    fn emit(&self, c: char, n: Normalizer, w: &mut impl Sink) -> Result<()> {
         if n.strip_accents && c.is_mark_nonspacing() {
             return Ok(());
         }
@@ -356,6 +387,32 @@ impl WordPiece {
     }
 }
 
+/// Where the normaliser's characters go: the pre-tokeniser ([`Words`]) or, for the text added tokens are matched
+/// in, a string.
+trait Sink {
+    fn classify(&mut self, c: char) -> Result<()>;
+}
+
+impl Sink for String {
+    fn classify(&mut self, c: char) -> Result<()> {
+        self.push(c);
+        Ok(())
+    }
+}
+
+impl Sink for Words<'_> {
+    fn classify(&mut self, c: char) -> Result<()> {
+        if c.is_whitespace() {
+            self.end_word()
+        } else if is_punct(c) {
+            self.punct(c)
+        } else {
+            self.push(c);
+            Ok(())
+        }
+    }
+}
+
 /// The pre-tokeniser: whitespace ends a word, punctuation is a word of its own.
 struct Words<'a> {
     wp: &'a WordPiece,
@@ -368,17 +425,6 @@ impl Words<'_> {
     fn push(&mut self, c: char) {
         self.word.push(c);
         self.chars += 1;
-    }
-
-    fn classify(&mut self, c: char) -> Result<()> {
-        if c.is_whitespace() {
-            self.end_word()
-        } else if is_punct(c) {
-            self.punct(c)
-        } else {
-            self.push(c);
-            Ok(())
-        }
     }
 
     fn punct(&mut self, c: char) -> Result<()> {
