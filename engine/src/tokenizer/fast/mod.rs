@@ -83,6 +83,24 @@ enum Model {
 }
 
 impl Model {
+    /// The model's count of tokens (the crate's `get_vocab_size` of the model alone).
+    fn vocab_size(&self) -> usize {
+        match self {
+            Model::WordPiece(m) => m.vocab_size(),
+            Model::Unigram(m) => m.vocab_size(),
+            Model::Bpe(m) => m.vocab_size(),
+        }
+    }
+
+    /// The id of a token of the model's vocabulary, spelt as the file spells it.
+    fn token_id(&self, token: &str) -> Option<u32> {
+        match self {
+            Model::WordPiece(m) => m.token_id(token),
+            Model::Unigram(m) => m.token_id(token),
+            Model::Bpe(m) => m.token_id(token),
+        }
+    }
+
     /// `text` as the model's normaliser leaves it: itself, or written to `out`.
     fn normalized<'a>(&self, text: &'a str, scratch: &mut Scratch, out: &'a mut String) -> &'a str {
         match self {
@@ -367,19 +385,16 @@ impl Template {
 /// The ids the crate gives the added tokens when it reads the file, whatever ids the file writes beside them (it
 /// only warns where they differ): a content the model's vocabulary holds gets the model's id; the others, in the
 /// file's order, the ids from the vocabulary's size (its count of tokens) on; a repeated content keeps its first.
-fn added_ids<'a>(
-    json: &'a Value,
-    model_size: usize,
-    model_id: &dyn Fn(&str) -> Option<u32>,
-) -> Result<FxMap<&'a str, u32>> {
+fn added_ids<'a>(json: &'a Value, model: &Model) -> Result<FxMap<&'a str, u32>> {
     let mut ids = FxMap::default();
-    let mut next = u32::try_from(model_size).map_err(|_| bad("the vocabulary is too large"))?;
+    let mut next =
+        u32::try_from(model.vocab_size()).map_err(|_| bad("the vocabulary is too large"))?;
     for t in json.as_array().map(Vec::as_slice).unwrap_or_default() {
         let content = str_field(t, "content", "added_tokens")?;
         if content.is_empty() || ids.contains_key(content) {
             continue;
         }
-        let id = match model_id(content) {
+        let id = match model.token_id(content) {
             Some(id) => id,
             None => {
                 let id = next;
@@ -443,12 +458,7 @@ impl FastTokenizer {
             )?)),
             other => return Err(bad(format!("model type {other:?} is not supported"))),
         };
-        let (model_size, model_id): (usize, &dyn Fn(&str) -> Option<u32>) = match &model {
-            Model::WordPiece(m) => (m.vocab_size(), &|t| m.token_id(t)),
-            Model::Unigram(m) => (m.vocab_size(), &|t| m.token_id(t)),
-            Model::Bpe(m) => (m.vocab_size(), &|t| m.token_id(t)),
-        };
-        let ids = added_ids(section("added_tokens"), model_size, model_id)?;
+        let ids = added_ids(section("added_tokens"), &model)?;
         let added = AddedTokens::parse(section("added_tokens"), &ids, false, &|t| t.into())?;
         let normalized = AddedTokens::parse(section("added_tokens"), &ids, true, &|t| {
             let mut out = String::new();
@@ -482,7 +492,8 @@ impl FastTokenizer {
         }
         // As the crate counts it: the union of the model's pieces and the added tokens, by their contents in the
         // file (not normalised).
-        let vocab_size = model_size + ids.keys().filter(|t| model_id(t).is_none()).count();
+        let vocab_size =
+            model.vocab_size() + ids.keys().filter(|t| model.token_id(t).is_none()).count();
         Ok(FastTokenizer {
             model,
             added,
