@@ -192,7 +192,8 @@ def pooling_mode(config):
              "mean_sqrt_len_tokens": "mean_sqrt_len_tokens", "weightedmean": "weightedmean"}
     mode = config.get("pooling_mode")
     if mode is None:
-        modes = [name for flag, name in flags.items() if config.get(f"pooling_mode_{flag}")]
+        # No flag set pools by the mean, as sentence-transformers and the engine do.
+        modes = [name for flag, name in flags.items() if config.get(f"pooling_mode_{flag}")] or ["mean"]
     else:
         modes = [names.get(m, m) for m in ([mode] if isinstance(mode, str) else mode)]
     if len(modes) != 1 or modes[0] not in ("mean", "cls", "last") or config.get("include_prompt") is False:

@@ -330,3 +330,42 @@ fn wordpiece_normalized_added_tokens_equal() {
         assert_eq!(check(&name, &j, &texts), 0, "{name}");
     }
 }
+
+/// The crate numbers new added tokens from its model's `get_vocab_size`, which for Unigram is the length of the
+/// vocabulary's list, a repeated piece included; it ignores an empty added token and one repeated with the same
+/// settings. One repeated with other settings is refused (the crate would match it with the last copy's strips).
+#[test]
+fn added_tokens_after_a_repeated_piece_and_repeats_equal() {
+    let mut j = read("xlmr_style_unigram_1k_tokenizer.json");
+    let vocab = j["model"]["vocab"].as_array_mut().expect("vocab");
+    let repeated = vocab[100].clone();
+    vocab.push(repeated);
+    let size = vocab.len();
+    let added = j["added_tokens"].as_array_mut().expect("added tokens");
+    for content in ["zzqq", "", "zzqq", "qqzz"] {
+        added.push(
+            json!({"id": 0, "content": content, "single_word": false, "lstrip": false,
+            "rstrip": false, "normalized": false, "special": false}),
+        );
+    }
+    let mut texts = sample();
+    texts.extend(["zzqq qqzz", "qqzzzzqq", "a zzqq"].map(String::from));
+    assert_eq!(check("repeated piece", &j, &texts), 0);
+    let fast = engine::tokenizer::FastTokenizer::from_json(&j, None).expect("loads");
+    let mut ids = Vec::new();
+    engine::tokenizer::Tokenizer::encode(&fast, "zzqq", &mut ids).expect("encodes");
+    assert!(
+        ids.contains(&(size as u32)),
+        "{ids:?}: zzqq after the {size} listed pieces"
+    );
+
+    let added = j["added_tokens"].as_array_mut().expect("added tokens");
+    added.push(
+        json!({"id": 0, "content": "qqzz", "single_word": false, "lstrip": true,
+        "rstrip": false, "normalized": false, "special": false}),
+    );
+    match engine::tokenizer::FastTokenizer::from_json(&j, None) {
+        Err(e) => assert!(e.to_string().contains("listed twice"), "{e}"),
+        Ok(_) => panic!("accepted an added token repeated with other settings"),
+    }
+}

@@ -168,8 +168,8 @@ impl Trace {
 
 /// The columns a CSV trace names its arrival times by, matched without regard to case or surrounding spaces:
 /// Azure's LLM inference traces (2023 and 2024: `TIMESTAMP`), BurstGPT's (`Timestamp`, seconds) and plain
-/// exports.
-const TIME_COLUMNS: [&str; 3] = ["timestamp", "time", "arrival_time"];
+/// exports. Not a bare `time`, which as often holds a latency.
+const TIME_COLUMNS: [&str; 2] = ["timestamp", "arrival_time"];
 /// The columns that give a request's prompt length in tokens: Azure's `ContextTokens`, BurstGPT's
 /// `Request tokens`, and the names other exports use. Optional: without one the corpus picks lengths.
 const TOKEN_COLUMNS: [&str; 5] = [
@@ -205,19 +205,24 @@ fn read_csv(path: &Path, reader: impl std::io::Read) -> Result<Vec<Arrival>, Inp
         path: path.to_owned(),
         message: format!(
             "no arrival-time column: a CSV trace names one `TIMESTAMP` (Azure's LLM traces), `Timestamp` \
-             (BurstGPT's), `time` or `arrival_time` (found: {})",
+             (BurstGPT's) or `arrival_time` (found: {})",
             headers.iter().collect::<Vec<_>>().join(",")
         ),
     })?;
     let ctx = column(&TOKEN_COLUMNS);
     let mut out = Vec::new();
+    // Whether the first row's time was a number of seconds: a trace is all seconds or all dates.
+    let mut seconds = None;
     for (i, record) in csv.records().enumerate() {
         let line = i + 2;
         let record = record.map_err(|e| parse_err(line, e.to_string()))?;
         let field = |c: usize| record.get(c).unwrap_or("").trim();
-        let at = parse_time(field(ts))
-            .and_then(arrival_time)
-            .map_err(|m| parse_err(line, m))?;
+        let (at, is_seconds) = parse_time(field(ts)).map_err(|m| parse_err(line, m))?;
+        if *seconds.get_or_insert(is_seconds) != is_seconds {
+            let message = format!("time `{}` mixes seconds and dates in one trace", field(ts));
+            return Err(parse_err(line, message));
+        }
+        let at = arrival_time(at).map_err(|m| parse_err(line, m))?;
         let tokens = match ctx {
             Some(c) => Some(field(c).parse::<u32>().map_err(|e| {
                 let name = headers.get(c).unwrap_or("").trim();
@@ -242,11 +247,13 @@ fn arrival_time(at: f64) -> Result<f64, String> {
     }
 }
 
-/// A CSV trace's time: seconds as a number (BurstGPT's), or a date and time (Azure's).
-fn parse_time(s: &str) -> Result<f64, String> {
+/// A CSV trace's time: seconds as a number (BurstGPT's), or a date and time (Azure's); and whether it was seconds.
+fn parse_time(s: &str) -> Result<(f64, bool), String> {
     match s.parse::<f64>() {
-        Ok(secs) => Ok(secs),
-        Err(_) => parse_timestamp(s),
+        Ok(secs) => Ok((secs, true)),
+        Err(_) => parse_timestamp(s)
+            .map(|t| (t, false))
+            .map_err(|e| format!("{e}, nor a number of seconds")),
     }
 }
 
@@ -254,7 +261,7 @@ fn parse_time(s: &str) -> Result<f64, String> {
 /// `+HH:MM`, `-HH:MM` or `±HHMM`, to seconds since 1970 UTC (the zone matters only where a trace mixes them).
 fn parse_timestamp(s: &str) -> Result<f64, String> {
     let bad = || format!("timestamp `{s}` is not `YYYY-MM-DD HH:MM:SS[.fff][zone]`");
-    let (date, time) = s.split_once([' ', 'T']).ok_or_else(bad)?;
+    let (date, time) = s.split_once([' ', 'T', 't']).ok_or_else(bad)?;
     let (time, offset_s) = split_zone(time).ok_or_else(bad)?;
     let num = |x: &str| x.parse::<i64>().map_err(|_| bad());
     let d: Vec<&str> = date.split('-').collect();
@@ -288,14 +295,17 @@ fn split_zone(time: &str) -> Option<(&str, i64)> {
     };
     let (t, zone) = time.split_at(at);
     let sign = if zone.starts_with('-') { -1 } else { 1 };
-    let digits: String = zone[1..].chars().filter(|&c| c != ':').collect();
-    if digits.len() != 4 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let (h, m) = (
-        digits[..2].parse::<i64>().ok()?,
-        digits[2..].parse::<i64>().ok()?,
-    );
+    // `HH:MM` or `HHMM`, nothing else.
+    let (hh, mm) = match &zone.as_bytes()[1..] {
+        [h1, h2, b':', m1, m2] | [h1, h2, m1, m2] => ([*h1, *h2], [*m1, *m2]),
+        _ => return None,
+    };
+    let two = |d: [u8; 2]| {
+        d.iter()
+            .all(u8::is_ascii_digit)
+            .then(|| i64::from(d[0] - b'0') * 10 + i64::from(d[1] - b'0'))
+    };
+    let (h, m) = (two(hh)?, two(mm)?);
     (h < 24 && m < 60).then_some((t, sign * (h * 3600 + m * 60)))
 }
 
@@ -549,7 +559,7 @@ mod tests {
             [(0.0, Some(472)), (40.0, Some(1087)), (40.5, Some(12))]
         );
         // Without a token column the arrivals come with no lengths; a bad count names its column.
-        std::fs::write(&csv, "time,model\n1,a\n3,b\n").unwrap();
+        std::fs::write(&csv, "arrival_time,model\n1,a\n3,b\n").unwrap();
         let t = Trace::load(&csv).unwrap();
         assert_eq!(t.arrivals[1].at, 2.0);
         assert!(t.arrivals.iter().all(|a| a.tokens.is_none()));
@@ -578,9 +588,31 @@ mod tests {
             "2024-05-10 00:00:00+2",
             "2024-05-10 00:00:00+25:00",
             "2024-05-10",
+            "2024-05-10 00:00:00+0:500",
+            "2024-05-10 00:00:00+05::00",
+            "2024-05-10 00:00:00+:0500",
         ] {
             assert!(parse_timestamp(s).is_err(), "{s}");
         }
+    }
+
+    #[test]
+    fn a_trace_mixing_seconds_and_dates_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let csv = dir.path().join("t.csv");
+        std::fs::write(
+            &csv,
+            "TIMESTAMP,ContextTokens\n2023-11-16 18:15:46.5,3\n1700158546.5,4\n",
+        )
+        .unwrap();
+        let e = Trace::load(&csv).unwrap_err().to_string();
+        assert!(
+            e.contains("line 3") && e.contains("mixes seconds and dates"),
+            "{e}"
+        );
+        std::fs::write(&csv, "TIMESTAMP,ContextTokens\n1,3\nsoon,4\n").unwrap();
+        let e = Trace::load(&csv).unwrap_err().to_string();
+        assert!(e.contains("nor a number of seconds"), "{e}");
     }
 
     #[test]

@@ -83,12 +83,21 @@ enum Model {
 }
 
 impl Model {
-    /// The model's count of tokens (the crate's `get_vocab_size` of the model alone).
+    /// The model's count of distinct tokens.
     fn vocab_size(&self) -> usize {
         match self {
             Model::WordPiece(m) => m.vocab_size(),
             Model::Unigram(m) => m.vocab_size(),
             Model::Bpe(m) => m.vocab_size(),
+        }
+    }
+
+    /// The ids the model's vocabulary takes (the crate's `get_vocab_size` of the model alone): its count of tokens,
+    /// or with Unigram the length of its list, where a piece may repeat.
+    fn ids_taken(&self) -> usize {
+        match self {
+            Model::Unigram(m) => m.ids_taken(),
+            other => other.vocab_size(),
         }
     }
 
@@ -165,6 +174,10 @@ impl AddedTokens {
         ordered.sort_by_key(|&(later, _)| later);
         for (_, t) in ordered {
             let content = str_field(t, "content", "added_tokens")?;
+            // The crate ignores an empty one.
+            if content.is_empty() {
+                continue;
+            }
             let id = *ids
                 .get(content)
                 .ok_or_else(|| bad(format!("added token {content:?}: no id")))?;
@@ -176,9 +189,6 @@ impl AddedTokens {
             }
             let lstrip = bool_field(t, "lstrip", false, "added_tokens")?;
             let rstrip = bool_field(t, "rstrip", false, "added_tokens")?;
-            if content.is_empty() {
-                return Err(bad("an added token is empty"));
-            }
             if bool_field(t, "normalized", !special, "added_tokens")? == normalized {
                 let content = if normalized {
                     normalize(content)
@@ -384,14 +394,26 @@ impl Template {
 
 /// The ids the crate gives the added tokens when it reads the file, whatever ids the file writes beside them (it
 /// only warns where they differ): a content the model's vocabulary holds gets the model's id; the others, in the
-/// file's order, the ids from the vocabulary's size (its count of tokens) on; a repeated content keeps its first.
+/// file's order, the ids from the vocabulary's size (its count of tokens) on; a repeated content keeps its first;
+/// an empty one is ignored. A content listed twice with other settings is refused: the crate matches it with the
+/// last copy's strip flags, in the first copy's pass.
 fn added_ids<'a>(json: &'a Value, model: &Model) -> Result<FxMap<&'a str, u32>> {
+    const SETTINGS: [&str; 5] = ["single_word", "lstrip", "rstrip", "normalized", "special"];
+    let mut first: FxMap<&str, &Value> = FxMap::default();
     let mut ids = FxMap::default();
     let mut next =
-        u32::try_from(model.vocab_size()).map_err(|_| bad("the vocabulary is too large"))?;
+        u32::try_from(model.ids_taken()).map_err(|_| bad("the vocabulary is too large"))?;
     for t in json.as_array().map(Vec::as_slice).unwrap_or_default() {
         let content = str_field(t, "content", "added_tokens")?;
-        if content.is_empty() || ids.contains_key(content) {
+        if content.is_empty() {
+            continue;
+        }
+        if let Some(earlier) = first.insert(content, t) {
+            if SETTINGS.iter().any(|k| earlier.get(k) != t.get(k)) {
+                return Err(bad(format!(
+                    "added token {content:?} is listed twice with different settings"
+                )));
+            }
             continue;
         }
         let id = match model.token_id(content) {
@@ -758,6 +780,10 @@ mod tests {
         let mut j = qwen2();
         j["pre_tokenizer"]["pretokenizers"][1]["use_regex"] = true.into();
         refused(j, "ByteLevel without its regex");
+        let mut j = qwen2();
+        let byte_level = j["pre_tokenizer"]["pretokenizers"][1].as_object_mut();
+        byte_level.expect("ByteLevel").remove("add_prefix_space");
+        refused(j, "`add_prefix_space` is missing");
         let mut j = qwen2();
         j["normalizer"] = serde_json::json!({"type": "NFKC"});
         refused(j, "NFKC");

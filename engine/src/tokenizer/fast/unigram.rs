@@ -22,6 +22,9 @@ pub(crate) struct Unigram {
     steps: Vec<Step>,
     pre: PreTokenizer,
     pieces: FxMap<Box<str>, u32>,
+    /// The length of the vocabulary's list: more than `pieces` holds where a piece repeats (the last one's id
+    /// is the piece's, as in the crate).
+    ids_taken: usize,
     trie: Trie,
     unk: Option<u32>,
     unk_score: f64,
@@ -187,6 +190,7 @@ impl Unigram {
             pre.replacement,
         )?;
         let mut unigram = Unigram {
+            ids_taken: scores.len(),
             steps,
             pre,
             pieces,
@@ -213,6 +217,12 @@ impl Unigram {
     /// Distinct pieces, as the crate counts them.
     pub(crate) fn vocab_size(&self) -> usize {
         self.pieces.len()
+    }
+
+    /// The ids the vocabulary's list takes, a repeated piece included (the crate's `get_vocab_size`, from which it
+    /// numbers the added tokens the list lacks).
+    pub(crate) fn ids_taken(&self) -> usize {
+        self.ids_taken
     }
 
     /// The id of a piece of the vocabulary.

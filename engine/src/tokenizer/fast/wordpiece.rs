@@ -177,7 +177,6 @@ impl WordPiece {
         self.unk.is_some()
     }
 
-    /// Appends the ids of `text`, stopping at the first space after they reach `limit`.
     /// `text` as the BERT normaliser leaves it: itself without one, else written to `out` (the added tokens matched
     /// on normalised text are found in it).
     pub(crate) fn normalized<'a>(
@@ -191,11 +190,8 @@ impl WordPiece {
         }
         out.clear();
         marks.clear();
-        for c in text.chars() {
-            // Infallible: a string sink never fails.
-            let _ = self.normalize(c, marks, out);
-        }
-        let _ = self.flush_marks(marks, out);
+        let Ok(()) = text.chars().try_for_each(|c| self.normalize(c, marks, out));
+        let Ok(()) = self.flush_marks(marks, out);
         out
     }
 
@@ -258,9 +254,14 @@ impl WordPiece {
         w.end_word()
     }
 
-    /// The normaliser for one non-ASCII character: clean, isolate CJK, decompose (holding combining marks back
-    /// for canonical ordering), then [`WordPiece::emit`].
-    fn normalize(&self, c: char, marks: &mut Vec<(u8, char)>, w: &mut impl Sink) -> Result<()> {
+    /// The normaliser for one character (the encode's ASCII ones go through the table instead): clean, isolate
+    /// CJK, decompose (holding combining marks back for canonical ordering), then [`WordPiece::emit`].
+    fn normalize<S: Sink>(
+        &self,
+        c: char,
+        marks: &mut Vec<(u8, char)>,
+        w: &mut S,
+    ) -> std::result::Result<(), S::Error> {
         let Some(n) = self.norm else {
             return w.classify(c);
         };
@@ -281,13 +282,13 @@ impl WordPiece {
         }
     }
 
-    fn decompose(
+    fn decompose<S: Sink>(
         &self,
         c: char,
         n: Normalizer,
         marks: &mut Vec<(u8, char)>,
-        w: &mut impl Sink,
-    ) -> Result<()> {
+        w: &mut S,
+    ) -> std::result::Result<(), S::Error> {
         if !n.strip_accents {
             return self.emit(c, n, w);
         }
@@ -307,7 +308,11 @@ impl WordPiece {
     }
 
     /// Emits the held combining marks in canonical order (a stable sort by combining class).
-    fn flush_marks(&self, marks: &mut Vec<(u8, char)>, w: &mut impl Sink) -> Result<()> {
+    fn flush_marks<S: Sink>(
+        &self,
+        marks: &mut Vec<(u8, char)>,
+        w: &mut S,
+    ) -> std::result::Result<(), S::Error> {
         for i in 1..marks.len() {
             let mut j = i;
             while j > 0 && marks[j - 1].0 > marks[j].0 {
@@ -325,7 +330,12 @@ impl WordPiece {
     }
 
     /// The end of the normaliser: drop non-spacing marks when stripping accents, lowercase.
-    fn emit(&self, c: char, n: Normalizer, w: &mut impl Sink) -> Result<()> {
+    fn emit<S: Sink>(
+        &self,
+        c: char,
+        n: Normalizer,
+        w: &mut S,
+    ) -> std::result::Result<(), S::Error> {
         if n.strip_accents && c.is_mark_nonspacing() {
             return Ok(());
         }
@@ -387,20 +397,23 @@ impl WordPiece {
     }
 }
 
-/// Where the normaliser's characters go: the pre-tokeniser ([`Words`]) or, for the text added tokens are matched
-/// in, a string.
+/// Where the normaliser's characters go: the pre-tokeniser ([`Words`], which fails on a word it cannot piece
+/// without an unknown token) or, for the text added tokens are matched in, a string (which cannot fail).
 trait Sink {
-    fn classify(&mut self, c: char) -> Result<()>;
+    type Error;
+    fn classify(&mut self, c: char) -> std::result::Result<(), Self::Error>;
 }
 
 impl Sink for String {
-    fn classify(&mut self, c: char) -> Result<()> {
+    type Error = std::convert::Infallible;
+    fn classify(&mut self, c: char) -> std::result::Result<(), Self::Error> {
         self.push(c);
         Ok(())
     }
 }
 
 impl Sink for Words<'_> {
+    type Error = crate::error::Error;
     fn classify(&mut self, c: char) -> Result<()> {
         if c.is_whitespace() {
             self.end_word()

@@ -23,8 +23,9 @@ pub(super) enum Front {
 }
 
 /// Where `ByteLevel`'s `add_prefix_space` puts a space before text that does not start with one: the crate adds it
-/// to each piece `ByteLevel` is given, which is the text between added tokens when it splits by its own regex, and
-/// each pre-token when a `Split` runs before it (RoBERTa's and GPT-2's tokenizers saved with the option on).
+/// to each piece `ByteLevel` is given, which is the text between added tokens when it splits by its own regex
+/// (RoBERTa's and GPT-2's pipelines saved with the option on), and each pre-token when a `Split` runs before it
+/// (Qwen2's and Llama-3's).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum PrefixSpace {
     Never,
@@ -134,10 +135,12 @@ fn parse_normalizer(json: &Value) -> Result<bool> {
 /// The `ByteLevel` pre-tokeniser's settings: whether it adds a prefix space, and whether it splits by GPT-2's
 /// regex.
 fn byte_level(json: &Value) -> Result<(bool, bool)> {
-    Ok((
-        bool_field(json, "add_prefix_space", true, "ByteLevel")?,
-        bool_field(json, "use_regex", true, "ByteLevel")?,
-    ))
+    // Required by the crate's reader, as it is here.
+    let space = json
+        .get("add_prefix_space")
+        .and_then(Value::as_bool)
+        .ok_or_else(|| bad("ByteLevel: `add_prefix_space` is missing or not a boolean"))?;
+    Ok((space, bool_field(json, "use_regex", true, "ByteLevel")?))
 }
 
 /// The split pattern, `ByteLevel` with its own regex or `Split` by a regex followed by `ByteLevel` without one, and
