@@ -383,8 +383,8 @@ impl Bpe {
         }
     }
 
-    /// The byte-level pre-tokens of `text`, merged, until `ids` holds `limit`; with `spaced`, each one that does not
-    /// start with a space gets one, written there.
+    /// The byte-level pre-tokens of `text`, merged, until `ids` holds `limit`; with `spaced_buf`, each one that
+    /// does not start with a space gets one, written there.
     fn byte_words(
         &self,
         text: &str,
@@ -397,15 +397,16 @@ impl Bpe {
         let mut p = 0;
         while p < text.len() && ids.len() < limit {
             let e = pre.next(text, p);
-            let mut word = &text[p..e];
+            // Bytes, not a `str` slice: no character-boundary checks on the hot path.
+            let mut word = &text.as_bytes()[p..e];
             if let Some(buf) = spaced_buf.as_deref_mut() {
-                if needs_space(word.as_bytes()) {
-                    spaced(word, buf);
-                    word = buf.as_str();
+                if needs_space(word) {
+                    spaced(&text[p..e], buf);
+                    word = buf.as_bytes();
                 }
             }
-            let units = word.bytes().map(|b| self.init[usize::from(b)]);
-            self.word(word.as_bytes(), units, work, ids)?;
+            let units = word.iter().map(|&b| self.init[usize::from(b)]);
+            self.word(word, units, work, ids)?;
             p = e;
         }
         Ok(())
