@@ -192,7 +192,7 @@ def pooling_mode(config):
              "mean_sqrt_len_tokens": "mean_sqrt_len_tokens", "weightedmean": "weightedmean"}
     mode = config.get("pooling_mode")
     if mode is None:
-        # No flag set pools by the mean, as sentence-transformers and the engine do.
+        # No flag set pools by the mean, as the engine does (sentence-transformers does where the flags are absent).
         modes = [name for flag, name in flags.items() if config.get(f"pooling_mode_{flag}")] or ["mean"]
     else:
         modes = [names.get(m, m) for m in ([mode] if isinstance(mode, str) else mode)]

@@ -118,12 +118,14 @@ impl ModelFront {
             config.tokenizer,
             Some(Truncation::right(max_seq_length)),
         )?;
-        if tokenizer.vocab_size() > dir.config.vocab_size() {
+        // Every id the tokenizer can give must have an embedding row: counted by the largest id, not by the
+        // tokens, whose ids may leave gaps.
+        if tokenizer.id_bound() > dir.config.vocab_size() {
             return Err(Error::model(
                 &dir.tokenizer_path,
                 format!(
-                    "the tokenizer has {} tokens but the model's vocab_size is {}",
-                    tokenizer.vocab_size(),
+                    "the tokenizer gives ids up to {} but the model's vocab_size is {}",
+                    tokenizer.id_bound() - 1,
                     dir.config.vocab_size()
                 ),
             ));

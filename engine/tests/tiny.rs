@@ -5,6 +5,7 @@ use std::path::Path;
 
 use engine::model::tiny::{write_tiny_bert, TinySpec};
 use engine::model::{ModelDir, Pooling, PoolingModule, Weights};
+use engine::tokenizer::TokenizerKind;
 use engine::{Batch, Engine, EngineConfig, Error};
 
 fn tiny(dir: &Path) -> Engine {
@@ -573,4 +574,44 @@ fn weights_are_memory_mapped_not_copied() {
         )
         .expect("tensor")
         .is_mapped());
+}
+
+/// Regression: the load-time check compared the tokenizer's token count with the model's `vocab_size`, so a
+/// vocabulary whose ids leave a gap passed while its largest id had no embedding row (a slice past the table's end
+/// when that token came). The largest id is what is checked now, with either tokenizer.
+#[test]
+fn a_tokenizer_id_past_the_embedding_is_refused_though_its_count_fits() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_tiny_bert(dir.path(), TinySpec::default()).expect("write");
+    let d = dir.path();
+    let vocab_size = ModelDir::open(d).expect("open").config.vocab_size();
+    let path = d.join("tokenizer.json");
+    let mut tokenizer: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("read")).expect("json");
+    // Move the last token's id one past the embedding: the count stays, the largest id does not.
+    let vocab = tokenizer["model"]["vocab"]
+        .as_object_mut()
+        .expect("WordPiece vocab");
+    let last = vocab
+        .iter()
+        .max_by_key(|(_, id)| id.as_u64())
+        .map(|(t, _)| t.clone())
+        .expect("a token");
+    vocab.insert(last, vocab_size.into());
+    std::fs::write(&path, tokenizer.to_string()).expect("write");
+    for kind in [TokenizerKind::Fast, TokenizerKind::Hf] {
+        let config = EngineConfig {
+            tokenizer: kind,
+            ..EngineConfig::default()
+        };
+        let e = Engine::load(d, config)
+            .err()
+            .expect("must fail")
+            .to_string();
+        assert!(
+            e.contains(&format!("ids up to {vocab_size}"))
+                && e.contains(&format!("vocab_size is {vocab_size}")),
+            "{kind:?}: {e}"
+        );
+    }
 }

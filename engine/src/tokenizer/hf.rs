@@ -118,6 +118,22 @@ impl Tokenizer for HfTokenizer {
         self.inner.get_vocab_size(true)
     }
 
+    fn id_bound(&self) -> usize {
+        // The vocabulary with its added tokens, and the ids the post-processor adds around a text.
+        let specials = self
+            .inner
+            .encode("", true)
+            .map(|e| e.get_ids().to_vec())
+            .unwrap_or_default();
+        self.inner
+            .get_vocab(true)
+            .into_values()
+            .chain(specials)
+            .map(|id| id as usize + 1)
+            .max()
+            .unwrap_or(0)
+    }
+
     fn max_length(&self) -> usize {
         self.max_length
     }

@@ -134,6 +134,9 @@ pub trait Tokenizer: Send + Sync {
     }
 
     fn vocab_size(&self) -> usize;
+    /// One past the largest id an encode can give (model, added and special tokens): the rows a model's
+    /// embedding needs, which the token count understates where ids leave gaps.
+    fn id_bound(&self) -> usize;
     /// The truncation length, special tokens included (`usize::MAX` when not truncating).
     fn max_length(&self) -> usize;
 }

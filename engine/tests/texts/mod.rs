@@ -141,6 +141,7 @@ pub fn compare(name: &str, file: &Path, texts: &[String]) -> usize {
     let fast = tokenizer::load(file, TokenizerKind::Fast, None).expect("fast loads");
     let hf = tokenizer::load(file, TokenizerKind::Hf, None).expect("hf loads");
     assert_eq!(fast.vocab_size(), hf.vocab_size(), "{name}: vocab size");
+    assert_eq!(fast.id_bound(), hf.id_bound(), "{name}: id bound");
     let (mut scratch, mut a, mut b) = (Scratch::default(), Vec::new(), Vec::new());
     let mut failed = 0;
     for text in texts {

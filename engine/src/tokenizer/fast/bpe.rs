@@ -280,6 +280,12 @@ impl Bpe {
         self.by_bytes.len() + self.unmapped.len()
     }
 
+    /// One past the largest id of the vocabulary.
+    pub(crate) fn id_bound(&self) -> usize {
+        let ids = self.by_bytes.values().chain(self.unmapped.values());
+        ids.max().map_or(0, |&id| id as usize + 1)
+    }
+
     /// The id of a token of the vocabulary, as the file spells it (byte-level: in GPT-2's byte characters).
     pub(crate) fn token_id(&self, token: &str) -> Option<u32> {
         if !matches!(self.front, Front::Bytes { .. }) {

@@ -92,6 +92,15 @@ impl Model {
         }
     }
 
+    /// One past the largest id the model's vocabulary holds (its ids may leave gaps).
+    fn id_bound(&self) -> usize {
+        match self {
+            Model::WordPiece(m) => m.id_bound(),
+            Model::Unigram(m) => m.ids_taken(),
+            Model::Bpe(m) => m.id_bound(),
+        }
+    }
+
     /// The ids the model's vocabulary takes (the crate's `get_vocab_size` of the model alone): its count of tokens,
     /// or with Unigram the length of its list, where a piece may repeat.
     fn ids_taken(&self) -> usize {
@@ -395,8 +404,8 @@ impl Template {
 /// The ids the crate gives the added tokens when it reads the file, whatever ids the file writes beside them (it
 /// only warns where they differ): a content the model's vocabulary holds gets the model's id; the others, in the
 /// file's order, the ids from the vocabulary's size (its count of tokens) on; a repeated content keeps its first;
-/// an empty one is ignored. A content listed twice with other settings is refused: the crate matches it with the
-/// last copy's strip flags, in the first copy's pass.
+/// an empty one is ignored. A content listed twice with other settings is refused: the crate would match it with
+/// the last copy's strip flags and sort the copies into passes by their own settings.
 fn added_ids<'a>(json: &'a Value, model: &Model) -> Result<FxMap<&'a str, u32>> {
     const SETTINGS: [&str; 5] = ["single_word", "lstrip", "rstrip", "normalized", "special"];
     let mut first: FxMap<&str, &Value> = FxMap::default();
@@ -442,6 +451,7 @@ pub struct FastTokenizer {
     template: Template,
     truncation: Option<Truncation>,
     vocab_size: usize,
+    id_bound: usize,
 }
 
 impl FastTokenizer {
@@ -516,6 +526,12 @@ impl FastTokenizer {
         // file (not normalised).
         let vocab_size =
             model.vocab_size() + ids.keys().filter(|t| model.token_id(t).is_none()).count();
+        let id_bound = [&template.prefix, &template.suffix]
+            .into_iter()
+            .flatten()
+            .chain(ids.values())
+            .map(|&id| id as usize + 1)
+            .fold(model.id_bound(), usize::max);
         Ok(FastTokenizer {
             model,
             added,
@@ -523,6 +539,7 @@ impl FastTokenizer {
             template,
             truncation,
             vocab_size,
+            id_bound,
         })
     }
 
@@ -629,6 +646,10 @@ impl Tokenizer for FastTokenizer {
 
     fn vocab_size(&self) -> usize {
         self.vocab_size
+    }
+
+    fn id_bound(&self) -> usize {
+        self.id_bound
     }
 
     fn max_length(&self) -> usize {
@@ -784,6 +805,10 @@ mod tests {
         let byte_level = j["pre_tokenizer"]["pretokenizers"][1].as_object_mut();
         byte_level.expect("ByteLevel").remove("add_prefix_space");
         refused(j, "`add_prefix_space` is missing");
+        let mut j = qwen2();
+        let byte_level = j["pre_tokenizer"]["pretokenizers"][1].as_object_mut();
+        byte_level.expect("ByteLevel").remove("trim_offsets");
+        refused(j, "`trim_offsets` is missing");
         let mut j = qwen2();
         j["normalizer"] = serde_json::json!({"type": "NFKC"});
         refused(j, "NFKC");

@@ -144,6 +144,11 @@ impl WordPiece {
         self.vocab.len()
     }
 
+    /// One past the largest id of the vocabulary.
+    pub(crate) fn id_bound(&self) -> usize {
+        self.vocab.values().max().map_or(0, |&id| id as usize + 1)
+    }
+
     /// The id of a token of the vocabulary.
     pub(crate) fn token_id(&self, token: &str) -> Option<u32> {
         self.vocab.get(token).copied()

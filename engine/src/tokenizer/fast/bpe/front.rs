@@ -135,11 +135,14 @@ fn parse_normalizer(json: &Value) -> Result<bool> {
 /// The `ByteLevel` pre-tokeniser's settings: whether it adds a prefix space, and whether it splits by GPT-2's
 /// regex.
 fn byte_level(json: &Value) -> Result<(bool, bool)> {
-    // Required by the crate's reader, as it is here.
-    let space = json
-        .get("add_prefix_space")
-        .and_then(Value::as_bool)
-        .ok_or_else(|| bad("ByteLevel: `add_prefix_space` is missing or not a boolean"))?;
+    // Both required by the crate's reader, as they are here (`trim_offsets` changes only offsets).
+    let required = |key: &str| {
+        json.get(key)
+            .and_then(Value::as_bool)
+            .ok_or_else(|| bad(format!("ByteLevel: `{key}` is missing or not a boolean")))
+    };
+    required("trim_offsets")?;
+    let space = required("add_prefix_space")?;
     Ok((space, bool_field(json, "use_regex", true, "ByteLevel")?))
 }
 
