@@ -9,11 +9,13 @@
 //! Whatever a `tokenizer.json` asks for that this module does not implement is refused at load, never
 //! approximated.
 
+mod added;
 pub(crate) mod bpe;
 mod charsmap;
 mod nfc;
 mod pretok;
 mod spm;
+mod template;
 pub(crate) mod unigram;
 mod wordpiece;
 
@@ -23,6 +25,8 @@ use std::path::Path;
 
 use serde_json::Value;
 
+use self::added::{added_ids, AddedTokens};
+use self::template::Template;
 use super::{Scratch, Tokenizer, Truncation, TruncationSide};
 use crate::error::{Error, Result};
 
@@ -139,307 +143,6 @@ pub(crate) struct Piece {
     normalized: bool,
 }
 
-/// Encodes a piece of text onto ids, told whether the piece starts the input.
-type Encode<'a> = dyn Fn(&str, bool, &mut Scratch, &mut Vec<u32>) -> Result<()> + 'a;
-
-/// Added tokens of one of the crate's two passes, longest match at the leftmost position, as its Aho-Corasick
-/// `LeftmostLongest` does: those with `normalized: false` in the raw text, then those with `normalized: true` in
-/// the normalised text between the first pass's matches.
-struct AddedTokens {
-    /// Contents with what they match as, longest first.
-    tokens: Vec<(Box<str>, Added)>,
-    first_byte: [bool; 256],
-    /// The first character of every token, when they share one and it is ASCII (`<`, `[`): the scan for it is
-    /// then `str::find`'s word-at-a-time search instead of a byte loop.
-    first_ascii: Option<char>,
-}
-
-/// An added token's id, and whether its match takes in the whitespace before it (`lstrip`, as RoBERTa's and
-/// XLM-R's `<mask>`) or after it (`rstrip`): that whitespace then belongs to no other token.
-#[derive(Clone, Copy, Debug)]
-struct Added {
-    id: u32,
-    lstrip: bool,
-    rstrip: bool,
-}
-
-impl AddedTokens {
-    /// The added tokens of the pass that matches on normalised text (`normalized`: their contents through
-    /// `normalize` first, as the crate matches them) or on the raw text.
-    fn parse(
-        json: &Value,
-        ids: &FxMap<&str, u32>,
-        normalized: bool,
-        normalize: &dyn Fn(&str) -> std::borrow::Cow<str>,
-    ) -> Result<Self> {
-        let mut map: FxMap<Box<str>, Added> = FxMap::default();
-        let all = json.as_array().map(Vec::as_slice).unwrap_or_default();
-        // The crate matches the special tokens ahead of the others, each in the file's order, and of two with one
-        // content (once normalised) the first matched wins.
-        let mut ordered = Vec::with_capacity(all.len());
-        for t in all {
-            ordered.push((!bool_field(t, "special", false, "added_tokens")?, t));
-        }
-        ordered.sort_by_key(|&(later, _)| later);
-        for (_, t) in ordered {
-            let content = str_field(t, "content", "added_tokens")?;
-            // The crate ignores an empty one.
-            if content.is_empty() {
-                continue;
-            }
-            let id = *ids
-                .get(content)
-                .ok_or_else(|| bad(format!("added token {content:?}: no id")))?;
-            let special = bool_field(t, "special", false, "added_tokens")?;
-            if bool_field(t, "single_word", false, "added_tokens")? {
-                return Err(bad(format!(
-                    "added token {content:?}: `single_word` is not supported"
-                )));
-            }
-            let lstrip = bool_field(t, "lstrip", false, "added_tokens")?;
-            let rstrip = bool_field(t, "rstrip", false, "added_tokens")?;
-            if bool_field(t, "normalized", !special, "added_tokens")? == normalized {
-                let content = if normalized {
-                    normalize(content)
-                } else {
-                    content.into()
-                };
-                if content.is_empty() {
-                    return Err(bad("an added token is empty once normalised"));
-                }
-                map.entry(content.into())
-                    .or_insert(Added { id, lstrip, rstrip });
-            }
-        }
-        let mut tokens: Vec<_> = map.into_iter().collect();
-        // The crate goes on searching where an rstrip token's match ended, not where its whitespace did, so a
-        // token that begins with whitespace can match inside what the rstrip one took: overlapping pieces, which
-        // we do not reproduce. No tokenizer we know has both.
-        if tokens.iter().any(|(_, a)| a.rstrip)
-            && tokens
-                .iter()
-                .any(|(t, _)| t.starts_with(char::is_whitespace))
-        {
-            return Err(bad(
-                "added tokens: one strips the whitespace after it (rstrip) and another begins with whitespace",
-            ));
-        }
-        tokens.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then_with(|| a.0.cmp(&b.0)));
-        let mut first_byte = [false; 256];
-        for (t, _) in &tokens {
-            first_byte[usize::from(t.as_bytes()[0])] = true;
-        }
-        let first_ascii = match first_byte.iter().filter(|&&f| f).count() {
-            1 => first_byte[..128]
-                .iter()
-                .position(|&f| f)
-                .map(|b| char::from(b as u8)),
-            _ => None,
-        };
-        Ok(AddedTokens {
-            tokens,
-            first_byte,
-            first_ascii,
-        })
-    }
-
-    /// Encodes `text` (which starts the input when `at_start`) onto `ids`: each match's id, and `gap` for the text
-    /// before, between and after them; no further match once `ids` holds `limit`.
-    fn split(
-        &self,
-        text: &str,
-        at_start: bool,
-        scratch: &mut Scratch,
-        ids: &mut Vec<u32>,
-        limit: usize,
-        gap: &Encode,
-    ) -> Result<()> {
-        let mut from = 0;
-        while let Some((s, e, id)) = self.find(text, from).filter(|_| ids.len() < limit) {
-            gap(&text[from..s], at_start && from == 0, scratch, ids)?;
-            ids.push(id);
-            from = e;
-        }
-        if ids.len() < limit {
-            gap(&text[from..], at_start && from == 0, scratch, ids)?;
-        }
-        Ok(())
-    }
-
-    /// The leftmost match at or after `from`: its start, end and id, the start and end taking in the whitespace
-    /// the token strips (from `from` on: whitespace before it belongs to the match before).
-    fn find(&self, text: &str, from: usize) -> Option<(usize, usize, u32)> {
-        if self.tokens.is_empty() {
-            return None;
-        }
-        let bytes = text.as_bytes();
-        let at = |i: usize| {
-            let (t, added) = self
-                .tokens
-                .iter()
-                .find(|(t, _)| bytes[i..].starts_with(t.as_bytes()))?;
-            let mut start = i;
-            if added.lstrip {
-                start = from.max(text[..i].trim_end_matches(char::is_whitespace).len());
-            }
-            let mut end = i + t.len();
-            if added.rstrip {
-                end = text.len() - text[end..].trim_start_matches(char::is_whitespace).len();
-            }
-            Some((start, end, added.id))
-        };
-        if let Some(c) = self.first_ascii {
-            let mut i = from;
-            while let Some(p) = text.get(i..)?.find(c) {
-                if let Some(m) = at(i + p) {
-                    return Some(m);
-                }
-                i += p + 1;
-            }
-            return None;
-        }
-        (from..bytes.len())
-            .filter(|&i| self.first_byte[usize::from(bytes[i])])
-            .find_map(at)
-    }
-}
-
-/// The post-processor for a single sequence: special ids before and after it.
-struct Template {
-    prefix: Vec<u32>,
-    suffix: Vec<u32>,
-}
-
-impl Template {
-    fn parse(json: &Value) -> Result<Self> {
-        let mut t = Template {
-            prefix: Vec::new(),
-            suffix: Vec::new(),
-        };
-        match json.get("type").and_then(Value::as_str) {
-            None if json.is_null() => {}
-            // It trims offsets, which we do not keep; the ids are untouched.
-            Some("ByteLevel") => {}
-            Some("TemplateProcessing") => t.template(json)?,
-            // RoBERTa's and BERT's own processors: `cls` before a single sequence, `sep` after it (their other
-            // fields trim offsets, which we do not keep).
-            Some(kind @ ("RobertaProcessing" | "BertProcessing")) => {
-                let special = |key: &str| {
-                    json.get(key)
-                        .and_then(|pair| pair.get(1))
-                        .and_then(Value::as_u64)
-                        .and_then(|id| u32::try_from(id).ok())
-                        .ok_or_else(|| bad(format!("{kind}: `{key}` is not a [token, id] pair")))
-                };
-                t.prefix.push(special("cls")?);
-                t.suffix.push(special("sep")?);
-            }
-            // Each step wraps what the steps before it made.
-            Some("Sequence") => {
-                for step in json
-                    .get("processors")
-                    .and_then(Value::as_array)
-                    .ok_or_else(|| bad("post_processor Sequence: missing `processors`"))?
-                {
-                    let inner = Template::parse(step)?;
-                    t.prefix.splice(0..0, inner.prefix);
-                    t.suffix.extend(inner.suffix);
-                }
-            }
-            other => return Err(bad(format!("post_processor {other:?} is not supported"))),
-        }
-        Ok(t)
-    }
-
-    /// `TemplateProcessing`'s `single`.
-    fn template(&mut self, json: &Value) -> Result<()> {
-        let single = json
-            .get("single")
-            .and_then(Value::as_array)
-            .ok_or_else(|| bad("TemplateProcessing: missing `single`"))?;
-        let mut seen_a = false;
-        for piece in single {
-            if let Some(seq) = piece.get("Sequence") {
-                if seen_a || seq.get("id").and_then(Value::as_str) != Some("A") {
-                    return Err(bad(
-                        "TemplateProcessing: `single` must hold sequence A once",
-                    ));
-                }
-                seen_a = true;
-            } else if let Some(special) = piece.get("SpecialToken") {
-                let name = str_field(special, "id", "TemplateProcessing")?;
-                let ids = json
-                    .get("special_tokens")
-                    .and_then(|s| s.get(name))
-                    .and_then(|s| s.get("ids"))
-                    .and_then(Value::as_array)
-                    .ok_or_else(|| bad(format!("TemplateProcessing: no ids for {name:?}")))?;
-                let out = if seen_a {
-                    &mut self.suffix
-                } else {
-                    &mut self.prefix
-                };
-                for id in ids {
-                    let id = id
-                        .as_u64()
-                        .and_then(|id| u32::try_from(id).ok())
-                        .ok_or_else(|| bad(format!("TemplateProcessing: bad id for {name:?}")))?;
-                    out.push(id);
-                }
-            } else {
-                return Err(bad("TemplateProcessing: unknown piece in `single`"));
-            }
-        }
-        if !seen_a {
-            return Err(bad("TemplateProcessing: `single` lacks sequence A"));
-        }
-        Ok(())
-    }
-
-    fn len(&self) -> usize {
-        self.prefix.len() + self.suffix.len()
-    }
-}
-
-/// The ids the crate gives the added tokens when it reads the file, whatever ids the file writes beside them (it
-/// only warns where they differ): a content the model's vocabulary holds gets the model's id; the others, in the
-/// file's order, the ids from the vocabulary's size (its count of tokens) on; a repeated content keeps its first;
-/// an empty one is ignored. A content listed twice with other settings is refused: the crate would match it with
-/// the last copy's strip flags and sort the copies into passes by their own settings.
-fn added_ids<'a>(json: &'a Value, model: &Model) -> Result<FxMap<&'a str, u32>> {
-    const SETTINGS: [&str; 5] = ["single_word", "lstrip", "rstrip", "normalized", "special"];
-    let mut first: FxMap<&str, &Value> = FxMap::default();
-    let mut ids = FxMap::default();
-    let mut next =
-        u32::try_from(model.ids_taken()).map_err(|_| bad("the vocabulary is too large"))?;
-    for t in json.as_array().map(Vec::as_slice).unwrap_or_default() {
-        let content = str_field(t, "content", "added_tokens")?;
-        if content.is_empty() {
-            continue;
-        }
-        if let Some(earlier) = first.insert(content, t) {
-            if SETTINGS.iter().any(|k| earlier.get(k) != t.get(k)) {
-                return Err(bad(format!(
-                    "added token {content:?} is listed twice with different settings"
-                )));
-            }
-            continue;
-        }
-        let id = match model.token_id(content) {
-            Some(id) => id,
-            None => {
-                let id = next;
-                next = next
-                    .checked_add(1)
-                    .ok_or_else(|| bad("too many added tokens"))?;
-                id
-            }
-        };
-        ids.insert(content, id);
-    }
-    Ok(ids)
-}
-
 /// The in-house tokenizer for one `tokenizer.json`.
 pub struct FastTokenizer {
     model: Model,
@@ -499,7 +202,7 @@ impl FastTokenizer {
                 .to_owned()
                 .into()
         })?;
-        if let Some((t, _)) = normalized.tokens.first() {
+        if let Some(t) = normalized.first() {
             let first_behind_steps = match &model {
                 Model::WordPiece(_) => false,
                 Model::Unigram(m) => m.first_behind_steps(),
@@ -569,7 +272,7 @@ impl FastTokenizer {
         ids: &mut Vec<u32>,
         limit: usize,
     ) -> Result<()> {
-        if self.normalized.tokens.is_empty() {
+        if self.normalized.first().is_none() {
             let piece = Piece {
                 at_start,
                 normalized: false,
@@ -660,6 +363,7 @@ impl Tokenizer for FastTokenizer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn vocab_json(file: &str) -> Value {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -751,104 +455,173 @@ mod tests {
         }
     }
 
+    /// `base` with each edit (a JSON pointer and the value set there) must fail to load, naming `needle`.
+    fn refused_edited(base: &Value, edits: &[(&str, Value)], needle: &str) {
+        let mut j = base.clone();
+        for (at, v) in edits {
+            *j.pointer_mut(at).unwrap_or_else(|| panic!("no {at}")) = v.clone();
+        }
+        refused(j, needle);
+    }
+
     #[test]
     fn unsupported_pipelines_are_refused() {
-        let mut j = minilm();
-        j["normalizer"] = serde_json::json!({"type": "NFKC"});
-        refused(j, "NFKC");
-        let mut j = minilm();
-        j["pre_tokenizer"] = serde_json::json!({"type": "Whitespace"});
-        refused(j, "Whitespace");
-        let mut j = minilm();
-        j["model"]["type"] = "WordLevel".into();
-        refused(j, "WordLevel");
-        let mut j = minilm();
-        j["post_processor"] = serde_json::json!({"type": "RobertaProcessing"});
-        refused(j, "RobertaProcessing: `cls`");
-        let mut j = minilm();
-        j["post_processor"] = serde_json::json!({"type": "ElectraProcessing"});
-        refused(j, "ElectraProcessing");
-        let mut j = minilm();
-        j["added_tokens"][0]["single_word"] = true.into();
-        refused(j, "single_word");
-        let mut j = minilm();
-        j["added_tokens"][0]["rstrip"] = true.into();
-        j["added_tokens"][1]["content"] = "\n\n".into();
-        refused(j, "rstrip");
-        let mut j = vocab_json("xlmr_style_unigram_1k_tokenizer.json");
-        let mut metaspace = j["pre_tokenizer"].clone();
+        let minilm = minilm();
+        let xlmr = vocab_json("xlmr_style_unigram_1k_tokenizer.json");
+        let mut metaspace = xlmr["pre_tokenizer"].clone();
         metaspace["prepend_scheme"] = "first".into();
-        j["pre_tokenizer"] = serde_json::json!({"type": "Sequence",
-            "pretokenizers": [{"type": "WhitespaceSplit"}, metaspace]});
-        refused(j, "first\" after WhitespaceSplit");
-        let mut j = vocab_json("xlmr_style_unigram_1k_tokenizer.json");
-        j["normalizer"]["normalizers"][2]["pattern"]["Regex"] = "\\s+".into();
-        refused(j, "regex");
-        let mut j = vocab_json("xlmr_style_unigram_1k_tokenizer.json");
-        j["normalizer"]["normalizers"][0]["precompiled_charsmap"] = "AAAA!".into();
-        refused(j, "base64");
+        let split_then_first =
+            json!({"type": "Sequence", "pretokenizers": [{"type": "WhitespaceSplit"}, metaspace]});
+        for (base, edits, needle) in [
+            (
+                &minilm,
+                vec![("/normalizer", json!({"type": "NFKC"}))],
+                "NFKC",
+            ),
+            (
+                &minilm,
+                vec![("/pre_tokenizer", json!({"type": "Whitespace"}))],
+                "Whitespace",
+            ),
+            (
+                &minilm,
+                vec![("/model/type", json!("WordLevel"))],
+                "WordLevel",
+            ),
+            (
+                &minilm,
+                vec![("/post_processor", json!({"type": "RobertaProcessing"}))],
+                "RobertaProcessing: `cls`",
+            ),
+            (
+                &minilm,
+                vec![("/post_processor", json!({"type": "ElectraProcessing"}))],
+                "ElectraProcessing",
+            ),
+            (
+                &minilm,
+                vec![("/added_tokens/0/single_word", json!(true))],
+                "single_word",
+            ),
+            (
+                &minilm,
+                vec![
+                    ("/added_tokens/0/rstrip", json!(true)),
+                    ("/added_tokens/1/content", json!("\n\n")),
+                ],
+                "rstrip",
+            ),
+            (
+                &xlmr,
+                vec![("/pre_tokenizer", split_then_first)],
+                "first\" after WhitespaceSplit",
+            ),
+            (
+                &xlmr,
+                vec![(
+                    "/normalizer/normalizers/2/pattern",
+                    json!({"Regex": "\\s+"}),
+                )],
+                "regex",
+            ),
+            (
+                &xlmr,
+                vec![(
+                    "/normalizer/normalizers/0/precompiled_charsmap",
+                    json!("AAAA!"),
+                )],
+                "base64",
+            ),
+        ] {
+            refused_edited(base, &edits, needle);
+        }
     }
 
     #[test]
     fn unsupported_bpe_pipelines_are_refused() {
-        let qwen2 = || vocab_json("qwen2_style_bpe_4k_tokenizer.json");
-        let mut j = qwen2();
-        j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\w+|\\s+".into();
-        refused(j, "Split regex");
-        let mut j = qwen2();
-        j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Removed".into();
-        refused(j, "Isolated");
-        let mut j = qwen2();
-        j["pre_tokenizer"]["pretokenizers"][1]["use_regex"] = true.into();
-        refused(j, "ByteLevel without its regex");
-        let mut j = qwen2();
-        let byte_level = j["pre_tokenizer"]["pretokenizers"][1].as_object_mut();
-        byte_level.expect("ByteLevel").remove("add_prefix_space");
-        refused(j, "`add_prefix_space` is missing");
-        let mut j = qwen2();
-        let byte_level = j["pre_tokenizer"]["pretokenizers"][1].as_object_mut();
-        byte_level.expect("ByteLevel").remove("trim_offsets");
-        refused(j, "`trim_offsets` is missing");
-        let mut j = qwen2();
-        j["normalizer"] = serde_json::json!({"type": "NFKC"});
-        refused(j, "NFKC");
-        let mut j = qwen2();
-        j["model"]["dropout"] = 0.1.into();
-        refused(j, "dropout");
-        let mut j = qwen2();
-        j["model"]["continuing_subword_prefix"] = "##".into();
-        refused(j, "continuing_subword_prefix");
-        let mut j = qwen2();
-        j["model"]["merges"][0] = serde_json::json!(["Ġ", "no such token"]);
-        refused(j, "no such token");
+        let qwen2 = vocab_json("qwen2_style_bpe_4k_tokenizer.json");
+        for (edits, needle) in [
+            (
+                vec![(
+                    "/pre_tokenizer/pretokenizers/0/pattern/Regex",
+                    json!("\\w+|\\s+"),
+                )],
+                "Split regex",
+            ),
+            (
+                vec![("/pre_tokenizer/pretokenizers/0/behavior", json!("Removed"))],
+                "Isolated",
+            ),
+            (
+                vec![("/pre_tokenizer/pretokenizers/1/use_regex", json!(true))],
+                "ByteLevel without its regex",
+            ),
+            (vec![("/normalizer", json!({"type": "NFKC"}))], "NFKC"),
+            (vec![("/model/dropout", json!(0.1))], "dropout"),
+            (
+                vec![("/model/continuing_subword_prefix", json!("##"))],
+                "continuing_subword_prefix",
+            ),
+            (
+                vec![("/model/merges/0", json!(["Ġ", "no such token"]))],
+                "no such token",
+            ),
+        ] {
+            refused_edited(&qwen2, &edits, needle);
+        }
+        for field in ["add_prefix_space", "trim_offsets"] {
+            let mut j = qwen2.clone();
+            let byte_level = j["pre_tokenizer"]["pretokenizers"][1].as_object_mut();
+            byte_level.expect("ByteLevel").remove(field);
+            refused(j, &format!("`{field}` is missing"));
+        }
     }
 
     #[test]
     fn unsupported_sentencepiece_bpe_pipelines_are_refused() {
-        let gemma = || vocab_json("gemma_style_spbpe_4k_tokenizer.json");
-        let mut j = gemma();
-        j["pre_tokenizer"]["pattern"] = serde_json::json!({"Regex": "\\s+"});
-        refused(j, "String pattern");
-        let mut j = gemma();
-        j["pre_tokenizer"]["invert"] = true.into();
-        refused(j, "invert");
-        let mut j = gemma();
-        j["pre_tokenizer"] = serde_json::json!({"type": "Whitespace"});
-        refused(j, "Whitespace");
-        let mut j = gemma();
-        j["normalizer"] = serde_json::json!({"type": "NFC"});
-        refused(j, "NFC");
-        let mistral = || vocab_json("mistral_style_spbpe_4k_tokenizer.json");
-        let mut j = mistral();
-        j["normalizer"] =
-            serde_json::json!({"type": "Strip", "strip_left": true, "strip_right": false});
-        refused(j, "strips or shortens");
-        let mut j = mistral();
-        j["normalizer"] =
-            serde_json::json!({"type": "Replace", "pattern": {"String": "ab"}, "content": "h"});
-        refused(j, "strips or shortens");
-        let mut j = vocab_json("llama2_style_spbpe_4k_tokenizer.json");
-        j["pre_tokenizer"] = mistral()["pre_tokenizer"].clone();
-        refused(j, "behind a normaliser");
+        let gemma = vocab_json("gemma_style_spbpe_4k_tokenizer.json");
+        let mistral = vocab_json("mistral_style_spbpe_4k_tokenizer.json");
+        let llama2 = vocab_json("llama2_style_spbpe_4k_tokenizer.json");
+        for (base, edits, needle) in [
+            (
+                &gemma,
+                vec![("/pre_tokenizer/pattern", json!({"Regex": "\\s+"}))],
+                "String pattern",
+            ),
+            (
+                &gemma,
+                vec![("/pre_tokenizer/invert", json!(true))],
+                "invert",
+            ),
+            (
+                &gemma,
+                vec![("/pre_tokenizer", json!({"type": "Whitespace"}))],
+                "Whitespace",
+            ),
+            (&gemma, vec![("/normalizer", json!({"type": "NFC"}))], "NFC"),
+            (
+                &mistral,
+                vec![(
+                    "/normalizer",
+                    json!({"type": "Strip", "strip_left": true, "strip_right": false}),
+                )],
+                "strips or shortens",
+            ),
+            (
+                &mistral,
+                vec![(
+                    "/normalizer",
+                    json!({"type": "Replace", "pattern": {"String": "ab"}, "content": "h"}),
+                )],
+                "strips or shortens",
+            ),
+            (
+                &llama2,
+                vec![("/pre_tokenizer", mistral["pre_tokenizer"].clone())],
+                "behind a normaliser",
+            ),
+        ] {
+            refused_edited(base, &edits, needle);
+        }
     }
 }
