@@ -133,7 +133,10 @@ impl ModelFront {
         let special = if dir.pooling.include_prompt || dir.prompts.is_empty() {
             Vec::new()
         } else {
-            tokenizer::special_ids(&dir.tokenizer_path)?
+            let dir_of_tokenizer = dir.tokenizer_path.parent().unwrap_or(&dir.root);
+            let names = tokenizer::special_tokens(dir_of_tokenizer, &dir.tokenizer_path)?;
+            // A name the vocabulary lacks (transformers would add it as a new token) ends no prompt's ids.
+            names.iter().filter_map(|t| tokenizer.token_id(t)).collect()
         };
         let prompts = dir
             .prompts
@@ -222,8 +225,7 @@ impl Prompt {
     /// out (`include_prompt: false`): the prompt tokenized alone, special tokens and truncation included, less a
     /// trailing special token (one of `special`: the separator a post-processor appends); the leading one (CLS,
     /// BOS) stays counted, so it is left out too. An empty prompt leaves out nothing, as sentence-transformers
-    /// does not count one. `special` is `tokenizer.json`'s special added tokens, where transformers takes the
-    /// tokens `tokenizer_config.json` names: the same for the separators and end tokens post-processors append.
+    /// does not count one. `special` is transformers' `all_special_ids` ([`tokenizer::special_tokens`]).
     fn new(
         tokenizer: &dyn Tokenizer,
         pooling: &model::PoolingModule,

@@ -112,6 +112,61 @@ fn jinabert_qk_post_norm_without_geglu_is_refused() {
     assert!(err.to_string().contains("qk-post-norm"), "{err}");
 }
 
+/// With the prompt left out of pooling, a prompt's last token goes uncounted only when it is one of transformers'
+/// `all_special_ids`: the tokens `tokenizer_config.json` and `special_tokens_map.json` name, not those
+/// `tokenizer.json` flags special. Each count below is sentence-transformers 6.3's `_get_prompt_length` on the
+/// same edit of the fixture (transformers 5.24): the separator [SEP] ends the prompt's ids and stays counted once
+/// the files stop naming it as the separator, though `tokenizer.json` still flags it special.
+#[test]
+fn a_prompts_trailing_separator_counts_unless_the_tokenizer_config_names_it_special() {
+    use serde_json::{json, Value};
+    /// What is changed, how `tokenizer_config.json` is edited, a `special_tokens_map.json` if any, the count.
+    type Edit = (&'static str, fn(&mut Value), Option<Value>, u32);
+    let edits: [Edit; 5] = [
+        ("as written", |_| {}, None, 31),
+        (
+            "no sep_token",
+            |c| drop(c.as_object_mut().map(|c| c.remove("sep_token"))),
+            None,
+            32,
+        ),
+        ("sep_token null", |c| c["sep_token"] = Value::Null, None, 32),
+        (
+            "another separator in special_tokens_map.json",
+            |_| {},
+            Some(json!({"sep_token": "[MASK]"})),
+            32,
+        ),
+        (
+            "[SEP] as an extra special token",
+            |c| {
+                c.as_object_mut().map(|c| c.remove("sep_token"));
+                c["extra_special_tokens"] = json!(["[SEP]"]);
+            },
+            None,
+            31,
+        ),
+    ];
+    for (what, edit, map, skip) in edits {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let bytes = common::models::copy_all_but_weights("bert_six_modes", tmp.path());
+        std::fs::write(tmp.path().join("model.safetensors"), bytes).expect("weights");
+        let path = tmp.path().join("tokenizer_config.json");
+        let mut config: Value =
+            serde_json::from_slice(&std::fs::read(&path).expect("config")).expect("json");
+        edit(&mut config);
+        std::fs::write(&path, config.to_string()).expect("write config");
+        if let Some(map) = map {
+            std::fs::write(tmp.path().join("special_tokens_map.json"), map.to_string())
+                .expect("write map");
+        }
+        let front =
+            engine::ModelFront::load(tmp.path(), engine::EngineConfig::default()).expect("loads");
+        let query = &front.info().prompts[0];
+        assert_eq!((query.name.as_str(), query.skip), ("query", skip), "{what}");
+    }
+}
+
 /// A model whose Pooling module leaves the prompt out (`include_prompt: false`, as INSTRUCTOR's): a text sent
 /// through the gateway with `prompt_name: "query"` embeds as sentence-transformers encodes it with that prompt,
 /// each of the six concatenated modes pooling only the tokens after the prompt's (and the CLS before them),

@@ -18,6 +18,7 @@ pub mod t5;
 pub mod tiny;
 mod weights;
 
+pub(crate) use config::read_json;
 pub use config::{
     BertConfig, BertFamily, DecoderConfig, DecoderFamily, Gemma3Config, ModelConfig,
     ModernBertConfig, Rope, RopeScaling, RotaryBertConfig, RotaryBertFamily, RotaryBertMlp,

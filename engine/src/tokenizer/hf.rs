@@ -118,6 +118,10 @@ impl Tokenizer for HfTokenizer {
         self.inner.get_vocab_size(true)
     }
 
+    fn token_id(&self, token: &str) -> Option<u32> {
+        self.inner.token_to_id(token)
+    }
+
     fn id_bound(&self) -> usize {
         // The vocabulary with its added tokens, and the ids the post-processor adds around a text.
         let specials = self

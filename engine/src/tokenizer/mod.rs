@@ -4,6 +4,7 @@
 
 pub mod fast;
 mod hf;
+mod special;
 
 use std::cell::RefCell;
 use std::path::Path;
@@ -12,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 pub use fast::FastTokenizer;
 pub use hf::{HfTokenizer, TokenDetail};
+pub use special::special_tokens;
 
 use crate::error::Result;
 
@@ -134,38 +136,13 @@ pub trait Tokenizer: Send + Sync {
     }
 
     fn vocab_size(&self) -> usize;
+    /// The id of a token's text, as the crate's `token_to_id` gives it: an added token's, else the model's.
+    fn token_id(&self, token: &str) -> Option<u32>;
     /// One past the largest id an encode can give (model, added and special tokens): the rows a model's
     /// embedding needs, which the token count understates where ids leave gaps.
     fn id_bound(&self) -> usize;
     /// The truncation length, special tokens included (`usize::MAX` when not truncating).
     fn max_length(&self) -> usize;
-}
-
-/// The ids of `tokenizer.json`'s added tokens marked special: transformers' `all_special_ids` as far as the file
-/// tells them (the tokens a post-processor adds are among them).
-pub fn special_ids(path: &Path) -> Result<Vec<u32>> {
-    #[derive(Deserialize)]
-    struct Added {
-        id: u32,
-        #[serde(default)]
-        special: bool,
-    }
-    #[derive(Deserialize)]
-    struct File {
-        #[serde(default)]
-        added_tokens: Vec<Added>,
-    }
-    let text = std::fs::read_to_string(path).map_err(crate::Error::io(path))?;
-    let file: File = serde_json::from_str(&text).map_err(|source| crate::Error::Json {
-        path: path.to_owned(),
-        source,
-    })?;
-    Ok(file
-        .added_tokens
-        .into_iter()
-        .filter(|t| t.special)
-        .map(|t| t.id)
-        .collect())
 }
 
 /// Reads `tokenizer.json` with the chosen implementation.

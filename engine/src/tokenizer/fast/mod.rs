@@ -155,6 +155,8 @@ pub struct FastTokenizer {
     truncation: Option<Truncation>,
     vocab_size: usize,
     id_bound: usize,
+    /// Every added token's id by its content in the file, for [`Tokenizer::token_id`].
+    added_ids: FxMap<Box<str>, u32>,
 }
 
 impl FastTokenizer {
@@ -243,6 +245,7 @@ impl FastTokenizer {
             truncation,
             vocab_size,
             id_bound,
+            added_ids: ids.into_iter().map(|(t, id)| (t.into(), id)).collect(),
         })
     }
 
@@ -353,6 +356,13 @@ impl Tokenizer for FastTokenizer {
 
     fn id_bound(&self) -> usize {
         self.id_bound
+    }
+
+    fn token_id(&self, token: &str) -> Option<u32> {
+        self.added_ids
+            .get(token)
+            .copied()
+            .or_else(|| self.model.token_id(token))
     }
 
     fn max_length(&self) -> usize {
