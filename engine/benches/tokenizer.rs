@@ -68,8 +68,8 @@ fn bench(c: &mut Criterion) {
         ("spbpe-gemma", "gemma_style_spbpe_4k_tokenizer.json"),
     ] {
         let path = root().join("workloads/vocab").join(file);
-        let fast = tokenizer::load(&path, TokenizerKind::Fast, None).expect("fast");
-        let hf = tokenizer::load(&path, TokenizerKind::Hf, None).expect("hf");
+        let fast = tokenizer::load(&path, TokenizerKind::Fast, None, true).expect("fast");
+        let hf = tokenizer::load(&path, TokenizerKind::Hf, None, true).expect("hf");
         let inputs = [
             ("query", pick(hf.as_ref(), &queries, 10, 1)),
             ("passage", pick(hf.as_ref(), &passages, 150, 10)),

@@ -73,6 +73,10 @@ use tokenizer::{Tokenizer, Truncation};
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct ModelInfo {
     pub path: std::path::PathBuf,
+    /// Its `tokenizer.json` (a StaticEmbedding module's is in the module's folder).
+    pub tokenizer_path: std::path::PathBuf,
+    /// Whether its tokenizer adds the post-processor's special tokens ([`model::ModelDir::add_special_tokens`]).
+    pub add_special_tokens: bool,
     pub dim: usize,
     pub layers: usize,
     pub max_seq_length: usize,
@@ -117,6 +121,7 @@ impl ModelFront {
             &dir.tokenizer_path,
             config.tokenizer,
             Some(Truncation::right(max_seq_length)),
+            dir.add_special_tokens,
         )?;
         // Every id the tokenizer can give must have an embedding row: counted by the largest id, not by the
         // tokens, whose ids may leave gaps.
@@ -145,6 +150,8 @@ impl ModelFront {
             .collect::<Result<_>>()?;
         let info = ModelInfo {
             path: dir.root.clone(),
+            tokenizer_path: dir.tokenizer_path.clone(),
+            add_special_tokens: dir.add_special_tokens,
             dim: dir.dim(),
             layers: dir.config.layers(),
             max_seq_length,

@@ -26,13 +26,16 @@
 //! and mean in the old flags with a Dense module over both and Normalize. The first three number positions after the
 //! padding id: their texts put `<pad>` inside sequences
 //! (it takes the padding row and does not advance the positions after it), `<mask>` after whitespace it strips,
-//! and run past max_seq_length; the default tokenizer must give sentence-transformers' ids.
+//! and run past max_seq_length; the default tokenizer must give sentence-transformers' ids. Last, the static
+//! embeddings (scripts/make_static_fixtures.py's): sentence-transformers' StaticEmbedding in its own folder over a
+//! WordPiece run without its [CLS] and [SEP], then Normalize; model2vec's layout at the root, its per-token weights
+//! folded into the rows, its tokenizer.json's own truncation.
 
 mod common;
 
 use engine::{CaptureMode, Dtype};
 
-const MODELS: [&str; 24] = [
+const MODELS: [&str; 26] = [
     "xlmr_mean",
     "roberta_cls",
     "mpnet_mean",
@@ -57,6 +60,8 @@ const MODELS: [&str; 24] = [
     "jinabert_qk_mean",
     "bert_six_modes",
     "distilbert_cls_mean_dense",
+    "static_mean",
+    "model2vec_mean",
 ];
 
 common::models::fixture_tests!(MODELS);
@@ -270,4 +275,64 @@ async fn prompt_left_out_of_pooling_matches_sentence_transformers() {
             "a text not cut embeds as it does cut from the right: {same}"
         );
     }
+}
+
+/// A static embedding through the gateway: `/tokenize` shows the ids it pools (no [CLS] or [SEP], though the
+/// tokenizer's post-processor has them, unless a request asks for none either way), and a text its tokenizer gives
+/// no ids (whitespace alone) is refused with 400 (TEI's `empty`), where sentence-transformers embeds zeros.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_static_embedding_tokenizes_without_special_tokens_and_refuses_a_text_without_tokens() {
+    use axum::body::Body;
+    use axum::http::{Request, StatusCode};
+    use engine::gateway::{Gateway, GatewayConfig};
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+    let name = "static_mean";
+    let engine = common::models::load(name, Dtype::F32, CaptureMode::Lazy);
+    let want = &common::models::fixtures(name)[0];
+    let router = Gateway::new(vec![engine], GatewayConfig::default())
+        .expect("gateway")
+        .router();
+    let post = |path: &str, body: serde_json::Value| {
+        let request = Request::post(path)
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_string()))
+            .expect("request");
+        let router = router.clone();
+        async move {
+            let response = router.oneshot(request).await.expect("response");
+            let status = response.status();
+            let bytes = response
+                .into_body()
+                .collect()
+                .await
+                .expect("body")
+                .to_bytes();
+            (
+                status,
+                serde_json::from_slice::<serde_json::Value>(&bytes).expect("json"),
+            )
+        }
+    };
+    let (status, tokens) = post("/tokenize", serde_json::json!({"inputs": want.text})).await;
+    assert_eq!(status, StatusCode::OK, "{tokens}");
+    let ids: Vec<u32> = tokens[0]
+        .as_array()
+        .expect("tokens")
+        .iter()
+        .map(|t| t["id"].as_u64().expect("id") as u32)
+        .collect();
+    assert_eq!(ids, want.ids);
+    assert!(tokens[0]
+        .as_array()
+        .expect("tokens")
+        .iter()
+        .all(|t| t["special"] == false));
+    let (status, err) = post("/embed", serde_json::json!({"inputs": ["a text", " \t "]})).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{err}");
+    assert_eq!(err["error_type"], "empty", "{err}");
+    assert!(
+        err["error"].as_str().expect("message").contains("input 1"),
+        "{err}"
+    );
 }

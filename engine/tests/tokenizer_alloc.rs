@@ -145,6 +145,7 @@ fn encode_without_a_caller_scratch_allocates_nothing_once_warm() {
         &workloads.join("vocab/all-MiniLM-L6-v2/tokenizer.json"),
         TokenizerKind::Fast,
         Some(Truncation::right(256)),
+        true,
     )
     .expect("loads");
     let mut ids = Vec::new();
@@ -169,6 +170,7 @@ fn a_huge_bpe_word_does_not_pin_its_merge_buffers() {
         &workloads.join("vocab/qwen2_style_bpe_4k_tokenizer.json"),
         TokenizerKind::Fast,
         None,
+        true,
     )
     .expect("loads");
     let mut ids = Vec::new();

@@ -34,8 +34,8 @@ const BPE: [&str; 6] = [
 
 fn pair(file: &str, truncation: Option<Truncation>) -> (Box<dyn Tokenizer>, Box<dyn Tokenizer>) {
     let path = workloads().join("vocab").join(file);
-    let fast = tokenizer::load(&path, TokenizerKind::Fast, truncation).expect("fast loads");
-    let hf = tokenizer::load(&path, TokenizerKind::Hf, truncation).expect("hf loads");
+    let fast = tokenizer::load(&path, TokenizerKind::Fast, truncation, true).expect("fast loads");
+    let hf = tokenizer::load(&path, TokenizerKind::Hf, truncation, true).expect("hf loads");
     assert_eq!(fast.vocab_size(), hf.vocab_size(), "{file}: vocab size");
     (fast, hf)
 }
@@ -296,8 +296,9 @@ fn roberta_xlmr_and_bert_special_tokens_equal() {
         let file = dir.path().join(format!("{name}.json"));
         std::fs::write(&file, json.to_string()).expect("write");
         for truncation in [None, Some(Truncation::right(12))] {
-            let fast = tokenizer::load(&file, TokenizerKind::Fast, truncation).expect("fast loads");
-            let hf = tokenizer::load(&file, TokenizerKind::Hf, truncation).expect("hf loads");
+            let fast =
+                tokenizer::load(&file, TokenizerKind::Fast, truncation, true).expect("fast loads");
+            let hf = tokenizer::load(&file, TokenizerKind::Hf, truncation, true).expect("hf loads");
             let (mut scratch, mut a, mut b) = (Scratch::default(), Vec::new(), Vec::new());
             let mut stripped = 0;
             for text in &texts {
@@ -385,8 +386,9 @@ fn neox_style_normalized_added_tokens_equal() {
     let file = dir.path().join("neox.json");
     std::fs::write(&file, json.to_string()).expect("write");
     for truncation in [None, Some(Truncation::right(12))] {
-        let fast = tokenizer::load(&file, TokenizerKind::Fast, truncation).expect("fast loads");
-        let hf = tokenizer::load(&file, TokenizerKind::Hf, truncation).expect("hf loads");
+        let fast =
+            tokenizer::load(&file, TokenizerKind::Fast, truncation, true).expect("fast loads");
+        let hf = tokenizer::load(&file, TokenizerKind::Hf, truncation, true).expect("hf loads");
         let (mut scratch, mut a, mut b) = (Scratch::default(), Vec::new(), Vec::new());
         let mut second_pass = 0;
         for text in &texts {
@@ -414,12 +416,12 @@ fn auto_falls_back_to_the_crate_where_the_in_house_tokenizer_refuses() {
     let dir = tempfile::tempdir().expect("temp dir");
     let file = dir.path().join("tokenizer.json");
     std::fs::write(&file, json.to_string()).expect("write");
-    let refusal = tokenizer::load(&file, TokenizerKind::Fast, None)
+    let refusal = tokenizer::load(&file, TokenizerKind::Fast, None, true)
         .err()
         .expect("fast refuses");
     assert!(refusal.to_string().contains("single_word"), "{refusal}");
-    let auto = tokenizer::load(&file, TokenizerKind::Auto, None).expect("auto loads");
-    let hf = tokenizer::load(&file, TokenizerKind::Hf, None).expect("hf loads");
+    let auto = tokenizer::load(&file, TokenizerKind::Auto, None, true).expect("auto loads");
+    let hf = tokenizer::load(&file, TokenizerKind::Hf, None, true).expect("hf loads");
     let (mut a, mut b) = (Vec::new(), Vec::new());
     for text in ["a [PAD] b", "[PAD]x", "plain text, punctuated."] {
         auto.encode(text, &mut a).expect("auto encodes");

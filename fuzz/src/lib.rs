@@ -46,7 +46,7 @@ fn pairs() -> &'static Vec<[Pair; 2]> {
             .map(|file| {
                 let path = repo().join("workloads/vocab").join(file);
                 let load = |kind, cut| {
-                    tokenizer::load(&path, kind, cut).unwrap_or_else(|e| panic!("{file}: {e}"))
+                    tokenizer::load(&path, kind, cut, true).unwrap_or_else(|e| panic!("{file}: {e}"))
                 };
                 let cut = Some(Truncation::right(16));
                 [

@@ -108,10 +108,17 @@ struct TokenizeArgs {
 
 fn tokenize(args: TokenizeArgs) -> Result<()> {
     use engine::tokenizer::{Scratch, Truncation, TruncationSide};
-    let path = match (&args.tokenizer_json, &args.model) {
-        (Some(file), _) => file.clone(),
-        (None, Some(dir)) => dir.join("tokenizer.json"),
-        (None, None) => engine::model::fetch::default_model_dir()?.join("tokenizer.json"),
+    // A model directory's tokenizer as the model runs it (a StaticEmbedding's without special tokens).
+    let (path, add_special_tokens) = match (&args.tokenizer_json, &args.model) {
+        (Some(file), _) => (file.clone(), true),
+        (None, model) => {
+            let dir = match model {
+                Some(dir) => dir.clone(),
+                None => engine::model::fetch::default_model_dir()?,
+            };
+            let dir = engine::model::ModelDir::open(&dir)?;
+            (dir.tokenizer_path, dir.add_special_tokens)
+        }
     };
     let truncation = args.max_length.map(|max_length| Truncation {
         max_length,
@@ -121,7 +128,7 @@ fn tokenize(args: TokenizeArgs) -> Result<()> {
             TruncationSide::Right
         },
     });
-    let tokenizer = engine::tokenizer::load(&path, args.tokenizer, truncation)
+    let tokenizer = engine::tokenizer::load(&path, args.tokenizer, truncation, add_special_tokens)
         .with_context(|| format!("loading the tokenizer {}", path.display()))?;
     let mut out = BufWriter::new(std::io::stdout().lock());
     let (mut scratch, mut ids) = (Scratch::default(), Vec::new());

@@ -104,8 +104,9 @@ impl Slot {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Layout {
     pub slots: Vec<Slot>,
-    /// The attention every layer runs (backends size their attention scratch by it).
-    pub attention: AttentionShape,
+    /// The attention every layer runs (backends size their attention scratch by it); none for a network without
+    /// attention (a static embedding).
+    pub attention: Option<AttentionShape>,
     /// The longest sequence the model takes.
     pub max_positions: usize,
 }

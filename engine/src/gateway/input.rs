@@ -78,6 +78,8 @@ pub struct Tokenization {
     /// which has the tokens' offsets (the ids are the same as the engine's), loaded on first use.
     detailed: OnceLock<Result<[HfTokenizer; 2], String>>,
     path: PathBuf,
+    /// Whether the model's tokenizer adds its special tokens (a StaticEmbedding's does not).
+    add_special_tokens: bool,
     prompts: Vec<Prompt>,
     /// The one a request naming none gets.
     default_prompt: Option<Prompt>,
@@ -88,12 +90,17 @@ pub struct Tokenization {
 impl Tokenization {
     pub fn new(front: &ModelFront, default_prompt_name: Option<&str>) -> crate::Result<Self> {
         let info = front.info();
-        let path = info.path.join("tokenizer.json");
+        let path = info.tokenizer_path.clone();
         let left = Truncation {
             max_length: info.max_seq_length,
             side: TruncationSide::Left,
         };
-        let left = crate::tokenizer::load(&path, front.config().tokenizer, Some(left))?;
+        let left = crate::tokenizer::load(
+            &path,
+            front.config().tokenizer,
+            Some(left),
+            info.add_special_tokens,
+        )?;
         let default_prompt = front
             .prompt_or_default(default_prompt_name, "default_prompt_name")?
             .cloned();
@@ -101,6 +108,7 @@ impl Tokenization {
             left,
             detailed: OnceLock::new(),
             path,
+            add_special_tokens: info.add_special_tokens,
             prompts: info.prompts.clone(),
             default_prompt,
             max_len: info.max_seq_length,
@@ -215,7 +223,9 @@ impl Tokenization {
                         max_length: self.max_len,
                         side,
                     };
-                    HfTokenizer::from_file(&self.path, Some(cut)).map_err(|e| e.to_string())
+                    HfTokenizer::from_file(&self.path, Some(cut))
+                        .map(|t| t.with_special_tokens(self.add_special_tokens))
+                        .map_err(|e| e.to_string())
                 };
                 Ok([load(TruncationSide::Right)?, load(TruncationSide::Left)?])
             })
@@ -271,6 +281,14 @@ impl Tokenization {
             })?;
         if cut && !options.truncate {
             return Err(self.too_long(i, None, options.api));
+        }
+        // Only a tokenizer without special tokens (a StaticEmbedding's) gives none, for a text of whitespace or
+        // of what its normaliser drops; sentence-transformers embeds that as zeros, which no forward pass gives.
+        if ids.is_empty() {
+            return Err(ApiError::bad_request(
+                "empty_input",
+                format!("input {i} has no tokens for this model"),
+            ));
         }
         // Cut from the left, the prompt goes first: pooling would then leave out the text's first tokens in its
         // place. (sentence-transformers cuts from the right only.)

@@ -416,7 +416,7 @@ impl<D: Device> Encoder<D> for Bert<D> {
         }
         EncoderLayout {
             slots,
-            attention: self.config.attention(),
+            attention: Some(self.config.attention()),
         }
     }
 

@@ -13,6 +13,7 @@ pub mod modernbert;
 mod operand_slots;
 mod relative;
 pub mod rotary_bert;
+pub mod static_embedding;
 pub mod synthetic;
 pub mod t5;
 pub mod tiny;
@@ -22,7 +23,7 @@ pub(crate) use config::read_json;
 pub use config::{
     BertConfig, BertFamily, DecoderConfig, DecoderFamily, Gemma3Config, ModelConfig,
     ModernBertConfig, Rope, RopeScaling, RotaryBertConfig, RotaryBertFamily, RotaryBertMlp,
-    T5Config, T5FeedForward,
+    StaticConfig, T5Config, T5FeedForward,
 };
 pub use dir::{DenseModule, ModelDir, Pooling, PoolingModule, MAX_POSITIONS};
 pub use head::Head;
@@ -181,10 +182,10 @@ pub(crate) fn pre_norm_layout(
             slot(2, 2 * f, f, true),
         ],
         // The widest of the layers' attentions: a window only narrows what a query reads.
-        attention: AttentionShape {
+        attention: Some(AttentionShape {
             window: None,
             ..attention
-        },
+        }),
     }
 }
 
@@ -192,7 +193,7 @@ pub(crate) fn pre_norm_layout(
 /// slots and the longest sequence, the model directory's).
 pub struct EncoderLayout {
     pub slots: Vec<Slot>,
-    pub attention: AttentionShape,
+    pub attention: Option<AttentionShape>,
 }
 
 /// An architecture's own part, which [`Model`] completes into an [`Architecture`] with its head (the
@@ -213,6 +214,7 @@ enum Network<D: Device> {
     RotaryBert(rotary_bert::RotaryBert<D>),
     Gemma3(gemma3::Gemma3<D>),
     T5(t5::T5<D>),
+    Static(static_embedding::StaticEmbedding<D>),
 }
 
 /// A model directory loaded onto a device: its network, then its head.
@@ -239,6 +241,9 @@ impl<D: Device> Model<D> {
             }
             ModelConfig::Gemma3(_) => Network::Gemma3(gemma3::Gemma3::load(dir, device)?),
             ModelConfig::T5(_) => Network::T5(t5::T5::load(dir, device)?),
+            ModelConfig::Static(_) => {
+                Network::Static(static_embedding::StaticEmbedding::load(dir, device)?)
+            }
         };
         Ok(Model {
             network_slots: network.layout().slots.len(),
@@ -259,6 +264,7 @@ impl<D: Device> Network<D> {
             Network::RotaryBert(m) => m.layout(),
             Network::Gemma3(m) => m.layout(),
             Network::T5(m) => m.layout(),
+            Network::Static(m) => m.layout(),
         }
     }
 
@@ -270,6 +276,7 @@ impl<D: Device> Network<D> {
             Network::RotaryBert(m) => m.forward(ops, batch, acts),
             Network::Gemma3(m) => m.forward(ops, batch, acts),
             Network::T5(m) => m.forward(ops, batch, acts),
+            Network::Static(m) => m.forward(ops, batch, acts),
         }
     }
 }

@@ -172,6 +172,12 @@ impl Weights {
         self.find(&format!("{}{name}", self.prefix)).is_some()
     }
 
+    /// The shape of tensor `name` (without the file's prefix), if the checkpoint has it.
+    pub fn shape(&self, name: &str) -> Option<&[usize]> {
+        let (_, info) = self.find(&format!("{}{name}", self.prefix))?;
+        Some(&info.shape)
+    }
+
     /// The tensor `name` (without the file's prefix), which must have exactly `shape`.
     pub fn get(&self, name: &str, shape: &[usize]) -> Result<Tensor> {
         let full = format!("{}{name}", self.prefix);

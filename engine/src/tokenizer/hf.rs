@@ -10,6 +10,8 @@ use crate::error::{Error, Result};
 pub struct HfTokenizer {
     inner: tokenizers::Tokenizer,
     max_length: usize,
+    /// Whether an encode adds the post-processor's special tokens.
+    add_special_tokens: bool,
 }
 
 impl HfTokenizer {
@@ -42,7 +44,14 @@ impl HfTokenizer {
         Ok(HfTokenizer {
             inner,
             max_length: truncation.map_or(usize::MAX, |t| t.max_length),
+            add_special_tokens: true,
         })
+    }
+
+    /// Without `add_special_tokens`, its post-processor's special tokens are left out.
+    pub fn with_special_tokens(mut self, add_special_tokens: bool) -> Self {
+        self.add_special_tokens = add_special_tokens;
+        self
     }
 }
 
@@ -58,11 +67,12 @@ pub struct TokenDetail {
 }
 
 impl HfTokenizer {
-    /// The tokens of `text`, with or without the special tokens, and whether truncation cut it.
+    /// The tokens of `text`, with the special tokens if `add_special_tokens` and the tokenizer adds them, and
+    /// whether truncation cut it.
     pub fn tokens(&self, text: &str, add_special_tokens: bool) -> Result<(Vec<TokenDetail>, bool)> {
         let enc = self
             .inner
-            .encode(text, add_special_tokens)
+            .encode(text, add_special_tokens && self.add_special_tokens)
             .map_err(|e| Error::Tokenizer(e.to_string()))?;
         let tokens = enc
             .get_ids()
@@ -106,7 +116,7 @@ impl Tokenizer for HfTokenizer {
     fn encode_cut(&self, text: &str, _: &mut Scratch, ids: &mut Vec<u32>) -> Result<bool> {
         let enc = self
             .inner
-            .encode(text, true)
+            .encode(text, self.add_special_tokens)
             .map_err(|e| Error::Tokenizer(e.to_string()))?;
         ids.clear();
         ids.extend_from_slice(enc.get_ids());

@@ -145,21 +145,31 @@ pub trait Tokenizer: Send + Sync {
     fn max_length(&self) -> usize;
 }
 
-/// Reads `tokenizer.json` with the chosen implementation.
+/// Reads `tokenizer.json` with the chosen implementation; with `add_special_tokens` false its post-processor's
+/// special tokens are left out (the crate's `encode(text, false)`, as sentence-transformers' StaticEmbedding
+/// encodes).
 pub fn load(
     path: &Path,
     kind: TokenizerKind,
     truncation: Option<Truncation>,
+    add_special_tokens: bool,
 ) -> Result<Box<dyn Tokenizer>> {
+    let hf = || {
+        HfTokenizer::from_file(path, truncation).map(|t| t.with_special_tokens(add_special_tokens))
+    };
+    let fast = || {
+        FastTokenizer::from_file(path, truncation)
+            .map(|t| t.with_special_tokens(add_special_tokens))
+    };
     Ok(match kind {
-        TokenizerKind::Hf => Box::new(HfTokenizer::from_file(path, truncation)?),
-        TokenizerKind::Fast => Box::new(FastTokenizer::from_file(path, truncation)?),
+        TokenizerKind::Hf => Box::new(hf()?),
+        TokenizerKind::Fast => Box::new(fast()?),
         TokenizerKind::Auto => {
-            match FastTokenizer::from_file(path, truncation) {
+            match fast() {
                 Ok(fast) => Box::new(fast),
                 Err(crate::Error::Tokenizer(why)) => {
                     eprintln!("tokenizer: the in-house one refused it ({why}); using the tokenizers crate");
-                    Box::new(HfTokenizer::from_file(path, truncation)?)
+                    Box::new(hf()?)
                 }
                 Err(e) => return Err(e),
             }

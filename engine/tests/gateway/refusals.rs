@@ -191,6 +191,7 @@ async fn bad_input_gets_the_right_status_and_one_error_shape() {
             max_length: 48,
             side: engine::tokenizer::TruncationSide::Left,
         }),
+        true,
     )
     .unwrap();
     let mut ids = Vec::new();

@@ -138,8 +138,8 @@ pub fn random_text(rng: &mut StdRng) -> String {
 
 /// Encodes every text with `fast` and `hf` from `file`: the same ids, or both fail. Returns how many failed.
 pub fn compare(name: &str, file: &Path, texts: &[String]) -> usize {
-    let fast = tokenizer::load(file, TokenizerKind::Fast, None).expect("fast loads");
-    let hf = tokenizer::load(file, TokenizerKind::Hf, None).expect("hf loads");
+    let fast = tokenizer::load(file, TokenizerKind::Fast, None, true).expect("fast loads");
+    let hf = tokenizer::load(file, TokenizerKind::Hf, None, true).expect("hf loads");
     assert_eq!(fast.vocab_size(), hf.vocab_size(), "{name}: vocab size");
     assert_eq!(fast.id_bound(), hf.id_bound(), "{name}: id bound");
     let (mut scratch, mut a, mut b) = (Scratch::default(), Vec::new(), Vec::new());

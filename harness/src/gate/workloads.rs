@@ -226,7 +226,7 @@ fn pick(t: &dyn Tokenizer, pool: &[String], target: usize, slack: usize) -> Resu
 }
 
 fn tokenize(file: &Path, size: &str, root: &Path) -> Result<Work> {
-    let t = tokenizer::load(file, TokenizerKind::Fast, None)
+    let t = tokenizer::load(file, TokenizerKind::Fast, None, true)
         .with_context(|| format!("loading {}", file.display()))?;
     let text = match size {
         "query" => pick(

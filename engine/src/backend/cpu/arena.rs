@@ -27,10 +27,9 @@ impl Arena {
     pub fn new(device: &Cpu, layout: &Layout, tokens: usize, threads: usize) -> Arena {
         let max_len = tokens.min(layout.max_positions);
         let shape = layout.attention;
-        let qkv16 = if device.bf16_attention(shape) {
-            vec![0; tokens * shape.qkv_width()]
-        } else {
-            Vec::new()
+        let qkv16 = match shape.filter(|&s| device.bf16_attention(s)) {
+            Some(shape) => vec![0; tokens * shape.qkv_width()],
+            None => Vec::new(),
         };
         Arena {
             tokens,
@@ -87,7 +86,7 @@ impl Arena {
                 }
             })
             .collect();
-        let width = self.layout.attention.qkv_width();
+        let width = self.layout.attention.map_or(0, |a| a.qkv_width());
         let qkv16 = (!self.qkv16.is_empty()).then(|| Mat::new(&mut self.qkv16, tokens, width));
         Views {
             acts,

@@ -110,14 +110,17 @@ impl Cpu {
         self.dtype == Dtype::Bf16 && shape.head_dim.is_multiple_of(2)
     }
 
-    /// Scratch floats per thread for a forward pass of sequences up to `max_len` tokens.
-    pub fn scratch_floats(&self, shape: AttentionShape, max_len: usize) -> usize {
-        let attn = attention::scratch_floats(
-            Isa::detect(),
-            max_len,
-            shape.head_dim,
-            self.bf16_attention(shape),
-        );
+    /// Scratch floats per thread for a forward pass of sequences up to `max_len` tokens (attention's, where the
+    /// network has any).
+    pub fn scratch_floats(&self, shape: Option<AttentionShape>, max_len: usize) -> usize {
+        let attn = shape.map_or(0, |shape| {
+            attention::scratch_floats(
+                Isa::detect(),
+                max_len,
+                shape.head_dim,
+                self.bf16_attention(shape),
+            )
+        });
         attn.max(self.linear_scratch())
     }
 }

@@ -223,7 +223,9 @@ impl Compute {
         let device = Cuda::new(config.device, config.gpu_attention, config.gpu_intermediate)?;
         let model = Model::load(dir, &device)?;
         let layout = model.layout();
-        device.prepare_attention(layout.attention.head_dim)?;
+        if let Some(attention) = layout.attention {
+            device.prepare_attention(attention.head_dim)?;
+        }
         let copy_stream = device.ctx.new_stream().map_err(driver("copy stream"))?;
         let mut compute = Compute {
             dim: model.dim(),

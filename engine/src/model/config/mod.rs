@@ -15,6 +15,7 @@ mod gemma3;
 mod modernbert;
 mod rope;
 mod rotary_bert;
+mod static_embedding;
 mod t5;
 
 use bert::read_bert;
@@ -28,6 +29,7 @@ pub use modernbert::ModernBertConfig;
 pub use rope::{Rope, RopeScaling};
 use rotary_bert::read_rotary_bert;
 pub use rotary_bert::{RotaryBertConfig, RotaryBertFamily, RotaryBertMlp};
+pub use static_embedding::StaticConfig;
 use t5::read_t5;
 pub use t5::{T5Config, T5FeedForward};
 
@@ -131,6 +133,8 @@ pub enum ModelConfig {
     RotaryBert(RotaryBertConfig),
     Gemma3(Gemma3Config),
     T5(T5Config),
+    /// sentence-transformers' StaticEmbedding (read from its weights, not a `config.json`).
+    Static(StaticConfig),
 }
 
 /// The mean number of keys a query of a `seq_len`-token sequence sees under `shape`.
@@ -197,6 +201,7 @@ impl ModelConfig {
             ModelConfig::RotaryBert(c) => c.vocab_size,
             ModelConfig::Gemma3(c) => c.vocab_size,
             ModelConfig::T5(c) => c.vocab_size,
+            ModelConfig::Static(c) => c.vocab_size,
         }
     }
 
@@ -209,6 +214,7 @@ impl ModelConfig {
             ModelConfig::RotaryBert(c) => c.hidden_size,
             ModelConfig::Gemma3(c) => c.hidden_size,
             ModelConfig::T5(c) => c.d_model,
+            ModelConfig::Static(c) => c.dim,
         }
     }
 
@@ -264,6 +270,8 @@ impl ModelConfig {
                 };
                 vec![(4 * h * inner + projections * h * f, c.attention()); c.num_layers]
             }
+            // No layers: its token's row is added into the mean, one add a column.
+            ModelConfig::Static(c) => return c.dim as f64,
         };
         layers
             .iter()
@@ -282,6 +290,7 @@ impl ModelConfig {
             ModelConfig::RotaryBert(c) => c.num_hidden_layers,
             ModelConfig::Gemma3(c) => c.num_hidden_layers,
             ModelConfig::T5(c) => c.num_layers,
+            ModelConfig::Static(_) => 0,
         }
     }
 
@@ -295,6 +304,9 @@ impl ModelConfig {
             ModelConfig::Gemma3(c) => c.max_position_embeddings,
             // Relative positions: no limit of the model's own (sentence-transformers' or the tokenizer's applies).
             ModelConfig::T5(_) => usize::MAX,
+            // No positions: sentence-transformers' max_seq_length is infinite (a tokenizer's own truncation
+            // applies).
+            ModelConfig::Static(_) => usize::MAX,
         }
     }
 }

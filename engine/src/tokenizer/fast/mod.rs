@@ -249,6 +249,14 @@ impl FastTokenizer {
         })
     }
 
+    /// Without `add_special_tokens`, its post-processor's special tokens are left out.
+    pub fn with_special_tokens(mut self, add_special_tokens: bool) -> Self {
+        if !add_special_tokens {
+            self.template = Template::default();
+        }
+        self
+    }
+
     /// Encodes `text` onto `ids`, stopping once `ids` holds `limit` (the rest would be truncated away).
     fn encode_segment(
         &self,

@@ -7,6 +7,7 @@ use super::{bad, str_field};
 use crate::error::Result;
 
 /// The post-processor for a single sequence: special ids before and after it.
+#[derive(Default)]
 pub(super) struct Template {
     pub(super) prefix: Vec<u32>,
     pub(super) suffix: Vec<u32>,

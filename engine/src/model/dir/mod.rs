@@ -1,0 +1,432 @@
+//! Reads a model directory the way sentence-transformers does: `modules.json` names the pipeline (a Transformer
+//! and Pooling, or a StaticEmbedding; then Dense and Normalize), `modules` reads the modules after the network,
+//! `limits` the max sequence length.
+
+mod limits;
+mod modules;
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use self::limits::{sentence_max_length, tokenizer_truncation};
+use self::modules::read_pooling;
+pub use self::modules::{DenseModule, Pooling, PoolingModule};
+use super::config::{read_json, ModelConfig, StaticConfig};
+use crate::error::{Error, Result};
+
+/// The longest sequence the engine runs, whatever a config says: a rotary table is computed at load for every
+/// position served (at head_dim 128, 64 MiB here), so `max_position_embeddings` (3,276,832,768 in a fuzzed
+/// config; rope-scaled models say millions) must not size it alone. Longer than the context of the embedding
+/// models we know of (Qwen3-Embedding's is 32,768); `--max-seq-length` lowers it, never raises it.
+pub const MAX_POSITIONS: usize = 1 << 17;
+
+/// A parsed model directory: configuration, pooling, normalisation and where the weights are.
+#[derive(Clone, Debug)]
+pub struct ModelDir {
+    pub root: PathBuf,
+    pub config: ModelConfig,
+    pub pooling: PoolingModule,
+    pub normalize: bool,
+    /// sentence-transformers' `max_seq_length`, capped by the position table.
+    pub max_seq_length: usize,
+    /// The longest sequence the backend loads the model for: the model's positions up to [`MAX_POSITIONS`], or
+    /// fewer once an engine truncates sooner ([`ModelDir::serving`]). What position tables computed at load
+    /// (Qwen3's rotary one) cover, so a config's `max_position_embeddings` alone never sizes an allocation.
+    pub positions: usize,
+    /// Prompt prefixes by name from `config_sentence_transformers.json` (e.g. `query` → `"query: "`).
+    pub prompts: Vec<(String, String)>,
+    /// The prompt sentence-transformers puts before a text that names none (its `default_prompt_name`), one of
+    /// `prompts`.
+    pub default_prompt: Option<String>,
+    /// sentence-transformers' Dense modules after pooling, in order.
+    pub dense: Vec<DenseModule>,
+    pub weights_path: PathBuf,
+    pub tokenizer_path: PathBuf,
+    /// Whether the tokenizer's post-processor adds its special tokens: a Transformer module's tokenizer does, a
+    /// StaticEmbedding's does not (sentence-transformers encodes with `add_special_tokens=False`).
+    pub add_special_tokens: bool,
+}
+
+#[derive(Deserialize)]
+struct Module {
+    #[serde(default)]
+    path: String,
+    #[serde(rename = "type")]
+    kind: String,
+}
+
+#[derive(Deserialize, Default)]
+struct SentenceTransformersFile {
+    /// A `null` prompt is an empty one, as sentence-transformers reads it.
+    #[serde(default)]
+    prompts: std::collections::BTreeMap<String, Option<String>>,
+    default_prompt_name: Option<String>,
+}
+
+fn require(path: PathBuf, what: &str) -> Result<PathBuf> {
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(Error::model(path, format!("missing: expected {what}")))
+    }
+}
+
+impl ModelDir {
+    /// A Transformer module's files at the root: its config, weights and tokenizer.
+    fn transformer(root: &Path) -> Result<(ModelConfig, PathBuf, PathBuf)> {
+        let config_path = require(root.join("config.json"), "the model's config.json")?;
+        let config = ModelConfig::read(&config_path)?;
+        // One file, else a sharded checkpoint's index (transformers shards models past a few GB).
+        let single = root.join("model.safetensors");
+        let sharded = root.join("model.safetensors.index.json");
+        let weights_path = if sharded.is_file() && !single.is_file() {
+            sharded
+        } else {
+            require(
+                single,
+                "the weights as model.safetensors (or sharded, with model.safetensors.index.json)",
+            )?
+        };
+        let tokenizer_path = require(root.join("tokenizer.json"), "a Hugging Face tokenizer.json")?;
+        Ok((config, weights_path, tokenizer_path))
+    }
+
+    pub fn open(root: impl AsRef<Path>) -> Result<Self> {
+        let root = root.as_ref().to_owned();
+        if !root.is_dir() {
+            return Err(Error::model(
+                &root,
+                "not a directory: expected a model directory with config.json, model.safetensors and tokenizer.json",
+            ));
+        }
+        // Without modules.json the directory is a bare transformers model: sentence-transformers then defaults to
+        // mean pooling without normalisation, and so do we.
+        let modules_path = root.join("modules.json");
+        let modules: Vec<Module> = if modules_path.is_file() {
+            read_json(&modules_path)?
+        } else {
+            Vec::new()
+        };
+        let class = |m: &Module| m.kind.rsplit('.').next().unwrap_or_default().to_owned();
+        // A StaticEmbedding module in place of a Transformer: its own folder holds its table and tokenizer, and
+        // its output is already the pooled embedding (the tokens' mean).
+        let static_folder = match modules.first() {
+            Some(m) if class(m) == "StaticEmbedding" => Some(root.join(&m.path)),
+            _ => None,
+        };
+        let (config, weights_path, tokenizer_path) = match &static_folder {
+            Some(folder) => {
+                let weights_path = require(
+                    folder.join("model.safetensors"),
+                    "the StaticEmbedding module's table as model.safetensors",
+                )?;
+                let tokenizer_path = require(
+                    folder.join("tokenizer.json"),
+                    "the StaticEmbedding module's tokenizer.json",
+                )?;
+                let config = ModelConfig::Static(StaticConfig::read(&weights_path)?);
+                (config, weights_path, tokenizer_path)
+            }
+            None => Self::transformer(&root)?,
+        };
+
+        let is_static = static_folder.is_some();
+        let (mut pooling, mut normalize, mut pooled) =
+            (PoolingModule::single(Pooling::Mean), false, is_static);
+        let mut dense: Vec<DenseModule> = Vec::new();
+        for m in modules.iter().skip(usize::from(is_static)) {
+            match class(m).as_str() {
+                "Transformer" if !is_static => {}
+                "Pooling" if !is_static => {
+                    pooling = read_pooling(&root.join(&m.path).join("config.json"))?;
+                    pooled = true;
+                }
+                "Dense" if pooled && !normalize => {
+                    let inp = dense.last().map_or_else(
+                        || pooling.width(config.hidden_size()),
+                        |d| d.out_features,
+                    );
+                    dense.push(DenseModule::read(&root.join(&m.path), inp)?);
+                }
+                "Dense" => {
+                    return Err(Error::model(
+                        &modules_path,
+                        "unsupported: a Dense module before Pooling or after Normalize",
+                    ))
+                }
+                "Normalize" => normalize = true,
+                other => {
+                    return Err(Error::model(
+                        &modules_path,
+                        format!(
+                            "unsupported module {other:?} here: expected a Transformer and Pooling, or a \
+                             StaticEmbedding first, then Dense and Normalize modules"
+                        ),
+                    ))
+                }
+            }
+        }
+        let positions = config.max_positions().min(MAX_POSITIONS);
+        let limit = if is_static {
+            tokenizer_truncation(&tokenizer_path)?
+        } else {
+            sentence_max_length(&root, &tokenizer_path)?
+        };
+        let max_seq_length = limit.map_or(positions, |n| n.min(positions));
+        let st_path = root.join("config_sentence_transformers.json");
+        let st = if st_path.is_file() {
+            read_json::<SentenceTransformersFile>(&st_path)?
+        } else {
+            SentenceTransformersFile::default()
+        };
+        // As sentence-transformers, which refuses a default that names no prompt.
+        let default_prompt = st.default_prompt_name;
+        if let Some(name) = default_prompt
+            .as_ref()
+            .filter(|n| !st.prompts.contains_key(*n))
+        {
+            return Err(Error::model(
+                &st_path,
+                format!(
+                    "default_prompt_name {name:?} is not one of its prompts ({:?})",
+                    st.prompts.keys().collect::<Vec<_>>()
+                ),
+            ));
+        }
+        let prompts = st
+            .prompts
+            .into_iter()
+            .map(|(name, text)| (name, text.unwrap_or_default()))
+            .collect();
+        Ok(ModelDir {
+            root,
+            positions,
+            config,
+            pooling,
+            normalize,
+            max_seq_length,
+            prompts,
+            default_prompt,
+            dense,
+            weights_path,
+            tokenizer_path,
+            add_special_tokens: !is_static,
+        })
+    }
+}
+
+impl ModelDir {
+    /// Width of the sentence embedding: the last Dense module's output, else the pooled vector's.
+    pub fn dim(&self) -> usize {
+        self.dense.last().map_or_else(
+            || self.pooling.width(self.config.hidden_size()),
+            |d| d.out_features,
+        )
+    }
+
+    /// Whether the embedding is the hidden states pooled by one mode, nothing after it but Normalize: then a
+    /// sequence's token states are in the embedding's space (served by `/embed_all`), and a backend may normalize
+    /// rows as it pools them.
+    pub fn pools_last(&self) -> bool {
+        self.dense.is_empty() && self.pooling.modes.len() == 1
+    }
+
+    /// The directory as an engine that truncates every input to `max_len` tokens runs it.
+    pub fn serving(mut self, max_len: usize) -> Self {
+        self.positions = self.positions.min(max_len);
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::ops::Activation;
+
+    /// The fixture with EmbeddingGemma's head (Pooling, Dense, Dense, Normalize), copied where a test may edit it.
+    fn dense_fixture() -> tempfile::TempDir {
+        fixture("distilbert_dense_mean")
+    }
+
+    /// Fixture `name`, copied where a test may edit it.
+    fn fixture(name: &str) -> tempfile::TempDir {
+        let from = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(name);
+        let dir = tempfile::tempdir().expect("tempdir");
+        for entry in walk(&from) {
+            let to = dir.path().join(entry.strip_prefix(&from).expect("inside"));
+            std::fs::create_dir_all(to.parent().expect("parent")).expect("mkdir");
+            std::fs::copy(&entry, to).expect("copy");
+        }
+        dir
+    }
+
+    fn walk(dir: &Path) -> Vec<PathBuf> {
+        std::fs::read_dir(dir)
+            .expect("read_dir")
+            .flat_map(|e| {
+                let p = e.expect("entry").path();
+                if p.is_dir() {
+                    walk(&p)
+                } else {
+                    vec![p]
+                }
+            })
+            .collect()
+    }
+
+    fn edit(path: &Path, f: impl FnOnce(&mut serde_json::Value)) {
+        let mut json: serde_json::Value = read_json(path).expect("JSON");
+        f(&mut json);
+        std::fs::write(path, json.to_string()).expect("write");
+    }
+
+    /// Dense modules load in order, their widths chained; what would run wrong is refused, naming the cause.
+    #[test]
+    fn dense_modules_chain_and_what_cannot_run_is_refused() {
+        let dir = dense_fixture();
+        let model = ModelDir::open(dir.path()).expect("loads");
+        let shape: Vec<_> = model
+            .dense
+            .iter()
+            .map(|d| (d.in_features, d.out_features, d.bias, d.activation))
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                (64, 256, false, Activation::None),
+                (256, 48, false, Activation::None)
+            ]
+        );
+        assert_eq!(model.dim(), 48);
+        type Edit = fn(&Path);
+        let cases: [(Edit, &str); 7] = [
+            (
+                |d| {
+                    edit(&d.join("2_Dense/config.json"), |j| {
+                        j["activation_function"] = "torch.nn.modules.activation.ReLU".into()
+                    })
+                },
+                "activation_function",
+            ),
+            (
+                |d| {
+                    edit(&d.join("2_Dense/config.json"), |j| {
+                        j["use_residual"] = true.into()
+                    })
+                },
+                "use_residual",
+            ),
+            (
+                |d| {
+                    edit(&d.join("3_Dense/config.json"), |j| {
+                        j["in_features"] = 64.into()
+                    })
+                },
+                "after a module of 256",
+            ),
+            (
+                |d| {
+                    edit(&d.join("2_Dense/config.json"), |j| {
+                        j["module_input_name"] = "token_embeddings".into()
+                    })
+                },
+                "token_embeddings",
+            ),
+            (
+                |d| std::fs::remove_file(d.join("3_Dense/model.safetensors")).expect("rm"),
+                "pytorch_model.bin is not read",
+            ),
+            // Normalize before a Dense module.
+            (
+                |d| {
+                    edit(&d.join("modules.json"), |j| {
+                        j.as_array_mut().expect("list").swap(3, 4)
+                    })
+                },
+                "after Normalize",
+            ),
+            // A Dense module before Pooling.
+            (
+                |d| {
+                    edit(&d.join("modules.json"), |j| {
+                        j.as_array_mut().expect("list").swap(1, 2)
+                    })
+                },
+                "before Pooling",
+            ),
+        ];
+        for (change, cause) in cases {
+            let dir = dense_fixture();
+            change(dir.path());
+            let err = ModelDir::open(dir.path()).expect_err(cause).to_string();
+            assert!(err.contains(cause), "{cause}: {err}");
+        }
+    }
+
+    /// A StaticEmbedding reads its table's shape and its tokenizer from its own folder and adds no special tokens;
+    /// what it cannot run as sentence-transformers does is refused, naming the cause.
+    #[test]
+    fn a_static_embedding_reads_its_folder_and_what_cannot_run_is_refused() {
+        let dir = fixture("static_mean");
+        let model = ModelDir::open(dir.path()).expect("loads");
+        let folder = dir.path().join("0_StaticEmbedding");
+        assert_eq!(model.tokenizer_path, folder.join("tokenizer.json"));
+        assert!(!model.add_special_tokens && model.normalize);
+        assert_eq!((model.dim(), model.max_seq_length), (48, MAX_POSITIONS));
+        let truncated = ModelDir::open(fixture("model2vec_mean").path()).expect("loads");
+        assert_eq!(truncated.max_seq_length, 24);
+        type Edit = fn(&Path);
+        let cases: [(Edit, &str); 3] = [
+            (
+                |d| {
+                    edit(&d.join("modules.json"), |j| {
+                        j[1]["type"] = "sentence_transformers.models.Pooling".into();
+                        j[1]["path"] = "1_Pooling".into();
+                    })
+                },
+                "unsupported module \"Pooling\" here",
+            ),
+            (
+                |d| {
+                    edit(&d.join("0_StaticEmbedding/tokenizer.json"), |j| {
+                        j["truncation"] = serde_json::json!({"max_length": 8, "direction": "Left",
+                            "strategy": "LongestFirst", "stride": 0});
+                    })
+                },
+                "truncation from the \"Left\"",
+            ),
+            (
+                |d| {
+                    let table = d.join("0_StaticEmbedding/model.safetensors");
+                    let bytes = std::fs::read(&table).expect("read");
+                    let weights = safetensors::SafeTensors::deserialize(&bytes).expect("table");
+                    let (name, view) = weights.tensors().pop().expect("one tensor");
+                    let mapping = [0u8; 16];
+                    let tensors = [
+                        (name, view),
+                        (
+                            "mapping".into(),
+                            safetensors::tensor::TensorView::new(
+                                safetensors::Dtype::I64,
+                                vec![2],
+                                &mapping,
+                            )
+                            .expect("view"),
+                        ),
+                    ];
+                    safetensors::serialize_to_file(tensors, None, &table).expect("write");
+                },
+                "token `mapping`",
+            ),
+        ];
+        for (change, cause) in cases {
+            let dir = fixture("static_mean");
+            change(dir.path());
+            let err = ModelDir::open(dir.path()).expect_err(cause).to_string();
+            assert!(err.contains(cause), "{cause}: {err}");
+        }
+    }
+}

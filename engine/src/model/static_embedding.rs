@@ -1,0 +1,64 @@
+//! sentence-transformers' StaticEmbedding (static-retrieval-mrl-en-v1, model2vec's potion models), over the
+//! backend op set, for any device.
+//!
+//! Mirrors `sentence_transformers/sentence_transformer/modules/static_embedding.py`: torch's `EmbeddingBag` in
+//! mean mode over the ids of a tokenizer run without special tokens. Here the gather is the embed op and the mean
+//! the head's mean pooling, so the network is one table: no attention, no positions, no layers. model2vec's
+//! per-token weights are folded into the rows at load, as sentence-transformers folds them.
+
+use super::{Encoder, EncoderLayout, ModelConfig, ModelDir, Tensor, Weights};
+use crate::backend::ops::{Device, Embedding, Matrix, Ops, PositionIds, Slot};
+use crate::batch::Batch;
+use crate::error::{Error, Result};
+
+/// The table, one row per token id.
+pub struct StaticEmbedding<D: Device> {
+    embedding: Embedding<D>,
+}
+
+impl<D: Device> StaticEmbedding<D> {
+    pub fn load(dir: &ModelDir, device: &D) -> Result<Self> {
+        let ModelConfig::Static(c) = &dir.config else {
+            return Err(Error::model(
+                &dir.root,
+                "not a StaticEmbedding model directory",
+            ));
+        };
+        let w = Weights::open(&dir.weights_path, c.table)?;
+        let mut table = w.get(c.table, &[c.vocab_size, c.dim])?;
+        if c.token_weights {
+            let scale = w.get("weights", &[c.vocab_size])?;
+            let mut rows = table.data().to_vec();
+            for (row, &s) in rows.chunks_exact_mut(c.dim).zip(scale.data()) {
+                row.iter_mut().for_each(|x| *x *= s);
+            }
+            table = Tensor::from_vec(rows);
+        }
+        Ok(StaticEmbedding {
+            embedding: Embedding {
+                word: device.param(table)?,
+                position: None,
+                position_ids: PositionIds::Index,
+                row: None,
+                dim: c.dim,
+                norm: None,
+            },
+        })
+    }
+}
+
+impl<D: Device> Encoder<D> for StaticEmbedding<D> {
+    /// One slot: each token's row.
+    fn layout(&self) -> EncoderLayout {
+        EncoderLayout {
+            slots: vec![Slot::new(0, 0, self.embedding.dim, false)],
+            attention: None,
+        }
+    }
+
+    fn forward<O: Ops<Device = D>>(&self, ops: &O, batch: &Batch, acts: &[O::Mat]) -> O::Mat {
+        let rows = acts[0].top(batch.tokens());
+        ops.embed(batch, &self.embedding, rows);
+        rows
+    }
+}

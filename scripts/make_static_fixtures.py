@@ -1,0 +1,82 @@
+"""Makes the StaticEmbedding fixtures under engine/tests/fixtures/ with sentence-transformers (run from the repo root
+in the peers venv: scripts/setup_peers.sh):
+
+  static_mean      sentence-transformers' own StaticEmbedding (random rows) over a BERT-pipeline WordPiece whose
+                   post-processor adds [CLS] and [SEP] (which a StaticEmbedding leaves out), then Normalize; saved by
+                   sentence-transformers, then its module moved to 0_StaticEmbedding/ as versions before 6 save it
+                   (the Hub's static-retrieval-mrl-en-v1 has it so).
+  model2vec_mean   model2vec's layout as the Hub's potion models have it: the module at the root (path "."), a
+                   `config.json` of model2vec's, the table as `embeddings` with per-token `weights`, an XLM-R-style
+                   Unigram tokenizer whose tokenizer.json keeps a truncation of 24 ids; no Normalize.
+
+Each gets reference.jsonl (text, ids as sentence-transformers tokenizes them, embedding as base64 little-endian
+f32) from sentence-transformers' encode; texts the tokenizer gives no ids are left out (sentence-transformers
+embeds them as zeros; the engine refuses them).
+"""
+
+import json
+import shutil
+import sys
+
+import torch
+from safetensors.torch import save_file
+from sentence_transformers import SentenceTransformer
+from sentence_transformers.sentence_transformer.modules import Normalize, StaticEmbedding
+
+sys.path.insert(0, "scripts")
+from make_encoder_fixtures import OUT, bert_tokenizer, texts, write_reference, xlmr_tokenizer  # noqa: E402
+
+
+def reference(d):
+    st = SentenceTransformer(str(d), device="cpu")
+    static = st[0]
+    batch = [t for t in texts() if static.tokenizer.encode(t, add_special_tokens=False).ids]
+    emb = st.encode(batch, batch_size=4, convert_to_numpy=True)
+    ids = [static.tokenizer.encode(t, add_special_tokens=False).ids for t in batch]
+    write_reference(d / "reference.jsonl", batch, ids, emb)
+    print(f"{d}: {len(batch)} texts, {sum(len(i) for i in ids)} tokens, dim {emb.shape[1]}")
+    return ids
+
+
+def static_mean():
+    d = OUT / "static_mean"
+    shutil.rmtree(d, ignore_errors=True)
+    torch.manual_seed(40)
+    tok = bert_tokenizer()
+    static = StaticEmbedding(tok, embedding_dim=48)
+    SentenceTransformer(modules=[static, Normalize()], device="cpu").save(str(d))
+    for f in ["README.md", "config_sentence_transformers.json"]:
+        (d / f).unlink(missing_ok=True)
+    (d / "0_StaticEmbedding").mkdir()
+    for f in ["model.safetensors", "tokenizer.json"]:
+        (d / f).rename(d / "0_StaticEmbedding" / f)
+    modules = json.loads((d / "modules.json").read_text())
+    modules[0]["path"] = "0_StaticEmbedding"
+    (d / "modules.json").write_text(json.dumps(modules, indent=2))
+    ids = reference(d)
+    assert not any(i[0] == tok.token_to_id("[CLS]") for i in ids), "a special token in a StaticEmbedding's ids"
+
+
+def model2vec_mean():
+    d = OUT / "model2vec_mean"
+    shutil.rmtree(d, ignore_errors=True)
+    d.mkdir(parents=True)
+    torch.manual_seed(41)
+    tok = xlmr_tokenizer()
+    tok.enable_truncation(24)
+    tok.save(str(d / "tokenizer.json"))
+    vocab = tok.get_vocab_size()
+    save_file({"embeddings": torch.randn(vocab, 32) * 0.1, "weights": torch.rand(vocab) + 0.5},
+              str(d / "model.safetensors"))
+    (d / "config.json").write_text(json.dumps({"model_type": "model2vec", "architectures": ["StaticModel"],
+                                               "normalize": False, "hidden_dim": 32}, indent=2))
+    (d / "modules.json").write_text(json.dumps([{"idx": 0, "name": "0", "path": ".",
+                                                  "type": "sentence_transformers.models.StaticEmbedding"}], indent=2))
+    ids = reference(d)
+    assert max(len(i) for i in ids) == 24, "no text reaches the tokenizer's truncation"
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(2)
+    static_mean()
+    model2vec_mean()
