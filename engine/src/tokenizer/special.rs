@@ -19,31 +19,59 @@ const NAMED: [&str; 7] = [
     "mask_token",
 ];
 
-/// transformers' `all_special_tokens` for the tokenizer in `dir`: the named tokens of `tokenizer_config.json`,
-/// each overridden by `special_tokens_map.json`'s (a token is a string or an `AddedToken` object's `content`; null
-/// names none), then the extra ones (`extra_special_tokens`, a list or a name → token object, else the older
-/// `additional_special_tokens`). Where neither file names any, the added tokens `tokenizer.json` marks special
-/// stand in for the defaults a named tokenizer class would supply (transformers then takes the class's, which for
-/// the classes that have them are the tokens such a file marks).
+/// transformers' `all_special_tokens` for the tokenizer in `dir`, as transformers 5 reads them (its
+/// `_from_pretrained`): the named tokens of `tokenizer_config.json` — the seven standard ones and any other
+/// `*_token` key naming a token (Gemma's `image_token`) —, each overridden by `special_tokens_map.json`'s where the
+/// config has no `added_tokens_decoder` (a legacy save; its `extra_special_tokens` list then adds to the config's),
+/// then the extra ones: `extra_special_tokens` (a list, or a name → token object whose entries are named tokens),
+/// else, where that is empty, the older `additional_special_tokens`. A token is a string or an `AddedToken`
+/// object's `content`; null names none. Where neither file names any, the added tokens `tokenizer.json` marks
+/// special stand in for the defaults a named tokenizer class would supply (transformers then takes the class's,
+/// which for the classes that have them are the tokens such a file marks).
 pub fn special_tokens(dir: &Path, tokenizer_json: &Path) -> Result<Vec<String>> {
-    let mut merged = Map::new();
-    for file in ["tokenizer_config.json", "special_tokens_map.json"] {
-        if let Value::Object(m) = read(&dir.join(file))? {
-            merged.extend(m);
+    let mut merged = match read(&dir.join("tokenizer_config.json"))? {
+        Value::Object(config) => config,
+        _ => Map::new(),
+    };
+    if !merged.contains_key("added_tokens_decoder") {
+        if let Value::Object(map) = read(&dir.join("special_tokens_map.json"))? {
+            for (key, value) in map {
+                match (merged.get_mut(&key), value) {
+                    (Some(Value::Array(extras)), Value::Array(more)) if key == EXTRA => {
+                        for t in more {
+                            if !extras.contains(&t) {
+                                extras.push(t);
+                            }
+                        }
+                    }
+                    (_, value) => {
+                        merged.insert(key, value);
+                    }
+                }
+            }
         }
     }
-    let extra = match merged.get("extra_special_tokens") {
-        Some(v) if !v.is_null() => Some(v),
-        _ => merged.get("additional_special_tokens"),
+    let truthy = |v: &&Value| match v {
+        Value::Null => false,
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+        _ => true,
     };
-    let extra: Vec<&Value> = match extra {
+    let extra: Vec<&Value> = match merged
+        .get(EXTRA)
+        .filter(truthy)
+        .or_else(|| merged.get("additional_special_tokens"))
+    {
         Some(Value::Array(list)) => list.iter().collect(),
         Some(Value::Object(named)) => named.values().collect(),
         _ => Vec::new(),
     };
-    let mut tokens: Vec<String> = NAMED
+    // Standard names and a model's own (`image_token`: `add_bos_token`'s boolean is no token).
+    let named = merged
         .iter()
-        .filter_map(|key| merged.get(*key))
+        .filter(|(key, _)| NAMED.contains(&key.as_str()) || key.ends_with("_token"));
+    let mut tokens: Vec<String> = named
+        .map(|(_, v)| v)
         .chain(extra)
         .filter_map(content)
         .collect();
@@ -59,6 +87,9 @@ pub fn special_tokens(dir: &Path, tokenizer_json: &Path) -> Result<Vec<String>> 
     }
     Ok(tokens)
 }
+
+/// transformers 5's name for the extra special tokens (4's: `additional_special_tokens`).
+const EXTRA: &str = "extra_special_tokens";
 
 /// A token as these files write it: a string, or an `AddedToken`'s object.
 fn content(v: &Value) -> Option<String> {
@@ -102,17 +133,43 @@ mod tests {
         special_tokens(dir.path(), &tokenizer).expect("reads")
     }
 
+    /// Sorted, for comparing sets.
+    fn sorted(mut tokens: Vec<String>) -> Vec<String> {
+        tokens.sort();
+        tokens
+    }
+
     #[test]
     fn named_tokens_come_from_the_config_then_the_map_then_the_extras() {
         let config = json!({"eos_token": {"content": "</s>", "special": true}, "pad_token": "<pad>",
-            "sep_token": "[SEP]", "additional_special_tokens": ["<a>"], "model_max_length": 8});
+            "sep_token": "[SEP]", "additional_special_tokens": ["<a>"], "extra_special_tokens": {},
+            "image_token": "<img>", "add_bos_token": true, "model_max_length": 8});
         assert_eq!(
-            named(Some(config.clone()), None),
-            ["</s>", "[SEP]", "<pad>", "<a>"]
+            sorted(named(Some(config.clone()), None)),
+            ["</s>", "<a>", "<img>", "<pad>", "[SEP]"]
         );
-        // The map overrides the config key by key; null names none; the newer extras replace the older.
-        let map = json!({"sep_token": null, "extra_special_tokens": {"image": "<img>"}});
-        assert_eq!(named(Some(config), Some(map)), ["</s>", "<pad>", "<img>"]);
+        // A legacy save: the map overrides the config key by key; null names none; the newer extras replace
+        // the older, a list of them adding to the config's.
+        let map = json!({"sep_token": null, "extra_special_tokens": {"audio": "<aud>"}});
+        assert_eq!(
+            sorted(named(Some(config.clone()), Some(map))),
+            ["</s>", "<aud>", "<img>", "<pad>"]
+        );
+        let mut listed = config.clone();
+        listed["extra_special_tokens"] = json!(["<b>"]);
+        let map = json!({"extra_special_tokens": ["<b>", "<c>"]});
+        assert_eq!(
+            sorted(named(Some(listed), Some(map))),
+            ["</s>", "<b>", "<c>", "<img>", "<pad>", "[SEP]"]
+        );
+        // With `added_tokens_decoder` (every save since transformers 4.34) the map is not read.
+        let mut current = config;
+        current["added_tokens_decoder"] = json!({});
+        let map = json!({"sep_token": null});
+        assert_eq!(
+            sorted(named(Some(current), Some(map))),
+            ["</s>", "<a>", "<img>", "<pad>", "[SEP]"]
+        );
     }
 
     #[test]
