@@ -135,7 +135,7 @@ impl Batch {
     pub fn validate(&self, vocab_size: usize, max_positions: usize) -> Result<()> {
         if let Some(i) = self.seqs().position(|s| s.is_empty()) {
             return Err(Error::Batch(format!(
-                "sequence {i} is empty (a tokenized input has at least its special tokens)"
+                "sequence {i} is empty: no token to embed"
             )));
         }
         if self.max_len > max_positions {

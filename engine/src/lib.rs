@@ -13,7 +13,8 @@
 //!
 //! Behind the backend, the architectures in [`model`] (the BERT family: BERT, RoBERTa, XLM-RoBERTa, CamemBERT,
 //! MPNet, DistilBERT, JinaBERT; ModernBERT; the rotary BERTs: Nomic BERT, GTE, Jina v3; T5's encoder; the Llama family of decoders: Llama, Mistral, Qwen2, Qwen3, and EuroBERT's bidirectional one;
-//! Gemma 3's text model), each followed by its sentence-transformers head
+//! Gemma 3's text model; sentence-transformers' StaticEmbedding, a table and no layers), each followed by its
+//! sentence-transformers head
 //! (pooling, Dense modules, Normalize), are written once over the op set in [`backend::ops`]: a [`backend::ops::Device`]
 //! holds the weights in its own form, a [`backend::ops::Ops`] runs one forward pass's operations, and an
 //! [`backend::ops::Architecture`] (a [`model::Model`]: an architecture's [`model::Encoder`] and its head)
@@ -191,7 +192,8 @@ impl ModelFront {
         self.tokenizer.as_ref()
     }
 
-    /// Token ids of `text`, special tokens included, truncated to the model's max sequence length.
+    /// Token ids of `text`, with the special tokens its tokenizer adds, truncated to the model's max sequence
+    /// length.
     pub fn tokenize(&self, text: &str) -> Result<Vec<u32>> {
         let mut ids = Vec::new();
         self.tokenizer.encode(text, &mut ids)?;
@@ -336,8 +338,8 @@ impl Engine {
         self.front.tokenizer()
     }
 
-    /// Token ids of `text`, special tokens included, truncated to the model's max sequence length. No prompt is
-    /// put before it (where the model has a default prompt, [`Engine::embed`] puts it).
+    /// Token ids of `text`, with the special tokens its tokenizer adds, truncated to the model's max sequence
+    /// length. No prompt is put before it (where the model has a default prompt, [`Engine::embed`] puts it).
     pub fn tokenize(&self, text: &str) -> Result<Vec<u32>> {
         self.front.tokenize(text)
     }
@@ -359,9 +361,14 @@ impl Engine {
         runtime.block_on(async {
             let scheduler =
                 scheduler::Scheduler::start(self.backend.clone(), &self.bulk_config(), |_| {});
-            let seqs = texts
-                .iter()
-                .map(|t| self.tokenize(&Prompt::template(prompt, t.as_ref())));
+            let seqs = texts.iter().enumerate().map(|(i, t)| {
+                let ids = self.tokenize(&Prompt::template(prompt, t.as_ref()))?;
+                match ids.is_empty() {
+                    // A tokenizer that adds no special tokens (a StaticEmbedding's) gives none for whitespace.
+                    true => Err(Error::Batch(format!("text {i} gives no tokens"))),
+                    false => Ok(ids),
+                }
+            });
             let readout = prompt.map_or(Readout::POOLED, Prompt::readout);
             scheduler
                 .embed_all(seqs, readout, |e| {

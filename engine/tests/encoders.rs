@@ -336,3 +336,50 @@ async fn a_static_embedding_tokenizes_without_special_tokens_and_refuses_a_text_
         "{err}"
     );
 }
+
+/// Token ids past a static model's limit (model2vec_mean's tokenizer.json truncates at 24) are cut plainly, none
+/// kept as a special token it does not have: 30 ids cut from either end embed as the 24 kept do sent whole. And
+/// `Engine::embed` names a text that gives no tokens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_ids_past_a_static_models_limit_are_cut_plainly() {
+    use engine::gateway::{Direction, Gateway, GatewayConfig, Inputs, Options};
+    let name = "model2vec_mean";
+    let gateway = Gateway::new(
+        vec![common::models::load(name, Dtype::F32, CaptureMode::Lazy)],
+        GatewayConfig::default(),
+    )
+    .expect("gateway");
+    let embed = |ids: Vec<u32>, options: Options| {
+        let gateway = gateway.clone();
+        async move {
+            let embedded = gateway
+                .embed(Inputs::Ids(vec![ids]), options)
+                .await
+                .expect("embed");
+            embedded.vectors[0].as_slice().to_vec()
+        }
+    };
+    let ids: Vec<u32> = (5..35).collect();
+    for (direction, kept) in [
+        (Direction::Left, ids[6..].to_vec()),
+        (Direction::Right, ids[..24].to_vec()),
+    ] {
+        let cut = Options {
+            truncate: true,
+            direction,
+            ..Default::default()
+        };
+        assert_eq!(
+            embed(ids.clone(), cut).await,
+            embed(kept, Options::default()).await,
+            "{direction:?}"
+        );
+    }
+    let engine = common::models::load(name, Dtype::F32, CaptureMode::Lazy);
+    // `Engine::embed` blocks: off the runtime's threads.
+    let err = tokio::task::spawn_blocking(move || engine.embed(&["a text", " \t "]))
+        .await
+        .expect("joined")
+        .expect_err("no tokens");
+    assert!(err.to_string().contains("text 1 gives no tokens"), "{err}");
+}

@@ -101,6 +101,10 @@ impl Reading<'_> {
             }
             truncated.set(truncated.get() + 1);
         }
+        // A tokenizer that adds no special tokens (a StaticEmbedding's) gives none for whitespace.
+        if ids.is_empty() {
+            bail!("input line {n} gives no tokens for this model");
+        }
         Ok(ids)
     }
 

@@ -116,8 +116,13 @@ fn tokenize(args: TokenizeArgs) -> Result<()> {
                 Some(dir) => dir.clone(),
                 None => engine::model::fetch::default_model_dir()?,
             };
-            let dir = engine::model::ModelDir::open(&dir)?;
-            (dir.tokenizer_path, dir.add_special_tokens)
+            let file = dir.join("tokenizer.json");
+            match engine::model::ModelDir::open(&dir) {
+                Ok(model) => (model.tokenizer_path, model.add_special_tokens),
+                // A directory the engine cannot run (or holding only a tokenizer): its tokenizer.json as it is.
+                Err(_) if file.is_file() => (file, true),
+                Err(e) => return Err(e.into()),
+            }
         }
     };
     let truncation = args.max_length.map(|max_length| Truncation {

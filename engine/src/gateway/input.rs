@@ -282,8 +282,9 @@ impl Tokenization {
         if cut && !options.truncate {
             return Err(self.too_long(i, None, options.api));
         }
-        // Only a tokenizer without special tokens (a StaticEmbedding's) gives none, for a text of whitespace or
-        // of what its normaliser drops; sentence-transformers embeds that as zeros, which no forward pass gives.
+        // A tokenizer that adds no special tokens (a StaticEmbedding's, one without a post-processor) gives none
+        // for a text of whitespace or of what its normaliser drops; sentence-transformers embeds a static model's
+        // as zeros, which no forward pass gives.
         if ids.is_empty() {
             return Err(ApiError::bad_request(
                 "empty_input",
@@ -336,7 +337,7 @@ impl Tokenization {
     }
 
     /// Token ids over the limit sent by the client: refused, or cut to the limit keeping their first and last
-    /// ids as the special tokens.
+    /// ids as the special tokens (where the model's tokenizer adds any: a StaticEmbedding's ids are cut plainly).
     fn over_limit(
         &self,
         i: usize,
@@ -347,9 +348,14 @@ impl Tokenization {
         if !options.truncate {
             return Err(self.too_long(i, Some(n), options.api));
         }
-        if max < 2 {
-            full.truncate(max);
-            return Ok(full);
+        if max < 2 || !self.add_special_tokens {
+            return Ok(match options.direction {
+                Direction::Right => {
+                    full.truncate(max);
+                    full
+                }
+                Direction::Left => full.split_off(n - max),
+            });
         }
         Ok(match options.direction {
             Direction::Right => {

@@ -159,13 +159,13 @@ pub(super) async fn decode(
 struct Model<'a> {
     id: &'a str,
     object: &'static str,
-    /// When the model directory was written (its `config.json`), in Unix seconds.
+    /// When the model directory was written (its tokenizer, which every model has), in Unix seconds.
     created: u64,
     owned_by: &'static str,
 }
 
 fn model<'a>(gw: &Gateway, id: &'a str) -> Model<'a> {
-    let created = std::fs::metadata(gw.front().info().path.join("config.json"))
+    let created = std::fs::metadata(&gw.front().info().tokenizer_path)
         .and_then(|m| m.modified())
         .ok()
         .and_then(|t| t.duration_since(UNIX_EPOCH).ok())

@@ -143,7 +143,7 @@ impl Weights {
                     path,
                     format!(
                         "no tensor `{probe}` (nor with a prefix of {:?}): not a checkpoint of the architecture \
-                         config.json names",
+                         the directory names",
                         &PREFIXES[1..]
                     ),
                 )
@@ -203,8 +203,15 @@ impl Weights {
         );
         let n: usize = shape.iter().product();
         let width = match info.dtype {
+            Dtype::F64 => 8,
             Dtype::F32 => 4,
-            _ => 2,
+            Dtype::F16 | Dtype::BF16 => 2,
+            other => {
+                return Err(Error::model(
+                    path,
+                    format!("tensor `{full}` has dtype {other:?}, expected F32, F16, BF16 or F64"),
+                ))
+            }
         };
         let data = shard
             .map
@@ -232,17 +239,21 @@ impl Weights {
                     .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
                     .collect(),
             )),
-            Dtype::BF16 => Storage::Owned(Arc::new(
+            // model2vec's per-token weights may be numpy's default float64.
+            Dtype::F64 => Storage::Owned(Arc::new(
+                data.chunks_exact(8)
+                    .map(|b| {
+                        let bytes = [b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]];
+                        f64::from_le_bytes(bytes) as f32
+                    })
+                    .collect(),
+            )),
+            // BF16, the one width left.
+            _ => Storage::Owned(Arc::new(
                 data.chunks_exact(2)
                     .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
                     .collect(),
             )),
-            other => {
-                return Err(Error::model(
-                    path,
-                    format!("tensor `{full}` has dtype {other:?}, expected F32, F16 or BF16"),
-                ))
-            }
         };
         Ok(Tensor { storage })
     }
