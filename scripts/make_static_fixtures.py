@@ -6,8 +6,10 @@ in the peers venv: scripts/setup_peers.sh):
                    sentence-transformers, then its module moved to 0_StaticEmbedding/ as versions before 6 save it
                    (the Hub's static-retrieval-mrl-en-v1 has it so).
   model2vec_mean   model2vec's layout as the Hub's potion models have it: the module at the root (path "."), a
-                   `config.json` of model2vec's, the table as `embeddings` with per-token `weights`, an XLM-R-style
-                   Unigram tokenizer whose tokenizer.json keeps a truncation of 24 ids; no Normalize.
+                   `config.json` of model2vec's, the table as `embeddings` with per-token `weights` and its
+                   vocabulary quantisation (a quarter as many rows as tokens, an int64 `mapping` from token id to
+                   row), an XLM-R-style Unigram tokenizer whose tokenizer.json keeps a truncation of 24 ids; no
+                   Normalize.
 
 Each gets reference.jsonl (text, ids as sentence-transformers tokenizes them, embedding as base64 little-endian
 f32) from sentence-transformers' encode; texts the tokenizer gives no ids are left out (sentence-transformers
@@ -66,8 +68,9 @@ def model2vec_mean():
     tok.enable_truncation(24)
     tok.save(str(d / "tokenizer.json"))
     vocab = tok.get_vocab_size()
-    save_file({"embeddings": torch.randn(vocab, 32) * 0.1, "weights": torch.rand(vocab) + 0.5},
-              str(d / "model.safetensors"))
+    rows = vocab // 4
+    save_file({"embeddings": torch.randn(rows, 32) * 0.1, "weights": torch.rand(vocab) + 0.5,
+               "mapping": torch.randint(0, rows, (vocab,), dtype=torch.int64)}, str(d / "model.safetensors"))
     (d / "config.json").write_text(json.dumps({"model_type": "model2vec", "architectures": ["StaticModel"],
                                                "normalize": False, "hidden_dim": 32}, indent=2))
     (d / "modules.json").write_text(json.dumps([{"idx": 0, "name": "0", "path": ".",

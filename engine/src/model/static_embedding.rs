@@ -4,7 +4,8 @@
 //! Mirrors `sentence_transformers/sentence_transformer/modules/static_embedding.py`: torch's `EmbeddingBag` in
 //! mean mode over the ids of a tokenizer run without special tokens. Here the gather is the embed op and the mean
 //! the head's mean pooling, so the network is one table: no attention, no positions, no layers. model2vec's
-//! per-token weights are folded into the rows at load, as sentence-transformers folds them.
+//! vocabulary quantisation (a token `mapping` onto fewer rows) and per-token weights are folded into one row per
+//! token at load, as sentence-transformers folds them.
 
 use super::{Encoder, EncoderLayout, ModelConfig, ModelDir, Tensor, Weights};
 use crate::backend::ops::{Device, Embedding, Matrix, Ops, PositionIds, Slot};
@@ -25,7 +26,18 @@ impl<D: Device> StaticEmbedding<D> {
             ));
         };
         let w = Weights::open(&dir.weights_path, c.table)?;
-        let mut table = w.get(c.table, &[c.vocab_size, c.dim])?;
+        let mut table = w.get(c.table, &[c.rows, c.dim])?;
+        // As sentence-transformers' `_fold_model2vec_weights`: each token id's row through the mapping, then
+        // scaled by the token's weight.
+        if c.mapping {
+            let mapping = w.indices("mapping", c.vocab_size, c.rows)?;
+            let rows = mapping
+                .iter()
+                .flat_map(|&r| &table.data()[r * c.dim..(r + 1) * c.dim])
+                .copied()
+                .collect();
+            table = Tensor::from_vec(rows);
+        }
         if c.token_weights {
             let scale = w.get("weights", &[c.vocab_size])?;
             let mut rows = table.data().to_vec();

@@ -178,6 +178,44 @@ impl Weights {
         Some(&info.shape)
     }
 
+    /// The integer tensor `name` (without the file's prefix) of `len` entries, I64 or I32, each below `bound`: an
+    /// index into another tensor's rows (model2vec's token `mapping`).
+    pub fn indices(&self, name: &str, len: usize, bound: usize) -> Result<Vec<usize>> {
+        let full = format!("{}{name}", self.prefix);
+        let missing = || Error::model(&self.path, format!("missing tensor `{full}`"));
+        let (shard, info) = self.find(&full).ok_or_else(missing)?;
+        let bad = |what: String| Error::model(&shard.path, format!("tensor `{full}`: {what}"));
+        if info.shape != [len] {
+            return Err(bad(format!("shape {:?}, expected [{len}]", info.shape)));
+        }
+        let width = match info.dtype {
+            Dtype::I64 => 8,
+            Dtype::I32 => 4,
+            other => return Err(bad(format!("dtype {other:?}, expected I64 or I32"))),
+        };
+        let (start, end) = (
+            shard.data_start + info.data_offsets.0,
+            shard.data_start + info.data_offsets.1,
+        );
+        let data = shard
+            .map
+            .get(start..end)
+            .filter(|d| d.len() == len * width)
+            .ok_or_else(|| bad("data range does not match its shape".into()))?;
+        data.chunks_exact(width)
+            .map(|b| {
+                let i = match b.try_into() {
+                    Ok(b8) => i64::from_le_bytes(b8),
+                    Err(_) => i64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+                };
+                usize::try_from(i)
+                    .ok()
+                    .filter(|&i| i < bound)
+                    .ok_or_else(|| bad(format!("index {i} outside 0..{bound}")))
+            })
+            .collect()
+    }
+
     /// The tensor `name` (without the file's prefix), which must have exactly `shape`.
     pub fn get(&self, name: &str, shape: &[usize]) -> Result<Tensor> {
         let full = format!("{}{name}", self.prefix);

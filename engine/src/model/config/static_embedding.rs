@@ -7,20 +7,24 @@ use super::check_dims;
 use crate::error::{Error, Result};
 use crate::model::Weights;
 
-/// A static embedding's table: `vocab_size` rows of `dim`, one per token id.
+/// A static embedding's table: a row of `dim` for each of `vocab_size` token ids.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StaticConfig {
     pub vocab_size: usize,
+    /// Rows of the stored table: one per token id, or fewer shared through `mapping`.
+    pub rows: usize,
     pub dim: usize,
     /// The tensor holding it: sentence-transformers' `embedding.weight`, or model2vec's `embeddings`.
     pub table: &'static str,
-    /// model2vec's per-token weights (`weights`, one per row), which sentence-transformers folds into the rows.
+    /// model2vec's vocabulary quantisation: `mapping`, the table row of each token id.
+    pub mapping: bool,
+    /// model2vec's per-token weights (`weights`, one per token id), which sentence-transformers folds into the
+    /// rows.
     pub token_weights: bool,
 }
 
 impl StaticConfig {
-    /// The table's shape in the module's weights at `path`; model2vec's vocabulary-quantised tables (rows shared
-    /// through an integer `mapping`) are refused.
+    /// The table's shape in the module's weights at `path`, and the token count its `mapping` gives if any.
     pub fn read(path: &Path) -> Result<Self> {
         let (weights, table) = match Weights::open(path, "embedding.weight") {
             Ok(w) => (w, "embedding.weight"),
@@ -29,29 +33,40 @@ impl StaticConfig {
                 "embeddings",
             ),
         };
-        if weights.has("mapping") {
-            return Err(Error::model(
-                path,
-                "unsupported: a model2vec table with a token `mapping` (vocabulary-quantised)",
-            ));
-        }
-        let Some(&[vocab_size, dim]) = weights.shape(table) else {
+        let Some(&[rows, dim]) = weights.shape(table) else {
             return Err(Error::model(
                 path,
                 format!("`{table}` is not a matrix of one row per token"),
             ));
         };
+        let mapping = weights.has("mapping");
+        let vocab_size = match weights.shape("mapping") {
+            None => rows,
+            Some(&[n]) => n,
+            Some(other) => {
+                return Err(Error::model(
+                    path,
+                    format!("`mapping` has shape {other:?}: expected one table row per token id"),
+                ))
+            }
+        };
         check_dims(
             path,
-            &[("vocab_size", Some(vocab_size)), ("dim", Some(dim))],
+            &[
+                ("vocab_size", Some(vocab_size)),
+                ("rows", Some(rows)),
+                ("dim", Some(dim)),
+            ],
         )?;
-        if vocab_size == 0 || dim == 0 {
+        if vocab_size == 0 || rows == 0 || dim == 0 {
             return Err(Error::model(path, format!("`{table}` is empty")));
         }
         Ok(StaticConfig {
             vocab_size,
+            rows,
             dim,
             table,
+            mapping,
             token_weights: weights.has("weights"),
         })
     }

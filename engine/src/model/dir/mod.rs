@@ -399,27 +399,8 @@ mod tests {
                 "truncation from the \"Left\"",
             ),
             (
-                |d| {
-                    let table = d.join("0_StaticEmbedding/model.safetensors");
-                    let bytes = std::fs::read(&table).expect("read");
-                    let weights = safetensors::SafeTensors::deserialize(&bytes).expect("table");
-                    let (name, view) = weights.tensors().pop().expect("one tensor");
-                    let mapping = [0u8; 16];
-                    let tensors = [
-                        (name, view),
-                        (
-                            "mapping".into(),
-                            safetensors::tensor::TensorView::new(
-                                safetensors::Dtype::I64,
-                                vec![2],
-                                &mapping,
-                            )
-                            .expect("view"),
-                        ),
-                    ];
-                    safetensors::serialize_to_file(tensors, None, &table).expect("write");
-                },
-                "token `mapping`",
+                |d| add_mapping(&d.join("0_StaticEmbedding/model.safetensors"), &[2, 2], 0),
+                "`mapping` has shape [2, 2]",
             ),
         ];
         for (change, cause) in cases {
@@ -428,5 +409,31 @@ mod tests {
             let err = ModelDir::open(dir.path()).expect_err(cause).to_string();
             assert!(err.contains(cause), "{cause}: {err}");
         }
+        // A mapping onto a row the table lacks is refused when the table loads.
+        let dir = fixture("static_mean");
+        let table = dir.path().join("0_StaticEmbedding/model.safetensors");
+        let vocab = match ModelDir::open(dir.path()).expect("loads").config {
+            ModelConfig::Static(c) => c.vocab_size,
+            other => panic!("{other:?}"),
+        };
+        add_mapping(&table, &[vocab], vocab as i64);
+        let err = crate::Engine::load(dir.path(), crate::EngineConfig::default())
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(err.contains("outside 0.."), "{err}");
+    }
+
+    /// Rewrites the safetensors file at `path` with an I64 `mapping` of `shape`, every entry `value`.
+    fn add_mapping(path: &Path, shape: &[usize], value: i64) {
+        let bytes = std::fs::read(path).expect("read");
+        let weights = safetensors::SafeTensors::deserialize(&bytes).expect("table");
+        let n: usize = shape.iter().product();
+        let mapping: Vec<u8> = (0..n).flat_map(|_| value.to_le_bytes()).collect();
+        let mut tensors = weights.tensors();
+        let view =
+            safetensors::tensor::TensorView::new(safetensors::Dtype::I64, shape.to_vec(), &mapping);
+        tensors.push(("mapping".into(), view.expect("view")));
+        safetensors::serialize_to_file(tensors, None, path).expect("write");
     }
 }
