@@ -41,10 +41,43 @@ pub(crate) struct WordPiece {
     ascii: [Ascii; 128],
 }
 
+/// The Unicode categories the normaliser and pre-tokeniser ask about, as bits of a [`classes`] byte.
+const OTHER: u8 = 1;
+const PUNCTUATION: u8 = 2;
+const NONSPACING_MARK: u8 = 4;
+
+/// Each Basic Multilingual Plane character's [`classes`], computed once: `unicode_categories` answers each
+/// question by binary searches over its tables (five for "other", seven for punctuation), which took over a third
+/// of the encode of multilingual text.
+static BMP_CLASSES: std::sync::OnceLock<Box<[u8]>> = std::sync::OnceLock::new();
+
+fn bmp_classes() -> &'static [u8] {
+    BMP_CLASSES.get_or_init(|| {
+        (0..=0xFFFF)
+            .map(|u| char::from_u32(u).map_or(OTHER, category_bits))
+            .collect()
+    })
+}
+
+fn category_bits(c: char) -> u8 {
+    let bit = |set: bool, bit: u8| if set { bit } else { 0 };
+    bit(c.is_other(), OTHER)
+        | bit(c.is_punctuation(), PUNCTUATION)
+        | bit(c.is_mark_nonspacing(), NONSPACING_MARK)
+}
+
+/// `c`'s category bits: from the table inside the Basic Multilingual Plane, else asked.
+fn classes(c: char) -> u8 {
+    match bmp_classes().get(c as usize) {
+        Some(&bits) => bits,
+        None => category_bits(c),
+    }
+}
+
 // BERT's own definitions, as the crate's BertNormalizer has them: tab, newline and carriage return count as
 // whitespace, not as control characters.
 fn is_control(c: char) -> bool {
-    !matches!(c, '\t' | '\n' | '\r') && c.is_other()
+    !matches!(c, '\t' | '\n' | '\r') && classes(c) & OTHER != 0
 }
 
 fn is_whitespace(c: char) -> bool {
@@ -58,7 +91,7 @@ fn is_chinese(c: char) -> bool {
 }
 
 fn is_punct(c: char) -> bool {
-    c.is_ascii_punctuation() || c.is_punctuation()
+    c.is_ascii_punctuation() || classes(c) & PUNCTUATION != 0
 }
 
 /// `clean_text`: `None` drops the character.
@@ -74,6 +107,8 @@ fn clean(c: char) -> Option<char> {
 
 impl WordPiece {
     pub(crate) fn parse(model: &Value, normalizer: &Value, pre_tokenizer: &Value) -> Result<Self> {
+        // Built at load, not in the first request's encode.
+        bmp_classes();
         let norm = match normalizer.get("type").and_then(Value::as_str) {
             None if normalizer.is_null() => None,
             Some("BertNormalizer") => {
@@ -341,7 +376,7 @@ impl WordPiece {
         n: Normalizer,
         w: &mut S,
     ) -> std::result::Result<(), S::Error> {
-        if n.strip_accents && c.is_mark_nonspacing() {
+        if n.strip_accents && classes(c) & NONSPACING_MARK != 0 {
             return Ok(());
         }
         if n.lowercase {
