@@ -87,8 +87,9 @@ def main():
     lines = [f"# Static embeddings end to end (`{commit}`, 2 threads)", "",
              "potion-base-8M's shape (all-MiniLM-L6-v2's vocabulary, 256 wide, Normalize), random rows; "
              "`python scripts/static_throughput.py`. Texts/s, the best of 3 runs after a warm-up; the engine's "
-             "time is `bench embed`'s (tokenisation, batching and the forward), sentence-transformers' its "
-             "`encode` (batch 256).", "",
+             "time is `bench embed`'s own (reading the JSON Lines, tokenising, batching, the forward, and "
+             "writing each embedding as a JSON line of floats), sentence-transformers' its `encode` to a numpy "
+             "array (batch 256).", "",
              "| corpus | texts | tokens | sentence-transformers | ours, `tokenizers` crate | ours, in-house "
              "tokenizer | min cosine |", "|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
