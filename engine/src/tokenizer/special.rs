@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 use crate::error::Result;
 use crate::model::read_json;
 
-/// The special-token attributes transformers 5 keeps (`SPECIAL_TOKENS_ATTRIBUTES`), in its order.
+/// The special-token attributes transformers 5 keeps (`SPECIAL_TOKENS_ATTRIBUTES`).
 const NAMED: [&str; 7] = [
     "bos_token",
     "eos_token",
@@ -19,24 +19,40 @@ const NAMED: [&str; 7] = [
     "mask_token",
 ];
 
-/// transformers' `all_special_tokens` for the tokenizer in `dir`, as transformers 5 reads them (its
-/// `_from_pretrained`): the named tokens of `tokenizer_config.json` — the seven standard ones and any other
-/// `*_token` key naming a token (Gemma's `image_token`) —, each overridden by `special_tokens_map.json`'s where the
-/// config has no `added_tokens_decoder` (a legacy save; its `extra_special_tokens` list then adds to the config's),
-/// then the extra ones: `extra_special_tokens` (a list, or a name → token object whose entries are named tokens),
-/// else, where that is empty, the older `additional_special_tokens`. A token is a string or an `AddedToken`
-/// object's `content`; null names none. Where neither file names any, the added tokens `tokenizer.json` marks
-/// special stand in for the defaults a named tokenizer class would supply (transformers then takes the class's,
-/// which for the classes that have them are the tokens such a file marks).
+/// transformers 5's name for the extra special tokens, and 4's.
+const EXTRA: &str = "extra_special_tokens";
+const ADDITIONAL: &str = "additional_special_tokens";
+
+/// transformers' `all_special_tokens` for the tokenizer in `dir`, read in transformers 5.24's steps
+/// (`_from_pretrained`, then `__init__`):
+/// 1. `tokenizer_config.json` alone: `additional_special_tokens` become the extras where `extra_special_tokens` is
+///    empty or absent; its own `*_token` keys naming a token (`image_token`), and the entries of an
+///    `extra_special_tokens` object, become named tokens of the model.
+/// 2. `special_tokens_map.json`, only for a legacy save (no `added_tokens_decoder`): each key over the config's, an
+///    `extra_special_tokens` list added to the config's; an object of them again named tokens.
+/// 3. `additional_special_tokens` become the extras where no `extra_special_tokens` is left; the `*_token` keys the
+///    map brought become named tokens unless step 1 named that key.
+///
+/// The special tokens are the seven standard named ones, the model's named ones, and the extras. A token is a
+/// string or an `AddedToken` object's `content`; null names none. Where the files name none at all, the added
+/// tokens `tokenizer.json` marks special stand in for the defaults a named tokenizer class would supply
+/// (transformers then takes the class's, which for the classes that have them are the tokens such a file marks).
 pub fn special_tokens(dir: &Path, tokenizer_json: &Path) -> Result<Vec<String>> {
-    let mut merged = match read(&dir.join("tokenizer_config.json"))? {
+    let mut kw = match read(&dir.join("tokenizer_config.json"))? {
         Value::Object(config) => config,
         _ => Map::new(),
     };
-    if !merged.contains_key("added_tokens_decoder") {
+    // Step 1: the config alone.
+    if kw.contains_key(ADDITIONAL) && !kw.get(EXTRA).is_some_and(truthy) {
+        rename(&mut kw, ADDITIONAL, EXTRA);
+    }
+    let mut model: Map<String, Value> = custom_tokens(&mut kw);
+    model.extend(named_extras(&mut kw));
+    // Step 2: a legacy save's map.
+    if !kw.contains_key("added_tokens_decoder") {
         if let Value::Object(map) = read(&dir.join("special_tokens_map.json"))? {
             for (key, value) in map {
-                match (merged.get_mut(&key), value) {
+                match (kw.get_mut(&key), value) {
                     (Some(Value::Array(extras)), Value::Array(more)) if key == EXTRA => {
                         for t in more {
                             if !extras.contains(&t) {
@@ -45,34 +61,28 @@ pub fn special_tokens(dir: &Path, tokenizer_json: &Path) -> Result<Vec<String>> 
                         }
                     }
                     (_, value) => {
-                        merged.insert(key, value);
+                        kw.insert(key, value);
                     }
                 }
             }
+            model.extend(named_extras(&mut kw));
         }
     }
-    let truthy = |v: &&Value| match v {
-        Value::Null => false,
-        Value::Array(a) => !a.is_empty(),
-        Value::Object(o) => !o.is_empty(),
-        _ => true,
+    // Step 3: `__init__`, where the config's own names win over the map's.
+    if kw.contains_key(ADDITIONAL) && !kw.contains_key(EXTRA) {
+        rename(&mut kw, ADDITIONAL, EXTRA);
+    }
+    let mut named = custom_tokens(&mut kw);
+    named.extend(model);
+    let extras = match kw.get(EXTRA) {
+        Some(Value::Array(list)) => list.as_slice(),
+        _ => &[],
     };
-    let extra: Vec<&Value> = match merged
-        .get(EXTRA)
-        .filter(truthy)
-        .or_else(|| merged.get("additional_special_tokens"))
-    {
-        Some(Value::Array(list)) => list.iter().collect(),
-        Some(Value::Object(named)) => named.values().collect(),
-        _ => Vec::new(),
-    };
-    // Standard names and a model's own (`image_token`: `add_bos_token`'s boolean is no token).
-    let named = merged
+    let mut tokens: Vec<String> = NAMED
         .iter()
-        .filter(|(key, _)| NAMED.contains(&key.as_str()) || key.ends_with("_token"));
-    let mut tokens: Vec<String> = named
-        .map(|(_, v)| v)
-        .chain(extra)
+        .filter_map(|key| kw.get(*key))
+        .chain(named.values())
+        .chain(extras)
         .filter_map(content)
         .collect();
     if tokens.is_empty() {
@@ -88,8 +98,49 @@ pub fn special_tokens(dir: &Path, tokenizer_json: &Path) -> Result<Vec<String>> 
     Ok(tokens)
 }
 
-/// transformers 5's name for the extra special tokens (4's: `additional_special_tokens`).
-const EXTRA: &str = "extra_special_tokens";
+/// Python's truth of a value: null, an empty list or object, an empty string, zero and false are false.
+fn truthy(v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::Number(n) => n.as_f64() != Some(0.0),
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+    }
+}
+
+/// Takes `extra_special_tokens` out of `kw` where it is an object of named tokens (a list stays).
+fn named_extras(kw: &mut Map<String, Value>) -> Map<String, Value> {
+    match kw.get(EXTRA) {
+        Some(Value::Object(_)) => match kw.remove(EXTRA) {
+            Some(Value::Object(named)) => named,
+            _ => Map::new(),
+        },
+        _ => Map::new(),
+    }
+}
+
+fn rename(kw: &mut Map<String, Value>, from: &str, to: &str) {
+    if let Some(v) = kw.remove(from) {
+        kw.insert(to.to_owned(), v);
+    }
+}
+
+/// Takes out of `kw` the `*_token` keys beyond the seven standard ones whose value is a token (a string or an
+/// `AddedToken` object; `add_bos_token`'s boolean is none).
+fn custom_tokens(kw: &mut Map<String, Value>) -> Map<String, Value> {
+    let keys: Vec<String> = kw
+        .iter()
+        .filter(|(k, v)| {
+            k.ends_with("_token") && !NAMED.contains(&k.as_str()) && content(v).is_some()
+        })
+        .map(|(k, _)| k.clone())
+        .collect();
+    keys.into_iter()
+        .filter_map(|k| kw.remove(&k).map(|v| (k, v)))
+        .collect()
+}
 
 /// A token as these files write it: a string, or an `AddedToken`'s object.
 fn content(v: &Value) -> Option<String> {
@@ -170,6 +221,51 @@ mod tests {
             sorted(named(Some(current), Some(map))),
             ["</s>", "<a>", "<img>", "<pad>", "[SEP]"]
         );
+    }
+
+    /// Each case's tokens as transformers 5.24 lists them (`all_special_tokens`, sorted) for the same two files
+    /// beside a `tokenizer.json`, on a config of `pad_token` `[PAD]` and what each case adds.
+    #[test]
+    fn the_steps_of_transformers_loading_are_kept_apart() {
+        let cases = [
+            // A non-empty object of extras keeps the older list too, which becomes the extras later.
+            (
+                json!({"extra_special_tokens": {"image_token": "the"}, "additional_special_tokens": ["a"]}),
+                None,
+                vec!["[PAD]", "a", "the"],
+            ),
+            // The config's older list became the extras before the map's older list came.
+            (
+                json!({"additional_special_tokens": ["a"]}),
+                Some(json!({"additional_special_tokens": ["is"]})),
+                vec!["[PAD]", "a"],
+            ),
+            (
+                json!({"additional_special_tokens": ["a"]}),
+                Some(json!({"extra_special_tokens": ["is"]})),
+                vec!["[PAD]", "a", "is"],
+            ),
+            (
+                json!({"extra_special_tokens": {"image_token": "the"}}),
+                Some(json!({"extra_special_tokens": ["is"]})),
+                vec!["[PAD]", "is", "the"],
+            ),
+            // The config names its own tokens before the map's are seen.
+            (
+                json!({"image_token": "the"}),
+                Some(json!({"image_token": "is"})),
+                vec!["[PAD]", "the"],
+            ),
+            (
+                json!({}),
+                Some(json!({"image_token": {"content": "is", "lstrip": false}})),
+                vec!["[PAD]", "is"],
+            ),
+        ];
+        for (mut config, map, want) in cases {
+            config["pad_token"] = "[PAD]".into();
+            assert_eq!(sorted(named(Some(config.clone()), map)), want, "{config}");
+        }
     }
 
     #[test]
