@@ -118,8 +118,8 @@ fn jinabert_qk_post_norm_without_geglu_is_refused() {
 }
 
 /// With the prompt left out of pooling, a prompt's last token goes uncounted only when it is one of transformers'
-/// `all_special_ids`: the tokens `tokenizer_config.json` and `special_tokens_map.json` name, not those
-/// `tokenizer.json` flags special. Each count below is sentence-transformers 6.3's `_get_prompt_length` on the
+/// `all_special_ids`: the tokens `tokenizer_config.json` and (the fixture's config being a legacy save, without
+/// `added_tokens_decoder`) `special_tokens_map.json` name, not those `tokenizer.json` flags special. Each count below is sentence-transformers 6.3's `_get_prompt_length` on the
 /// same edit of the fixture (transformers 5.24): the separator [SEP] ends the prompt's ids and stays counted once
 /// the files stop naming it as the separator, though `tokenizer.json` still flags it special.
 #[test]

@@ -120,7 +120,10 @@ fn tokenize(args: TokenizeArgs) -> Result<()> {
             match engine::model::ModelDir::open(&dir) {
                 Ok(model) => (model.tokenizer_path, model.add_special_tokens),
                 // A directory the engine cannot run (or holding only a tokenizer): its tokenizer.json as it is.
-                Err(_) if file.is_file() => (file, true),
+                Err(e) if file.is_file() => {
+                    eprintln!("tokenize: {e}; tokenizing with {} as it is", file.display());
+                    (file, true)
+                }
                 Err(e) => return Err(e.into()),
             }
         }

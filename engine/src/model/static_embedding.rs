@@ -28,21 +28,22 @@ impl<D: Device> StaticEmbedding<D> {
         let w = Weights::open(&dir.weights_path, c.table)?;
         let mut table = w.get(c.table, &[c.rows, c.dim])?;
         // As sentence-transformers' `_fold_model2vec_weights`: each token id's row through the mapping, then
-        // scaled by the token's weight.
-        if c.mapping {
-            let mapping = w.indices("mapping", c.vocab_size, c.rows)?;
-            let rows = mapping
-                .iter()
-                .flat_map(|&r| &table.data()[r * c.dim..(r + 1) * c.dim])
-                .copied()
-                .collect();
-            table = Tensor::from_vec(rows);
-        }
-        if c.token_weights {
-            let scale = w.get("weights", &[c.vocab_size])?;
-            let mut rows = table.data().to_vec();
-            for (row, &s) in rows.chunks_exact_mut(c.dim).zip(scale.data()) {
-                row.iter_mut().for_each(|x| *x *= s);
+        // scaled by the token's weight, in one pass into one row per token.
+        let mapping = match c.mapping {
+            true => Some(w.indices("mapping", c.vocab_size, c.rows)?),
+            false => None,
+        };
+        let scale = match c.token_weights {
+            true => Some(w.get("weights", &[c.vocab_size])?),
+            false => None,
+        };
+        if mapping.is_some() || scale.is_some() {
+            let (src, dim) = (table.data(), c.dim);
+            let mut rows = Vec::with_capacity(c.vocab_size * dim);
+            for token in 0..c.vocab_size {
+                let row = mapping.as_ref().map_or(token, |m| m[token]);
+                let s = scale.as_ref().map_or(1.0, |s| s.data()[token]);
+                rows.extend(src[row * dim..(row + 1) * dim].iter().map(|x| x * s));
             }
             table = Tensor::from_vec(rows);
         }

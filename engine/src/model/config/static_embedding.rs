@@ -39,8 +39,10 @@ impl StaticConfig {
                 format!("`{table}` is not a matrix of one row per token"),
             ));
         };
-        let mapping = weights.has("mapping");
-        let vocab_size = match weights.shape("mapping") {
+        // sentence-transformers folds these into a model2vec table only.
+        let model2vec = table == "embeddings";
+        let mapping = model2vec && weights.has("mapping");
+        let vocab_size = match weights.shape("mapping").filter(|_| mapping) {
             None => rows,
             Some(&[n]) => n,
             Some(other) => {
@@ -67,7 +69,7 @@ impl StaticConfig {
             dim,
             table,
             mapping,
-            token_weights: weights.has("weights"),
+            token_weights: model2vec && weights.has("weights"),
         })
     }
 }

@@ -379,7 +379,7 @@ mod tests {
         let truncated = ModelDir::open(fixture("model2vec_mean").path()).expect("loads");
         assert_eq!(truncated.max_seq_length, 24);
         type Edit = fn(&Path);
-        let cases: [(Edit, &str); 3] = [
+        let cases: [(Edit, &str); 2] = [
             (
                 |d| {
                     edit(&d.join("modules.json"), |j| {
@@ -398,10 +398,6 @@ mod tests {
                 },
                 "truncation from the \"Left\"",
             ),
-            (
-                |d| add_mapping(&d.join("0_StaticEmbedding/model.safetensors"), &[2, 2], 0),
-                "`mapping` has shape [2, 2]",
-            ),
         ];
         for (change, cause) in cases {
             let dir = fixture("static_mean");
@@ -409,14 +405,27 @@ mod tests {
             let err = ModelDir::open(dir.path()).expect_err(cause).to_string();
             assert!(err.contains(cause), "{cause}: {err}");
         }
-        // A mapping onto a row the table lacks is refused when the table loads.
+        // sentence-transformers reads a mapping only beside model2vec's table: elsewhere it is left alone.
         let dir = fixture("static_mean");
-        let table = dir.path().join("0_StaticEmbedding/model.safetensors");
-        let vocab = match ModelDir::open(dir.path()).expect("loads").config {
-            ModelConfig::Static(c) => c.vocab_size,
-            other => panic!("{other:?}"),
-        };
-        add_mapping(&table, &[vocab], vocab as i64);
+        add_mapping(
+            &dir.path().join("0_StaticEmbedding/model.safetensors"),
+            &[2, 2],
+            0,
+        );
+        let c = static_config(dir.path());
+        assert!(!c.mapping && c.vocab_size == c.rows, "{c:?}");
+        // model2vec's: one entry per token id, each a row the table has (checked when the table loads).
+        let dir = fixture("model2vec_mean");
+        let table = dir.path().join("model.safetensors");
+        let c = static_config(dir.path());
+        assert!(
+            c.mapping && c.token_weights && c.rows < c.vocab_size,
+            "{c:?}"
+        );
+        add_mapping(&table, &[2, 2], 0);
+        let err = ModelDir::open(dir.path()).expect_err("2-D").to_string();
+        assert!(err.contains("`mapping` has shape [2, 2]"), "{err}");
+        add_mapping(&table, &[c.vocab_size], c.rows as i64);
         let err = crate::Engine::load(dir.path(), crate::EngineConfig::default())
             .err()
             .expect("refused")
@@ -424,13 +433,25 @@ mod tests {
         assert!(err.contains("outside 0.."), "{err}");
     }
 
-    /// Rewrites the safetensors file at `path` with an I64 `mapping` of `shape`, every entry `value`.
+    fn static_config(dir: &Path) -> crate::model::StaticConfig {
+        match ModelDir::open(dir).expect("loads").config {
+            ModelConfig::Static(c) => c,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Rewrites the safetensors file at `path` with an I64 `mapping` of `shape` (in place of any), every entry
+    /// `value`.
     fn add_mapping(path: &Path, shape: &[usize], value: i64) {
         let bytes = std::fs::read(path).expect("read");
         let weights = safetensors::SafeTensors::deserialize(&bytes).expect("table");
         let n: usize = shape.iter().product();
         let mapping: Vec<u8> = (0..n).flat_map(|_| value.to_le_bytes()).collect();
-        let mut tensors = weights.tensors();
+        let mut tensors: Vec<_> = weights
+            .tensors()
+            .into_iter()
+            .filter(|(name, _)| name != "mapping")
+            .collect();
         let view =
             safetensors::tensor::TensorView::new(safetensors::Dtype::I64, shape.to_vec(), &mapping);
         tensors.push(("mapping".into(), view.expect("view")));
