@@ -112,11 +112,12 @@ fn truthy(v: &Value) -> bool {
 
 /// Takes `extra_special_tokens` out of `kw` where it is an object of named tokens (a list stays).
 fn named_extras(kw: &mut Map<String, Value>) -> Map<String, Value> {
-    match kw.get(EXTRA) {
-        Some(Value::Object(_)) => match kw.remove(EXTRA) {
-            Some(Value::Object(named)) => named,
-            _ => Map::new(),
-        },
+    match kw.get_mut(EXTRA) {
+        Some(Value::Object(named)) => {
+            let named = std::mem::take(named);
+            kw.remove(EXTRA);
+            named
+        }
         _ => Map::new(),
     }
 }

@@ -56,6 +56,13 @@ struct Module {
     kind: String,
 }
 
+impl Module {
+    /// The module's class without its package path (`sentence_transformers.models.Pooling` → `Pooling`).
+    fn class(&self) -> &str {
+        self.kind.rsplit('.').next().unwrap_or_default()
+    }
+}
+
 #[derive(Deserialize, Default)]
 struct SentenceTransformersFile {
     /// A `null` prompt is an empty one, as sentence-transformers reads it.
@@ -108,11 +115,10 @@ impl ModelDir {
         } else {
             Vec::new()
         };
-        let class = |m: &Module| m.kind.rsplit('.').next().unwrap_or_default().to_owned();
         // A StaticEmbedding module in place of a Transformer: its own folder holds its table and tokenizer, and
         // its output is already the pooled embedding (the tokens' mean).
         let static_folder = match modules.first() {
-            Some(m) if class(m) == "StaticEmbedding" => Some(root.join(&m.path)),
+            Some(m) if m.class() == "StaticEmbedding" => Some(root.join(&m.path)),
             _ => None,
         };
         let (config, weights_path, tokenizer_path) = match &static_folder {
@@ -136,7 +142,7 @@ impl ModelDir {
             (PoolingModule::single(Pooling::Mean), false, is_static);
         let mut dense: Vec<DenseModule> = Vec::new();
         for m in modules.iter().skip(usize::from(is_static)) {
-            match class(m).as_str() {
+            match m.class() {
                 "Transformer" if !is_static => {}
                 "Pooling" if !is_static => {
                     pooling = read_pooling(&root.join(&m.path).join("config.json"))?;
