@@ -33,7 +33,7 @@
 
 mod common;
 
-use engine::{CaptureMode, Dtype};
+use engine::{CaptureMode, Dtype, Engine, EngineConfig};
 
 const MODELS: [&str; 26] = [
     "xlmr_mean",
@@ -382,4 +382,21 @@ async fn token_ids_past_a_static_models_limit_are_cut_plainly() {
         .expect("joined")
         .expect_err("no tokens");
     assert!(err.to_string().contains("text 1 gives no tokens"), "{err}");
+}
+
+/// Regression: a limit shorter than the special tokens of the tokenizer's post-processor was refused for a static
+/// model, which adds none (the check ran before they were left out). At one token, a text embeds as its first.
+#[test]
+fn a_static_model_runs_at_a_limit_shorter_than_its_tokenizers_special_tokens() {
+    let config = EngineConfig {
+        threads: 1,
+        max_seq_length: Some(1),
+        ..Default::default()
+    };
+    let engine =
+        Engine::load(common::models::dir("static_mean"), config).expect("loads at one token");
+    assert_eq!(engine.tokenize("is it").expect("tokenize").len(), 1);
+    let [cut, first] =
+        [engine.embed(&["is it"]), engine.embed(&["is"])].map(|e| e.expect("embeds"));
+    assert_eq!(cut, first);
 }

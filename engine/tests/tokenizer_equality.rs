@@ -429,3 +429,62 @@ fn auto_falls_back_to_the_crate_where_the_in_house_tokenizer_refuses() {
         assert_eq!(a, b, "{text:?}");
     }
 }
+
+/// Both implementations say alike how many special ids go before and after a text (what a cut of a client's
+/// ids keeps), none with the special tokens left out; and a limit shorter than the special tokens is refused only
+/// where an encode adds them (regression: a StaticEmbedding's tokenizer, which adds none, was refused at one).
+#[test]
+fn special_tokens_around_a_text_and_the_limit_they_need() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut bert: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(workloads().join("vocab/all-MiniLM-L6-v2/tokenizer.json"))
+            .expect("vocab"),
+    )
+    .expect("JSON");
+    // Two before the text and two after it, behind a step that adds none.
+    let special = |id: &str| serde_json::json!({"SpecialToken": {"id": id, "type_id": 0}});
+    let tokens = |id: &str, n: u32| serde_json::json!({"id": id, "ids": [n], "tokens": [id]});
+    bert["post_processor"] = serde_json::json!({"type": "Sequence", "processors": [
+        {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false},
+        {"type": "TemplateProcessing",
+            "single": [special("[CLS]"), special("[UNK]"), {"Sequence": {"id": "A", "type_id": 0}},
+                special("[SEP]"), special("[SEP]")],
+            "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+            "special_tokens": {"[CLS]": tokens("[CLS]", 101), "[UNK]": tokens("[UNK]", 100),
+                "[SEP]": tokens("[SEP]", 102)}}]});
+    let wrapped = dir.path().join("wrapped.json");
+    std::fs::write(&wrapped, bert.to_string()).expect("write");
+    let mut files: Vec<_> = TOKENIZERS
+        .iter()
+        .map(|f| workloads().join("vocab").join(f))
+        .collect();
+    files.push(wrapped);
+    let mut seen = std::collections::BTreeSet::new();
+    for path in &files {
+        let load = |kind, truncation, specials| tokenizer::load(path, kind, truncation, specials);
+        let around = [TokenizerKind::Fast, TokenizerKind::Hf]
+            .map(|kind| load(kind, None, true).expect("loads").specials_around());
+        assert_eq!(around[0], around[1], "{}", path.display());
+        let mut ids = Vec::new();
+        let fast = load(TokenizerKind::Fast, None, true).expect("loads");
+        fast.encode("a b", &mut ids).expect("encodes");
+        let (before, after) = around[0];
+        assert!(ids.len() > before + after, "{}: {ids:?}", path.display());
+        seen.insert(around[0]);
+        for kind in [TokenizerKind::Fast, TokenizerKind::Hf] {
+            let plain =
+                load(kind, Some(Truncation::right(1)), false).expect("no special tokens to hold");
+            assert_eq!(plain.specials_around(), (0, 0));
+            plain.encode("a b c", &mut ids).expect("encodes");
+            assert_eq!(ids.len(), 1);
+            if before + after > 1 {
+                assert!(load(kind, Some(Truncation::right(1)), true).is_err());
+            }
+        }
+    }
+    let expected = [(0, 1), (1, 0), (1, 1), (2, 2)];
+    assert!(
+        expected.iter().all(|e| seen.contains(e)),
+        "the vocabularies cover {expected:?}: {seen:?}"
+    );
+}

@@ -80,6 +80,8 @@ pub struct Tokenization {
     path: PathBuf,
     /// Whether the model's tokenizer adds its special tokens (a StaticEmbedding's does not).
     add_special_tokens: bool,
+    /// How many special ids it puts before a text's and after them: what a cut of client ids keeps.
+    specials: (usize, usize),
     prompts: Vec<Prompt>,
     /// The one a request naming none gets.
     default_prompt: Option<Prompt>,
@@ -109,6 +111,7 @@ impl Tokenization {
             detailed: OnceLock::new(),
             path,
             add_special_tokens: info.add_special_tokens,
+            specials: front.tokenizer().specials_around(),
             prompts: info.prompts.clone(),
             default_prompt,
             max_len: info.max_seq_length,
@@ -223,8 +226,11 @@ impl Tokenization {
                         max_length: self.max_len,
                         side,
                     };
-                    HfTokenizer::from_file(&self.path, Some(cut))
-                        .map(|t| t.with_special_tokens(self.add_special_tokens))
+                    HfTokenizer::from_file(&self.path, None)
+                        .and_then(|t| {
+                            t.with_special_tokens(self.add_special_tokens)
+                                .truncated(Some(cut))
+                        })
                         .map_err(|e| e.to_string())
                 };
                 Ok([load(TruncationSide::Right)?, load(TruncationSide::Left)?])
@@ -336,42 +342,29 @@ impl Tokenization {
         }
     }
 
-    /// Token ids over the limit sent by the client: refused, or cut to the limit keeping their first and last
-    /// ids as the special tokens (where the model's tokenizer adds any: a StaticEmbedding's ids are cut plainly).
+    /// Token ids over the limit sent by the client: refused, or cut to the limit keeping the special ids the
+    /// model's tokenizer puts before and after a text (BERT's `[CLS]` and `[SEP]`, Qwen3's end of text; none of a
+    /// StaticEmbedding's), as a text's encode would be cut.
     fn over_limit(
         &self,
         i: usize,
-        mut full: Vec<u32>,
+        full: Vec<u32>,
         options: &Options,
     ) -> Result<Vec<u32>, ApiError> {
         let (n, max) = (full.len(), self.max_len);
         if !options.truncate {
             return Err(self.too_long(i, Some(n), options.api));
         }
-        if max < 2 || !self.add_special_tokens {
-            return Ok(match options.direction {
-                Direction::Right => {
-                    full.truncate(max);
-                    full
-                }
-                Direction::Left => full.split_off(n - max),
-            });
-        }
-        Ok(match options.direction {
-            Direction::Right => {
-                let last = full[n - 1];
-                full.truncate(max - 1);
-                full.push(last);
-                full
-            }
-            Direction::Left => {
-                let first = full[0];
-                let mut ids = Vec::with_capacity(max);
-                ids.push(first);
-                ids.extend_from_slice(&full[n - (max - 1)..]);
-                ids
-            }
-        })
+        let (before, after) = match self.specials {
+            (b, a) if b + a < max => (b, a),
+            _ => (0, 0),
+        };
+        let keep = max - before - after;
+        let text = match options.direction {
+            Direction::Right => before..before + keep,
+            Direction::Left => n - after - keep..n - after,
+        };
+        Ok([&full[..before], &full[text], &full[n - after..]].concat())
     }
 
     /// The refusal of input `i`, over the limit (by `n` tokens when counted: a text is encoded only up to it),

@@ -16,9 +16,34 @@ pub struct HfTokenizer {
 
 impl HfTokenizer {
     pub fn from_file(path: &Path, truncation: Option<Truncation>) -> Result<Self> {
-        let err = |e: &dyn std::fmt::Display| Error::Tokenizer(format!("{}: {e}", path.display()));
-        let mut inner = tokenizers::Tokenizer::from_file(path).map_err(|e| err(&e))?;
+        let mut inner = tokenizers::Tokenizer::from_file(path)
+            .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
         inner.with_padding(None);
+        HfTokenizer {
+            inner,
+            max_length: usize::MAX,
+            add_special_tokens: true,
+        }
+        .truncated(truncation)
+        .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))
+    }
+
+    /// Without `add_special_tokens`, its post-processor's special tokens are left out. Before
+    /// [`HfTokenizer::truncated`]: a limit need only hold the special tokens an encode adds.
+    pub fn with_special_tokens(mut self, add_special_tokens: bool) -> Self {
+        self.add_special_tokens = add_special_tokens;
+        if !add_special_tokens {
+            // Gone rather than skipped: the crate takes its special tokens off a truncation limit whether an
+            // encode adds them or not (and underflows on a limit shorter than they are). Its other work, trimming
+            // offsets, only `/tokenize` shows.
+            self.inner
+                .with_post_processor(None::<tokenizers::PostProcessorWrapper>);
+        }
+        self
+    }
+
+    /// Truncates its encodes as `truncation` says; refused when the limit cannot hold the special tokens.
+    pub fn truncated(mut self, truncation: Option<Truncation>) -> Result<Self> {
         let params = truncation.map(|t| TruncationParams {
             max_length: t.max_length,
             strategy: TruncationStrategy::LongestFirst,
@@ -29,29 +54,28 @@ impl HfTokenizer {
             },
         });
         if let Some(t) = &truncation {
-            // The crate subtracts the special tokens from the limit unchecked.
-            let specials = inner
-                .get_post_processor()
-                .map_or(0, |p| p.added_tokens(false));
+            // The crate subtracts the special tokens it adds from the limit unchecked.
+            let specials = self.special_count();
             if t.max_length < specials {
-                return Err(err(&format!(
+                return Err(Error::Tokenizer(format!(
                     "max length {} is shorter than the {specials} special tokens",
                     t.max_length
                 )));
             }
         }
-        inner.with_truncation(params).map_err(|e| err(&e))?;
-        Ok(HfTokenizer {
-            inner,
-            max_length: truncation.map_or(usize::MAX, |t| t.max_length),
-            add_special_tokens: true,
-        })
+        self.inner
+            .with_truncation(params)
+            .map_err(|e| Error::Tokenizer(e.to_string()))?;
+        self.max_length = truncation.map_or(usize::MAX, |t| t.max_length);
+        Ok(self)
     }
 
-    /// Without `add_special_tokens`, its post-processor's special tokens are left out.
-    pub fn with_special_tokens(mut self, add_special_tokens: bool) -> Self {
-        self.add_special_tokens = add_special_tokens;
-        self
+    /// The special tokens an encode of one sequence adds.
+    fn special_count(&self) -> usize {
+        match self.inner.get_post_processor() {
+            Some(p) if self.add_special_tokens => p.added_tokens(false),
+            _ => 0,
+        }
     }
 }
 
@@ -150,5 +174,24 @@ impl Tokenizer for HfTokenizer {
 
     fn max_length(&self) -> usize {
         self.max_length
+    }
+
+    fn specials_around(&self) -> (usize, usize) {
+        // The post-processor run on one token of an id no vocabulary has: where it lands says what went around
+        // it (the special tokens mask would not: RoBERTa's processor marks only its own).
+        const MARK: u32 = u32::MAX;
+        let one = tokenizers::Encoding::from_tokens(
+            vec![tokenizers::Token::new(MARK, "a".into(), (0, 1))],
+            0,
+        );
+        self.inner
+            .post_process(one, None, self.add_special_tokens)
+            .ok()
+            .and_then(|e| {
+                let ids = e.get_ids();
+                let at = ids.iter().position(|&id| id == MARK)?;
+                Some((at, ids.len() - at - 1))
+            })
+            .unwrap_or((0, 0))
     }
 }

@@ -143,6 +143,9 @@ pub trait Tokenizer: Send + Sync {
     fn id_bound(&self) -> usize;
     /// The truncation length, special tokens included (`usize::MAX` when not truncating).
     fn max_length(&self) -> usize;
+    /// How many special ids an encode puts before a sequence's own and after them (BERT's `[CLS]` and `[SEP]`:
+    /// one each; Qwen3's end of text: none and one; none where the special tokens are left out).
+    fn specials_around(&self) -> (usize, usize);
 }
 
 /// Reads `tokenizer.json` with the chosen implementation; with `add_special_tokens` false its post-processor's
@@ -154,12 +157,16 @@ pub fn load(
     truncation: Option<Truncation>,
     add_special_tokens: bool,
 ) -> Result<Box<dyn Tokenizer>> {
+    // Special tokens first: the truncation need only hold those an encode adds.
     let hf = || {
-        HfTokenizer::from_file(path, truncation).map(|t| t.with_special_tokens(add_special_tokens))
+        HfTokenizer::from_file(path, None)?
+            .with_special_tokens(add_special_tokens)
+            .truncated(truncation)
     };
     let fast = || {
-        FastTokenizer::from_file(path, truncation)
-            .map(|t| t.with_special_tokens(add_special_tokens))
+        FastTokenizer::from_file(path, None)?
+            .with_special_tokens(add_special_tokens)
+            .truncated(truncation)
     };
     Ok(match kind {
         TokenizerKind::Hf => Box::new(hf()?),

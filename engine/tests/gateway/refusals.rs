@@ -206,6 +206,62 @@ async fn bad_input_gets_the_right_status_and_one_error_shape() {
     assert_eq!(embedded.status, StatusCode::OK);
 }
 
+/// Regression: a client's token ids over the limit were cut keeping their first and last ids, as if every
+/// tokenizer put one special token at each end: a decoder's (Qwen3's end of text after the text, Llama's begin of
+/// text before it) then kept a text token in a special token's place. They are now cut as the tokenizer cuts the
+/// text itself: its own special tokens kept, from either side.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_ids_over_the_limit_are_cut_as_the_tokenizer_cuts_the_text() {
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let tiny = model_dir();
+    let text =
+        "the quick brown fox jumps over the lazy dog again and again, until the end of it all";
+    for dir in [
+        tiny.path().to_owned(),
+        fixtures.join("qwen3_causal"),
+        fixtures.join("llama_last"),
+    ] {
+        let config = EngineConfig {
+            threads: 1,
+            max_seq_length: Some(9),
+            ..Default::default()
+        };
+        let gw = Gateway::new(
+            vec![Engine::load(&dir, config).unwrap()],
+            GatewayConfig::default(),
+        )
+        .unwrap();
+        let router = gw.router();
+        let tokenizer = engine::tokenizer::load(
+            &dir.join("tokenizer.json"),
+            engine::tokenizer::TokenizerKind::Hf,
+            None,
+            true,
+        )
+        .unwrap();
+        let mut ids = Vec::new();
+        tokenizer.encode(text, &mut ids).unwrap();
+        assert!(ids.len() > 12, "{}: {} ids", dir.display(), ids.len());
+        for direction in ["Right", "Left"] {
+            let embed = |inputs: Value| {
+                post(
+                    &router,
+                    "/embed",
+                    json!({ "inputs": inputs, "truncate": true, "truncation_direction": direction }),
+                )
+            };
+            let (by_ids, by_text) = (embed(json!([ids])).await, embed(json!(text)).await);
+            assert_eq!(by_ids.status, StatusCode::OK, "{}", by_ids.body);
+            assert_eq!(
+                floats(&by_ids.body[0]),
+                floats(&by_text.body[0]),
+                "{} cut from the {direction}",
+                dir.display()
+            );
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_key_and_shutting_down() {
     let dir = model_dir();

@@ -218,15 +218,6 @@ impl FastTokenizer {
             }
         }
         let template = Template::parse(section("post_processor"))?;
-        if let Some(t) = truncation {
-            if t.max_length < template.len() {
-                return Err(bad(format!(
-                    "max length {} is shorter than the {} special tokens",
-                    t.max_length,
-                    template.len()
-                )));
-            }
-        }
         // As the crate counts it: the union of the model's pieces and the added tokens, by their contents in the
         // file (not normalised).
         let vocab_size =
@@ -237,24 +228,41 @@ impl FastTokenizer {
             .chain(ids.values())
             .map(|&id| id as usize + 1)
             .fold(model.id_bound(), usize::max);
-        Ok(FastTokenizer {
+        FastTokenizer {
             model,
             added,
             normalized,
             template,
-            truncation,
+            truncation: None,
             vocab_size,
             id_bound,
             added_ids: ids.into_iter().map(|(t, id)| (t.into(), id)).collect(),
-        })
+        }
+        .truncated(truncation)
     }
 
-    /// Without `add_special_tokens`, its post-processor's special tokens are left out.
+    /// Without `add_special_tokens`, its post-processor's special tokens are left out. Before
+    /// [`FastTokenizer::truncated`]: a limit need only hold the special tokens an encode adds.
     pub fn with_special_tokens(mut self, add_special_tokens: bool) -> Self {
         if !add_special_tokens {
             self.template = Template::default();
         }
         self
+    }
+
+    /// Truncates its encodes as `truncation` says; refused when the limit cannot hold the special tokens.
+    pub fn truncated(mut self, truncation: Option<Truncation>) -> Result<Self> {
+        if let Some(t) = truncation {
+            if t.max_length < self.template.len() {
+                return Err(bad(format!(
+                    "max length {} is shorter than the {} special tokens",
+                    t.max_length,
+                    self.template.len()
+                )));
+            }
+        }
+        self.truncation = truncation;
+        Ok(self)
     }
 
     /// Encodes `text` onto `ids`, stopping once `ids` holds `limit` (the rest would be truncated away).
@@ -375,6 +383,10 @@ impl Tokenizer for FastTokenizer {
 
     fn max_length(&self) -> usize {
         self.truncation.map_or(usize::MAX, |t| t.max_length)
+    }
+
+    fn specials_around(&self) -> (usize, usize) {
+        (self.template.prefix.len(), self.template.suffix.len())
     }
 }
 
@@ -515,6 +527,15 @@ mod tests {
                 &minilm,
                 vec![("/post_processor", json!({"type": "ElectraProcessing"}))],
                 "ElectraProcessing",
+            ),
+            (
+                &minilm,
+                vec![(
+                    "/post_processor",
+                    json!({"type": "Sequence", "processors": [minilm["post_processor"],
+                        {"type": "BertProcessing", "sep": ["[SEP]", 102], "cls": ["[CLS]", 101]}]}),
+                )],
+                "more than one step adds special tokens",
             ),
             (
                 &minilm,

@@ -37,7 +37,9 @@ impl Template {
                 t.prefix.push(special("cls")?);
                 t.suffix.push(special("sep")?);
             }
-            // Each step wraps what the steps before it made.
+            // One step that adds ids among steps that add none (Llama 3's ByteLevel then TemplateProcessing): the
+            // crate hands a later step the pieces of a template's output, not one sequence, so a second step that
+            // adds ids does not wrap the first's (RoBERTa's processor then numbers the pieces as a pair's).
             Some("Sequence") => {
                 for step in json
                     .get("processors")
@@ -45,7 +47,12 @@ impl Template {
                     .ok_or_else(|| bad("post_processor Sequence: missing `processors`"))?
                 {
                     let inner = Template::parse(step)?;
-                    t.prefix.splice(0..0, inner.prefix);
+                    if inner.len() > 0 && t.len() > 0 {
+                        return Err(bad(
+                            "post_processor Sequence: more than one step adds special tokens",
+                        ));
+                    }
+                    t.prefix.extend(inner.prefix);
                     t.suffix.extend(inner.suffix);
                 }
             }
