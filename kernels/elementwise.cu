@@ -9,10 +9,20 @@ __device__ __forceinline__ float gelu(float u) {
     return 0.5f * u * (1.0f + erff(u * 0.70710678118654752f));
 }
 
+// GELU's tanh approximation (ALBERT's `gelu_new`, Gemma's `gelu_pytorch_tanh`):
+// g/2 (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))).
+__device__ __forceinline__ float gelu_tanh(float g) {
+    return 0.5f * g * (1.0f + tanhf(0.7978845608f * (g + 0.044715f * g * g * g)));
+}
+
 // A linear layer's activation (Ops::linear): 0 none, 1 exact GELU, 2 tanh (sentence-transformers' Dense), 3 ReLU
-// (T5's feed-forward).
+// (T5's feed-forward), 4 GELU's tanh approximation.
 __device__ __forceinline__ float activate(float v, int act) {
-    return act == 1 ? gelu(v) : act == 2 ? tanhf(v) : act == 3 ? fmaxf(v, 0.0f) : v;
+    return act == 1   ? gelu(v)
+           : act == 2 ? tanhf(v)
+           : act == 3 ? fmaxf(v, 0.0f)
+           : act == 4 ? gelu_tanh(v)
+                      : v;
 }
 
 // out = act(y + bias) + residual, in place on `y` (the GEMM's output); `bias` and `residual` may be null, `act`
@@ -50,11 +60,6 @@ extern "C" __global__ void bias_act_bf16(unsigned short* y, int ld, int cols, co
     }
     v = activate(v, act);
     *p = f32_to_bf16(v);
-}
-
-// GELU's tanh approximation (Gemma's `gelu_pytorch_tanh`): g/2 (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))).
-__device__ __forceinline__ float gelu_tanh(float g) {
-    return 0.5f * g * (1.0f + tanhf(0.7978845608f * (g + 0.044715f * g * g * g)));
 }
 
 // A gated linear unit's product: act(g) * u, act 0 SiLU (SwiGLU: g / (1 + e^-g)), 1 exact GELU, 2 GELU's tanh

@@ -84,7 +84,15 @@ Complete sentence-transformers directories under engine/tests/fixtures/:
     `prompt_name="query"`, whose tokens sentence-transformers leaves out of every mode (ids: the templated text's);
   - distilbert_cls_mean_dense: DistilBertModel with CLS and mean pooling concatenated, written in sentence-transformers
     < 6's flags (`pooling_mode_cls_token`, `pooling_mode_mean_tokens`), a tanh Dense module with bias from their 128
-    columns to 48, Normalize.
+    columns to 48, Normalize;
+  - albert_mean: AlbertModel (paraphrase-albert-small-v2's): embeddings 32 wide projected to the layers' 64, five
+    layers sharing two groups of two layers' weights (layers 0-2 run group 0, 3-4 group 1, each group's two layers
+    in turn), GELU's tanh approximation (`gelu_new`), with a Unigram of ALBERT's pipeline (transformers'
+    AlbertTokenizer: `` and '' as ", NFKD, accents stripped, lowercase; whitespace split then Metaspace;
+    `[CLS] $A [SEP]`, `[MASK]` taking in the whitespace before it: the in-house tokenizer refuses NFKD, the engine's
+    default then reads it with the tokenizers crate), mean pooling, Normalize;
+  - electra_mean: ElectraModel (BERT's layers behind embeddings 32 wide and `embeddings_project` to 64) with
+    bert_mean's WordPiece, mean pooling, no Normalize.
   Each scaled fixture is checked here to embed far from the same directory without its scaling.
 
 The first three number positions as RoBERTa does (from pad_token_id + 1, a `<pad>` inside a text taking the padding row and
@@ -112,7 +120,7 @@ from tokenizers import (AddedToken, Tokenizer, decoders, models as tok_models, n
                         trainers)
 import sys
 
-from transformers import (BertConfig, BertModel, DistilBertConfig, DistilBertModel, Gemma3TextConfig, GteConfig, GteModel,
+from transformers import (AlbertConfig, AlbertModel, BertConfig, BertModel, DistilBertConfig, ElectraConfig, ElectraModel, DistilBertModel, Gemma3TextConfig, GteConfig, GteModel,
                           Gemma3TextModel, LlamaConfig, LlamaModel, MistralConfig, MistralModel, ModernBertConfig,
                           ModernBertModel, MPNetConfig, MPNetModel, NomicBertConfig, NomicBertModel,
                           JinaEmbeddingsV3Config, JinaEmbeddingsV3Model, EuroBertConfig, EuroBertModel,
@@ -224,6 +232,32 @@ def bert_tokenizer():
     tok.post_processor = processors.BertProcessing(("[SEP]", tok.token_to_id("[SEP]")),
                                                    ("[CLS]", tok.token_to_id("[CLS]")))
     return tok
+
+
+def albert_tokenizer():
+    """ALBERT's pipeline as transformers' AlbertTokenizer builds it, on a Unigram trained here."""
+    tok = Tokenizer(tok_models.Unigram())
+    tok.normalizer = normalizers.Sequence([normalizers.Replace("``", '"'), normalizers.Replace("''", '"'),
+                                           normalizers.NFKD(), normalizers.StripAccents(), normalizers.Lowercase()])
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(),
+                                                 pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")])
+    tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    specials = ["<pad>", "<unk>", "[CLS]", "[SEP]"]
+    trainer = trainers.UnigramTrainer(vocab_size=1000, special_tokens=specials + ["[MASK]"], unk_token="<unk>",
+                                      show_progress=False)
+    # English only (every character of the multilingual corpora would not fit the vocabulary): the rest is `<unk>`.
+    english = (json.loads(line)["text"] for name in ["passages_en", "long_docs_en"]
+               for line in open(f"workloads/text/{name}.jsonl", encoding="utf-8"))
+    tok.train_from_iterator(english, trainer)
+    tok.add_special_tokens(specials)
+    tok.add_special_tokens([AddedToken("[MASK]", lstrip=True, rstrip=False, normalized=False, special=True)])
+    tok.post_processor = processors.TemplateProcessing(single="[CLS]:0 $A:0 [SEP]:0", special_tokens=[
+        ("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))])
+    return tok
+
+
+ALBERT_SPECIALS = dict(pad_token="<pad>", unk_token="<unk>", cls_token="[CLS]", sep_token="[SEP]",
+                       mask_token="[MASK]")
 
 
 def modernbert_tokenizer():
@@ -434,6 +468,21 @@ def distilbert(tok, max_seq):
     return DistilBertModel(config).eval()
 
 
+def albert(tok, max_seq):
+    config = AlbertConfig(vocab_size=tok.get_vocab_size(), embedding_size=32, hidden_size=64, num_hidden_layers=5,
+                          num_hidden_groups=2, inner_group_num=2, num_attention_heads=4, intermediate_size=128,
+                          hidden_act="gelu_new", max_position_embeddings=max_seq, pad_token_id=tok.token_to_id("<pad>"),
+                          attn_implementation="eager")
+    return AlbertModel(config, add_pooling_layer=False).eval()
+
+
+def electra(tok, max_seq):
+    config = ElectraConfig(vocab_size=tok.get_vocab_size(), embedding_size=32, hidden_size=64, num_hidden_layers=2,
+                           num_attention_heads=4, intermediate_size=128, max_position_embeddings=max_seq,
+                           pad_token_id=tok.token_to_id("[PAD]"), attn_implementation="eager")
+    return ElectraModel(config).eval()
+
+
 def modernbert(**extra):
     def build(tok, max_seq):
         config = ModernBertConfig(vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=96,
@@ -625,6 +674,10 @@ def main():
     if not only or "distilbert_cls_mean_dense" in only:
         make("distilbert_cls_mean_dense", distilbert, bert_tokenizer(), BERT_SPECIALS, ("cls", "mean"), True, 31, 64,
              dense=[(48, True, torch.nn.Tanh())], legacy_pooling=True)
+    if not only or "albert_mean" in only:
+        make("albert_mean", albert, albert_tokenizer(), ALBERT_SPECIALS, "mean", True, 32, 64)
+    if not only or "electra_mean" in only:
+        make("electra_mean", electra, bert_tokenizer(), BERT_SPECIALS, "mean", False, 33, 64)
     if not only or "llama_weightedmean" in only:
         make("llama_weightedmean", decoder(LlamaConfig, LlamaModel, num_key_value_heads=2, rope_theta=5e4),
              llama_tokenizer(), LLAMA_SPECIALS, "weightedmean", True, 20, 96)

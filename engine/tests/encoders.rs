@@ -23,7 +23,10 @@
 //! (jina-embeddings-v2-base-code, -de, -es, -zh: LayerNorms on Q and K, a second residual norm, its own GeGLU
 //! order; the same script's); and sentence-transformers' Pooling module with several modes concatenated: all six
 //! in an order of their own with the prompt's tokens left out (`include_prompt: false`, INSTRUCTOR's), and CLS
-//! and mean in the old flags with a Dense module over both and Normalize. The first three number positions after the
+//! and mean in the old flags with a Dense module over both and Normalize; and ALBERT (paraphrase-albert-small-v2's:
+//! narrower embeddings projected to the layers' width, five layers running two groups of two shared layers, GELU's
+//! tanh approximation; its Unigram tokenizer behind NFKD, read by the crate) and ELECTRA (BERT's layers behind
+//! narrower, projected embeddings). The first three number positions after the
 //! padding id: their texts put `<pad>` inside sequences
 //! (it takes the padding row and does not advance the positions after it), `<mask>` after whitespace it strips,
 //! and run past max_seq_length; the default tokenizer must give sentence-transformers' ids. Last, the static
@@ -35,7 +38,7 @@ mod common;
 
 use engine::{CaptureMode, Dtype, Engine, EngineConfig};
 
-const MODELS: [&str; 26] = [
+const MODELS: [&str; 28] = [
     "xlmr_mean",
     "roberta_cls",
     "mpnet_mean",
@@ -60,6 +63,8 @@ const MODELS: [&str; 26] = [
     "jinabert_qk_mean",
     "bert_six_modes",
     "distilbert_cls_mean_dense",
+    "albert_mean",
+    "electra_mean",
     "static_mean",
     "model2vec_mean",
 ];

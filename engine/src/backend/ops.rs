@@ -26,6 +26,8 @@ pub enum Activation {
     None,
     /// Exact (erf) GELU, BERT's `hidden_act = "gelu"`.
     Gelu,
+    /// GELU's tanh approximation, ALBERT's `hidden_act = "gelu_new"` (transformers' `gelu_pytorch_tanh` too).
+    GeluTanh,
     /// tanh, sentence-transformers' Dense default (LaBSE's, distiluse's).
     Tanh,
     /// `max(x, 0)`, T5's feed-forward (`feed_forward_proj = "relu"`).

@@ -5,7 +5,10 @@
 //! modules after it. The same network runs RoBERTa and XLM-RoBERTa (`modeling_roberta.py`: positions after the
 //! padding id), MPNet (`modeling_mpnet.py`: those positions, no token types, other tensor names, and
 //! MPNetEncoder's relative position bias on every layer's attention scores) and DistilBERT
-//! (`modeling_distilbert.py`: no token types, other tensor names): [`BertFamily`]. And JinaBERT
+//! (`modeling_distilbert.py`: no token types, other tensor names), ALBERT (`modeling_albert.py`: AlbertEmbeddings
+//! narrower than the layers and AlbertTransformer's `embedding_hidden_mapping_in` to their width, AlbertLayer's
+//! names, layers sharing one set of weights per AlbertLayerGroup) and ELECTRA (`modeling_electra.py`: BERT's layers
+//! behind ALBERT-style narrower embeddings and ElectraModel's `embeddings_project`): [`BertFamily`]. And JinaBERT
 //! (jina-embeddings-v2, Jina's `jina-bert-implementation`): BERT without a position table, symmetric ALiBi biases
 //! on the attention scores, and a GeGLU feed-forward (`mlp.gated_layers` without bias, the GELU of its first half
 //! times its second, `mlp.wo`, `mlp.layernorm`); and Jina's `jina-bert-v2-qk-post-norm` (jina-embeddings-v2-base-code,
@@ -66,17 +69,25 @@ impl<D: Device> Linear<D> {
 }
 
 /// BertEmbeddings: word + absolute position (none with ALiBi) + token type (always type 0 for single sentences;
-/// MPNet has none), then LayerNorm, as one op.
+/// MPNet has none), then LayerNorm, as one op; then ALBERT's and ELECTRA's projection to the layers' width.
 pub struct Embeddings<D: Device> {
     table: Embedding<D>,
+    /// AlbertTransformer's `embedding_hidden_mapping_in`, ElectraModel's `embeddings_project` (where the widths
+    /// differ).
+    projection: Option<Linear<D>>,
 }
 
 impl<D: Device> Embeddings<D> {
     pub fn load(w: &Weights, d: &D, c: &BertConfig) -> Result<Self> {
-        let h = c.hidden_size;
+        let (h, e) = (c.embedding_size(), c.hidden_size);
+        let projection = match c.family() {
+            BertFamily::Albert => Some("encoder.embedding_hidden_mapping_in"),
+            BertFamily::Electra if h != e => Some("embeddings_project"),
+            _ => None,
+        };
         let row = match c.family() {
             BertFamily::Mpnet | BertFamily::DistilBert => None,
-            BertFamily::Bert | BertFamily::Roberta => {
+            BertFamily::Bert | BertFamily::Roberta | BertFamily::Albert | BertFamily::Electra => {
                 let token_type = w.get(
                     "embeddings.token_type_embeddings.weight",
                     &[c.type_vocab_size, h],
@@ -113,11 +124,27 @@ impl<D: Device> Embeddings<D> {
                     true,
                 )?),
             },
+            projection: projection
+                .map(|name| Linear::load(w, d, name, e, h))
+                .transpose()?,
         })
     }
 
-    fn forward<O: Ops<Device = D>>(&self, ops: &O, batch: &Batch, x: O::Mat) {
-        ops.embed(batch, &self.table, x);
+    /// Into `x`, through `narrow` (the embeddings' own width) where they are projected.
+    fn forward<O: Ops<Device = D>>(
+        &self,
+        ops: &O,
+        batch: &Batch,
+        narrow: Option<O::Mat>,
+        x: O::Mat,
+    ) {
+        match (&self.projection, narrow) {
+            (Some(p), Some(narrow)) => {
+                ops.embed(batch, &self.table, narrow);
+                p.forward(ops, narrow, Activation::None, None, x);
+            }
+            _ => ops.embed(batch, &self.table, x),
+        }
     }
 }
 
@@ -132,17 +159,22 @@ struct Acts<M> {
     inter: M,
     /// JinaBERT's gated projection (GELU's input and the values it gates), beside `inter`.
     gate_up: Option<M>,
+    /// ALBERT's and ELECTRA's embeddings before their projection, in the memory of QKV (not yet live).
+    narrow: Option<M>,
 }
 
-/// The feed-forward block: BertIntermediate + BertOutput, or JinaBERT's GeGLU (`gated_layers`, `wo`).
+/// The feed-forward block: BertIntermediate + BertOutput (AlbertLayer's `ffn`, `ffn_output`), or JinaBERT's GeGLU
+/// (`gated_layers`, `wo`); each with the config's GELU.
 enum FeedForward<D: Device> {
     Bert {
         intermediate: Linear<D>,
         output: Linear<D>,
+        act: Activation,
     },
     Geglu {
         gated: D::Linear,
         wo: Linear<D>,
+        glu: Glu,
     },
 }
 
@@ -168,11 +200,22 @@ pub struct Layer<D: Device> {
 }
 
 impl<D: Device> Layer<D> {
-    /// `qk_post_norm`: the checkpoint is Jina's `jina-bert-v2-qk-post-norm` (`QkPostNorm`).
-    pub fn load(w: &Weights, d: &D, c: &BertConfig, i: usize, qk_post_norm: bool) -> Result<Self> {
+    /// The layer whose tensors start `block` (`encoder.layer.3`); `qk_post_norm`: the checkpoint is Jina's
+    /// `jina-bert-v2-qk-post-norm` (`QkPostNorm`).
+    pub fn load(
+        w: &Weights,
+        d: &D,
+        c: &BertConfig,
+        block: &str,
+        qk_post_norm: bool,
+    ) -> Result<Self> {
         let (h, f) = (c.hidden_size, c.intermediate_size);
-        let n = LayerNames::of(c, i, qk_post_norm);
+        let n = LayerNames::of(c, block, qk_post_norm);
         let eps = c.norm_eps();
+        let (act, glu) = match c.activation() {
+            Activation::GeluTanh => (Activation::GeluTanh, Glu::GeluTanh),
+            _ => (Activation::Gelu, Glu::Gelu),
+        };
         let feed_forward = if qk_post_norm {
             // `up_gated_layer`'s first half is the values, its second the gate: swapped, for the gate op's order.
             let t = w.get(&format!("{}.weight", n.intermediate), &[2 * f, h])?;
@@ -180,16 +223,19 @@ impl<D: Device> Layer<D> {
             FeedForward::Geglu {
                 gated: d.linear(&[gate, up].concat(), None, 2 * f, h)?,
                 wo: Linear::load(w, d, &n.output, h, f)?,
+                glu,
             }
         } else if c.gated_feed_forward() {
             FeedForward::Geglu {
                 gated: stacked_linear(w, d, &[(n.intermediate, 2 * f)], h, false)?,
                 wo: Linear::load(w, d, &n.output, h, f)?,
+                glu,
             }
         } else {
             FeedForward::Bert {
                 intermediate: Linear::load(w, d, &n.intermediate, f, h)?,
                 output: Linear::load(w, d, &n.output, h, f)?,
+                act,
             }
         };
         let qk_post_norm = match &n.qk_post_norm {
@@ -239,14 +285,15 @@ impl<D: Device> Layer<D> {
             FeedForward::Bert {
                 intermediate,
                 output,
+                act,
             } => {
-                intermediate.forward(ops, a.tmp, Activation::Gelu, None, a.inter);
+                intermediate.forward(ops, a.tmp, *act, None, a.inter);
                 output
             }
-            FeedForward::Geglu { gated, wo } => {
+            FeedForward::Geglu { gated, wo, glu } => {
                 let gate_up = a.gate_up.expect("the GeGLU layout has a gate slot");
                 ops.linear(a.tmp, gated, Activation::None, None, gate_up);
-                ops.glu(gate_up, Glu::Gelu, a.inter);
+                ops.glu(gate_up, *glu, a.inter);
                 wo
             }
         };
@@ -255,7 +302,7 @@ impl<D: Device> Layer<D> {
     }
 }
 
-/// Layer `i`'s tensors in each family's checkpoints.
+/// The tensors of the layer at `block` in each family's checkpoints.
 struct LayerNames {
     qkv: [String; 3],
     /// Jina's qk-post-norm LayerNorms: on Q, on K, and on the attention block's output plus the layer's input.
@@ -268,52 +315,54 @@ struct LayerNames {
 }
 
 impl LayerNames {
-    fn of(c: &BertConfig, i: usize, qk_post_norm: bool) -> Self {
+    fn of(c: &BertConfig, block: &str, qk_post_norm: bool) -> Self {
         // Q, K, V, the attention's output projection and LayerNorm, the feed-forward's two projections and its
         // LayerNorm.
-        let (block, mut names) = match c.family() {
+        let mut names = match c.family() {
             // BertSelfAttention + BertSelfOutput, BertIntermediate + BertOutput.
-            BertFamily::Bert | BertFamily::Roberta => (
-                "encoder.layer",
-                [
-                    "attention.self.query",
-                    "attention.self.key",
-                    "attention.self.value",
-                    "attention.output.dense",
-                    "attention.output.LayerNorm",
-                    "intermediate.dense",
-                    "output.dense",
-                    "output.LayerNorm",
-                ],
-            ),
+            BertFamily::Bert | BertFamily::Roberta | BertFamily::Electra => [
+                "attention.self.query",
+                "attention.self.key",
+                "attention.self.value",
+                "attention.output.dense",
+                "attention.output.LayerNorm",
+                "intermediate.dense",
+                "output.dense",
+                "output.LayerNorm",
+            ],
             // MPNetAttention's `attn` (q, k, v, o) and LayerNorm; BERT's feed-forward.
-            BertFamily::Mpnet => (
-                "encoder.layer",
-                [
-                    "attention.attn.q",
-                    "attention.attn.k",
-                    "attention.attn.v",
-                    "attention.attn.o",
-                    "attention.LayerNorm",
-                    "intermediate.dense",
-                    "output.dense",
-                    "output.LayerNorm",
-                ],
-            ),
+            BertFamily::Mpnet => [
+                "attention.attn.q",
+                "attention.attn.k",
+                "attention.attn.v",
+                "attention.attn.o",
+                "attention.LayerNorm",
+                "intermediate.dense",
+                "output.dense",
+                "output.LayerNorm",
+            ],
             // DistilBERT's TransformerBlock: MultiHeadSelfAttention, sa_layer_norm, FFN, output_layer_norm.
-            BertFamily::DistilBert => (
-                "transformer.layer",
-                [
-                    "attention.q_lin",
-                    "attention.k_lin",
-                    "attention.v_lin",
-                    "attention.out_lin",
-                    "sa_layer_norm",
-                    "ffn.lin1",
-                    "ffn.lin2",
-                    "output_layer_norm",
-                ],
-            ),
+            BertFamily::DistilBert => [
+                "attention.q_lin",
+                "attention.k_lin",
+                "attention.v_lin",
+                "attention.out_lin",
+                "sa_layer_norm",
+                "ffn.lin1",
+                "ffn.lin2",
+                "output_layer_norm",
+            ],
+            // AlbertAttention (its own dense and LayerNorm), AlbertLayer's `ffn`, `ffn_output` and norm.
+            BertFamily::Albert => [
+                "attention.query",
+                "attention.key",
+                "attention.value",
+                "attention.dense",
+                "attention.LayerNorm",
+                "ffn",
+                "ffn_output",
+                "full_layer_layer_norm",
+            ],
         };
         if qk_post_norm {
             names[5..].copy_from_slice(&["mlp.up_gated_layer", "mlp.down_layer", "layer_norm_2"]);
@@ -321,7 +370,7 @@ impl LayerNames {
             // JinaBERT's GLUMLP after BERT's attention.
             names[5..].copy_from_slice(&["mlp.gated_layers", "mlp.wo", "mlp.layernorm"]);
         }
-        let name = |n: &str| format!("{block}.{i}.{n}");
+        let name = |n: &str| format!("{block}.{n}");
         let [q, k, v, attn_out, attn_norm, intermediate, output, out_norm] = names.map(name);
         LayerNames {
             qkv: [q, k, v],
@@ -346,7 +395,10 @@ impl LayerNames {
 pub struct Bert<D: Device> {
     pub config: BertConfig,
     embeddings: Embeddings<D>,
+    /// Each set of layer weights once: one per layer, or ALBERT's groups' (each run by several layers).
     layers: Vec<Layer<D>>,
+    /// The layers in the order they run, as indices into `layers`.
+    order: Vec<usize>,
     /// MPNet's relative position bias or JinaBERT's ALiBi, shared by every layer.
     bias: Option<RelativeBias<D>>,
 }
@@ -368,11 +420,14 @@ impl<D: Device> Bert<D> {
                  (position_embedding_type \"alibi\", feed_forward_type \"geglu\"), as Jina's checkpoints have them",
             ));
         }
+        let (blocks, order) = layer_plan(c);
         Ok(Bert {
             embeddings: Embeddings::load(&w, device, c)?,
-            layers: (0..c.num_hidden_layers)
-                .map(|i| Layer::load(&w, device, c, i, qk_post_norm))
+            layers: blocks
+                .iter()
+                .map(|block| Layer::load(&w, device, c, block, qk_post_norm))
                 .collect::<Result<_>>()?,
+            order,
             bias: match c.family() {
                 BertFamily::Bert if c.alibi() => Some(alibi_bias(
                     device,
@@ -388,17 +443,57 @@ impl<D: Device> Bert<D> {
                     (32, 128),
                     dir.positions.max(1),
                 )?),
-                BertFamily::Bert | BertFamily::Roberta | BertFamily::DistilBert => None,
+                BertFamily::Bert
+                | BertFamily::Roberta
+                | BertFamily::DistilBert
+                | BertFamily::Albert
+                | BertFamily::Electra => None,
             },
             config: c.clone(),
         })
     }
 }
 
+/// Where each set of layer weights starts among the tensors, and the sets in the order the layers run them:
+/// `encoder.layer.{i}` once each (`transformer.layer.{i}`: DistilBERT's), or ALBERT's groups
+/// (`encoder.albert_layer_groups.{g}.albert_layers.{j}`), each group's layers run in turn by every layer of the
+/// group ([`BertConfig::layer_groups`]).
+fn layer_plan(c: &BertConfig) -> (Vec<String>, Vec<usize>) {
+    let layers = c.num_hidden_layers;
+    match c.family() {
+        BertFamily::Albert => {
+            let inner = c.inner_group_num;
+            let blocks = (0..c.num_hidden_groups)
+                .flat_map(|g| {
+                    (0..inner)
+                        .map(move |j| format!("encoder.albert_layer_groups.{g}.albert_layers.{j}"))
+                })
+                .collect();
+            let order = c
+                .layer_groups()
+                .into_iter()
+                .flat_map(|g| (0..inner).map(move |j| g * inner + j))
+                .collect();
+            (blocks, order)
+        }
+        family => {
+            let block = match family {
+                BertFamily::DistilBert => "transformer.layer",
+                _ => "encoder.layer",
+            };
+            (
+                (0..layers).map(|i| format!("{block}.{i}")).collect(),
+                (0..layers).collect(),
+            )
+        }
+    }
+}
+
 impl<D: Device> Encoder<D> for Bert<D> {
     /// Hidden states and the block's intermediate each in a region of their own; QKV and the attention context
     /// share a third with the feed-forward activations, which are only live once both are dead (JinaBERT's
-    /// gated projection beside them).
+    /// gated projection beside them), and with ALBERT's and ELECTRA's embeddings before their projection, dead
+    /// before the first layer.
     fn layout(&self) -> EncoderLayout {
         let (h, f) = (self.config.hidden_size, self.config.intermediate_size);
         let slot = Slot::new;
@@ -414,6 +509,9 @@ impl<D: Device> Encoder<D> for Bert<D> {
             // Written by the gated projection, read only by the gate (of the gate's output's precision).
             slots.push(slot(2, f, 2 * f, true));
         }
+        if self.embeddings.projection.is_some() {
+            slots.push(slot(2, 0, self.config.embedding_size(), false));
+        }
         EncoderLayout {
             slots,
             attention: Some(self.config.attention()),
@@ -427,22 +525,22 @@ impl<D: Device> Encoder<D> for Bert<D> {
         let Some([hidden, tmp, qkv, ctx, inter]) = acts.first_chunk() else {
             panic!("BERT's layout has five slots, got {}", acts.len());
         };
+        // The network's optional slots after its five, in the layout's order (the head's slots follow them).
+        let gated = self.config.gated_feed_forward();
+        let optional =
+            |present: bool, at: usize| present.then(|| acts.get(at).map(|m| m.top(t))).flatten();
         let a = Acts {
             hidden: hidden.top(t),
             tmp: tmp.top(t),
             qkv: qkv.top(t),
             ctx: ctx.top(t),
             inter: inter.top(t),
-            // The network's sixth slot, where it has one (the head's slots follow the network's).
-            gate_up: self
-                .config
-                .gated_feed_forward()
-                .then(|| acts.get(5).map(|m| m.top(t)))
-                .flatten(),
+            gate_up: optional(gated, 5),
+            narrow: optional(self.embeddings.projection.is_some(), 5 + usize::from(gated)),
         };
-        self.embeddings.forward(ops, batch, a.hidden);
-        for layer in &self.layers {
-            layer.forward(ops, batch, self.bias.as_ref(), &a);
+        self.embeddings.forward(ops, batch, a.narrow, a.hidden);
+        for &i in &self.order {
+            self.layers[i].forward(ops, batch, self.bias.as_ref(), &a);
         }
         a.hidden
     }

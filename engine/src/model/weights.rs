@@ -108,12 +108,14 @@ pub struct Weights {
 /// The prefixes tensor names may carry: none, or the base model's attribute in a checkpoint saved from a model
 /// with a head (`BertForMaskedLM`'s `bert.`, `XLMRobertaForMaskedLM`'s `roberta.`, `MPNetForMaskedLM`'s `mpnet.`,
 /// `DistilBertForMaskedLM`'s `distilbert.`, `Qwen3ForCausalLM`'s `model.`, Alibaba GTE's `new.`).
-const PREFIXES: [&str; 7] = [
+const PREFIXES: [&str; 9] = [
     "",
     "bert.",
     "roberta.",
     "mpnet.",
     "distilbert.",
+    "albert.",
+    "electra.",
     "model.",
     "new.",
 ];

@@ -223,6 +223,8 @@ fn emulated_cuda_elementwise_kernels_match_f64_and_write_their_shadow() {
     let tanh_shadow = out.bf16s(ROWS * COLS);
     let relu = out.f32s(ROWS * LD);
     let relu_shadow = out.bf16s(ROWS * COLS);
+    let act_gelu_tanh = out.f32s(ROWS * LD);
+    let act_gelu_tanh_shadow = out.bf16s(ROWS * COLS);
     let silu = out.f32s(ROWS * LD);
     let silu_shadow = out.bf16s(ROWS * f);
     let gelu_gate = out.f32s(ROWS * LD);
@@ -258,6 +260,14 @@ fn emulated_cuda_elementwise_kernels_match_f64_and_write_their_shadow() {
         &relu_shadow,
         COLS,
         |r, c| (inp.y[r * LD + c] as f64 + inp.a[c] as f64).max(0.0),
+        |i| inp.y[i],
+    );
+    check_rows(
+        "bias_act (GELU's tanh approximation)",
+        &act_gelu_tanh,
+        &act_gelu_tanh_shadow,
+        COLS,
+        |r, c| gelu_tanh_of(inp.y[r * LD + c] as f64 + inp.a[c] as f64),
         |i| inp.y[i],
     );
     check_rows(

@@ -436,6 +436,7 @@ pub fn linear(par: &dyn Par, x: Mat, w: &PackedB, epi: Epilogue, out: Mat, scrat
             match epi.act {
                 Activation::None => {}
                 Activation::Gelu => rows_of(kernels::gelu),
+                Activation::GeluTanh => rows_of(kernels::gelu_tanh),
                 Activation::Tanh => rows_of(kernels::tanh),
                 Activation::Relu => rows_of(kernels::relu),
             }

@@ -96,6 +96,22 @@ simd_fn! {
     }
 }
 
+simd_fn! {
+    /// GELU's tanh approximation in place, as ALBERT's `hidden_act = "gelu_new"`.
+    pub fn gelu_tanh(x: &mut [f32]) {
+        for v in x.iter_mut() {
+            *v = gelu_tanh_of(*v);
+        }
+    }
+}
+
+/// GELU's tanh approximation (`gelu_new`, `gelu_pytorch_tanh`): `½ x (1 + tanh(√(2/π) (x + 0.044715 x³)))`.
+#[inline(always)]
+fn gelu_tanh_of(x: f32) -> f32 {
+    const C: f32 = 0.797_884_6; // √(2/π)
+    0.5 * x * (1.0 + (C * (x + 0.044715 * x * x * x)).tanh())
+}
+
 /// tanh in place (sentence-transformers' Dense default): only on pooled rows, so the standard library's.
 pub fn tanh(x: &mut [f32]) {
     for v in x.iter_mut() {
@@ -271,9 +287,8 @@ simd_fn! {
     /// GeGLU's gate of one row with GELU's tanh approximation (`gelu_pytorch_tanh`):
     /// `out = ½ g (1 + tanh(√(2/π) (g + 0.044715 g³))) · up`.
     pub fn gelu_tanh_gate(gate: &[f32], up: &[f32], out: &mut [f32]) {
-        const C: f32 = 0.797_884_6; // √(2/π)
         for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
-            *o = 0.5 * g * (1.0 + (C * (g + 0.044715 * g * g * g)).tanh()) * u;
+            *o = gelu_tanh_of(g) * u;
         }
     }
 }

@@ -1,12 +1,12 @@
-//! BERT-family encoders' `config.json` (BERT, RoBERTa, XLM-RoBERTa, CamemBERT, MPNet, DistilBERT; JinaBERT's, a
-//! BERT with ALiBi positions and a GeGLU feed-forward).
+//! BERT-family encoders' `config.json` (BERT, RoBERTa, XLM-RoBERTa, CamemBERT, MPNet, DistilBERT, ALBERT, ELECTRA;
+//! JinaBERT's, a BERT with ALiBi positions and a GeGLU feed-forward).
 
 use std::path::Path;
 
 use serde::Deserialize;
 
 use super::{default_act, read_json};
-use crate::backend::ops::{AttentionShape, PositionIds};
+use crate::backend::ops::{Activation, AttentionShape, PositionIds};
 use crate::error::{Error, Result};
 
 /// The subset of a Hugging Face `config.json` that a BERT-family encoder needs: BERT's, RoBERTa's and
@@ -45,6 +45,19 @@ pub struct BertConfig {
     /// Rows of MPNet's relative attention bias table.
     #[serde(default = "default_buckets")]
     pub relative_attention_num_buckets: usize,
+    /// ALBERT's and ELECTRA's embedding width, projected to `hidden_size` before the layers (read through
+    /// [`BertConfig::embedding_size`]).
+    pub embedding_size: Option<usize>,
+    /// ALBERT's groups of shared layers: layer `i` of `num_hidden_layers` runs group `i · groups / layers`, each a
+    /// run of `inner_group_num` layers.
+    #[serde(default = "one")]
+    pub num_hidden_groups: usize,
+    #[serde(default = "one")]
+    pub inner_group_num: usize,
+}
+
+fn one() -> usize {
+    1
 }
 
 fn default_buckets() -> usize {
@@ -53,17 +66,21 @@ fn default_buckets() -> usize {
 
 /// The encoders that run as BERT's network: BERT itself; RoBERTa (and XLM-RoBERTa), whose position ids count
 /// after the padding id; MPNet, which numbers positions as RoBERTa, has no token types, and adds a relative
-/// position bias to its attention scores; DistilBERT, BERT without token types under other names.
+/// position bias to its attention scores; DistilBERT, BERT without token types under other names; ALBERT, whose
+/// narrower embeddings are projected to the layers' width and whose layers share their weights in groups; ELECTRA,
+/// BERT's layers behind ALBERT's narrower embeddings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BertFamily {
     Bert,
     Roberta,
     Mpnet,
     DistilBert,
+    Albert,
+    Electra,
 }
 
 /// Each family's `model_type`s and architecture names.
-const FAMILIES: [(BertFamily, &str, &[&str]); 6] = [
+const FAMILIES: [(BertFamily, &str, &[&str]); 8] = [
     (BertFamily::Bert, "bert", &["BertModel", "BertForMaskedLM"]),
     (
         BertFamily::Roberta,
@@ -91,6 +108,20 @@ const FAMILIES: [(BertFamily, &str, &[&str]); 6] = [
         "distilbert",
         &["DistilBertModel", "DistilBertForMaskedLM"],
     ),
+    (
+        BertFamily::Albert,
+        "albert",
+        &["AlbertModel", "AlbertForMaskedLM", "AlbertForPreTraining"],
+    ),
+    (
+        BertFamily::Electra,
+        "electra",
+        &[
+            "ElectraModel",
+            "ElectraForPreTraining",
+            "ElectraForMaskedLM",
+        ],
+    ),
 ];
 
 impl BertFamily {
@@ -114,7 +145,10 @@ impl BertConfig {
     /// after the padding id (RoBERTa's from its config; MPNetEmbeddings fixes its own at 1, whatever the config says).
     pub fn position_ids(&self) -> PositionIds {
         match self.family() {
-            BertFamily::Bert | BertFamily::DistilBert => PositionIds::Index,
+            BertFamily::Bert
+            | BertFamily::DistilBert
+            | BertFamily::Albert
+            | BertFamily::Electra => PositionIds::Index,
             BertFamily::Roberta => PositionIds::AfterPadding {
                 pad: self.pad_token_id.unwrap_or(1),
             },
@@ -134,6 +168,34 @@ impl BertConfig {
     pub fn max_positions(&self) -> usize {
         self.max_position_embeddings
             .saturating_sub(self.position_ids().rows_for(0))
+    }
+
+    /// The embeddings' width: ALBERT's and ELECTRA's own (128 unless the config says), the hidden size elsewhere.
+    pub fn embedding_size(&self) -> usize {
+        match self.family() {
+            BertFamily::Albert | BertFamily::Electra => self.embedding_size.unwrap_or(128),
+            _ => self.hidden_size,
+        }
+    }
+
+    /// The feed-forward's activation: the exact GELU, or its tanh approximation (ALBERT's `gelu_new`).
+    pub fn activation(&self) -> Activation {
+        match self.hidden_act.as_str() {
+            "gelu_new" | "gelu_pytorch_tanh" => Activation::GeluTanh,
+            _ => Activation::Gelu,
+        }
+    }
+
+    /// Which of ALBERT's groups each of its layers runs (each group one weight set of `inner_group_num` layers,
+    /// transformers' `int(i / (layers / groups))`); one group per layer elsewhere.
+    pub fn layer_groups(&self) -> Vec<usize> {
+        let layers = self.num_hidden_layers;
+        match self.family() {
+            BertFamily::Albert => (0..layers)
+                .map(|i| i * self.num_hidden_groups / layers)
+                .collect(),
+            _ => (0..layers).collect(),
+        }
     }
 
     /// JinaBERT's ALiBi positions instead of a position table.
@@ -170,16 +232,28 @@ fn default_pos() -> String {
 
 pub(super) fn read_bert(config_path: &Path) -> Result<BertConfig> {
     let config: BertConfig = read_json(config_path)?;
-    if config.hidden_act != "gelu" {
+    if !["gelu", "gelu_new", "gelu_pytorch_tanh"].contains(&config.hidden_act.as_str()) {
         return Err(Error::model(
             config_path,
             format!(
-                "unsupported hidden_act {:?} (DistilBERT's `activation`): expected \"gelu\"",
+                "unsupported hidden_act {:?} (DistilBERT's `activation`): expected \"gelu\", \"gelu_new\" or \
+                 \"gelu_pytorch_tanh\"",
                 config.hidden_act
             ),
         ));
     }
     let family = config.family();
+    if family == BertFamily::Albert
+        && (config.num_hidden_groups == 0 || config.inner_group_num == 0)
+    {
+        return Err(Error::model(
+            config_path,
+            format!(
+                "num_hidden_groups {} and inner_group_num {}: ALBERT needs at least one of each",
+                config.num_hidden_groups, config.inner_group_num
+            ),
+        ));
+    }
     let jina = family == BertFamily::Bert;
     if !(config.position_embedding_type == "absolute" || jina && config.alibi()) {
         // Jina's XLM-RoBERTa for its remote code (jina-embeddings-v3's, its rerankers') has rotary positions.
@@ -287,6 +361,34 @@ mod tests {
         }
     }
 
+    /// ALBERT's layers run its groups as transformers' `int(i / (layers / groups))` picks them; its and ELECTRA's
+    /// embeddings are 128 wide unless the config says; `gelu_new` is GELU's tanh form.
+    #[test]
+    fn albert_groups_embedding_widths_and_activations() {
+        use serde_json::json;
+        let groups = |layers: usize, groups: usize| {
+            config(json!({"model_type": "albert", "num_hidden_layers": layers, "num_hidden_groups": groups}))
+                .layer_groups()
+        };
+        assert_eq!(groups(5, 2), [0, 0, 0, 1, 1]);
+        assert_eq!(groups(12, 1), [0; 12]);
+        assert_eq!(groups(4, 4), [0, 1, 2, 3]);
+        // More groups than layers: every other group, as transformers' float division gives.
+        assert_eq!(groups(2, 4), [0, 2]);
+        for (json, width) in [
+            (json!({"model_type": "albert"}), 128),
+            (json!({"model_type": "electra", "embedding_size": 4}), 4),
+            (json!({"model_type": "bert", "embedding_size": 4}), 8),
+        ] {
+            assert_eq!(config(json.clone()).embedding_size(), width, "{json}");
+        }
+        assert_eq!(
+            config(json!({"hidden_act": "gelu_new"})).activation(),
+            Activation::GeluTanh
+        );
+        assert_eq!(config(json!({})).activation(), Activation::Gelu);
+    }
+
     /// DistilBERT's config names the same sizes otherwise.
     #[test]
     fn distilbert_config_names_are_read() {
@@ -352,6 +454,14 @@ mod tests {
             (
                 serde_json::json!({"model_type": "bert", "position_embedding_type": "relative_key"}),
                 "position_embedding_type \"relative_key\"",
+            ),
+            (
+                serde_json::json!({"model_type": "albert", "num_hidden_groups": 0}),
+                "ALBERT needs at least one of each",
+            ),
+            (
+                serde_json::json!({"model_type": "bert", "hidden_act": "relu"}),
+                "unsupported hidden_act \"relu\"",
             ),
         ] {
             let e = read(extra.clone()).expect_err("refused");

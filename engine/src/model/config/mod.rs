@@ -183,7 +183,8 @@ impl ModelConfig {
                 path,
                 format!(
                     "unsupported architecture {:?} (model_type {:?}): expected a BERT-family encoder (BertModel, \
-                     RobertaModel, XLMRobertaModel, CamembertModel, MPNetModel, DistilBertModel), ModernBertModel, \
+                     RobertaModel, XLMRobertaModel, CamembertModel, MPNetModel, DistilBertModel, AlbertModel, \
+                     ElectraModel), ModernBertModel, \
                      NomicBertModel, GteModel (NewModel), JinaEmbeddingsV3Model, \
                      a Llama-family decoder (LlamaModel, MistralModel, Qwen2Model, Qwen3Model, EuroBertModel), Gemma 3's \
                      text model (Gemma3TextModel) or T5's encoder (T5EncoderModel, MT5EncoderModel)",

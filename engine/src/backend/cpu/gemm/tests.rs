@@ -27,6 +27,10 @@ pub(crate) fn reference(
                         * s
                         * (1.0 + super::super::kernels::tests::erf64(s / std::f64::consts::SQRT_2))
                 }
+                Activation::GeluTanh => {
+                    let c = (2.0 / std::f64::consts::PI).sqrt();
+                    s = 0.5 * s * (1.0 + (c * (s + 0.044715 * s.powi(3))).tanh())
+                }
                 Activation::Tanh => s = s.tanh(),
                 Activation::Relu => s = s.max(0.0),
             }
@@ -118,6 +122,7 @@ fn check_against_reference(dtype: Dtype, isa: Isa, tolerance: f32) {
             (Activation::Gelu, false),
             (Activation::Tanh, false),
             (Activation::Relu, false),
+            (Activation::GeluTanh, false),
             (Activation::None, true),
         ] {
             let mut residual = if with_residual {
