@@ -89,8 +89,7 @@ Complete sentence-transformers directories under engine/tests/fixtures/:
     layers sharing two groups of two layers' weights (layers 0-2 run group 0, 3-4 group 1, each group's two layers
     in turn), GELU's tanh approximation (`gelu_new`), with a Unigram of ALBERT's pipeline (transformers'
     AlbertTokenizer: `` and '' as ", NFKD, accents stripped, lowercase; whitespace split then Metaspace;
-    `[CLS] $A [SEP]`, `[MASK]` taking in the whitespace before it: the in-house tokenizer refuses NFKD, the engine's
-    default then reads it with the tokenizers crate), mean pooling, Normalize;
+    `[CLS] $A [SEP]`, `[MASK]` taking in the whitespace before it), mean pooling, Normalize;
   - electra_mean: ElectraModel (BERT's layers behind embeddings 32 wide and `embeddings_project` to 64) with
     bert_mean's WordPiece, mean pooling, no Normalize.
   Each scaled fixture is checked here to embed far from the same directory without its scaling.

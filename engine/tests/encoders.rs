@@ -25,7 +25,7 @@
 //! in an order of their own with the prompt's tokens left out (`include_prompt: false`, INSTRUCTOR's), and CLS
 //! and mean in the old flags with a Dense module over both and Normalize; and ALBERT (paraphrase-albert-small-v2's:
 //! narrower embeddings projected to the layers' width, five layers running two groups of two shared layers, GELU's
-//! tanh approximation; its Unigram tokenizer behind NFKD, read by the crate) and ELECTRA (BERT's layers behind
+//! tanh approximation; its Unigram tokenizer behind NFKD, accent stripping and lowercasing) and ELECTRA (BERT's layers behind
 //! narrower, projected embeddings). The first three number positions after the
 //! padding id: their texts put `<pad>` inside sequences
 //! (it takes the padding row and does not advance the positions after it), `<mask>` after whitespace it strips,

@@ -488,3 +488,99 @@ fn special_tokens_around_a_text_and_the_limit_they_need() {
         "the vocabularies cover {expected:?}: {seen:?}"
     );
 }
+
+/// ALBERT's and XLNet's normalisers in front of a Unigram (the XLM-R-style vocabulary's): `` and '' to ", NFKD,
+/// accents stripped, lowercase (ALBERT's; XLNet keeps case), the precompiled charsmap, runs of spaces to one; as
+/// transformers 4's conversion writes them (Metaspace) and transformers 5's AlbertTokenizer (WhitespaceSplit then
+/// Metaspace, no space rule, and here no charsmap, which would hide NFKD's work behind its own), with ALBERT's `[CLS] $A [SEP]` and XLNet's `$A <sep> <cls>`. The in-house tokenizer
+/// loads each (`fast`, no fallback) and matches the crate on the corpus, random Unicode (ligatures, full-width
+/// letters, `İ`, `Σ`, combining marks) and hostile runs of marks, whole and truncated; Metaspace's `first`
+/// behind NFKD is refused.
+#[test]
+fn albert_and_xlnet_normalisers_equal() {
+    use serde_json::json;
+    let base: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(workloads().join("vocab/xlmr_style_unigram_1k_tokenizer.json"))
+            .expect("vocab"),
+    )
+    .expect("JSON");
+    let charsmap = base["normalizer"]["normalizers"][0].clone();
+    assert_eq!(charsmap["type"], "Precompiled");
+    let quotes = [
+        json!({"type": "Replace", "pattern": {"String": "``"}, "content": "\""}),
+        json!({"type": "Replace", "pattern": {"String": "''"}, "content": "\""}),
+    ];
+    let spaces = json!({"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "});
+    let strip = [json!({"type": "NFKD"}), json!({"type": "StripAccents"})];
+    let lower = json!({"type": "Lowercase"});
+    let metaspace = base["pre_tokenizer"].clone();
+    let split_metaspace =
+        json!({"type": "Sequence", "pretokenizers": [{"type": "WhitespaceSplit"}, metaspace]});
+    let special = |id: &str| json!({"SpecialToken": {"id": id, "type_id": 0}});
+    let seq = json!({"Sequence": {"id": "A", "type_id": 0}});
+    let template = |single: Vec<serde_json::Value>| {
+        json!({"type": "TemplateProcessing", "single": single, "pair": [],
+            "special_tokens": {"<s>": {"id": "<s>", "ids": [0], "tokens": ["<s>"]},
+                "</s>": {"id": "</s>", "ids": [2], "tokens": ["</s>"]}}})
+    };
+    let albert_template = template(vec![special("<s>"), seq.clone(), special("</s>")]);
+    let xlnet_template = template(vec![seq, special("</s>"), special("<s>")]);
+    let normalizer =
+        |steps: Vec<&serde_json::Value>| json!({"type": "Sequence", "normalizers": steps});
+    let variants = [
+        (
+            "albert (transformers 4)",
+            normalizer(vec![
+                &quotes[0], &quotes[1], &strip[0], &strip[1], &lower, &charsmap, &spaces,
+            ]),
+            &metaspace,
+            &albert_template,
+        ),
+        (
+            "albert (transformers 5)",
+            normalizer(vec![&quotes[0], &quotes[1], &strip[0], &strip[1], &lower]),
+            &split_metaspace,
+            &albert_template,
+        ),
+        (
+            "xlnet",
+            normalizer(vec![
+                &quotes[0], &quotes[1], &strip[0], &strip[1], &charsmap, &spaces,
+            ]),
+            &metaspace,
+            &xlnet_template,
+        ),
+    ];
+    let mut rng = StdRng::seed_from_u64(0x00a1_be27);
+    let mut texts = corpus();
+    texts.extend((0..3000).map(|_| random_text(&mut rng)));
+    texts.extend([
+        "``Quoted'' ÀÉÎÕÜ ǅ İstanbul ΣΟΦΟΣ ﬁne ①½ Ｔｅｓｔ  two  spaces".into(),
+        "q\u{307}\u{323}\u{301}".repeat(5000),
+        "\u{301}".repeat(1000),
+        format!("a{}b", "\u{0F73}\u{0F75}".repeat(300)),
+    ]);
+    let dir = tempfile::tempdir().expect("temp dir");
+    for (name, normalizer, pre_tokenizer, post_processor) in variants {
+        let mut json = base.clone();
+        json["normalizer"] = normalizer;
+        json["pre_tokenizer"] = pre_tokenizer.clone();
+        json["post_processor"] = post_processor.clone();
+        let file = dir.path().join(format!("{}.json", name.replace(' ', "_")));
+        std::fs::write(&file, json.to_string()).expect("write");
+        let file = file.to_str().expect("utf-8 path");
+        let compared = assert_same(file, None, &texts);
+        assert!(compared > texts.len() * 10, "{name}: {compared} ids");
+        assert_same(file, Some(Truncation::right(16)), &texts);
+        let mut first = json.clone();
+        let pre = &mut first["pre_tokenizer"];
+        let metaspace = match pre.get_mut("pretokenizers") {
+            Some(steps) => &mut steps[1],
+            None => pre,
+        };
+        metaspace["prepend_scheme"] = "first".into();
+        std::fs::write(file, first.to_string()).expect("write");
+        let refused = tokenizer::load(std::path::Path::new(file), TokenizerKind::Fast, None, true);
+        assert!(refused.is_err(), "{name}: `first` behind NFKD");
+    }
+}

@@ -354,7 +354,7 @@ impl Bpe {
                 let text = if piece.normalized {
                     text
                 } else {
-                    spm::normalize(steps, text, a, b)
+                    spm::normalize(steps, text, a, b, marks)
                 };
                 let mut word = |w: &str| {
                     self.word_chars(w, bpe, ids)?;
@@ -383,9 +383,7 @@ impl Bpe {
                 out
             }
             Front::Bytes { .. } => text,
-            Front::Chars { steps, .. } => {
-                spm::normalized(steps, text, &mut scratch.a, &mut scratch.b, out)
-            }
+            Front::Chars { steps, .. } => spm::normalized(steps, text, scratch, out),
         }
     }
 

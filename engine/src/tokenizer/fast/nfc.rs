@@ -1,10 +1,10 @@
-//! NFC into caller-owned buffers. The crate normalises with `unicode-normalization-alignments`' iterators, whose
-//! inline buffers spill to the heap on a run of more than four combining marks; this is the same algorithm over
-//! the same tables (canonical decomposition, stable ordering of combining marks, then the crate's composition
-//! rules), writing into buffers that a [`crate::tokenizer::Scratch`] keeps warm.
+//! NFC and NFKD into caller-owned buffers. The crate normalises with `unicode-normalization-alignments`' iterators,
+//! whose inline buffers spill to the heap on a run of more than four combining marks; this is the same algorithm
+//! over the same tables (canonical or compatibility decomposition, stable ordering of combining marks, then for
+//! NFC the crate's composition rules), writing into buffers that a [`crate::tokenizer::Scratch`] keeps warm.
 
 use unicode_normalization_alignments::char::{
-    canonical_combining_class, compose, decompose_canonical,
+    canonical_combining_class, compose, decompose_canonical, decompose_compatible,
 };
 use unicode_normalization_alignments::{is_nfc_quick, IsNormalized};
 
@@ -57,8 +57,8 @@ impl Composer<'_> {
     }
 }
 
-/// Sorts the pending combining marks by class, keeping the order of equals, and composes them.
-fn drain_marks(marks: &mut Vec<(u8, char)>, composer: &mut Composer) {
+/// Sorts the pending combining marks by class, keeping the order of equals, and hands them on in that order.
+fn drain_marks(marks: &mut Vec<(u8, char)>, mut sink: impl FnMut(char, u8)) {
     for i in 1..marks.len() {
         let mut j = i;
         while j > 0 && marks[j - 1].0 > marks[j].0 {
@@ -67,7 +67,7 @@ fn drain_marks(marks: &mut Vec<(u8, char)>, composer: &mut Composer) {
         }
     }
     for &(class, m) in marks.iter() {
-        composer.push(m, class);
+        sink(m, class);
     }
     marks.clear();
 }
@@ -86,14 +86,34 @@ pub(crate) fn nfc(text: &str, out: &mut String, marks: &mut Vec<(u8, char)>, hel
     for c in text.chars() {
         decompose_canonical(c, |d| match canonical_combining_class(d) {
             0 => {
-                drain_marks(marks, &mut composer);
+                drain_marks(marks, |m, class| composer.push(m, class));
                 composer.push(d, 0);
             }
             class => marks.push((class, d)),
         });
     }
-    drain_marks(marks, &mut composer);
+    drain_marks(marks, |m, class| composer.push(m, class));
     composer.flush();
+}
+
+/// Appends the NFKD form of `text` to `out`: ASCII as it is, else each character's compatibility decomposition
+/// with the combining marks in canonical order.
+pub(crate) fn nfkd(text: &str, out: &mut String, marks: &mut Vec<(u8, char)>) {
+    if text.is_ascii() {
+        out.push_str(text);
+        return;
+    }
+    marks.clear();
+    for c in text.chars() {
+        decompose_compatible(c, |d| match canonical_combining_class(d) {
+            0 => {
+                drain_marks(marks, |m, _| out.push(m));
+                out.push(d);
+            }
+            class => marks.push((class, d)),
+        });
+    }
+    drain_marks(marks, |m, _| out.push(m));
 }
 
 #[cfg(test)]
@@ -101,7 +121,7 @@ mod tests {
     use unicode_normalization_alignments::UnicodeNormalization;
 
     #[test]
-    fn matches_the_crates_nfc() {
+    fn matches_the_crates_nfc_and_nfkd() {
         for s in [
             "",
             "e\u{301}",
@@ -111,12 +131,17 @@ mod tests {
             "Å\u{30A}\u{0F73}\u{0F75}",
             "q\u{307}\u{323}\u{301}\u{301}\u{301}\u{301}\u{301}\u{301}",
             "\u{212B}\u{2126}\u{F900}",
+            "ﬁ ① ㍿ Ｔｅｓｔ ½ ẛ̣ \u{1E9B}\u{0323}",
             "ḱ̟̔",
         ] {
             let (mut out, mut marks, mut held) = (String::new(), Vec::new(), Vec::new());
             super::nfc(s, &mut out, &mut marks, &mut held);
             let want: String = s.nfc().map(|(c, _)| c).collect();
             assert_eq!(out, want, "{s:?}");
+            out.clear();
+            super::nfkd(s, &mut out, &mut marks);
+            let want: String = s.nfkd().map(|(c, _)| c).collect();
+            assert_eq!(out, want, "NFKD {s:?}");
         }
     }
 }

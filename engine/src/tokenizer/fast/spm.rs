@@ -1,10 +1,12 @@
 //! What runs before a SentencePiece model, Unigram or BPE: the normaliser steps of a SentencePiece conversion
-//! (precompiled charsmap, strip, replace, prepend) and its pre-tokenisers (Metaspace; a literal `Split`), parsed
-//! from `tokenizer.json`.
+//! (precompiled charsmap, strip, replace, prepend; ALBERT's and XLNet's NFKD, accent stripping and lowercasing)
+//! and its pre-tokenisers (Metaspace; a literal `Split`), parsed from `tokenizer.json`.
 
 use serde_json::Value;
+use unicode_normalization_alignments::char::is_combining_mark;
 
 use super::charsmap::CharsMap;
+use super::nfc::nfkd;
 use super::{bad, bool_field, str_field};
 use crate::error::Result;
 
@@ -29,6 +31,12 @@ pub(super) enum Step {
     },
     /// Put in front of a text that is not empty (Llama's and Mistral's `▁` before their legacy conversions).
     Prepend(String),
+    /// Compatibility decomposition (ALBERT's and XLNet's conversions, before StripAccents).
+    Nfkd,
+    /// Every combining mark left out (the crate's `StripAccents`: `is_combining_mark`, marks of all three kinds).
+    StripAccents,
+    /// Each character's lowercase (`char::to_lowercase`, one character at a time as the crate does: no final sigma).
+    Lowercase,
 }
 
 /// Where Metaspace puts the replacement in front of a pre-token that does not start with one.
@@ -54,9 +62,9 @@ pub(super) struct PreTokenizer {
 }
 
 impl Step {
-    /// Writes `src` with this step applied to `out`.
+    /// Writes `src` with this step applied to `out`; `marks` is NFKD's working memory.
     #[inline]
-    pub(super) fn apply(&self, src: &str, out: &mut String) {
+    pub(super) fn apply(&self, src: &str, out: &mut String, marks: &mut Vec<(u8, char)>) {
         match self {
             Step::Precompiled(map) => map.normalize(src, out),
             Step::Strip { left, right } => {
@@ -76,6 +84,14 @@ impl Step {
                 }
                 out.push_str(src);
             }
+            Step::Nfkd => nfkd(src, out, marks),
+            // No ASCII character is a mark.
+            Step::StripAccents if src.is_ascii() => out.push_str(src),
+            Step::StripAccents => out.extend(src.chars().filter(|&c| !is_combining_mark(c))),
+            Step::Lowercase if src.is_ascii() => {
+                out.extend(src.bytes().map(|b| char::from(b.to_ascii_lowercase())))
+            }
+            Step::Lowercase => out.extend(src.chars().flat_map(char::to_lowercase)),
         }
     }
 }
@@ -91,7 +107,9 @@ pub(super) fn keeps_first_offset(steps: &[Step]) -> bool {
             content,
         } => p.chars().count() == 1 && !content.is_empty(),
         Step::Replace { .. } => false,
-        Step::Precompiled(_) | Step::Prepend(_) => true,
+        // NFKD's canonical reordering can move a later mark first, StripAccents drop the first character.
+        Step::Nfkd | Step::StripAccents => false,
+        Step::Precompiled(_) | Step::Prepend(_) | Step::Lowercase => true,
     })
 }
 
@@ -112,13 +130,14 @@ pub(super) fn normalize<'a>(
     text: &'a str,
     a: &'a mut String,
     b: &mut String,
+    marks: &mut Vec<(u8, char)>,
 ) -> &'a str {
     if steps.is_empty() {
         return text;
     }
     for (k, step) in steps.iter().enumerate() {
         b.clear();
-        step.apply(if k == 0 { text } else { a.as_str() }, b);
+        step.apply(if k == 0 { text } else { a.as_str() }, b, marks);
         std::mem::swap(a, b);
     }
     a.as_str()
@@ -128,15 +147,20 @@ pub(super) fn normalize<'a>(
 pub(super) fn normalized<'a>(
     steps: &[Step],
     text: &'a str,
-    a: &mut String,
-    b: &mut String,
+    scratch: &mut crate::tokenizer::Scratch,
     out: &'a mut String,
 ) -> &'a str {
     if steps.is_empty() {
         return text;
     }
     out.clear();
-    out.push_str(normalize(steps, text, a, b));
+    out.push_str(normalize(
+        steps,
+        text,
+        &mut scratch.a,
+        &mut scratch.b,
+        &mut scratch.marks,
+    ));
     out
 }
 
@@ -177,11 +201,14 @@ pub(super) fn parse_step(n: &Value, steps: &mut Vec<Step>) -> Result<()> {
         Some("Prepend") => steps.push(Step::Prepend(
             str_field(n, "prepend", "Prepend")?.to_owned(),
         )),
+        Some("NFKD") => steps.push(Step::Nfkd),
+        Some("StripAccents") => steps.push(Step::StripAccents),
+        Some("Lowercase") => steps.push(Step::Lowercase),
         None if n.is_null() => {}
         other => {
             return Err(bad(format!(
                 "normalizer {other:?} is not supported with a SentencePiece model (Precompiled, Strip, Replace, \
-                 Prepend and Sequence are)"
+                 Prepend, NFKD, StripAccents, Lowercase and Sequence are)"
             )))
         }
     }

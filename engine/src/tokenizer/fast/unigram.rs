@@ -247,7 +247,7 @@ impl Unigram {
         scratch: &mut Scratch,
         out: &'a mut String,
     ) -> &'a str {
-        spm::normalized(&self.steps, text, &mut scratch.a, &mut scratch.b, out)
+        spm::normalized(&self.steps, text, scratch, out)
     }
 
     /// Appends the ids of `text`, stopping after the pre-token that takes them to `limit` or more.
@@ -260,12 +260,17 @@ impl Unigram {
         limit: usize,
     ) -> Result<()> {
         let Scratch {
-            a, b, best, path, ..
+            a,
+            b,
+            marks,
+            best,
+            path,
+            ..
         } = scratch;
         let text = if piece.normalized {
             text
         } else {
-            spm::normalize(&self.steps, text, a, b)
+            spm::normalize(&self.steps, text, a, b, marks)
         };
         self.pre
             .for_each_pretoken(text, piece.at_start, b, |pretoken| {
