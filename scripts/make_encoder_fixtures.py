@@ -233,7 +233,7 @@ def bert_tokenizer():
     return tok
 
 
-def albert_tokenizer():
+def albert_tokenizer(vocab_size=1000):
     """ALBERT's pipeline as transformers' AlbertTokenizer builds it, on a Unigram trained here."""
     tok = Tokenizer(tok_models.Unigram())
     tok.normalizer = normalizers.Sequence([normalizers.Replace("``", '"'), normalizers.Replace("''", '"'),
@@ -242,7 +242,7 @@ def albert_tokenizer():
                                                  pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")])
     tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
     specials = ["<pad>", "<unk>", "[CLS]", "[SEP]"]
-    trainer = trainers.UnigramTrainer(vocab_size=1000, special_tokens=specials + ["[MASK]"], unk_token="<unk>",
+    trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=specials + ["[MASK]"], unk_token="<unk>",
                                       show_progress=False)
     # English only (every character of the multilingual corpora would not fit the vocabulary): the rest is `<unk>`.
     english = (json.loads(line)["text"] for name in ["passages_en", "long_docs_en"]
