@@ -122,7 +122,7 @@ def main():
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     (out / f"{shape}_throughput.json").write_text(json.dumps({"commit": commit, "shape": shape, "rows": rows},
                                                               indent=2))
-    doc = SHAPES[shape].__doc__.splitlines()[0]
+    doc = " ".join(line.strip() for line in SHAPES[shape].__doc__.splitlines())
     lines = [f"# `{shape}` end to end (`{commit}`, 2 threads)", "",
              f"{doc} `python scripts/model_throughput.py {shape} RUN_ID`. Texts/s, the best of 3 runs after a "
              "warm-up; the engine's time is `bench embed`'s own (reading the JSON Lines, tokenising, batching, the "

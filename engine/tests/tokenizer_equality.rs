@@ -1,5 +1,5 @@
 //! `fast` against the reference `hf`, id for id: every shipped corpus text and seeded random Unicode strings,
-//! through WordPiece (all-MiniLM-L6-v2), three Unigram tokenizers, three byte-level BPE ones (the Qwen2, GPT-2
+//! through WordPiece (all-MiniLM-L6-v2), four Unigram tokenizers (one behind ALBERT's NFKD normaliser), three byte-level BPE ones (the Qwen2, GPT-2
 //! and Llama-3 pipelines) and three SentencePiece BPE ones (Llama 2's legacy, Mistral's and Gemma's), with and
 //! without truncation.
 
@@ -10,10 +10,11 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use texts::{corpus, corpus_of, random_text, workloads};
 
-const TOKENIZERS: [&str; 10] = [
+const TOKENIZERS: [&str; 11] = [
     "all-MiniLM-L6-v2/tokenizer.json",
     "pegasus_unigram_tokenizer.json",
     "xlmr_style_unigram_1k_tokenizer.json",
+    "albert_style_unigram_1k_tokenizer.json",
     "xlmr_style_unigram_ja_8k_tokenizer.json",
     "qwen2_style_bpe_4k_tokenizer.json",
     "gpt2_style_bpe_4k_tokenizer.json",
@@ -465,6 +466,17 @@ fn special_tokens_around_a_text_and_the_limit_they_need() {
         let around = [TokenizerKind::Fast, TokenizerKind::Hf]
             .map(|kind| load(kind, None, true).expect("loads").specials_around());
         assert_eq!(around[0], around[1], "{}", path.display());
+        // The same at a limit of the special tokens alone (the crate's post_process would truncate first).
+        let at_limit = Some(Truncation::right(around[0].0 + around[0].1));
+        for kind in [TokenizerKind::Fast, TokenizerKind::Hf] {
+            let t = load(kind, at_limit, true).expect("loads at the limit");
+            assert_eq!(
+                t.specials_around(),
+                around[0],
+                "{} {kind:?}",
+                path.display()
+            );
+        }
         let mut ids = Vec::new();
         let fast = load(TokenizerKind::Fast, None, true).expect("loads");
         fast.encode("a b", &mut ids).expect("encodes");
@@ -489,66 +501,60 @@ fn special_tokens_around_a_text_and_the_limit_they_need() {
     );
 }
 
-/// ALBERT's and XLNet's normalisers in front of a Unigram (the XLM-R-style vocabulary's): `` and '' to ", NFKD,
-/// accents stripped, lowercase (ALBERT's; XLNet keeps case), the precompiled charsmap, runs of spaces to one; as
-/// transformers 4's conversion writes them (Metaspace) and transformers 5's AlbertTokenizer (WhitespaceSplit then
-/// Metaspace, no space rule, and here no charsmap, which would hide NFKD's work behind its own), with ALBERT's `[CLS] $A [SEP]` and XLNet's `$A <sep> <cls>`. The in-house tokenizer
-/// loads each (`fast`, no fallback) and matches the crate on the corpus, random Unicode (ligatures, full-width
-/// letters, `İ`, `Σ`, combining marks) and hostile runs of marks, whole and truncated; Metaspace's `first`
-/// behind NFKD is refused.
+/// ALBERT's and XLNet's normalisers in front of a Unigram (the XLM-R-style vocabulary's) beyond the shipped
+/// albert_style file (transformers 4's ALBERT conversion, in every test above): transformers 5's AlbertTokenizer
+/// (WhitespaceSplit then Metaspace, no space rule, and here no charsmap, which would hide NFKD's work behind its
+/// own) and XLNet's (case kept, `$A <sep> <cls>`). The in-house tokenizer loads each (`fast`, no fallback) and
+/// matches the crate on the corpus, random Unicode (ligatures, full-width letters, `İ`, `Σ`, combining marks) and
+/// hostile runs of marks, whole and truncated; Metaspace's `first` behind NFKD is refused.
 #[test]
 fn albert_and_xlnet_normalisers_equal() {
     use serde_json::json;
-    let base: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(workloads().join("vocab/xlmr_style_unigram_1k_tokenizer.json"))
-            .expect("vocab"),
-    )
-    .expect("JSON");
-    let charsmap = base["normalizer"]["normalizers"][0].clone();
-    assert_eq!(charsmap["type"], "Precompiled");
-    let quotes = [
-        json!({"type": "Replace", "pattern": {"String": "``"}, "content": "\""}),
-        json!({"type": "Replace", "pattern": {"String": "''"}, "content": "\""}),
-    ];
-    let spaces = json!({"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "});
-    let strip = [json!({"type": "NFKD"}), json!({"type": "StripAccents"})];
-    let lower = json!({"type": "Lowercase"});
-    let metaspace = base["pre_tokenizer"].clone();
-    let split_metaspace =
-        json!({"type": "Sequence", "pretokenizers": [{"type": "WhitespaceSplit"}, metaspace]});
-    let special = |id: &str| json!({"SpecialToken": {"id": id, "type_id": 0}});
-    let seq = json!({"Sequence": {"id": "A", "type_id": 0}});
-    let template = |single: Vec<serde_json::Value>| {
-        json!({"type": "TemplateProcessing", "single": single, "pair": [],
-            "special_tokens": {"<s>": {"id": "<s>", "ids": [0], "tokens": ["<s>"]},
-                "</s>": {"id": "</s>", "ids": [2], "tokens": ["</s>"]}}})
+    let read = |file: &str| -> serde_json::Value {
+        let text = std::fs::read_to_string(workloads().join("vocab").join(file)).expect("vocab");
+        serde_json::from_str(&text).expect("JSON")
     };
-    let albert_template = template(vec![special("<s>"), seq.clone(), special("</s>")]);
-    let xlnet_template = template(vec![seq, special("</s>"), special("<s>")]);
+    let albert = read("albert_style_unigram_1k_tokenizer.json");
+    let steps = albert["normalizer"]["normalizers"]
+        .as_array()
+        .expect("a Sequence")
+        .clone();
+    let named = |kind: &str| -> Vec<serde_json::Value> {
+        steps
+            .iter()
+            .filter(|s| s["type"] == kind)
+            .cloned()
+            .collect()
+    };
+    let [quotes, nfkd, strip, lower, charsmap, spaces] = [
+        "Replace",
+        "NFKD",
+        "StripAccents",
+        "Lowercase",
+        "Precompiled",
+        "Replace",
+    ]
+    .map(named);
     let normalizer =
-        |steps: Vec<&serde_json::Value>| json!({"type": "Sequence", "normalizers": steps});
+        |parts: Vec<serde_json::Value>| json!({"type": "Sequence", "normalizers": parts});
+    let metaspace = albert["pre_tokenizer"].clone();
+    let special = |id: &str| json!({"SpecialToken": {"id": id, "type_id": 0}});
+    let xlnet_template = json!({"type": "TemplateProcessing",
+        "single": [{"Sequence": {"id": "A", "type_id": 0}}, special("</s>"), special("<s>")], "pair": [],
+        "special_tokens": {"<s>": {"id": "<s>", "ids": [0], "tokens": ["<s>"]},
+            "</s>": {"id": "</s>", "ids": [2], "tokens": ["</s>"]}}});
     let variants = [
         (
-            "albert (transformers 4)",
-            normalizer(vec![
-                &quotes[0], &quotes[1], &strip[0], &strip[1], &lower, &charsmap, &spaces,
-            ]),
-            &metaspace,
-            &albert_template,
-        ),
-        (
             "albert (transformers 5)",
-            normalizer(vec![&quotes[0], &quotes[1], &strip[0], &strip[1], &lower]),
-            &split_metaspace,
-            &albert_template,
+            normalizer([&quotes[..2], &nfkd, &strip, &lower].concat()),
+            json!({"type": "Sequence", "pretokenizers": [{"type": "WhitespaceSplit"}, metaspace]}),
+            albert["post_processor"].clone(),
         ),
         (
             "xlnet",
-            normalizer(vec![
-                &quotes[0], &quotes[1], &strip[0], &strip[1], &charsmap, &spaces,
-            ]),
-            &metaspace,
-            &xlnet_template,
+            normalizer([&quotes[..2], &nfkd, &strip, &charsmap, &spaces[2..]].concat()),
+            metaspace,
+            xlnet_template,
         ),
     ];
     let mut rng = StdRng::seed_from_u64(0x00a1_be27);
@@ -562,10 +568,10 @@ fn albert_and_xlnet_normalisers_equal() {
     ]);
     let dir = tempfile::tempdir().expect("temp dir");
     for (name, normalizer, pre_tokenizer, post_processor) in variants {
-        let mut json = base.clone();
+        let mut json = albert.clone();
         json["normalizer"] = normalizer;
-        json["pre_tokenizer"] = pre_tokenizer.clone();
-        json["post_processor"] = post_processor.clone();
+        json["pre_tokenizer"] = pre_tokenizer;
+        json["post_processor"] = post_processor;
         let file = dir.path().join(format!("{}.json", name.replace(' ', "_")));
         std::fs::write(&file, json.to_string()).expect("write");
         let file = file.to_str().expect("utf-8 path");
@@ -580,7 +586,12 @@ fn albert_and_xlnet_normalisers_equal() {
         };
         metaspace["prepend_scheme"] = "first".into();
         std::fs::write(file, first.to_string()).expect("write");
-        let refused = tokenizer::load(std::path::Path::new(file), TokenizerKind::Fast, None, true);
-        assert!(refused.is_err(), "{name}: `first` behind NFKD");
+        match tokenizer::load(std::path::Path::new(file), TokenizerKind::Fast, None, true) {
+            Err(e) => assert!(
+                e.to_string().contains("prepend_scheme \"first\""),
+                "{name}: {e}"
+            ),
+            Ok(_) => panic!("{name}: `first` behind NFKD loaded"),
+        }
     }
 }

@@ -16,11 +16,13 @@ use engine::tokenizer::{self, Scratch, Tokenizer, TokenizerKind, Truncation};
 #[path = "../../harness/src/trace.rs"]
 mod trace_source;
 
-/// Every vocabulary the project ships: WordPiece, three Unigram, three byte-level BPE, three SentencePiece BPE.
-pub const VOCABULARIES: [&str; 10] = [
+/// Every vocabulary the project ships: WordPiece, four Unigram (one behind ALBERT's NFKD normaliser), three
+/// byte-level BPE, three SentencePiece BPE.
+pub const VOCABULARIES: [&str; 11] = [
     "all-MiniLM-L6-v2/tokenizer.json",
     "pegasus_unigram_tokenizer.json",
     "xlmr_style_unigram_1k_tokenizer.json",
+    "albert_style_unigram_1k_tokenizer.json",
     "xlmr_style_unigram_ja_8k_tokenizer.json",
     "qwen2_style_bpe_4k_tokenizer.json",
     "gpt2_style_bpe_4k_tokenizer.json",

@@ -356,7 +356,7 @@ impl Tokenization {
             return Err(self.too_long(i, Some(n), options.api));
         }
         let (before, after) = match self.specials {
-            (b, a) if b + a < max => (b, a),
+            (b, a) if b + a <= max => (b, a),
             _ => (0, 0),
         };
         let keep = max - before - after;

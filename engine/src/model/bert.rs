@@ -79,10 +79,11 @@ pub struct Embeddings<D: Device> {
 
 impl<D: Device> Embeddings<D> {
     pub fn load(w: &Weights, d: &D, c: &BertConfig) -> Result<Self> {
-        let (h, e) = (c.embedding_size(), c.hidden_size);
+        // The embeddings' own width, and the layers'.
+        let (h, hidden) = (c.embedding_size(), c.hidden_size);
         let projection = match c.family() {
             BertFamily::Albert => Some("encoder.embedding_hidden_mapping_in"),
-            BertFamily::Electra if h != e => Some("embeddings_project"),
+            BertFamily::Electra if h != hidden => Some("embeddings_project"),
             _ => None,
         };
         let row = match c.family() {
@@ -125,12 +126,12 @@ impl<D: Device> Embeddings<D> {
                 )?),
             },
             projection: projection
-                .map(|name| Linear::load(w, d, name, e, h))
+                .map(|name| Linear::load(w, d, name, hidden, h))
                 .transpose()?,
         })
     }
 
-    /// Into `x`, through `narrow` (the embeddings' own width) where they are projected.
+    /// Into `x`, through `narrow` (the embeddings' own width, [`Bert::layout`]'s slot) where they are projected.
     fn forward<O: Ops<Device = D>>(
         &self,
         ops: &O,
@@ -138,12 +139,13 @@ impl<D: Device> Embeddings<D> {
         narrow: Option<O::Mat>,
         x: O::Mat,
     ) {
-        match (&self.projection, narrow) {
-            (Some(p), Some(narrow)) => {
+        match &self.projection {
+            Some(p) => {
+                let narrow = narrow.expect("a projected embedding's layout has its slot");
                 ops.embed(batch, &self.table, narrow);
                 p.forward(ops, narrow, Activation::None, None, x);
             }
-            _ => ops.embed(batch, &self.table, x),
+            None => ops.embed(batch, &self.table, x),
         }
     }
 }
@@ -163,8 +165,8 @@ struct Acts<M> {
     narrow: Option<M>,
 }
 
-/// The feed-forward block: BertIntermediate + BertOutput (AlbertLayer's `ffn`, `ffn_output`), or JinaBERT's GeGLU
-/// (`gated_layers`, `wo`); each with the config's GELU.
+/// The feed-forward block: BertIntermediate + BertOutput (AlbertLayer's `ffn`, `ffn_output`) with the config's
+/// GELU, or JinaBERT's GeGLU (`gated_layers`, `wo`), whose GELU Jina's code fixes as the exact one.
 enum FeedForward<D: Device> {
     Bert {
         intermediate: Linear<D>,
@@ -174,7 +176,6 @@ enum FeedForward<D: Device> {
     Geglu {
         gated: D::Linear,
         wo: Linear<D>,
-        glu: Glu,
     },
 }
 
@@ -212,10 +213,6 @@ impl<D: Device> Layer<D> {
         let (h, f) = (c.hidden_size, c.intermediate_size);
         let n = LayerNames::of(c, block, qk_post_norm);
         let eps = c.norm_eps();
-        let (act, glu) = match c.activation() {
-            Activation::GeluTanh => (Activation::GeluTanh, Glu::GeluTanh),
-            _ => (Activation::Gelu, Glu::Gelu),
-        };
         let feed_forward = if qk_post_norm {
             // `up_gated_layer`'s first half is the values, its second the gate: swapped, for the gate op's order.
             let t = w.get(&format!("{}.weight", n.intermediate), &[2 * f, h])?;
@@ -223,19 +220,17 @@ impl<D: Device> Layer<D> {
             FeedForward::Geglu {
                 gated: d.linear(&[gate, up].concat(), None, 2 * f, h)?,
                 wo: Linear::load(w, d, &n.output, h, f)?,
-                glu,
             }
         } else if c.gated_feed_forward() {
             FeedForward::Geglu {
                 gated: stacked_linear(w, d, &[(n.intermediate, 2 * f)], h, false)?,
                 wo: Linear::load(w, d, &n.output, h, f)?,
-                glu,
             }
         } else {
             FeedForward::Bert {
                 intermediate: Linear::load(w, d, &n.intermediate, f, h)?,
                 output: Linear::load(w, d, &n.output, h, f)?,
-                act,
+                act: c.activation(),
             }
         };
         let qk_post_norm = match &n.qk_post_norm {
@@ -290,10 +285,10 @@ impl<D: Device> Layer<D> {
                 intermediate.forward(ops, a.tmp, *act, None, a.inter);
                 output
             }
-            FeedForward::Geglu { gated, wo, glu } => {
+            FeedForward::Geglu { gated, wo } => {
                 let gate_up = a.gate_up.expect("the GeGLU layout has a gate slot");
                 ops.linear(a.tmp, gated, Activation::None, None, gate_up);
-                ops.glu(gate_up, *glu, a.inter);
+                ops.glu(gate_up, Glu::Gelu, a.inter);
                 wo
             }
         };
@@ -420,14 +415,15 @@ impl<D: Device> Bert<D> {
                  (position_embedding_type \"alibi\", feed_forward_type \"geglu\"), as Jina's checkpoints have them",
             ));
         }
-        let (blocks, order) = layer_plan(c);
+        // Loaded one set at a time, so a config naming more layers than the checkpoint has fails at the first
+        // missing one.
+        let layers = (0..c.layer_sets())
+            .map(|k| Layer::load(&w, device, c, &layer_block(c, k), qk_post_norm))
+            .collect::<Result<_>>()?;
         Ok(Bert {
             embeddings: Embeddings::load(&w, device, c)?,
-            layers: blocks
-                .iter()
-                .map(|block| Layer::load(&w, device, c, block, qk_post_norm))
-                .collect::<Result<_>>()?,
-            order,
+            layers,
+            order: c.layer_order(),
             bias: match c.family() {
                 BertFamily::Bert if c.alibi() => Some(alibi_bias(
                     device,
@@ -454,38 +450,20 @@ impl<D: Device> Bert<D> {
     }
 }
 
-/// Where each set of layer weights starts among the tensors, and the sets in the order the layers run them:
-/// `encoder.layer.{i}` once each (`transformer.layer.{i}`: DistilBERT's), or ALBERT's groups
-/// (`encoder.albert_layer_groups.{g}.albert_layers.{j}`), each group's layers run in turn by every layer of the
-/// group ([`BertConfig::layer_groups`]).
-fn layer_plan(c: &BertConfig) -> (Vec<String>, Vec<usize>) {
-    let layers = c.num_hidden_layers;
+/// Where set `k` of the layer weights ([`BertConfig::layer_sets`]) starts among the tensors: `encoder.layer.{k}`
+/// (`transformer.layer.{k}`: DistilBERT's), or ALBERT's group `k / inner_group_num`'s layer `k % inner_group_num`.
+fn layer_block(c: &BertConfig, k: usize) -> String {
     match c.family() {
         BertFamily::Albert => {
             let inner = c.inner_group_num;
-            let blocks = (0..c.num_hidden_groups)
-                .flat_map(|g| {
-                    (0..inner)
-                        .map(move |j| format!("encoder.albert_layer_groups.{g}.albert_layers.{j}"))
-                })
-                .collect();
-            let order = c
-                .layer_groups()
-                .into_iter()
-                .flat_map(|g| (0..inner).map(move |j| g * inner + j))
-                .collect();
-            (blocks, order)
-        }
-        family => {
-            let block = match family {
-                BertFamily::DistilBert => "transformer.layer",
-                _ => "encoder.layer",
-            };
-            (
-                (0..layers).map(|i| format!("{block}.{i}")).collect(),
-                (0..layers).collect(),
+            format!(
+                "encoder.albert_layer_groups.{}.albert_layers.{}",
+                k / inner,
+                k % inner
             )
         }
+        BertFamily::DistilBert => format!("transformer.layer.{k}"),
+        _ => format!("encoder.layer.{k}"),
     }
 }
 

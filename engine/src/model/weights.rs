@@ -107,7 +107,8 @@ pub struct Weights {
 
 /// The prefixes tensor names may carry: none, or the base model's attribute in a checkpoint saved from a model
 /// with a head (`BertForMaskedLM`'s `bert.`, `XLMRobertaForMaskedLM`'s `roberta.`, `MPNetForMaskedLM`'s `mpnet.`,
-/// `DistilBertForMaskedLM`'s `distilbert.`, `Qwen3ForCausalLM`'s `model.`, Alibaba GTE's `new.`).
+/// `DistilBertForMaskedLM`'s `distilbert.`, `AlbertForMaskedLM`'s `albert.`, `ElectraForPreTraining`'s `electra.`,
+/// `Qwen3ForCausalLM`'s `model.`, Alibaba GTE's `new.`).
 const PREFIXES: [&str; 9] = [
     "",
     "bert.",

@@ -25,7 +25,7 @@ impl HfTokenizer {
             add_special_tokens: true,
         }
         .truncated(truncation)
-        .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))
+        .map_err(|e| super::in_file(path, e))
     }
 
     /// Without `add_special_tokens`, its post-processor's special tokens are left out. Before
@@ -178,14 +178,18 @@ impl Tokenizer for HfTokenizer {
 
     fn specials_around(&self) -> (usize, usize) {
         // The post-processor run on one token of an id no vocabulary has: where it lands says what went around
-        // it (the special tokens mask would not: RoBERTa's processor marks only its own).
+        // it (the special tokens mask would not: RoBERTa's processor marks only its own). The processor itself,
+        // not the tokenizer's post_process, which truncates first.
         const MARK: u32 = u32::MAX;
+        let Some(processor) = self.inner.get_post_processor() else {
+            return (0, 0);
+        };
         let one = tokenizers::Encoding::from_tokens(
             vec![tokenizers::Token::new(MARK, "a".into(), (0, 1))],
             0,
         );
-        self.inner
-            .post_process(one, None, self.add_special_tokens)
+        processor
+            .process(one, None, self.add_special_tokens)
             .ok()
             .and_then(|e| {
                 let ids = e.get_ids();

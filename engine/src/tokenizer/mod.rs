@@ -157,23 +157,25 @@ pub fn load(
     truncation: Option<Truncation>,
     add_special_tokens: bool,
 ) -> Result<Box<dyn Tokenizer>> {
-    // Special tokens first: the truncation need only hold those an encode adds.
+    // Special tokens first: the truncation need only hold those an encode adds. The choice between the two is
+    // made on the pipeline alone: a limit one refuses, the other refuses too.
     let hf = || {
         HfTokenizer::from_file(path, None)?
             .with_special_tokens(add_special_tokens)
             .truncated(truncation)
+            .map_err(|e| in_file(path, e))
     };
-    let fast = || {
-        FastTokenizer::from_file(path, None)?
-            .with_special_tokens(add_special_tokens)
+    let fast = |t: FastTokenizer| {
+        t.with_special_tokens(add_special_tokens)
             .truncated(truncation)
+            .map_err(|e| in_file(path, e))
     };
     Ok(match kind {
         TokenizerKind::Hf => Box::new(hf()?),
-        TokenizerKind::Fast => Box::new(fast()?),
+        TokenizerKind::Fast => Box::new(fast(FastTokenizer::from_file(path, None)?)?),
         TokenizerKind::Auto => {
-            match fast() {
-                Ok(fast) => Box::new(fast),
+            match FastTokenizer::from_file(path, None) {
+                Ok(t) => Box::new(fast(t)?),
                 Err(crate::Error::Tokenizer(why)) => {
                     eprintln!("tokenizer: the in-house one refused it ({why}); using the tokenizers crate");
                     Box::new(hf()?)
@@ -182,4 +184,12 @@ pub fn load(
             }
         }
     })
+}
+
+/// A tokenizer error of the file at `path`, named in it.
+fn in_file(path: &Path, e: crate::Error) -> crate::Error {
+    match e {
+        crate::Error::Tokenizer(m) => crate::Error::Tokenizer(format!("{}: {m}", path.display())),
+        other => other,
+    }
 }

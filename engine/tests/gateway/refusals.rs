@@ -216,14 +216,18 @@ async fn client_ids_over_the_limit_are_cut_as_the_tokenizer_cuts_the_text() {
     let tiny = model_dir();
     let text =
         "the quick brown fox jumps over the lazy dog again and again, until the end of it all";
-    for dir in [
-        tiny.path().to_owned(),
-        fixtures.join("qwen3_causal"),
-        fixtures.join("llama_last"),
+    // Each at 9 tokens, and at its special tokens alone (the text's ids all cut).
+    for (dir, max) in [
+        (tiny.path().to_owned(), 9),
+        (tiny.path().to_owned(), 2),
+        (fixtures.join("qwen3_causal"), 9),
+        (fixtures.join("qwen3_causal"), 1),
+        (fixtures.join("llama_last"), 9),
+        (fixtures.join("llama_last"), 2),
     ] {
         let config = EngineConfig {
             threads: 1,
-            max_seq_length: Some(9),
+            max_seq_length: Some(max),
             ..Default::default()
         };
         let gw = Gateway::new(
@@ -255,7 +259,7 @@ async fn client_ids_over_the_limit_are_cut_as_the_tokenizer_cuts_the_text() {
             assert_eq!(
                 floats(&by_ids.body[0]),
                 floats(&by_text.body[0]),
-                "{} cut from the {direction}",
+                "{} cut to {max} from the {direction}",
                 dir.display()
             );
         }

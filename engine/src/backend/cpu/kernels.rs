@@ -105,11 +105,25 @@ simd_fn! {
     }
 }
 
-/// GELU's tanh approximation (`gelu_new`, `gelu_pytorch_tanh`): `½ x (1 + tanh(√(2/π) (x + 0.044715 x³)))`.
+/// GELU's tanh approximation (`gelu_new`, `gelu_pytorch_tanh`): `½ x (1 + tanh(√(2/π) (x + 0.044715 x³)))`, as
+/// `x σ(2√(2/π) (x + 0.044715 x³))` (½(1 + tanh(z/2)) is the logistic function of z), which vectorises where
+/// libm's tanh would not.
 #[inline(always)]
 fn gelu_tanh_of(x: f32) -> f32 {
-    const C: f32 = 0.797_884_6; // √(2/π)
-    0.5 * x * (1.0 + (C * (x + 0.044715 * x * x * x)).tanh())
+    const C2: f32 = 1.595_769_2; // 2√(2/π)
+    x * sigmoid(C2 * (x + 0.044715 * x * x * x))
+}
+
+/// The logistic function `1 / (1 + e^-z)`, branch-free: e^-|z| stays in [`exp_neg`]'s range, and the sign picks
+/// the matching form.
+#[inline(always)]
+fn sigmoid(z: f32) -> f32 {
+    let e = exp_neg(-z.abs());
+    if z >= 0.0 {
+        1.0 / (1.0 + e)
+    } else {
+        e / (1.0 + e)
+    }
 }
 
 /// tanh in place (sentence-transformers' Dense default): only on pooled rows, so the standard library's.
@@ -266,10 +280,7 @@ simd_fn! {
     /// SwiGLU's gate of one row: `out = silu(gate) · up`, `silu(g) = g / (1 + e^-g)`.
     pub fn silu_gate(gate: &[f32], up: &[f32], out: &mut [f32]) {
         for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
-            // e^-|g| stays in exp_neg's range; the sign picks the matching form of the logistic function.
-            let e = exp_neg(-g.abs());
-            let sigmoid = if g >= 0.0 { 1.0 / (1.0 + e) } else { e / (1.0 + e) };
-            *o = g * sigmoid * u;
+            *o = g * sigmoid(g) * u;
         }
     }
 }

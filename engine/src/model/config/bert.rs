@@ -10,7 +10,8 @@ use crate::backend::ops::{Activation, AttentionShape, PositionIds};
 use crate::error::{Error, Result};
 
 /// The subset of a Hugging Face `config.json` that a BERT-family encoder needs: BERT's, RoBERTa's and
-/// XLM-RoBERTa's, MPNet's, DistilBERT's (the same network: [`BertFamily`] says how they differ).
+/// XLM-RoBERTa's, MPNet's, DistilBERT's, ALBERT's, ELECTRA's (the same network: [`BertFamily`] says how they
+/// differ).
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 pub struct BertConfig {
     #[serde(default)]
@@ -59,6 +60,9 @@ pub struct BertConfig {
 fn one() -> usize {
     1
 }
+
+/// The most layers an ALBERT pass may run (`num_hidden_layers × inner_group_num`; its largest, xxlarge, runs 12).
+const MAX_LAYER_RUNS: usize = 4096;
 
 fn default_buckets() -> usize {
     32
@@ -186,14 +190,30 @@ impl BertConfig {
         }
     }
 
-    /// Which of ALBERT's groups each of its layers runs (each group one weight set of `inner_group_num` layers,
-    /// transformers' `int(i / (layers / groups))`); one group per layer elsewhere.
-    pub fn layer_groups(&self) -> Vec<usize> {
+    /// How many sets of layer weights the checkpoint holds: one per layer, or ALBERT's `inner_group_num` in each
+    /// of its groups.
+    pub fn layer_sets(&self) -> usize {
+        match self.family() {
+            BertFamily::Albert => self.num_hidden_groups * self.inner_group_num,
+            _ => self.num_hidden_layers,
+        }
+    }
+
+    /// The set of layer weights each step of the pass runs, in order: each layer its own, or each of ALBERT's
+    /// layers its group's `inner_group_num` in turn (group `int(i / (layers / groups))`, as transformers picks it;
+    /// set `g · inner + j` is group g's layer j).
+    pub fn layer_order(&self) -> Vec<usize> {
         let layers = self.num_hidden_layers;
         match self.family() {
-            BertFamily::Albert => (0..layers)
-                .map(|i| i * self.num_hidden_groups / layers)
-                .collect(),
+            BertFamily::Albert => {
+                let inner = self.inner_group_num;
+                (0..layers)
+                    .flat_map(|i| {
+                        let group = i * self.num_hidden_groups / layers;
+                        (0..inner).map(move |j| group * inner + j)
+                    })
+                    .collect()
+            }
             _ => (0..layers).collect(),
         }
     }
@@ -243,16 +263,34 @@ pub(super) fn read_bert(config_path: &Path) -> Result<BertConfig> {
         ));
     }
     let family = config.family();
-    if family == BertFamily::Albert
-        && (config.num_hidden_groups == 0 || config.inner_group_num == 0)
-    {
-        return Err(Error::model(
-            config_path,
-            format!(
-                "num_hidden_groups {} and inner_group_num {}: ALBERT needs at least one of each",
-                config.num_hidden_groups, config.inner_group_num
-            ),
-        ));
+    if family == BertFamily::Albert {
+        let (layers, groups, inner) = (
+            config.num_hidden_layers,
+            config.num_hidden_groups,
+            config.inner_group_num,
+        );
+        // Bounds before anything is sized by them: a group no layer runs, or more layer runs than any model
+        // has, is a broken file.
+        let why = if groups == 0 || inner == 0 {
+            Some("ALBERT needs at least one of each")
+        } else if groups > layers {
+            Some("more groups than layers")
+        } else if layers
+            .checked_mul(inner)
+            .is_none_or(|runs| runs > MAX_LAYER_RUNS)
+        {
+            Some("more layer runs than 4096")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(Error::model(
+                config_path,
+                format!(
+                    "num_hidden_layers {layers}, num_hidden_groups {groups}, inner_group_num {inner}: {why}"
+                ),
+            ));
+        }
     }
     let jina = family == BertFamily::Bert;
     if !(config.position_embedding_type == "absolute" || jina && config.alibi()) {
@@ -361,20 +399,23 @@ mod tests {
         }
     }
 
-    /// ALBERT's layers run its groups as transformers' `int(i / (layers / groups))` picks them; its and ELECTRA's
-    /// embeddings are 128 wide unless the config says; `gelu_new` is GELU's tanh form.
+    /// ALBERT's layers run its groups as transformers' `int(i / (layers / groups))` picks them, each group's
+    /// inner layers in turn; its and ELECTRA's embeddings are 128 wide unless the config says; `gelu_new` is
+    /// GELU's tanh form.
     #[test]
     fn albert_groups_embedding_widths_and_activations() {
         use serde_json::json;
-        let groups = |layers: usize, groups: usize| {
-            config(json!({"model_type": "albert", "num_hidden_layers": layers, "num_hidden_groups": groups}))
-                .layer_groups()
+        let order = |layers: usize, groups: usize, inner: usize| {
+            let c = config(json!({"model_type": "albert", "num_hidden_layers": layers,
+                "num_hidden_groups": groups, "inner_group_num": inner}));
+            (c.layer_sets(), c.layer_order())
         };
-        assert_eq!(groups(5, 2), [0, 0, 0, 1, 1]);
-        assert_eq!(groups(12, 1), [0; 12]);
-        assert_eq!(groups(4, 4), [0, 1, 2, 3]);
-        // More groups than layers: every other group, as transformers' float division gives.
-        assert_eq!(groups(2, 4), [0, 2]);
+        assert_eq!(order(5, 2, 1), (2, vec![0, 0, 0, 1, 1]));
+        assert_eq!(order(12, 1, 1), (1, vec![0; 12]));
+        assert_eq!(order(4, 4, 1), (4, vec![0, 1, 2, 3]));
+        assert_eq!(order(3, 2, 2), (4, vec![0, 1, 0, 1, 2, 3]));
+        let bert = config(json!({"model_type": "bert", "num_hidden_layers": 3}));
+        assert_eq!((bert.layer_sets(), bert.layer_order()), (3, vec![0, 1, 2]));
         for (json, width) in [
             (json!({"model_type": "albert"}), 128),
             (json!({"model_type": "electra", "embedding_size": 4}), 4),
@@ -458,6 +499,14 @@ mod tests {
             (
                 serde_json::json!({"model_type": "albert", "num_hidden_groups": 0}),
                 "ALBERT needs at least one of each",
+            ),
+            (
+                serde_json::json!({"model_type": "albert", "num_hidden_groups": 2}),
+                "more groups than layers",
+            ),
+            (
+                serde_json::json!({"model_type": "albert", "inner_group_num": usize::MAX}),
+                "more layer runs than 4096",
             ),
             (
                 serde_json::json!({"model_type": "bert", "hidden_act": "relu"}),

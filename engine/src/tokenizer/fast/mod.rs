@@ -166,10 +166,7 @@ impl FastTokenizer {
             path: path.to_owned(),
             source,
         })?;
-        Self::from_json(&json, truncation).map_err(|e| match e {
-            Error::Tokenizer(m) => Error::Tokenizer(format!("{}: {m}", path.display())),
-            other => other,
-        })
+        Self::from_json(&json, truncation).map_err(|e| super::in_file(path, e))
     }
 
     /// Builds from a parsed `tokenizer.json`; anything it cannot reproduce exactly is an error.
