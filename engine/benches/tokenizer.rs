@@ -60,6 +60,7 @@ fn bench(c: &mut Criterion) {
         ("wordpiece", "all-MiniLM-L6-v2/tokenizer.json"),
         ("unigram-pegasus", "pegasus_unigram_tokenizer.json"),
         ("unigram-xlmr1k", "xlmr_style_unigram_1k_tokenizer.json"),
+        ("unigram-albert", "albert_style_unigram_1k_tokenizer.json"),
         ("bpe-qwen2", "qwen2_style_bpe_4k_tokenizer.json"),
         ("bpe-gpt2", "gpt2_style_bpe_4k_tokenizer.json"),
         ("bpe-llama3", "llama3_style_bpe_4k_tokenizer.json"),
