@@ -442,16 +442,17 @@ fn special_tokens_around_a_text_and_the_limit_they_need() {
             .expect("vocab"),
     )
     .expect("JSON");
-    // Two before the text and two after it, behind a step that adds none.
+    // Two before the text and two after it, behind a step that adds none; one of them an id past the vocabulary
+    // (`id_bound` counts it only where the special tokens are added).
     let special = |id: &str| serde_json::json!({"SpecialToken": {"id": id, "type_id": 0}});
     let tokens = |id: &str, n: u32| serde_json::json!({"id": id, "ids": [n], "tokens": [id]});
     bert["post_processor"] = serde_json::json!({"type": "Sequence", "processors": [
         {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false},
         {"type": "TemplateProcessing",
-            "single": [special("[CLS]"), special("[UNK]"), {"Sequence": {"id": "A", "type_id": 0}},
+            "single": [special("[CLS]"), special("[X]"), {"Sequence": {"id": "A", "type_id": 0}},
                 special("[SEP]"), special("[SEP]")],
             "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
-            "special_tokens": {"[CLS]": tokens("[CLS]", 101), "[UNK]": tokens("[UNK]", 100),
+            "special_tokens": {"[CLS]": tokens("[CLS]", 101), "[X]": tokens("[X]", 40_000),
                 "[SEP]": tokens("[SEP]", 102)}}]});
     let wrapped = dir.path().join("wrapped.json");
     std::fs::write(&wrapped, bert.to_string()).expect("write");
@@ -483,6 +484,12 @@ fn special_tokens_around_a_text_and_the_limit_they_need() {
         let (before, after) = around[0];
         assert!(ids.len() > before + after, "{}: {ids:?}", path.display());
         seen.insert(around[0]);
+        // The ids an encode can give, alike with the special tokens and without them.
+        for specials in [true, false] {
+            let bounds = [TokenizerKind::Fast, TokenizerKind::Hf]
+                .map(|kind| load(kind, None, specials).expect("loads").id_bound());
+            assert_eq!(bounds[0], bounds[1], "{} {specials}", path.display());
+        }
         for kind in [TokenizerKind::Fast, TokenizerKind::Hf] {
             let plain =
                 load(kind, Some(Truncation::right(1)), false).expect("no special tokens to hold");

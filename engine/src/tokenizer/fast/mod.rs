@@ -154,6 +154,8 @@ pub struct FastTokenizer {
     template: Template,
     truncation: Option<Truncation>,
     vocab_size: usize,
+    /// One past the largest id of the model and the added tokens ([`Tokenizer::id_bound`] adds the template's,
+    /// which special tokens left out drop).
     id_bound: usize,
     /// Every added token's id by its content in the file, for [`Tokenizer::token_id`].
     added_ids: FxMap<Box<str>, u32>,
@@ -219,10 +221,8 @@ impl FastTokenizer {
         // file (not normalised).
         let vocab_size =
             model.vocab_size() + ids.keys().filter(|t| model.token_id(t).is_none()).count();
-        let id_bound = [&template.prefix, &template.suffix]
-            .into_iter()
-            .flatten()
-            .chain(ids.values())
+        let id_bound = ids
+            .values()
             .map(|&id| id as usize + 1)
             .fold(model.id_bound(), usize::max);
         FastTokenizer {
@@ -368,7 +368,12 @@ impl Tokenizer for FastTokenizer {
     }
 
     fn id_bound(&self) -> usize {
-        self.id_bound
+        let Template { prefix, suffix } = &self.template;
+        prefix
+            .iter()
+            .chain(suffix)
+            .map(|&id| id as usize + 1)
+            .fold(self.id_bound, usize::max)
     }
 
     fn token_id(&self, token: &str) -> Option<u32> {
