@@ -226,11 +226,7 @@ impl Tokenization {
                         max_length: self.max_len,
                         side,
                     };
-                    HfTokenizer::from_file(&self.path, None)
-                        .and_then(|t| {
-                            t.with_special_tokens(self.add_special_tokens)
-                                .truncated(Some(cut))
-                        })
+                    HfTokenizer::open(&self.path, Some(cut), self.add_special_tokens)
                         .map_err(|e| e.to_string())
                 };
                 Ok([load(TruncationSide::Right)?, load(TruncationSide::Left)?])

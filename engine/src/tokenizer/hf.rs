@@ -16,6 +16,16 @@ pub struct HfTokenizer {
 
 impl HfTokenizer {
     pub fn from_file(path: &Path, truncation: Option<Truncation>) -> Result<Self> {
+        Self::open(path, truncation, true)
+    }
+
+    /// [`HfTokenizer::from_file`], its special tokens left out first where `add_special_tokens` is false (the
+    /// limit then need not hold them).
+    pub fn open(
+        path: &Path,
+        truncation: Option<Truncation>,
+        add_special_tokens: bool,
+    ) -> Result<Self> {
         let mut inner = tokenizers::Tokenizer::from_file(path)
             .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
         inner.with_padding(None);
@@ -24,6 +34,7 @@ impl HfTokenizer {
             max_length: usize::MAX,
             add_special_tokens: true,
         }
+        .with_special_tokens(add_special_tokens)
         .truncated(truncation)
         .map_err(|e| super::in_file(path, e))
     }

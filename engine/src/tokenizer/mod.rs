@@ -159,12 +159,7 @@ pub fn load(
 ) -> Result<Box<dyn Tokenizer>> {
     // Special tokens first: the truncation need only hold those an encode adds. The choice between the two is
     // made on the pipeline alone: a limit one refuses, the other refuses too.
-    let hf = || {
-        HfTokenizer::from_file(path, None)?
-            .with_special_tokens(add_special_tokens)
-            .truncated(truncation)
-            .map_err(|e| in_file(path, e))
-    };
+    let hf = || HfTokenizer::open(path, truncation, add_special_tokens);
     let fast = |t: FastTokenizer| {
         t.with_special_tokens(add_special_tokens)
             .truncated(truncation)
