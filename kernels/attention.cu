@@ -1,7 +1,8 @@
-// Scaled dot-product attention over a ragged batch (Ops::attention): ctx[:, head] = softmax(Q K^T / sqrt(d)) V per
-// sequence and head, from the fused [Q | K | V] projection; query head h reads key/value head h / (heads /
-// kv_heads); causal: query i sees keys 0..=i of its own sequence; window >= 0: only keys at most `window` from
-// it (a sliding window, ModernBERT's local layers). Sequences never see each other.
+// Scaled dot-product attention over a ragged batch (Ops::attention): ctx[:, head] = softmax(S) V per sequence and
+// head, S being Q K^T times `scale`, soft-capped where `softcap` > 0, plus `bias` (attention_score), from the fused
+// [Q | K | V] projection; query head h reads key/value head h / (heads / kv_heads); causal: query i sees keys 0..=i
+// of its own sequence; window >= 0: only keys at most `window` from it (a sliding window, ModernBERT's local
+// layers). Sequences never see each other.
 //
 // `shadow` (may be null): ctx's bf16 rounding for the output projection (common.cuh).
 //
@@ -103,7 +104,8 @@ __device__ __forceinline__ void attention_body(ATTENTION_PARAMS, float* smem) {
         for (int i = 0; i < QPW; i++) {
             const int row = row0 + i;
             const bool visible = key_visible(row, key, len, causal, window);
-            score[i] = visible ? score[i] * scale + relative_bias(bias, reach, row, key) : NEG_INF;
+            score[i] = visible ? attention_score(score[i], scale, softcap, relative_bias(bias, reach, row, key))
+                               : NEG_INF;
             tile_max[i] = score[i];
         }
 #pragma unroll

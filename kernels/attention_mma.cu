@@ -157,7 +157,8 @@ __device__ __forceinline__ void attention_mma_body(ATTENTION_PARAMS, float* smem
             for (int i = 0; i < 4; i++) {
                 const int row = q0 + g + 8 * (i >> 1), key = k0 + 8 * nb + 2 * tq + (i & 1);
                 const bool visible = key_visible(row, key, len, causal, window);
-                sc[nb][i] = visible ? sc[nb][i] * scale + relative_bias(bias, reach, row, key) : NEG_INF;
+                sc[nb][i] = visible ? attention_score(sc[nb][i], scale, softcap, relative_bias(bias, reach, row, key))
+                                    : NEG_INF;
                 tile_max[i >> 1] = fmaxf(tile_max[i >> 1], sc[nb][i]);
             }
         }

@@ -77,14 +77,21 @@ struct AttentionTile {
 // one for heads up to HEAD_DIM_NARROW and a `_wide` one up to HEAD_DIM_MAX.
 #define ATTENTION_PARAMS                                                                                          \
     const float *qkv, int ld_qkv, float *ctx, int ld_ctx, const int *offsets, const int *tiles, const int *meta, \
-        int heads, int kv_heads, int head_dim, int causal, int window, float scale, const float *bias, int reach, \
-        unsigned short *shadow
+        int heads, int kv_heads, int head_dim, int causal, int window, float scale, float softcap, const float *bias, \
+        int reach, unsigned short *shadow
 #define ATTENTION_ENTRY(name, threads, body, d_max)                                                           \
     extern "C" __global__ void __launch_bounds__(threads) name(ATTENTION_PARAMS) {                             \
         DYNAMIC_SMEM(float, smem);                                                                             \
         body<d_max>(qkv, ld_qkv, ctx, ld_ctx, offsets, tiles, meta, heads, kv_heads, head_dim, causal, window, \
-                    scale, bias, reach, shadow, smem);                                                         \
+                    scale, softcap, bias, reach, shadow, smem);                                                         \
     }
+
+// A visible key's score q.k as Ops::attention takes it into the softmax (AttentionShape): scaled, soft-capped into
+// (-softcap, softcap) where softcap > 0 (Gemma 2's attn_logit_softcapping), the relative position bias added.
+__device__ __forceinline__ float attention_score(float qk, float scale, float softcap, float bias) {
+    const float s = qk * scale;
+    return (softcap > 0.0f ? softcap * tanhf(s / softcap) : s) + bias;
+}
 
 // The relative position bias of a score (Ops::attention's `bias`, MPNet's; null for none): the value of the block's
 // head (blockIdx.y) for key - row, from a table of 2 reach - 1 values per head centred on distance 0. Read only for

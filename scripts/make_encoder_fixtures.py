@@ -91,8 +91,14 @@ Complete sentence-transformers directories under engine/tests/fixtures/:
     AlbertTokenizer: `` and '' as ", NFKD, accents stripped, lowercase; whitespace split then Metaspace;
     `[CLS] $A [SEP]`, `[MASK]` taking in the whitespace before it), mean pooling, Normalize;
   - electra_mean: ElectraModel (BERT's layers behind embeddings 32 wide and `embeddings_project` to 64) with
-    bert_mean's WordPiece, mean pooling, no Normalize.
-  Each scaled fixture is checked here to embed far from the same directory without its scaling.
+    bert_mean's WordPiece, mean pooling, no Normalize;
+  - gemma2_last: Gemma2Model as bge-multilingual-gemma2 uses it (causal; every other layer within a window of 16;
+    no q/k norms; four norms a layer; one rotary base, in transformers 5's flat `rope_parameters`; a score scale
+    other than the head width's; GeGLU with GELU's tanh approximation; transformers' eager attention, the scores
+    soft-capped, here at 1.5 so that the cap bends most of them) with gemma3_mean's tokenizer, last-token pooling
+    (its `<eos>`), Normalize.
+  Each scaled fixture is checked here to embed far from the same directory without its scaling, and gemma2_last
+  without its soft cap.
 
 The first three number positions as RoBERTa does (from pad_token_id + 1, a `<pad>` inside a text taking the padding row and
 not advancing the count), so the texts include `<pad>`, `<mask>` and `<s>` among runs of whitespace, and texts
@@ -119,7 +125,7 @@ from tokenizers import (AddedToken, Tokenizer, decoders, models as tok_models, n
                         trainers)
 import sys
 
-from transformers import (AlbertConfig, AlbertModel, BertConfig, BertModel, DistilBertConfig, ElectraConfig, ElectraModel, DistilBertModel, Gemma3TextConfig, GteConfig, GteModel,
+from transformers import (AlbertConfig, AlbertModel, BertConfig, BertModel, DistilBertConfig, ElectraConfig, ElectraModel, DistilBertModel, Gemma2Config, Gemma2Model, Gemma3TextConfig, GteConfig, GteModel,
                           Gemma3TextModel, LlamaConfig, LlamaModel, MistralConfig, MistralModel, ModernBertConfig,
                           ModernBertModel, MPNetConfig, MPNetModel, NomicBertConfig, NomicBertModel,
                           JinaEmbeddingsV3Config, JinaEmbeddingsV3Model, EuroBertConfig, EuroBertModel,
@@ -334,6 +340,19 @@ def gemma3(tok, max_seq, **extra):
                               **{"rope_theta": 5e4, "rope_local_base_freq": 300.0, "sliding_window_pattern": 3,
                                  **extra})
     return Gemma3TextModel(config).eval()
+
+
+def gemma2(tok, max_seq):
+    """bge-multilingual-gemma2's network at a small width: causal, the layers local and global in turn, the scores
+    soft-capped (at 1.5, where Gemma 2's 50 would bend none of these small random scores)."""
+    config = Gemma2Config(vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=96, num_hidden_layers=4,
+                          num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=max_seq,
+                          query_pre_attn_scalar=10, sliding_window=16, attn_logit_softcapping=1.5,
+                          hidden_activation="gelu_pytorch_tanh",
+                          rope_parameters={"rope_type": "default", "rope_theta": 2e4},
+                          pad_token_id=tok.token_to_id("<pad>"), bos_token_id=tok.token_to_id("<bos>"),
+                          eos_token_id=tok.token_to_id("<eos>"), attn_implementation="eager")
+    return Gemma2Model(config).eval()
 
 
 def gemma3_linear_global(tok, max_seq):
@@ -596,23 +615,32 @@ def as_transformers4_rope(config):
     config["rope_scaling"] = params
 
 
-def assert_rope_scaling_shows(name):
-    """The fixture tells its scaling apart: the same directory without it embeds the texts far from the reference."""
+def without_rope_scaling(config):
+    if config.pop("rope_scaling", None) is None:
+        config["rope_parameters"]["rope_type"] = "default"
+
+
+def assert_shows(name, edit, what):
+    """The fixture tells `what` apart: the same directory with its config.json edited (`what` taken out) embeds the
+    texts far from the reference."""
     d = OUT / name
     plain = OUT / f"{name}_plain"
     shutil.rmtree(plain, ignore_errors=True)
     shutil.copytree(d, plain)
     config = json.loads((plain / "config.json").read_text())
-    if config.pop("rope_scaling", None) is None:
-        config["rope_parameters"]["rope_type"] = "default"
+    edit(config)
     (plain / "config.json").write_text(json.dumps(config, indent=2))
     batch = texts()
     a = SentenceTransformer(str(d), device="cpu").encode(batch, convert_to_tensor=True, normalize_embeddings=True)
     b = SentenceTransformer(str(plain), device="cpu").encode(batch, convert_to_tensor=True, normalize_embeddings=True)
     shutil.rmtree(plain)
     worst = float((a * b).sum(-1).min())
-    assert worst < 0.99, f"{name}: without its rotary scaling the embeddings stay within cosine {worst}"
-    print(f"{name}: without its rotary scaling, min cosine {worst:.4f}")
+    assert worst < 0.99, f"{name}: without its {what} the embeddings stay within cosine {worst}"
+    print(f"{name}: without its {what}, min cosine {worst:.4f}")
+
+
+def assert_rope_scaling_shows(name):
+    assert_shows(name, without_rope_scaling, "rotary scaling")
 
 
 def main():
@@ -677,6 +705,9 @@ def main():
         make("albert_mean", albert, albert_tokenizer(), ALBERT_SPECIALS, "mean", True, 32, 64)
     if not only or "electra_mean" in only:
         make("electra_mean", electra, bert_tokenizer(), BERT_SPECIALS, "mean", False, 33, 64)
+    if not only or "gemma2_last" in only:
+        make("gemma2_last", gemma2, gemma_tokenizer(), GEMMA_SPECIALS, "lasttoken", True, 34, 96, norm_center=0.0)
+        assert_shows("gemma2_last", lambda c: c.update(attn_logit_softcapping=None), "soft cap")
     if not only or "llama_weightedmean" in only:
         make("llama_weightedmean", decoder(LlamaConfig, LlamaModel, num_key_value_heads=2, rope_theta=5e4),
              llama_tokenizer(), LLAMA_SPECIALS, "weightedmean", True, 20, 96)

@@ -12,8 +12,9 @@
 //!   handle resolves exactly once to the batch's [`Embeddings`] (awaitable, pollable, or blocking).
 //!
 //! Behind the backend, the architectures in [`model`] (the BERT family: BERT, RoBERTa, XLM-RoBERTa, CamemBERT,
-//! MPNet, DistilBERT, JinaBERT; ModernBERT; the rotary BERTs: Nomic BERT, GTE, Jina v3; T5's encoder; the Llama family of decoders: Llama, Mistral, Qwen2, Qwen3, and EuroBERT's bidirectional one;
-//! Gemma 3's text model; sentence-transformers' StaticEmbedding, a table and no layers), each followed by its
+//! MPNet, DistilBERT, JinaBERT, ALBERT, ELECTRA; ModernBERT; the rotary BERTs: Nomic BERT, GTE, Jina v3; T5's
+//! encoder; the Llama family of decoders: Llama, Mistral, Qwen2, Qwen3, and EuroBERT's bidirectional one; Gemma 2's
+//! and Gemma 3's text models; sentence-transformers' StaticEmbedding, a table and no layers), each followed by its
 //! sentence-transformers head
 //! (pooling, Dense modules, Normalize), are written once over the op set in [`backend::ops`]: a [`backend::ops::Device`]
 //! holds the weights in its own form, a [`backend::ops::Ops`] runs one forward pass's operations, and an

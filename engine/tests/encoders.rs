@@ -12,7 +12,8 @@
 //! model as EmbeddingGemma runs it (bidirectional, sliding-window and global layers, four norms a layer, a score
 //! scale of its own), its SentencePiece-style tokenizer read by the crate (the default falls back to it), with
 //! EmbeddingGemma's head, and with Gemma 3 4B's rotary (its global layers scaled linearly, in transformers 4's
-//! `rope_scaling`, the local ones plain); and T5's encoder (relative position buckets other than the default, 4 heads of 24
+//! `rope_scaling`, the local ones plain); and Gemma 2's (bge-multilingual-gemma2's: causal, local and global layers in
+//! turn, no q/k norms, scores soft-capped, last-token pooling); and T5's encoder (relative position buckets other than the default, 4 heads of 24
 //! columns against d_model 64, the gated tanh-GELU feed-forward with sentence-t5's Dense head, and the ReLU
 //! one); and the other pooling modes: max over the tokens (BERT) and the sum over the square root of their count
 //! (DistilBERT); and the post-norm rotary BERTs: Nomic BERT (nomic-embed-text: SwiGLU) in both tensor namings
@@ -38,7 +39,7 @@ mod common;
 
 use engine::{CaptureMode, Dtype, Engine, EngineConfig};
 
-const MODELS: [&str; 28] = [
+const MODELS: [&str; 29] = [
     "xlmr_mean",
     "roberta_cls",
     "mpnet_mean",
@@ -49,6 +50,7 @@ const MODELS: [&str; 28] = [
     "distilbert_dense_mean",
     "gemma3_mean",
     "gemma3_linear_mean",
+    "gemma2_last",
     "t5_gated_mean",
     "t5_relu_cls",
     "bert_max",

@@ -46,9 +46,10 @@ pub enum Glu {
 }
 
 /// The attention of one layer: query heads, key/value heads (fewer for grouped-query attention), head width,
-/// whether a token sees only the tokens before it (decoders) or the whole sequence (encoders), and how far it
-/// sees.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// whether a token sees only the tokens before it (decoders) or the whole sequence (encoders), how far it sees,
+/// and what is done to a score `q·k` before its softmax: `cap · tanh(scale · q·k / cap)` with a soft cap, else
+/// `scale · q·k`, then any relative position bias added.
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct AttentionShape {
     pub heads: usize,
     pub kv_heads: usize,
@@ -57,9 +58,30 @@ pub struct AttentionShape {
     /// A sliding window (ModernBERT's local layers): a token sees only the tokens at most this many positions
     /// from it, on either side (before it only, when causal). `None`: the whole sequence.
     pub window: Option<usize>,
+    /// The scores' scale: `1/√head_dim` ([`AttentionShape::new`]) but for Gemma's `query_pre_attn_scalar^-½`.
+    pub scale: f32,
+    /// Gemma 2's `attn_logit_softcapping`: scaled scores squashed into `(−cap, cap)`. Positive where set.
+    pub softcap: Option<f32>,
 }
 
+// Configs make `scale` and `softcap` finite (never NaN), so equality is an equivalence.
+impl Eq for AttentionShape {}
+
 impl AttentionShape {
+    /// Full bidirectional attention of `heads` query heads over `kv_heads` key/value heads `head_dim` wide, its
+    /// scores scaled by `1/√head_dim` and not capped: what the other fields' defaults are.
+    pub fn new(heads: usize, kv_heads: usize, head_dim: usize) -> Self {
+        AttentionShape {
+            heads,
+            kv_heads,
+            head_dim,
+            causal: false,
+            window: None,
+            scale: 1.0 / (head_dim as f32).sqrt(),
+            softcap: None,
+        }
+    }
+
     /// Columns of the fused `[Q | K | V]` projection this attention reads.
     pub fn qkv_width(&self) -> usize {
         (self.heads + 2 * self.kv_heads) * self.head_dim

@@ -62,8 +62,7 @@ pub struct QkNormRotary<D: Device> {
 }
 
 impl<D: Device> QkNormRotary<D> {
-    /// The norms of the attention block `attn`; `offset` as [`RmsNorm`]'s, and Q's weights times `q_scale`
-    /// (Gemma's score scale other than the head width's, moved into Q: rotary is linear).
+    /// The norms of the attention block `attn`; `offset` as [`RmsNorm`]'s.
     pub fn load(
         w: &Weights,
         d: &D,
@@ -71,13 +70,11 @@ impl<D: Device> QkNormRotary<D> {
         shape: AttentionShape,
         eps: f64,
         offset: f32,
-        q_scale: f32,
     ) -> Result<Self> {
         let hd = shape.head_dim;
         let q = w.get(&format!("{attn}.q_norm.weight"), &[hd])?;
         let k = w.get(&format!("{attn}.k_norm.weight"), &[hd])?;
-        let q: Vec<f32> = q.data().iter().map(|v| (v + offset) * q_scale).collect();
-        let k: Vec<f32> = k.data().iter().map(|v| v + offset).collect();
+        let [q, k] = [q, k].map(|n| n.data().iter().map(|v| v + offset).collect::<Vec<f32>>());
         let weight: Vec<f32> = std::iter::repeat_n(q.as_slice(), shape.heads)
             .chain(std::iter::repeat_n(k.as_slice(), shape.kv_heads))
             .flatten()
@@ -114,6 +111,31 @@ impl<D: Device> QkNormRotary<D> {
     }
 }
 
+/// The fused `[Q | K | V]` projection of the attention block `attn` (LlamaAttention's and Gemma's `q_proj`,
+/// `k_proj`, `v_proj`, with their biases where `bias`) over `hidden` columns, and its q/k norms (where `norms`
+/// gives their eps and [`RmsNorm`]'s offset) with rotary.
+pub(crate) fn qkv_projection<D: Device>(
+    w: &Weights,
+    d: &D,
+    attn: &str,
+    shape: AttentionShape,
+    hidden: usize,
+    bias: bool,
+    norms: Option<(f64, f32)>,
+) -> Result<(D::Linear, QkNormRotary<D>)> {
+    let (q, kv) = (
+        shape.heads * shape.head_dim,
+        shape.kv_heads * shape.head_dim,
+    );
+    let names = [("q", q), ("k", kv), ("v", kv)].map(|(n, o)| (format!("{attn}.{n}_proj"), o));
+    let qkv = stacked_linear(w, d, &names, hidden, bias)?;
+    let rotary = match norms {
+        Some((eps, offset)) => QkNormRotary::load(w, d, attn, shape, eps, offset)?,
+        None => QkNormRotary::rotary(shape),
+    };
+    Ok((qkv, rotary))
+}
+
 /// LlamaDecoderLayer (and Mistral's, Qwen2's, Qwen3's): pre-norm attention (fused QKV, Qwen3's per-head q/k
 /// RMSNorm, rotary, grouped-query attention, global or within a sliding window) and pre-norm SwiGLU MLP, each with
 /// its residual.
@@ -133,29 +155,17 @@ impl<D: Device> Layer<D> {
         let (h, f, hd) = (c.hidden_size, c.intermediate_size, c.head_dim());
         let attention = c.attention(i);
         let ((qkv_bias, o_bias), mlp_bias) = (c.attention_biases(), c.mlp_bias());
-        let (q, kv) = (attention.heads * hd, attention.kv_heads * hd);
+        let q = attention.heads * hd;
         let p = format!("layers.{i}");
         let a = format!("{p}.self_attn");
         let m = format!("{p}.mlp");
         let eps = c.rms_norm_eps();
+        let norms = c.qk_norm().then_some((eps, 0.0));
+        let (qkv, qk_norm_rotary) = qkv_projection(w, d, &a, attention, h, qkv_bias, norms)?;
         Ok(Layer {
             input_norm: RmsNorm::load(w, d, &format!("{p}.input_layernorm"), h, eps, 0.0)?,
-            qkv: stacked_linear(
-                w,
-                d,
-                &[
-                    (format!("{a}.q_proj"), q),
-                    (format!("{a}.k_proj"), kv),
-                    (format!("{a}.v_proj"), kv),
-                ],
-                h,
-                qkv_bias,
-            )?,
-            qk_norm_rotary: if c.qk_norm() {
-                QkNormRotary::load(w, d, &a, attention, eps, 0.0, 1.0)?
-            } else {
-                QkNormRotary::rotary(attention)
-            },
+            qkv,
+            qk_norm_rotary,
             o_proj: stacked_linear(w, d, &[(format!("{a}.o_proj"), h)], q, o_bias)?,
             post_norm: RmsNorm::load(w, d, &format!("{p}.post_attention_layernorm"), h, eps, 0.0)?,
             gate_up: stacked_linear(

@@ -6,7 +6,7 @@ mod config;
 pub mod decoder;
 mod dir;
 pub mod fetch;
-pub mod gemma3;
+pub mod gemma;
 mod head;
 pub mod modernbert;
 #[cfg(test)]
@@ -21,7 +21,7 @@ mod weights;
 
 pub(crate) use config::read_json;
 pub use config::{
-    BertConfig, BertFamily, DecoderConfig, DecoderFamily, Gemma3Config, ModelConfig,
+    BertConfig, BertFamily, DecoderConfig, DecoderFamily, GemmaConfig, ModelConfig,
     ModernBertConfig, Rope, RopeScaling, RotaryBertConfig, RotaryBertFamily, RotaryBertMlp,
     StaticConfig, T5Config, T5FeedForward,
 };
@@ -130,7 +130,7 @@ pub(crate) fn rotary_table<D: Device>(
         })
 }
 
-/// The rotary tables of a model with global and sliding-window layers (ModernBERT, Gemma 3), each kind with its
+/// The rotary tables of a model with global and sliding-window layers (ModernBERT, Gemma 2 and 3), each kind with its
 /// base and scaling, for positions `0..dir.positions`.
 pub(crate) struct LayerRotary<D: Device> {
     global: D::Param,
@@ -212,7 +212,7 @@ enum Network<D: Device> {
     Decoder(decoder::Decoder<D>),
     ModernBert(modernbert::ModernBert<D>),
     RotaryBert(rotary_bert::RotaryBert<D>),
-    Gemma3(gemma3::Gemma3<D>),
+    Gemma(gemma::Gemma<D>),
     T5(t5::T5<D>),
     Static(static_embedding::StaticEmbedding<D>),
 }
@@ -239,7 +239,7 @@ impl<D: Device> Model<D> {
             ModelConfig::RotaryBert(_) => {
                 Network::RotaryBert(rotary_bert::RotaryBert::load(dir, device)?)
             }
-            ModelConfig::Gemma3(_) => Network::Gemma3(gemma3::Gemma3::load(dir, device)?),
+            ModelConfig::Gemma(_) => Network::Gemma(gemma::Gemma::load(dir, device)?),
             ModelConfig::T5(_) => Network::T5(t5::T5::load(dir, device)?),
             ModelConfig::Static(_) => {
                 Network::Static(static_embedding::StaticEmbedding::load(dir, device)?)
@@ -262,7 +262,7 @@ impl<D: Device> Network<D> {
             Network::Decoder(m) => m.layout(),
             Network::ModernBert(m) => m.layout(),
             Network::RotaryBert(m) => m.layout(),
-            Network::Gemma3(m) => m.layout(),
+            Network::Gemma(m) => m.layout(),
             Network::T5(m) => m.layout(),
             Network::Static(m) => m.layout(),
         }
@@ -274,7 +274,7 @@ impl<D: Device> Network<D> {
             Network::Decoder(m) => m.forward(ops, batch, acts),
             Network::ModernBert(m) => m.forward(ops, batch, acts),
             Network::RotaryBert(m) => m.forward(ops, batch, acts),
-            Network::Gemma3(m) => m.forward(ops, batch, acts),
+            Network::Gemma(m) => m.forward(ops, batch, acts),
             Network::T5(m) => m.forward(ops, batch, acts),
             Network::Static(m) => m.forward(ops, batch, acts),
         }

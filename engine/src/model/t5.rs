@@ -4,9 +4,7 @@
 //! its first layer computes and every layer adds, T5DenseActDense / T5DenseGatedActDense, T5Block, T5Stack as
 //! T5EncoderModel runs it) block for block, then sentence-transformers' Pooling, Dense and Normalize. Differences,
 //! exact in real arithmetic: sequences are concatenated without padding; Q, K and V are one fused projection (and
-//! the gated units' two input projections another); T5 does not scale its attention scores, so Q's weights take
-//! √d_kv at load to cancel the attention op's 1/√d_kv; residuals are added in the output projections'
-//! epilogues. The decoder stack and the language-model head are never used.
+//! the gated units' two input projections another); residuals are added in the output projections' epilogues. The decoder stack and the language-model head are never used.
 
 use super::decoder::RmsNorm;
 use super::relative::relative_bias;
@@ -43,16 +41,7 @@ impl<D: Device> Layer<D> {
             format!("{p}.1.DenseReluDense"),
         );
         let eps = c.layer_norm_epsilon;
-        // T5's scores are q·k unscaled: √d_kv on Q's weights cancels the op's 1/√d_kv.
-        let mut qkv = w
-            .get(&format!("{attn}.q.weight"), &[inner, h])?
-            .data()
-            .iter()
-            .map(|v| v * (c.d_kv as f32).sqrt())
-            .collect::<Vec<f32>>();
-        for name in ["k", "v"] {
-            qkv.extend_from_slice(w.get(&format!("{attn}.{name}.weight"), &[inner, h])?.data());
-        }
+        let qkv = ["q", "k", "v"].map(|n| (format!("{attn}.{n}"), inner));
         let ff_kind = c
             .feed_forward()
             .ok_or_else(|| Error::model(w.path(), "unsupported feed_forward_proj"))?;
@@ -62,7 +51,7 @@ impl<D: Device> Layer<D> {
         };
         Ok(Layer {
             attn_norm: RmsNorm::load(w, d, &format!("{p}.0.layer_norm"), h, eps, 0.0)?,
-            qkv: d.linear(&qkv, None, 3 * inner, h)?,
+            qkv: stacked_linear(w, d, &qkv, h, false)?,
             o: stacked_linear(w, d, &[(format!("{attn}.o"), h)], inner, false)?,
             ff_norm: RmsNorm::load(w, d, &format!("{p}.1.layer_norm"), h, eps, 0.0)?,
             wi: stacked_linear(w, d, &wi, h, false)?,

@@ -39,6 +39,8 @@ struct Case {
     lens: Vec<usize>,
     /// With a relative position bias (MPNet's) on every score.
     bias: bool,
+    /// Scores scaled by 2/√d (not 1/√d) and soft-capped at 1.5, well inside their range (Gemma 2's cap).
+    capped: bool,
 }
 
 /// Runs `kernel` on `case` under the emulation and checks every output against an f64 reference (of Q, K and V
@@ -52,13 +54,15 @@ fn check(binary: &Path, kernel: Kernel, case: &Case, seed: u64) -> f64 {
         window,
         ref lens,
         bias,
+        capped,
     } = *case;
+    let root = (d as f32).sqrt();
     let shape = AttentionShape {
-        heads,
-        kv_heads,
-        head_dim: d,
         causal,
         window,
+        scale: if capped { 2.0 / root } else { 1.0 / root },
+        softcap: capped.then_some(1.5),
+        ..AttentionShape::new(heads, kv_heads, d)
     };
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let seqs: Vec<Vec<u32>> = lens.iter().map(|&n| vec![7; n]).collect();
@@ -86,7 +90,6 @@ fn check(binary: &Path, kernel: Kernel, case: &Case, seed: u64) -> f64 {
             *v = rng.gen_range(-2.0..2.0);
         }
     }
-    let scale = 1.0 / (d as f32).sqrt();
     // The bias table covers sequences a little longer than the longest here; none: reach 0.
     let reach = if bias {
         lens.iter().max().unwrap() + 3
@@ -120,7 +123,8 @@ fn check(binary: &Path, kernel: Kernel, case: &Case, seed: u64) -> f64 {
     for &v in meta.iter().chain(offsets).chain(tiles) {
         input.extend_from_slice(&v.to_le_bytes());
     }
-    input.extend_from_slice(&scale.to_le_bytes());
+    input.extend_from_slice(&shape.scale.to_le_bytes());
+    input.extend_from_slice(&shape.softcap.unwrap_or(0.0).to_le_bytes());
     input.extend_from_slice(&(reach as i32).to_le_bytes());
     for v in table.iter().chain(&qkv) {
         input.extend_from_slice(&v.to_le_bytes());
@@ -160,7 +164,15 @@ fn check(binary: &Path, kernel: Kernel, case: &Case, seed: u64) -> f64 {
                 let scores: Vec<f64> = visible
                     .clone()
                     .map(|j| {
-                        (0..d).map(|e| at(i, qc + e) * at(j, kc + e)).sum::<f64>() * scale as f64
+                        let score = (0..d).map(|e| at(i, qc + e) * at(j, kc + e)).sum::<f64>()
+                            * shape.scale as f64;
+                        let cap = shape.softcap.map_or(f64::INFINITY, f64::from);
+                        let score = if cap.is_finite() {
+                            cap * (score / cap).tanh()
+                        } else {
+                            score
+                        };
+                        score
                             + if bias {
                                 table[h * (2 * reach - 1) + j + reach - 1 - i] as f64
                             } else {
@@ -203,13 +215,14 @@ fn check(binary: &Path, kernel: Kernel, case: &Case, seed: u64) -> f64 {
 
 fn describe(c: &Case) -> String {
     format!(
-        "{} heads / {} kv, d {}, {}{}{}, lengths {:?}",
+        "{} heads / {} kv, d {}, {}{}{}{}, lengths {:?}",
         c.heads,
         c.kv_heads,
         c.d,
         if c.causal { "causal" } else { "bidirectional" },
         c.window.map_or(String::new(), |w| format!(", window {w}")),
         if c.bias { ", relative bias" } else { "" },
+        if c.capped { ", soft-capped" } else { "" },
         c.lens
     )
 }
@@ -225,6 +238,7 @@ fn cases() -> Vec<Case> {
             window: None,
             lens: vec![1, 12, 17, 40, 5],
             bias: false,
+            capped: false,
         },
         // Qwen3-like: causal, two query heads per key/value head.
         Case {
@@ -235,6 +249,7 @@ fn cases() -> Vec<Case> {
             window: None,
             lens: vec![3, 33, 16, 70],
             bias: false,
+            capped: false,
         },
         // A head of 96: three warps' columns, six k-steps of Q Kᵀ, twelve n-blocks of P V.
         Case {
@@ -245,6 +260,7 @@ fn cases() -> Vec<Case> {
             window: None,
             lens: vec![20, 9],
             bias: false,
+            capped: false,
         },
         // The widest head, both ways, one key/value head for two query heads; 70 keys span several warps' tiles.
         Case {
@@ -255,6 +271,7 @@ fn cases() -> Vec<Case> {
             window: None,
             lens: vec![70, 2],
             bias: false,
+            capped: false,
         },
         Case {
             heads: 2,
@@ -264,6 +281,7 @@ fn cases() -> Vec<Case> {
             window: None,
             lens: vec![2, 70],
             bias: false,
+            capped: false,
         },
         // The wide entry points: EmbeddingGemma's heads of 256 (three query heads over one key/value head,
         // bidirectional, a sliding window on its local layers), the wide tensor-core kernel's Q fragments staged in
@@ -276,6 +294,7 @@ fn cases() -> Vec<Case> {
             window: None,
             lens: vec![37, 1, 18],
             bias: false,
+            capped: false,
         },
         Case {
             heads: 3,
@@ -285,6 +304,7 @@ fn cases() -> Vec<Case> {
             window: Some(7),
             lens: vec![37, 1, 18],
             bias: false,
+            capped: false,
         },
         Case {
             heads: 2,
@@ -294,6 +314,7 @@ fn cases() -> Vec<Case> {
             window: None,
             lens: vec![40, 3],
             bias: false,
+            capped: false,
         },
     ];
     // MPNet's relative position bias on the BERT-like case, and with the Qwen3-like causal mask and grouped heads
@@ -307,6 +328,20 @@ fn cases() -> Vec<Case> {
         })
         .collect();
     cases.extend(biased);
+    // Gemma 2's soft-capped scores: its heads of 256 (the wide entry points), causal, global and sliding-window
+    // layers, grouped heads; and a narrow head.
+    for (d, window) in [(256, None), (256, Some(7)), (64, None)] {
+        cases.push(Case {
+            heads: 4,
+            kv_heads: 2,
+            d,
+            causal: true,
+            window,
+            lens: vec![37, 1, 18],
+            bias: false,
+            capped: true,
+        });
+    }
     // ModernBERT's local layers: windows narrower than a key tile and wider than one, over sequences many windows
     // long, and one past every sequence; with a causal mask and grouped heads too (Mistral-style; the op allows
     // it).
@@ -326,6 +361,7 @@ fn cases() -> Vec<Case> {
             window: Some(window),
             lens: vec![1, 12, 150, 5, 77],
             bias: false,
+            capped: false,
         });
     }
     cases

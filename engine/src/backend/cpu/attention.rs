@@ -46,7 +46,8 @@ impl<'a> Bias<'a> {
     }
 }
 
-/// `ctx[:, head] = softmax(Q Kᵀ / √d + bias) V` for every sequence and head, from the fused `[Q | K | V]`
+/// `ctx[:, head] = softmax(scores(Q Kᵀ) + bias) V` for every sequence and head, the scores scaled (and capped) as
+/// `shape` says, from the fused `[Q | K | V]`
 /// projection `qkv` in f32, or (`qkv16`) rounded to bf16 for the bf16 tiles. One task per (sequence, key/value
 /// head) packs that head's keys and values once and serves every query head of its group (grouped-query
 /// attention).
@@ -158,7 +159,6 @@ fn attention_f32(
     let (mr, nr) = (isa.mr(), isa.nr());
     let d = shape.head_dim;
     let group = shape.heads / shape.kv_heads;
-    let scale = 1.0 / (d as f32).sqrt();
     // Every query sees every key (encoders without a window): no per-row key range to work out.
     let all = !shape.causal && shape.window.is_none();
     let seqs = offsets.len() - 1;
@@ -190,7 +190,7 @@ fn attention_f32(
                     for r in 0..rows {
                         let b = bias.map(|b| b.row(head, q0 + r));
                         let (row, q) = (scores.row_mut(r), (q0 + r, len));
-                        softmax_row(row, shape, all, q, first..seen, scale, b);
+                        softmax_row(row, shape, all, q, first..seen, b);
                     }
                     for p in 0..d.div_ceil(nr) {
                         // Value rows `first..seen` of the panel (`nr` floats per row).
@@ -205,9 +205,25 @@ fn attention_f32(
     });
 }
 
+/// Softmax of the scores of `keys` scaled (and soft-capped) as `shape` says, plus `bias` (by key) when given.
+#[inline(always)]
+fn softmax_keys(keys: &mut [f32], shape: AttentionShape, bias: Option<&[f32]>) {
+    match shape.softcap {
+        Some(cap) => soft_capped_softmax(keys, shape.scale, cap, bias),
+        None => scaled_softmax(keys, shape.scale, bias),
+    }
+}
+
+/// [`softmax_keys`] with a soft cap: out of line, so that the common path's per-row code stays as small as it was.
+#[inline(never)]
+fn soft_capped_softmax(keys: &mut [f32], scale: f32, cap: f32, bias: Option<&[f32]>) {
+    kernels::soft_cap(keys, scale / cap, cap);
+    scaled_softmax(keys, 1.0, bias);
+}
+
 /// Softmax of `scale ·` the scores of `keys`, plus `bias` (by key) when given.
 #[inline(always)]
-fn softmax_keys(keys: &mut [f32], scale: f32, bias: Option<&[f32]>) {
+fn scaled_softmax(keys: &mut [f32], scale: f32, bias: Option<&[f32]>) {
     let n = keys.len();
     match bias {
         Some(bias) => {
@@ -230,16 +246,15 @@ fn softmax_row(
     all: bool,
     (q, len): (usize, usize),
     seen: Range<usize>,
-    scale: f32,
     bias: Option<&[f32]>,
 ) {
     if all {
-        return softmax_keys(&mut row[..len], scale, bias);
+        return softmax_keys(&mut row[..len], shape, bias);
     }
     let visible = shape.keys(q, len);
     softmax_keys(
         &mut row[visible.clone()],
-        scale,
+        shape,
         bias.map(|b| &b[visible.clone()]),
     );
     row[seen.start..visible.start].fill(0.0);
@@ -279,7 +294,6 @@ fn attention_bf16(
     let d = shape.head_dim;
     let group = shape.heads / shape.kv_heads;
     let dp = d / 2;
-    let scale = 1.0 / (d as f32).sqrt();
     // Every query sees every key (encoders without a window): no per-row key range to work out.
     let all = !shape.causal && shape.window.is_none();
     let seqs = offsets.len() - 1;
@@ -326,7 +340,7 @@ fn attention_bf16(
                     for r in 0..rows {
                         let probs = scores.row_mut(r);
                         let b = bias.map(|b| b.row(head, q0 + r));
-                        softmax_row(probs, shape, all, (q0 + r, len), first..seen, scale, b);
+                        softmax_row(probs, shape, all, (q0 + r, len), first..seen, b);
                         let dst = &mut p_tile[r * 2 * lp..(r + 1) * 2 * lp];
                         gemm::to_bf16(&probs[first..seen], dst);
                     }
@@ -374,13 +388,18 @@ mod tests {
                     let scores: Vec<f64> = seen
                         .clone()
                         .map(|k| {
-                            (0..d)
+                            let score = (0..d)
                                 .map(|j| {
                                     qkv[(s + i) * w + qc + j] as f64
                                         * qkv[(s + k) * w + kc + j] as f64
                                 })
                                 .sum::<f64>()
-                                / (d as f64).sqrt()
+                                * shape.scale as f64;
+                            let score = match shape.softcap {
+                                Some(cap) => cap as f64 * (score / cap as f64).tanh(),
+                                None => score,
+                            };
+                            score
                                 + bias.map_or(0.0, |b| {
                                     b.table[head * (2 * b.reach - 1) + k + b.reach - 1 - i] as f64
                                 })
@@ -403,7 +422,8 @@ mod tests {
     }
 
     #[test]
-    fn ragged_attention_matches_the_definition_bidirectional_causal_windowed_grouped_and_biased() {
+    fn ragged_attention_matches_the_definition_bidirectional_causal_windowed_grouped_biased_and_capped(
+    ) {
         let mut rng = rand::rngs::StdRng::seed_from_u64(9);
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(2)
@@ -421,16 +441,20 @@ mod tests {
         // Sliding windows narrower than a tile, wider than a panel, and past the longest sequence.
         let windows = [None, Some(3), Some(40), Some(1000)];
         for (heads, kv_heads, head_dim, lens) in cases {
-            for (causal, window) in [false, true]
-                .into_iter()
-                .flat_map(|c| windows.map(|w| (c, w)))
-            {
+            // Scores scaled by 1/√d, or (Gemma 2's) by another scale and soft-capped well inside their range.
+            let root = (head_dim as f32).sqrt();
+            let scores = [(1.0 / root, None), (2.0 / root, Some(1.5))];
+            for (causal, window, (scale, softcap)) in [false, true].into_iter().flat_map(|c| {
+                windows
+                    .into_iter()
+                    .flat_map(move |w| scores.map(|s| (c, w, s)))
+            }) {
                 let shape = AttentionShape {
-                    heads,
-                    kv_heads,
-                    head_dim,
                     causal,
                     window,
+                    scale,
+                    softcap,
+                    ..AttentionShape::new(heads, kv_heads, head_dim)
                 };
                 let mut offsets = vec![0];
                 for l in &lens {

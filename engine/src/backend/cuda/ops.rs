@@ -509,6 +509,8 @@ impl<'a> Ops for CudaPass<'a> {
             head_dim: d,
             causal,
             window,
+            scale,
+            softcap,
         } = shape;
         assert!(
             heads > 0 && kv_heads > 0 && heads.is_multiple_of(kv_heads),
@@ -549,7 +551,9 @@ impl<'a> Ops for CudaPass<'a> {
                 Arg::I32(causal as i32),
                 // -1: no window; a window past i32 is none in practice (sequences are shorter).
                 Arg::I32(window.map_or(-1, |w| i32::try_from(w).unwrap_or(i32::MAX))),
-                Arg::F32(1.0 / (d as f32).sqrt()),
+                Arg::F32(scale),
+                // 0: no cap (a set one is positive).
+                Arg::F32(softcap.unwrap_or(0.0)),
                 Arg::Ptr(bias.map_or(0, |b| ptr(&b.table.data, s))),
                 Self::i(bias.map_or(0, |b| b.reach)),
             ],

@@ -230,13 +230,8 @@ impl BertConfig {
 
     /// Every layer's attention: bidirectional over the whole sequence.
     pub fn attention(&self) -> AttentionShape {
-        AttentionShape {
-            heads: self.num_attention_heads,
-            kv_heads: self.num_attention_heads,
-            head_dim: self.hidden_size / self.num_attention_heads.max(1),
-            causal: false,
-            window: None,
-        }
+        let heads = self.num_attention_heads;
+        AttentionShape::new(heads, heads, self.hidden_size / heads.max(1))
     }
 }
 

@@ -240,11 +240,9 @@ impl DecoderConfig {
             .filter(|_| self.is_sliding(i))
             .map(|sw| if self.causal() { sw - 1 } else { sw });
         AttentionShape {
-            heads: self.num_attention_heads,
-            kv_heads: self.kv_heads(),
-            head_dim: self.head_dim(),
             causal: self.causal(),
             window,
+            ..AttentionShape::new(self.num_attention_heads, self.kv_heads(), self.head_dim())
         }
     }
 

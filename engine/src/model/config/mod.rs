@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 
 mod bert;
 mod decoder;
-mod gemma3;
+mod gemma;
 mod modernbert;
 mod rope;
 mod rotary_bert;
@@ -22,8 +22,8 @@ use bert::read_bert;
 pub use bert::{BertConfig, BertFamily};
 use decoder::read_decoder;
 pub use decoder::{DecoderConfig, DecoderFamily};
-use gemma3::read_gemma3;
-pub use gemma3::Gemma3Config;
+use gemma::read_gemma;
+pub use gemma::{GemmaConfig, GemmaFamily};
 use modernbert::read_modernbert;
 pub use modernbert::ModernBertConfig;
 pub use rope::{Rope, RopeScaling};
@@ -33,7 +33,7 @@ pub use static_embedding::StaticConfig;
 use t5::read_t5;
 pub use t5::{T5Config, T5FeedForward};
 
-/// What a model with global and sliding-window layers (ModernBERT, Gemma 3) says about them in transformers 5's
+/// What a model with global and sliding-window layers (ModernBERT, Gemma 2 and 3) says about them in transformers 5's
 /// keys: `layer_types`, and `rope_parameters` by layer type; each family reads its older keys itself.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 struct LayerKinds {
@@ -131,7 +131,7 @@ pub enum ModelConfig {
     Decoder(DecoderConfig),
     ModernBert(ModernBertConfig),
     RotaryBert(RotaryBertConfig),
-    Gemma3(Gemma3Config),
+    Gemma(GemmaConfig),
     T5(T5Config),
     /// sentence-transformers' StaticEmbedding (read from its weights, not a `config.json`).
     Static(StaticConfig),
@@ -162,8 +162,8 @@ impl ModelConfig {
             Ok(ModelConfig::ModernBert(read_modernbert(path)?))
         } else if let Some((family, _)) = RotaryBertFamily::NAMES.iter().find(|(_, n)| names(n)) {
             Ok(ModelConfig::RotaryBert(read_rotary_bert(path, *family)?))
-        } else if names(&["gemma3_text", "Gemma3TextModel", "Gemma3ForCausalLM"]) {
-            Ok(ModelConfig::Gemma3(read_gemma3(path)?))
+        } else if let Some((family, _)) = GemmaFamily::NAMES.iter().find(|(_, n)| names(n)) {
+            Ok(ModelConfig::Gemma(read_gemma(path, *family)?))
         } else if names(&[
             "t5",
             "T5EncoderModel",
@@ -186,8 +186,8 @@ impl ModelConfig {
                      RobertaModel, XLMRobertaModel, CamembertModel, MPNetModel, DistilBertModel, AlbertModel, \
                      ElectraModel), ModernBertModel, \
                      NomicBertModel, GteModel (NewModel), JinaEmbeddingsV3Model, \
-                     a Llama-family decoder (LlamaModel, MistralModel, Qwen2Model, Qwen3Model, EuroBertModel), Gemma 3's \
-                     text model (Gemma3TextModel) or T5's encoder (T5EncoderModel, MT5EncoderModel)",
+                     a Llama-family decoder (LlamaModel, MistralModel, Qwen2Model, Qwen3Model, EuroBertModel), Gemma 2's \
+                     or Gemma 3's text model (Gemma2Model, Gemma3TextModel) or T5's encoder (T5EncoderModel, MT5EncoderModel)",
                     kind.architectures, kind.model_type
                 ),
             ))
@@ -200,7 +200,7 @@ impl ModelConfig {
             ModelConfig::Decoder(c) => c.vocab_size,
             ModelConfig::ModernBert(c) => c.vocab_size,
             ModelConfig::RotaryBert(c) => c.vocab_size,
-            ModelConfig::Gemma3(c) => c.vocab_size,
+            ModelConfig::Gemma(c) => c.vocab_size,
             ModelConfig::T5(c) => c.vocab_size,
             ModelConfig::Static(c) => c.vocab_size,
         }
@@ -213,7 +213,7 @@ impl ModelConfig {
             ModelConfig::Decoder(c) => c.hidden_size,
             ModelConfig::ModernBert(c) => c.hidden_size,
             ModelConfig::RotaryBert(c) => c.hidden_size,
-            ModelConfig::Gemma3(c) => c.hidden_size,
+            ModelConfig::Gemma(c) => c.hidden_size,
             ModelConfig::T5(c) => c.d_model,
             ModelConfig::Static(c) => c.dim,
         }
@@ -253,7 +253,7 @@ impl ModelConfig {
                 );
                 vec![(4 * h * q + 3 * h * f, c.attention()); c.num_hidden_layers]
             }
-            ModelConfig::Gemma3(c) => {
+            ModelConfig::Gemma(c) => {
                 let (h, f) = (c.hidden_size, c.intermediate_size);
                 let (q, kv) = (
                     c.num_attention_heads * c.head_dim,
@@ -289,7 +289,7 @@ impl ModelConfig {
             ModelConfig::Decoder(c) => c.num_hidden_layers,
             ModelConfig::ModernBert(c) => c.num_hidden_layers,
             ModelConfig::RotaryBert(c) => c.num_hidden_layers,
-            ModelConfig::Gemma3(c) => c.num_hidden_layers,
+            ModelConfig::Gemma(c) => c.num_hidden_layers,
             ModelConfig::T5(c) => c.num_layers,
             ModelConfig::Static(_) => 0,
         }
@@ -302,7 +302,7 @@ impl ModelConfig {
             ModelConfig::Decoder(c) => c.max_position_embeddings,
             ModelConfig::ModernBert(c) => c.max_position_embeddings,
             ModelConfig::RotaryBert(c) => c.max_positions,
-            ModelConfig::Gemma3(c) => c.max_position_embeddings,
+            ModelConfig::Gemma(c) => c.max_position_embeddings,
             // Relative positions: no limit of the model's own (sentence-transformers' or the tokenizer's applies).
             ModelConfig::T5(_) => usize::MAX,
             // No positions: sentence-transformers' max_seq_length is infinite (a tokenizer's own truncation

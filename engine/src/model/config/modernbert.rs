@@ -73,12 +73,10 @@ impl ModernBertConfig {
 
     /// Layer `i`'s attention.
     pub fn attention(&self, i: usize) -> AttentionShape {
+        let heads = self.num_attention_heads;
         AttentionShape {
-            heads: self.num_attention_heads,
-            kv_heads: self.num_attention_heads,
-            head_dim: self.head_dim(),
-            causal: false,
             window: (!self.is_global(i)).then_some(self.local_attention / 2),
+            ..AttentionShape::new(heads, heads, self.head_dim())
         }
     }
 }

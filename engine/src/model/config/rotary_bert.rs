@@ -173,13 +173,11 @@ pub struct RotaryBertConfig {
 
 impl RotaryBertConfig {
     pub fn attention(&self) -> AttentionShape {
-        AttentionShape {
-            heads: self.num_attention_heads,
-            kv_heads: self.num_attention_heads,
-            head_dim: self.head_dim,
-            causal: false,
-            window: None,
-        }
+        AttentionShape::new(
+            self.num_attention_heads,
+            self.num_attention_heads,
+            self.head_dim,
+        )
     }
 }
 

@@ -50,14 +50,12 @@ pub enum T5FeedForward {
 }
 
 impl T5Config {
-    /// Every layer's attention: bidirectional, no window.
+    /// Every layer's attention: bidirectional, no window, scores unscaled (T5 folds the scale into its
+    /// initialisation).
     pub fn attention(&self) -> AttentionShape {
         AttentionShape {
-            heads: self.num_heads,
-            kv_heads: self.num_heads,
-            head_dim: self.d_kv,
-            causal: false,
-            window: None,
+            scale: 1.0,
+            ..AttentionShape::new(self.num_heads, self.num_heads, self.d_kv)
         }
     }
 

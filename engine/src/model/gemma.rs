@@ -1,27 +1,29 @@
-//! Gemma 3's text model as an embedding model (EmbeddingGemma), over the backend op set, for any device.
+//! Gemma 2's and Gemma 3's text models as embedding models (bge-multilingual-gemma2, EmbeddingGemma), over the
+//! backend op set, for any device.
 //!
 //! Mirrors Hugging Face transformers' `modeling_gemma3.py` (Gemma3TextScaledWordEmbedding, Gemma3RMSNorm,
-//! Gemma3Attention with its per-head q/k norms, Gemma3MLP, Gemma3DecoderLayer, Gemma3TextModel) block for block,
-//! then sentence-transformers' modules (EmbeddingGemma's: mean pooling, two Dense, Normalize). Each layer has four
-//! norms: before and after attention, before and after the MLP, the "after" ones applied to the block's output
-//! before its residual; layers are global or sliding-window (bidirectional with `use_bidirectional_attention`, as
-//! EmbeddingGemma), each kind with its rotary base. Folded at load, exact in real arithmetic: the embedding scale
-//! √hidden into the table, Gemma's `1 + weight` norms into their weights, and the score scale
-//! `query_pre_attn_scalar^-½` (where it is not the head width's) into Q's norm, which rotary, being linear,
-//! carries through. Sequences are concatenated without padding, so attention needs no padding mask.
+//! Gemma3Attention with its per-head q/k norms, Gemma3MLP, Gemma3DecoderLayer, Gemma3TextModel) and
+//! `modeling_gemma2.py` (the same blocks without the q/k norms, its eager attention's soft-capped scores) block for
+//! block, then sentence-transformers' modules (EmbeddingGemma's: mean pooling, two Dense, Normalize;
+//! bge-multilingual-gemma2's: last-token pooling, Normalize). Each layer has four norms: before and after
+//! attention, before and after the MLP, the "after" ones applied to the block's output before its residual;
+//! layers are global or sliding-window (bidirectional with `use_bidirectional_attention`, as EmbeddingGemma),
+//! each kind with its rotary base. Folded at load, exact in real arithmetic: the embedding scale √hidden into the
+//! table, Gemma's `1 + weight` norms into their weights. Sequences are concatenated without padding, so attention
+//! needs no padding mask.
 
-use super::decoder::{QkNormRotary, RmsNorm};
+use super::decoder::{qkv_projection, QkNormRotary, RmsNorm};
 use super::{
-    pre_norm_layout, stacked_linear, Encoder, EncoderLayout, Gemma3Config, LayerRotary,
-    ModelConfig, ModelDir, PreNormActs, Tensor, Weights,
+    pre_norm_layout, stacked_linear, Encoder, EncoderLayout, GemmaConfig, LayerRotary, ModelConfig,
+    ModelDir, PreNormActs, Tensor, Weights,
 };
 use crate::backend::ops::{Activation, AttentionShape, Device, Embedding, Glu, Ops, PositionIds};
 use crate::batch::Batch;
 use crate::error::{Error, Result};
 
-/// Gemma3DecoderLayer: input norm, fused QKV, q/k norms and rotary, grouped-query attention (global or
-/// sliding-window), output projection, its norm added to the residual; then the MLP (GeGLU) between its own two
-/// norms, added to the residual.
+/// Gemma3DecoderLayer (Gemma2DecoderLayer): input norm, fused QKV, q/k norms (Gemma 3's) and rotary,
+/// grouped-query attention (global or sliding-window; Gemma 2's scores soft-capped), output projection, its norm
+/// added to the residual; then the MLP (GeGLU) between its own two norms, added to the residual.
 pub struct Layer<D: Device> {
     input_norm: RmsNorm<D>,
     qkv: D::Linear,
@@ -37,30 +39,20 @@ pub struct Layer<D: Device> {
 }
 
 impl<D: Device> Layer<D> {
-    pub fn load(w: &Weights, d: &D, c: &Gemma3Config, i: usize) -> Result<Self> {
+    pub fn load(w: &Weights, d: &D, c: &GemmaConfig, i: usize) -> Result<Self> {
         let (h, f, hd) = (c.hidden_size, c.intermediate_size, c.head_dim);
         let attention = c.attention(i);
-        let (q, kv) = (attention.heads * hd, attention.kv_heads * hd);
+        let q = attention.heads * hd;
         let (p, eps) = (format!("layers.{i}"), c.rms_norm_eps);
         let (a, m) = (format!("{p}.self_attn"), format!("{p}.mlp"));
         // Gemma's norms scale by 1 + weight.
         let norm = |name: &str| RmsNorm::load(w, d, &format!("{p}.{name}"), h, eps, 1.0);
-        // The op set scales scores by 1/√head_dim; Gemma by 1/√query_pre_attn_scalar.
-        let q_scale = (hd as f64 / c.query_pre_attn_scalar).sqrt() as f32;
+        let norms = c.qk_norms().then_some((eps, 1.0));
+        let (qkv, qk_norm_rotary) = qkv_projection(w, d, &a, attention, h, false, norms)?;
         Ok(Layer {
             input_norm: norm("input_layernorm")?,
-            qkv: stacked_linear(
-                w,
-                d,
-                &[
-                    (format!("{a}.q_proj"), q),
-                    (format!("{a}.k_proj"), kv),
-                    (format!("{a}.v_proj"), kv),
-                ],
-                h,
-                false,
-            )?,
-            qk_norm_rotary: QkNormRotary::load(w, d, &a, attention, eps, 1.0, q_scale)?,
+            qkv,
+            qk_norm_rotary,
             o_proj: stacked_linear(w, d, &[(format!("{a}.o_proj"), h)], q, false)?,
             post_attention_norm: norm("post_attention_layernorm")?,
             pre_feedforward_norm: norm("pre_feedforward_layernorm")?,
@@ -103,10 +95,10 @@ impl<D: Device> Layer<D> {
     }
 }
 
-/// Gemma 3 as an embedding model's network: scaled token embeddings, decoder layers, final norm (the head is
-/// [`super::Model`]'s).
-pub struct Gemma3<D: Device> {
-    pub config: Gemma3Config,
+/// Gemma 2 or 3 as an embedding model's network: scaled token embeddings, decoder layers, final norm (the head
+/// is [`super::Model`]'s).
+pub struct Gemma<D: Device> {
+    pub config: GemmaConfig,
     embeddings: Embedding<D>,
     /// Rotary tables of the global and of the local layers (their bases differ).
     rotary: LayerRotary<D>,
@@ -114,18 +106,18 @@ pub struct Gemma3<D: Device> {
     norm: RmsNorm<D>,
 }
 
-impl<D: Device> Gemma3<D> {
+impl<D: Device> Gemma<D> {
     pub fn load(dir: &ModelDir, device: &D) -> Result<Self> {
-        let ModelConfig::Gemma3(c) = &dir.config else {
-            return Err(Error::model(&dir.root, "not a Gemma 3 model directory"));
+        let ModelConfig::Gemma(c) = &dir.config else {
+            return Err(Error::model(&dir.root, "not a Gemma model directory"));
         };
         let w = Weights::open(&dir.weights_path, "embed_tokens.weight")?;
         let h = c.hidden_size;
-        // Gemma3TextScaledWordEmbedding multiplies by √hidden in f32; so does this, once.
+        // Gemma's scaled embedding multiplies by √hidden in f32; so does this, once.
         let scale = (h as f64).sqrt() as f32;
         let table = w.get("embed_tokens.weight", &[c.vocab_size, h])?;
         let table = table.data().iter().map(|v| v * scale).collect();
-        Ok(Gemma3 {
+        Ok(Gemma {
             embeddings: Embedding {
                 word: device.param(Tensor::from_vec(table))?,
                 position: None,
@@ -144,7 +136,7 @@ impl<D: Device> Gemma3<D> {
     }
 }
 
-impl<D: Device> Encoder<D> for Gemma3<D> {
+impl<D: Device> Encoder<D> for Gemma<D> {
     fn layout(&self) -> EncoderLayout {
         let c = &self.config;
         pre_norm_layout(c.hidden_size, c.attention(0), c.intermediate_size)
