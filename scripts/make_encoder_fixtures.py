@@ -279,7 +279,7 @@ def modernbert_tokenizer():
     return tok
 
 
-def sentencepiece_bpe(specials, bos, eos, prepend):
+def sentencepiece_bpe(specials, bos, eos, prepend, vocab_size=700):
     """SentencePiece's BPE as tokenizer.json holds it: spaces to '▁' (after a '▁' put in front with `prepend`, as
     Llama's and Mistral's), BPE with byte fallback (its <0xXX> pieces in the vocabulary), no pre-tokenizer,
     `bos $A eos`."""
@@ -287,7 +287,8 @@ def sentencepiece_bpe(specials, bos, eos, prepend):
     replace = normalizers.Replace(" ", "\u2581")
     tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), replace]) if prepend else replace
     # A small alphabet: the other characters take the byte fallback.
-    trainer = trainers.BpeTrainer(vocab_size=700, limit_alphabet=200, special_tokens=specials, show_progress=False)
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, limit_alphabet=200, special_tokens=specials,
+                                  show_progress=False)
     tok = make_bpe_vocabs.train_with_byte_pieces(tok, trainer, corpus())
     tok.add_special_tokens(specials)
     tok.post_processor = processors.TemplateProcessing(single=f"{bos} $A {eos}", special_tokens=[
@@ -295,9 +296,10 @@ def sentencepiece_bpe(specials, bos, eos, prepend):
     return tok
 
 
-def gemma_tokenizer():
+def gemma_tokenizer(vocab_size=700):
     """Gemma's pipeline (EmbeddingGemma's `<bos> $A <eos>`)."""
-    return sentencepiece_bpe(["<pad>", "<eos>", "<bos>", "<unk>"], "<bos>", "<eos>", prepend=False)
+    return sentencepiece_bpe(["<pad>", "<eos>", "<bos>", "<unk>"], "<bos>", "<eos>", prepend=False,
+                             vocab_size=vocab_size)
 
 
 def llama_tokenizer():
