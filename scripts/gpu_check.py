@@ -34,8 +34,9 @@ TOKENIZER = os.path.join(REPO, "workloads", "vocab", "all-MiniLM-L6-v2", "tokeni
 # (all-mpnet-base-v2's shape: its relative position bias in both attention kernels), ModernBERT
 # (ModernBERT-base's, as gte-modernbert-base: sliding-window layers, GeGLU, LayerNorm into another matrix) and
 # Qwen2 (gte-Qwen2-1.5B's: Q/K/V biases, last-token pooling, a causal window), Gemma 3 (EmbeddingGemma-300m's:
-# heads of 256, the attention kernels' wide entry points) and Nomic BERT (nomic-embed-text-v1.5's: post-norm layers
-# with rotary positions and SwiGLU) are checked for correctness only.
+# heads of 256, the attention kernels' wide entry points), Nomic BERT (nomic-embed-text-v1.5's: post-norm layers
+# with rotary positions and SwiGLU) and Gemma 2 (gemma-2-2b's, as bge-multilingual-gemma2: soft-capped scores) are
+# checked for correctness only.
 SHAPES = {
     "minilm-l6": dict(arch="bert", hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
                       intermediate_size=1536, pooling="mean", dry_layers=6),
@@ -65,6 +66,11 @@ SHAPES = {
     # nomic-embed-text-v1.5's widths (saved by transformers under the Hub's contrastors names), cut to 4 layers.
     "nomic-embed-v1.5": dict(arch="nomic_bert", hidden_size=768, num_hidden_layers=4, num_attention_heads=12,
                              intermediate_size=3072, pooling="mean", dry_layers=2),
+    # gemma-2-2b's widths as bge-multilingual-gemma2 runs them (8 query heads over 4 K/V heads of 256, causal,
+    # last-token pooling), two layers: a sliding-window one (64 tokens), a global one. The scores are capped at 2
+    # (Gemma 2's own cap, 50, would bend none of these random weights' scores), so the kernels' tanh shows.
+    "gemma2-2b": dict(arch="gemma2", hidden_size=2304, num_hidden_layers=2, num_attention_heads=8,
+                      num_key_value_heads=4, intermediate_size=9216, pooling="last", dry_layers=2),
 }
 
 
@@ -75,9 +81,9 @@ def write_json(path, value):
 
 def cmd_models(a):
     import torch
-    from transformers import (BertConfig, BertModel, Gemma3TextConfig, Gemma3TextModel, ModernBertConfig,
-                              ModernBertModel, MPNetConfig, MPNetModel, NomicBertConfig, NomicBertModel, Qwen2Config,
-                              Qwen2Model)
+    from transformers import (BertConfig, BertModel, Gemma2Config, Gemma2Model, Gemma3TextConfig, Gemma3TextModel,
+                              ModernBertConfig, ModernBertModel, MPNetConfig, MPNetModel, NomicBertConfig,
+                              NomicBertModel, Qwen2Config, Qwen2Model)
 
     for name, s in SHAPES.items():
         out = os.path.join(a.out, name)
@@ -119,6 +125,13 @@ def cmd_models(a):
                                       use_bidirectional_attention=True, rope_theta=1e6, rope_local_base_freq=1e4,
                                       max_position_embeddings=2048, pad_token_id=0, attn_implementation="eager")
             model = Gemma3TextModel(config).eval()
+        elif s["arch"] == "gemma2":
+            shape["hidden_activation"] = "gelu_pytorch_tanh"
+            del shape["hidden_act"]
+            config = Gemma2Config(**shape, num_key_value_heads=s["num_key_value_heads"], head_dim=256,
+                                  query_pre_attn_scalar=256, sliding_window=64, attn_logit_softcapping=2.0,
+                                  max_position_embeddings=8192, pad_token_id=0, attn_implementation="eager")
+            model = Gemma2Model(config).eval()
         elif s["arch"] == "nomic_bert":
             shape["hidden_act"] = "silu"
             config = NomicBertConfig(**shape, max_position_embeddings=8192, pad_token_id=0,

@@ -8,8 +8,9 @@
 #   scripts/gpu_check.sh ./bench-cuda "$OUT"            # BACKEND=cuda by default
 # It (a) writes random-weight models of real shapes (all-MiniLM-L6, a BGE-large-sized BERT and, for correctness
 # only, an all-mpnet-base-v2-sized MPNet, a ModernBERT-base-sized ModernBERT, LaBSE's Dense head on the MiniLM
-# shape, a gte-Qwen2-1.5B-wide Qwen2, an EmbeddingGemma-300m-wide Gemma 3 (heads of 256) and a
-# nomic-embed-text-v1.5-wide Nomic BERT with transformers; the
+# shape, a gte-Qwen2-1.5B-wide Qwen2, an EmbeddingGemma-300m-wide Gemma 3 (heads of 256), a
+# nomic-embed-text-v1.5-wide Nomic BERT and two gemma-2-2b-wide Gemma 2 layers (soft-capped scores) with
+# transformers; the
 # Qwen3-0.6B shape with `bench`'s synthetic model) and
 # their fp32 reference embeddings with torch; (b) checks our
 # embeddings against them (cosine ≥ 0.999 in bf16) and against our CPU backend, with the defaults and with each
@@ -104,7 +105,8 @@ else
 fi
 models=(minilm-l6 bge-large "$qwen")
 # Checked for correctness (cosine, every candidate setting), not measured: a lease is short.
-checked=("${models[@]}" mpnet-base modernbert-base minilm-dense qwen2-1.5b embeddinggemma-300m nomic-embed-v1.5)
+checked=("${models[@]}" mpnet-base modernbert-base minilm-dense qwen2-1.5b embeddinggemma-300m nomic-embed-v1.5
+  gemma2-2b)
 texts="$out/texts.jsonl"
 head -n "$texts_n" workloads/text/passages_en.jsonl > "$texts"
 "$py" -c 'import json, sys
