@@ -76,14 +76,14 @@ struct AttentionTile {
 // runs `body`, templated on the widest head it holds, with the block's dynamic shared memory: each kernel file has
 // one for heads up to HEAD_DIM_NARROW and a `_wide` one up to HEAD_DIM_MAX.
 #define ATTENTION_PARAMS                                                                                          \
-    const float *qkv, int ld_qkv, float *ctx, int ld_ctx, const int *offsets, const int *tiles, const int *meta, \
-        int heads, int kv_heads, int head_dim, int causal, int window, float scale, float softcap, const float *bias, \
-        int reach, unsigned short *shadow
-#define ATTENTION_ENTRY(name, threads, body, d_max)                                                           \
+    const float *qkv, int ld_qkv, float *ctx, int ld_ctx, const int *offsets, const int *tiles, const int *meta,  \
+        int heads, int kv_heads, int head_dim, int causal, int window, float scale, float softcap,                \
+        const float *bias, int reach, unsigned short *shadow
+#define ATTENTION_ENTRY(name, threads, body, d_max)                                                            \
     extern "C" __global__ void __launch_bounds__(threads) name(ATTENTION_PARAMS) {                             \
         DYNAMIC_SMEM(float, smem);                                                                             \
         body<d_max>(qkv, ld_qkv, ctx, ld_ctx, offsets, tiles, meta, heads, kv_heads, head_dim, causal, window, \
-                    scale, softcap, bias, reach, shadow, smem);                                                         \
+                    scale, softcap, bias, reach, shadow, smem);                                                \
     }
 
 // A visible key's score q.k as Ops::attention takes it into the softmax (AttentionShape): scaled, soft-capped into

@@ -10,9 +10,10 @@ on the in-house tokenizer and on the `tokenizers` crate, same texts, two threads
           shipped English corpora (make_encoder_fixtures.albert_tokenizer). In f32 both ways.
   gemma2  two layers (one local, one global) of google/gemma-2-2b's shape, bge-multilingual-gemma2's network:
           hidden 2304, 8 query heads of 256 over 4 key/value heads, intermediate 9216, scores soft-capped at 50,
-          causal, last-token pooling, Normalize; with an 8k SentencePiece-style BPE of Gemma's pipeline (byte
-          fallback) trained on the shipped corpora (make_encoder_fixtures.gemma_tokenizer), 256 tokens at most. In
-          f32 both ways (transformers' eager attention, which Gemma 2 requires for its cap).
+          causal (the local layer's window, 4,096, wider than any text here), last-token pooling, Normalize;
+          with an 8k SentencePiece-style BPE of Gemma's pipeline (byte fallback) trained on the shipped corpora
+          (make_encoder_fixtures.gemma_tokenizer), 256 tokens at most. In f32 both ways (transformers' eager
+          attention, which Gemma 2 requires for its cap).
 
 Run from the repo root in the peers venv (scripts/setup_peers.sh), after `cargo build --release -p harness`:
   python scripts/model_throughput.py SHAPE RUN_ID
@@ -160,7 +161,7 @@ def report(out, run):
              f"to a numpy array (batch {batch_size}).", "",
              "| corpus | texts | tokens | sentence-transformers | ours, `tokenizers` crate | ours, in-house "
              "tokenizer | min cosine |", "|---|---:|---:|---:|---:|---:|---:|"]
-    # Three significant figures at most, so that slow rates keep theirs.
+    # Whole numbers from 100 up, three significant figures below, so that slow rates keep theirs.
     figure = lambda x: f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
     for r in rows:
         rate = lambda s: r["texts"] / s

@@ -12,9 +12,9 @@
 //! model as EmbeddingGemma runs it (bidirectional, sliding-window and global layers, four norms a layer, a score
 //! scale of its own), its SentencePiece-style tokenizer read by the crate (the default falls back to it), with
 //! EmbeddingGemma's head, and with Gemma 3 4B's rotary (its global layers scaled linearly, in transformers 4's
-//! `rope_scaling`, the local ones plain); and Gemma 2's (bge-multilingual-gemma2's: causal, local and global layers in
-//! turn, no q/k norms, scores soft-capped, last-token pooling); and T5's encoder (relative position buckets other than the default, 4 heads of 24
-//! columns against d_model 64, the gated tanh-GELU feed-forward with sentence-t5's Dense head, and the ReLU
+//! `rope_scaling`, the local ones plain); and Gemma 2's (bge-multilingual-gemma2's: causal, local and global
+//! layers in turn, no q/k norms, scores soft-capped, last-token pooling); and T5's encoder (relative position
+//! buckets other than the default, 4 heads of 24 columns against d_model 64, the gated tanh-GELU feed-forward with sentence-t5's Dense head, and the ReLU
 //! one); and the other pooling modes: max over the tokens (BERT) and the sum over the square root of their count
 //! (DistilBERT); and the post-norm rotary BERTs: Nomic BERT (nomic-embed-text: SwiGLU) in both tensor namings
 //! and both generations of config keys, and GTE (GeGLU, biases) in transformers' config and in Alibaba's NewModel

@@ -58,13 +58,16 @@ pub struct AttentionShape {
     /// A sliding window (ModernBERT's local layers): a token sees only the tokens at most this many positions
     /// from it, on either side (before it only, when causal). `None`: the whole sequence.
     pub window: Option<usize>,
-    /// The scores' scale: `1/√head_dim` ([`AttentionShape::new`]) but for Gemma's `query_pre_attn_scalar^-½`.
+    /// The scores' scale: `1/√head_dim` ([`AttentionShape::new`]) but for Gemma's `query_pre_attn_scalar^-½`
+    /// and T5's 1 (T5 folds it into its initialisation).
     pub scale: f32,
-    /// Gemma 2's `attn_logit_softcapping`: scaled scores squashed into `(−cap, cap)`. Positive where set.
+    /// Gemma's `attn_logit_softcapping` (Gemma 2's by default; Gemma 3's where its config sets one): scaled
+    /// scores squashed into `(−cap, cap)`. Positive and finite where set ([`AttentionShape::check_softcap`]).
     pub softcap: Option<f32>,
 }
 
-// Configs make `scale` and `softcap` finite (never NaN), so equality is an equivalence.
+// Neither `scale` nor `softcap` is ever NaN (configs make them from checked numbers), so equality is an
+// equivalence.
 impl Eq for AttentionShape {}
 
 impl AttentionShape {
@@ -80,6 +83,16 @@ impl AttentionShape {
             scale: 1.0 / (head_dim as f32).sqrt(),
             softcap: None,
         }
+    }
+
+    /// Panics on a soft cap that is not positive and finite: the backends' kernels would divide by it (a config
+    /// reader refuses such a cap; this is what each `attention` checks before launching).
+    pub fn check_softcap(&self) {
+        assert!(
+            self.softcap.is_none_or(|c| c > 0.0 && c.is_finite()),
+            "attention: soft cap {:?} is not positive and finite",
+            self.softcap
+        );
     }
 
     /// Columns of the fused `[Q | K | V]` projection this attention reads.
@@ -337,7 +350,8 @@ pub trait Ops {
     );
     /// A gated feed-forward's gate: `out = act(x[:, ..f]) · x[:, f..]` for `x` of `2f` columns.
     fn glu(&self, x: Self::Mat, act: Glu, out: Self::Mat);
-    /// `ctx = softmax(Q Kᵀ / √d + bias) V` per sequence and head, from the fused `[Q | K | V]` projection; query
+    /// `ctx = softmax(S + bias) V` per sequence and head, `S` being `Q Kᵀ` scaled and capped as `shape` says
+    /// ([`AttentionShape::scale`], [`AttentionShape::softcap`]), from the fused `[Q | K | V]` projection; query
     /// head `h` reads key/value head `h / (heads / kv_heads)`; `bias`, when given, by head and distance.
     fn attention(
         &self,

@@ -4,7 +4,8 @@
 //! its first layer computes and every layer adds, T5DenseActDense / T5DenseGatedActDense, T5Block, T5Stack as
 //! T5EncoderModel runs it) block for block, then sentence-transformers' Pooling, Dense and Normalize. Differences,
 //! exact in real arithmetic: sequences are concatenated without padding; Q, K and V are one fused projection (and
-//! the gated units' two input projections another); residuals are added in the output projections' epilogues. The decoder stack and the language-model head are never used.
+//! the gated units' two input projections another); residuals are added in the output projections' epilogues.
+//! The decoder stack and the language-model head are never used.
 
 use super::decoder::RmsNorm;
 use super::relative::relative_bias;

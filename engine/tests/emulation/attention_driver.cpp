@@ -1,9 +1,10 @@
 // Launches one attention kernel (KERNEL: `attention`, `attention_mma` or their `_wide` entry points, same signature)
 // under the host emulation, for engine/tests/kernels_on_host/. Compiled after cuda_host.h and the kernel's NVRTC program text.
 //
-// argv[1], the input, all 32-bit little-endian: ints {heads, kv_heads, head_dim, causal, window (-1: none), threads, smem_bytes,
-// grid_x, seqs, tokens, ld_qkv, ld_ctx}, meta[3], offsets[seqs + 1], tiles[2 * grid_x], then floats {scale, softcap (0: none)},
-// int reach (0: no relative bias), floats {bias[heads * (2 reach - 1)], qkv[tokens * ld_qkv]}. argv[2], the output: ctx[tokens * ld_ctx] floats, NaN where the kernel wrote nothing, then
+// argv[1], the input, all 32-bit little-endian: ints {heads, kv_heads, head_dim, causal, window (-1: none),
+// threads, smem_bytes, grid_x, seqs, tokens, ld_qkv, ld_ctx}, meta[3], offsets[seqs + 1], tiles[2 * grid_x], then
+// floats {scale, softcap (0: none)}, int reach (0: no relative bias), floats {bias[heads * (2 reach - 1)],
+// qkv[tokens * ld_qkv]}. argv[2], the output: ctx[tokens * ld_ctx] floats, NaN where the kernel wrote nothing, then
 // the shadow (ctx's bf16 rounding, dense: tokens * heads * head_dim 16-bit values, 0xffff where not written).
 
 #include "driver_io.h"

@@ -69,6 +69,7 @@ pub fn attention(
         ..
     } = shape;
     let tokens = offsets.last().copied().unwrap_or(0);
+    shape.check_softcap();
     assert!(
         heads > 0 && kv_heads > 0 && heads.is_multiple_of(kv_heads) && d > 0,
         "attention: {heads} heads over {kv_heads} key/value heads"
@@ -504,5 +505,32 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A cap the kernels would divide by is refused before anything runs, whatever built the shape.
+    #[test]
+    #[should_panic(expected = "soft cap")]
+    fn a_soft_cap_of_zero_is_refused() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .expect("pool");
+        let shape = AttentionShape {
+            softcap: Some(0.0),
+            ..AttentionShape::new(1, 1, 4)
+        };
+        let (mut qkv, mut ctx) = (vec![0.0; 12], vec![0.0; 4]);
+        let scratch = Scratch::new(1, scratch_floats(Isa::detect(), 1, 4, false));
+        let (q, c) = (Mat::new(&mut qkv, 1, 12), Mat::new(&mut ctx, 1, 4));
+        attention(
+            &Eager { pool: &pool },
+            &[0, 1],
+            q,
+            None,
+            shape,
+            None,
+            c,
+            &scratch,
+        );
     }
 }

@@ -516,6 +516,7 @@ impl<'a> Ops for CudaPass<'a> {
             heads > 0 && kv_heads > 0 && heads.is_multiple_of(kv_heads),
             "attention: {heads} heads over {kv_heads} key/value heads"
         );
+        shape.check_softcap();
         assert!(
             qkv.cols == shape.qkv_width() && ctx.cols == heads * d,
             "attention: qkv {} columns, ctx {} for {shape:?}",
@@ -552,7 +553,7 @@ impl<'a> Ops for CudaPass<'a> {
                 // -1: no window; a window past i32 is none in practice (sequences are shorter).
                 Arg::I32(window.map_or(-1, |w| i32::try_from(w).unwrap_or(i32::MAX))),
                 Arg::F32(scale),
-                // 0: no cap (a set one is positive).
+                // 0: no cap (a set one is positive, checked above).
                 Arg::F32(softcap.unwrap_or(0.0)),
                 Arg::Ptr(bias.map_or(0, |b| ptr(&b.table.data, s))),
                 Self::i(bias.map_or(0, |b| b.reach)),

@@ -17,6 +17,7 @@ pub enum GemmaFamily {
     Gemma2,
     /// `Gemma3TextModel`: per-head q/k norms; every sixth layer global; rotary bases 1,000,000 (global) and
     /// 10,000 (local); no soft cap unless the file sets one.
+    // The default only because `GemmaConfig::family` is `serde(skip)`; `read_gemma` always sets the real one.
     #[default]
     Gemma3,
 }
@@ -59,9 +60,10 @@ pub struct GemmaConfig {
     #[serde(default = "default_query_scalar")]
     pub query_pre_attn_scalar: f64,
     /// The local layers' window as the file stores it: bidirectional, a token sees half of it on either side;
-    /// causal, the `sliding_window − 1` tokens before it.
-    #[serde(default = "default_sliding_window")]
-    pub sliding_window: usize,
+    /// causal, the `sliding_window − 1` tokens before it. Absent (outer `None`): 4,096; null: none, which
+    /// transformers runs only where no layer slides ([`GemmaConfig::sliding_window`]).
+    #[serde(default, deserialize_with = "super::present")]
+    sliding_window: Option<Option<usize>>,
     /// Whether attention sees the whole sequence (EmbeddingGemma) or only the tokens before (Gemma 3). Gemma 2
     /// refuses it: transformers' Gemma 2 masks its eager attention causally whatever it says.
     /// Null (transformers 5's Gemma 2 writes it so): false.
@@ -96,11 +98,12 @@ fn default_activation() -> String {
 fn default_query_scalar() -> f64 {
     256.0
 }
-fn default_sliding_window() -> usize {
-    4096
-}
-
 impl GemmaConfig {
+    /// The file's window: its value, 4,096 where it names none, `None` where it says null.
+    pub fn sliding_window(&self) -> Option<usize> {
+        self.sliding_window.unwrap_or(Some(4096))
+    }
+
     /// Whether layer `i` attends to the whole sequence (else within its sliding window): `layer_types`, else
     /// every `sliding_window_pattern`-th layer (Gemma 2: every second), counting from 1.
     pub fn is_global(&self, i: usize) -> bool {
@@ -137,10 +140,12 @@ impl GemmaConfig {
     /// `|i − j| < sw` (bidirectional), `i − j < sw` (causal), or `|i − j| ≤ sw` with `is_causal: false`.
     pub fn attention(&self, i: usize) -> AttentionShape {
         let bidirectional_attention = self.use_bidirectional_attention == Some(true);
+        // A null window is refused where a layer slides (`read_gemma`), so a global layer is all that reads this.
+        let sw = self.sliding_window().unwrap_or(usize::MAX);
         let held = if bidirectional_attention {
-            self.sliding_window / 2 + 1
+            sw / 2 + 1
         } else {
-            self.sliding_window
+            sw
         };
         let not_causal = self.is_causal == Some(false);
         let bidirectional = bidirectional_attention || not_causal;
@@ -236,10 +241,12 @@ pub(super) fn read_gemma(config_path: &Path, family: GemmaFamily) -> Result<Gemm
             config.head_dim
         ));
     }
-    if config.sliding_window == 0
-        || !(config.query_pre_attn_scalar > 0.0 && config.query_pre_attn_scalar.is_finite())
-    {
-        return fail("sliding_window and query_pre_attn_scalar must be positive".into());
+    let slides = (0..config.num_hidden_layers).any(|i| !config.is_global(i));
+    if config.sliding_window() == Some(0) || (slides && config.sliding_window().is_none()) {
+        return fail("sliding_window must be positive where a layer attends within it".into());
+    }
+    if !(config.query_pre_attn_scalar > 0.0 && config.query_pre_attn_scalar.is_finite()) {
+        return fail("query_pre_attn_scalar must be positive".into());
     }
     Ok(config)
 }
@@ -248,7 +255,8 @@ pub(super) fn read_gemma(config_path: &Path, family: GemmaFamily) -> Result<Gemm
 mod tests {
     use super::*;
 
-    fn gemma(family: GemmaFamily, json: serde_json::Value) -> GemmaConfig {
+    /// A config of `family` from a small base config with `json`'s keys over it.
+    fn try_gemma(family: GemmaFamily, json: serde_json::Value) -> Result<GemmaConfig> {
         let base = serde_json::json!({"vocab_size": 10, "hidden_size": 8, "num_hidden_layers": 6,
             "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 4, "intermediate_size": 16,
             "max_position_embeddings": 40, "sliding_window": 512});
@@ -257,7 +265,11 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("config.json");
         std::fs::write(&path, serde_json::Value::Object(merged).to_string()).expect("write");
-        read_gemma(&path, family).expect("a Gemma config")
+        read_gemma(&path, family)
+    }
+
+    fn gemma(family: GemmaFamily, json: serde_json::Value) -> GemmaConfig {
+        try_gemma(family, json).expect("a Gemma config")
     }
 
     fn gemma3(json: serde_json::Value) -> GemmaConfig {
@@ -349,6 +361,10 @@ mod tests {
         assert_eq!(theirs.attention(1).softcap, None);
         assert_eq!(theirs.rope(false), theirs.rope(true));
         assert_eq!(theirs.rope(true).theta, 2e3);
+        assert_eq!(
+            theirs.rope(true).scaling,
+            super::super::RopeScaling::Linear { factor: 2.0 }
+        );
         let five = gemma(
             GemmaFamily::Gemma2,
             json!({"attn_logit_softcapping": 30.0,
@@ -367,23 +383,49 @@ mod tests {
                 .softcap,
             Some(20.0)
         );
+        // A null window runs where every layer is global, as transformers runs it, and is refused where one slides.
+        let full = json!({"sliding_window": null, "layer_types": vec!["full_attention"; 6]});
+        assert_eq!(gemma(GemmaFamily::Gemma2, full).attention(0).window, None);
         for bad in [
             json!({"use_bidirectional_attention": true}),
             json!({"attn_logit_softcapping": 0.0}),
             json!({"attn_logit_softcapping": -5.0}),
             json!({"query_pre_attn_scalar": 0}),
+            json!({"sliding_window": null}),
+            json!({"sliding_window": 0}),
         ] {
-            let dir = tempfile::tempdir().expect("tempdir");
-            let path = dir.path().join("config.json");
-            let mut merged = json!({"vocab_size": 10, "hidden_size": 8, "num_hidden_layers": 2,
-                "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 4, "intermediate_size": 16,
-                "max_position_embeddings": 40});
-            merged
-                .as_object_mut()
-                .expect("object")
-                .extend(bad.as_object().expect("object").clone());
-            std::fs::write(&path, merged.to_string()).expect("write");
-            assert!(read_gemma(&path, GemmaFamily::Gemma2).is_err(), "{bad}");
+            assert!(
+                try_gemma(GemmaFamily::Gemma2, bad.clone()).is_err(),
+                "{bad}"
+            );
         }
+    }
+
+    /// bge-multilingual-gemma2's config.json as transformers 4 wrote it (its keys; smaller widths): no
+    /// `layer_types`, `rope_theta` at the top, the cap explicit, keys the engine does not read beside them.
+    #[test]
+    fn gemma2_reads_transformers4_keys() {
+        let c = gemma(
+            GemmaFamily::Gemma2,
+            serde_json::json!({"architectures": ["Gemma2Model"], "model_type": "gemma2",
+            "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0, "cache_implementation": "hybrid",
+            "hidden_act": "gelu_pytorch_tanh", "hidden_activation": "gelu_pytorch_tanh",
+            "query_pre_attn_scalar": 256, "rope_theta": 10000.0, "sliding_window": 4096,
+            "sliding_window_size": 4096, "rms_norm_eps": 1e-6, "torch_dtype": "float32"}),
+        );
+        let a: Vec<_> = (0..6).map(|i| c.attention(i)).collect();
+        assert_eq!(a[0].window, Some(4095));
+        assert_eq!(a[1].window, None);
+        assert!(a
+            .iter()
+            .all(|a| a.causal && a.softcap == Some(50.0) && a.scale == 1.0 / 16.0));
+        assert_eq!(
+            (c.rope(true), c.rope(false)),
+            (&Rope::plain(1e4), &Rope::plain(1e4))
+        );
+        assert_eq!(
+            (c.hidden_activation.as_str(), c.qk_norms()),
+            ("gelu_pytorch_tanh", false)
+        );
     }
 }
