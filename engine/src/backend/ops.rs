@@ -61,8 +61,8 @@ pub struct AttentionShape {
     /// The scores' scale: `1/√head_dim` ([`AttentionShape::new`]) but for Gemma's `query_pre_attn_scalar^-½`
     /// and T5's 1 (T5 folds it into its initialisation).
     pub scale: f32,
-    /// Gemma's `attn_logit_softcapping` (Gemma 2's by default; Gemma 3's where its config sets one): scaled
-    /// scores squashed into `(−cap, cap)`. Positive and finite where set ([`AttentionShape::check_softcap`]).
+    /// Gemma 2's `attn_logit_softcapping`: scaled scores squashed into `(−cap, cap)`. Positive and finite where
+    /// set ([`AttentionShape::check_softcap`]).
     pub softcap: Option<f32>,
 }
 

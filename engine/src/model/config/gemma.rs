@@ -16,7 +16,8 @@ pub enum GemmaFamily {
     /// base (10,000) for both kinds of layer; scores soft-capped at 50 unless the file says otherwise.
     Gemma2,
     /// `Gemma3TextModel`: per-head q/k norms; every sixth layer global; rotary bases 1,000,000 (global) and
-    /// 10,000 (local); no soft cap unless the file sets one.
+    /// 10,000 (local); no soft cap, whatever the file says (transformers' Gemma3Attention reads
+    /// `attn_logit_softcapping` but never passes it to its attention).
     // The default only because `GemmaConfig::family` is `serde(skip)`; `read_gemma` always sets the real one.
     #[default]
     Gemma3,
@@ -78,7 +79,7 @@ pub struct GemmaConfig {
     rope_local_base_freq: Option<f64>,
     #[serde(flatten)]
     kinds: LayerKinds,
-    /// The scores' soft cap. Absent (outer `None`): the family's (Gemma 2's 50); null: none.
+    /// Gemma 2's soft cap. Absent (outer `None`): 50; null: none. Gemma 3 ignores it ([`GemmaConfig::softcap`]).
     #[serde(default, deserialize_with = "super::present")]
     attn_logit_softcapping: Option<Option<f64>>,
     /// Refused when set.
@@ -120,11 +121,11 @@ impl GemmaConfig {
         self.family == GemmaFamily::Gemma3
     }
 
-    /// The scores' soft cap: the file's, else the family's.
+    /// The scores' soft cap: Gemma 2's, the file's or 50; Gemma 3's none, as transformers runs it.
     pub fn softcap(&self) -> Option<f64> {
-        match self.attn_logit_softcapping {
-            Some(cap) => cap,
-            None => (self.family == GemmaFamily::Gemma2).then_some(50.0),
+        match self.family {
+            GemmaFamily::Gemma2 => self.attn_logit_softcapping.unwrap_or(Some(50.0)),
+            GemmaFamily::Gemma3 => None,
         }
     }
 
@@ -375,13 +376,13 @@ mod tests {
             (five.rope(true), five.rope(false)),
             (&Rope::plain(5e3), &Rope::plain(5e3))
         );
-        // Gemma 3 caps only where its file says so.
+        // Gemma 3 never caps: transformers' Gemma3Attention does not pass the key on to its attention.
         assert_eq!(gemma3(json!({})).attention(0).softcap, None);
         assert_eq!(
             gemma3(json!({"attn_logit_softcapping": 20.0}))
                 .attention(0)
                 .softcap,
-            Some(20.0)
+            None
         );
         // A null window runs where every layer is global, as transformers runs it, and is refused where one slides.
         let full = json!({"sliding_window": null, "layer_types": vec!["full_attention"; 6]});
