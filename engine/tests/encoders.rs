@@ -33,13 +33,15 @@
 //! and run past max_seq_length; the default tokenizer must give sentence-transformers' ids. Last, the static
 //! embeddings (scripts/make_static_fixtures.py's): sentence-transformers' StaticEmbedding in its own folder over a
 //! WordPiece run without its [CLS] and [SEP], then Normalize; model2vec's layout at the root, its per-token weights
-//! folded into the rows, its tokenizer.json's own truncation.
+//! folded into the rows, its tokenizer.json's own truncation; and a WordEmbeddings module (the
+//! average_word_embeddings_* models': GloVe's) with its WhitespaceTokenizer's word list and stop words, mean pooling
+//! and a max_seq_length that cuts long texts.
 
 mod common;
 
 use engine::{CaptureMode, Dtype, Engine, EngineConfig};
 
-const MODELS: [&str; 29] = [
+const MODELS: [&str; 30] = [
     "xlmr_mean",
     "roberta_cls",
     "mpnet_mean",
@@ -69,6 +71,7 @@ const MODELS: [&str; 29] = [
     "electra_mean",
     "static_mean",
     "model2vec_mean",
+    "glove_mean",
 ];
 
 common::models::fixture_tests!(MODELS);

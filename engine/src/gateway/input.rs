@@ -10,6 +10,7 @@ use super::error::{Api, ApiError};
 use crate::scheduler::Priority;
 use crate::tokenizer::{
     with_thread_scratch, HfTokenizer, TokenDetail, Tokenizer, Truncation, TruncationSide,
+    WHITESPACE_CONFIG,
 };
 use crate::{ModelFront, Prompt};
 
@@ -217,8 +218,20 @@ impl Tokenization {
             .collect()
     }
 
-    /// The `tokenizers` crate's pipelines cutting from the right and from the left, loaded on first use.
+    /// The `tokenizers` crate's pipelines cutting from the right and from the left, loaded on first use; a
+    /// WordEmbeddings model's word list has none.
     fn detailed(&self) -> Result<&[HfTokenizer; 2], ApiError> {
+        if self
+            .path
+            .file_name()
+            .is_some_and(|n| n == WHITESPACE_CONFIG)
+        {
+            return Err(ApiError::unprocessable(
+                "unsupported_tokenizer",
+                "this model's tokenizer is sentence-transformers' WhitespaceTokenizer (a word list, no \
+                 tokenizer.json): /tokenize and /decode need a tokenizer.json",
+            ));
+        }
         self.detailed
             .get_or_init(|| {
                 let load = |side| {

@@ -1,10 +1,13 @@
 //! Tokenizers behind one interface, chosen by [`TokenizerKind`]. `hf` wraps the Hugging Face `tokenizers` crate:
 //! the reference every other implementation is checked against, id for id. `fast` is ours (see [`fast`]): the same
 //! `tokenizer.json`, the same ids, several times faster and without heap allocations once its [`Scratch`] is warm.
+//! A sentence-transformers `WordEmbeddings` model has no `tokenizer.json` but a word list, which
+//! [`WhitespaceTokenizer`] reads whatever the kind.
 
 pub mod fast;
 mod hf;
 mod special;
+mod whitespace;
 
 use std::cell::RefCell;
 use std::path::Path;
@@ -14,6 +17,10 @@ use serde::{Deserialize, Serialize};
 pub use fast::FastTokenizer;
 pub use hf::{HfTokenizer, TokenDetail};
 pub use special::special_tokens;
+pub use whitespace::WhitespaceTokenizer;
+
+/// The file of sentence-transformers' `WhitespaceTokenizer` (a `WordEmbeddings` model's tokenizer).
+pub const WHITESPACE_CONFIG: &str = "whitespacetokenizer_config.json";
 
 use crate::error::Result;
 
@@ -150,13 +157,16 @@ pub trait Tokenizer: Send + Sync {
 
 /// Reads `tokenizer.json` with the chosen implementation; with `add_special_tokens` false its post-processor's
 /// special tokens are left out (the crate's `encode(text, false)`, as sentence-transformers' StaticEmbedding
-/// encodes).
+/// encodes). A [`WHITESPACE_CONFIG`] is read by [`WhitespaceTokenizer`], the one implementation there is.
 pub fn load(
     path: &Path,
     kind: TokenizerKind,
     truncation: Option<Truncation>,
     add_special_tokens: bool,
 ) -> Result<Box<dyn Tokenizer>> {
+    if path.file_name().is_some_and(|n| n == WHITESPACE_CONFIG) {
+        return Ok(Box::new(WhitespaceTokenizer::open(path, truncation)?));
+    }
     // Special tokens first: the truncation need only hold those an encode adds. The choice between the two is
     // made on the pipeline alone: a limit one refuses, the other refuses too.
     let hf = || HfTokenizer::open(path, truncation, add_special_tokens);

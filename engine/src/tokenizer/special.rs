@@ -37,7 +37,14 @@ const ADDITIONAL: &str = "additional_special_tokens";
 /// string or an `AddedToken` object's `content`; null names none. Where the files name none at all, the added
 /// tokens `tokenizer.json` marks special stand in for the defaults a named tokenizer class would supply
 /// (transformers then takes the class's, which for the classes that have them are the tokens such a file marks).
+/// A WordEmbeddings model's word list ([`super::WHITESPACE_CONFIG`]) has none.
 pub fn special_tokens(dir: &Path, tokenizer_json: &Path) -> Result<Vec<String>> {
+    if tokenizer_json
+        .file_name()
+        .is_some_and(|n| n == super::WHITESPACE_CONFIG)
+    {
+        return Ok(Vec::new());
+    }
     let mut kw = match read(&dir.join("tokenizer_config.json"))? {
         Value::Object(config) => config,
         _ => Map::new(),

@@ -395,3 +395,42 @@ async fn dense_models_embed_at_their_width_and_refuse_token_states() {
         "validation"
     );
 }
+
+/// A WordEmbeddings model (GloVe's kind: a word list, no tokenizer.json) embeds over HTTP as the engine does (TEI's
+/// `normalize: false`: the model has no Normalize); the routes that need a tokenizer.json (`/tokenize`, `/decode`)
+/// answer 422 in the one error shape, not 500.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_word_list_model_embeds_and_refuses_tokenize_and_decode() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/glove_mean");
+    let config = EngineConfig {
+        threads: 1,
+        ..EngineConfig::default()
+    };
+    let e = Engine::load(&dir, config).unwrap();
+    let want = embed(&e, &["a great film, the American people"]);
+    let router = Gateway::new(vec![e], GatewayConfig::default())
+        .unwrap()
+        .router();
+    let got = post(
+        &router,
+        "/embed",
+        json!({ "inputs": "a great film, the American people", "normalize": false }),
+    )
+    .await;
+    assert_eq!(got.status, StatusCode::OK, "{}", got.body);
+    assert_eq!(floats(&got.body[0]), want[0]);
+    for (path, body) in [
+        ("/tokenize", json!({ "inputs": "the cat" })),
+        ("/decode", json!({ "ids": [0, 1] })),
+    ] {
+        let reply = post(&router, path, body).await;
+        // TEI's error type for a 422.
+        assert_eq!(
+            error_code(&reply, StatusCode::UNPROCESSABLE_ENTITY),
+            "validation",
+            "{path}"
+        );
+        let message = reply.body["error"].as_str().unwrap_or_default();
+        assert!(message.contains("WhitespaceTokenizer"), "{path}: {message}");
+    }
+}

@@ -1,5 +1,5 @@
-//! sentence-transformers' StaticEmbedding module has no `config.json`: its table's shape in its
-//! `model.safetensors` is the configuration.
+//! sentence-transformers' StaticEmbedding module (and its WordEmbeddings one) has no `config.json`: its table's
+//! shape in its `model.safetensors` is the configuration.
 
 use std::path::Path;
 
@@ -14,7 +14,8 @@ pub struct StaticConfig {
     /// Rows of the stored table: one per token id, or fewer shared through `mapping`.
     pub rows: usize,
     pub dim: usize,
-    /// The tensor holding it: sentence-transformers' `embedding.weight`, or model2vec's `embeddings`.
+    /// The tensor holding it: sentence-transformers' `embedding.weight` (StaticEmbedding) or `emb_layer.weight`
+    /// (WordEmbeddings), or model2vec's `embeddings`.
     pub table: &'static str,
     /// model2vec's vocabulary quantisation: `mapping`, the table row of each token id.
     pub mapping: bool,
@@ -26,13 +27,20 @@ pub struct StaticConfig {
 impl StaticConfig {
     /// The table's shape in the module's weights at `path`, and the token count its `mapping` gives if any.
     pub fn read(path: &Path) -> Result<Self> {
-        let (weights, table) = match Weights::open(path, "embedding.weight") {
-            Ok(w) => (w, "embedding.weight"),
-            Err(first) => (
-                Weights::open(path, "embeddings").map_err(|_| first)?,
-                "embeddings",
-            ),
-        };
+        // The first name's error is the one reported: it says what is missing.
+        let mut first = None;
+        let found = ["embedding.weight", "emb_layer.weight", "embeddings"]
+            .into_iter()
+            .find_map(|table| match Weights::open(path, table) {
+                Ok(w) => Some((w, table)),
+                Err(e) => {
+                    first.get_or_insert(e);
+                    None
+                }
+            });
+        let (weights, table) = found.ok_or_else(|| {
+            first.unwrap_or_else(|| Error::model(path, "no embedding table in the weights"))
+        })?;
         let Some(&[rows, dim]) = weights.shape(table) else {
             return Err(Error::model(
                 path,

@@ -1,5 +1,6 @@
 //! Reads a model directory the way sentence-transformers does: `modules.json` names the pipeline (a Transformer
-//! and Pooling, or a StaticEmbedding; then Dense and Normalize), `modules` reads the modules after the network,
+//! or a WordEmbeddings module and Pooling, or a StaticEmbedding; then Dense and Normalize), `modules` reads the
+//! modules after the network,
 //! `limits` the max sequence length.
 
 mod limits;
@@ -71,6 +72,34 @@ struct SentenceTransformersFile {
     default_prompt_name: Option<String>,
 }
 
+/// sentence-transformers' `wordembedding_config.json` (a WordEmbeddings module's).
+#[derive(Deserialize)]
+struct WordEmbeddingsFile {
+    tokenizer_class: String,
+    max_seq_length: Option<usize>,
+}
+
+/// A WordEmbeddings module's tokenizer file (its WhitespaceTokenizer's word list; other word tokenizers are
+/// refused) and the length it cuts the words' ids at, from the module's `folder`.
+fn word_embeddings(folder: &Path) -> Result<(PathBuf, Option<usize>)> {
+    let path = folder.join("wordembedding_config.json");
+    let file: WordEmbeddingsFile = read_json(&require(path.clone(), "wordembedding_config.json")?)?;
+    if file.tokenizer_class.rsplit('.').next() != Some("WhitespaceTokenizer") {
+        return Err(Error::model(
+            &path,
+            format!(
+                "unsupported tokenizer_class {:?}: expected sentence-transformers' WhitespaceTokenizer",
+                file.tokenizer_class
+            ),
+        ));
+    }
+    let tokenizer = require(
+        folder.join(crate::tokenizer::WHITESPACE_CONFIG),
+        "the WhitespaceTokenizer's word list",
+    )?;
+    Ok((tokenizer, file.max_seq_length))
+}
+
 fn require(path: PathBuf, what: &str) -> Result<PathBuf> {
     if path.is_file() {
         Ok(path)
@@ -115,35 +144,39 @@ impl ModelDir {
         } else {
             Vec::new()
         };
-        // A StaticEmbedding module in place of a Transformer: its own folder holds its table and tokenizer, and
-        // its output is already the pooled embedding (the tokens' mean).
-        let static_folder = match modules.first() {
-            Some(m) if m.class() == "StaticEmbedding" => Some(root.join(&m.path)),
+        // A StaticEmbedding or WordEmbeddings module in place of a Transformer: its own folder holds its table
+        // and tokenizer. A StaticEmbedding's output is already the pooled embedding (the tokens' mean); a
+        // WordEmbeddings' is each token's row, which a Pooling module pools.
+        let table = match modules.first() {
+            Some(m) if ["StaticEmbedding", "WordEmbeddings"].contains(&m.class()) => {
+                Some((root.join(&m.path), m.class() == "StaticEmbedding"))
+            }
             _ => None,
         };
-        let (config, weights_path, tokenizer_path) = match &static_folder {
-            Some(folder) => {
+        let (config, weights_path, tokenizer_path) = match &table {
+            Some((folder, is_static)) => {
                 let weights_path = require(
                     folder.join("model.safetensors"),
-                    "the StaticEmbedding module's table as model.safetensors",
+                    "the module's table as model.safetensors",
                 )?;
-                let tokenizer_path = require(
-                    folder.join("tokenizer.json"),
-                    "the StaticEmbedding module's tokenizer.json",
-                )?;
+                let tokenizer_path = match is_static {
+                    true => require(folder.join("tokenizer.json"), "the module's tokenizer.json")?,
+                    false => word_embeddings(folder)?.0,
+                };
                 let config = ModelConfig::Static(StaticConfig::read(&weights_path)?);
                 (config, weights_path, tokenizer_path)
             }
             None => Self::transformer(&root)?,
         };
 
-        let is_static = static_folder.is_some();
+        let is_static = table.as_ref().is_some_and(|&(_, s)| s);
+        let has_table = table.is_some();
         let (mut pooling, mut normalize, mut pooled) =
             (PoolingModule::single(Pooling::Mean), false, is_static);
         let mut dense: Vec<DenseModule> = Vec::new();
-        for m in modules.iter().skip(usize::from(is_static)) {
+        for m in modules.iter().skip(usize::from(has_table)) {
             match m.class() {
-                "Transformer" if !is_static => {}
+                "Transformer" if !has_table => {}
                 "Pooling" if !is_static => {
                     pooling = read_pooling(&root.join(&m.path).join("config.json"))?;
                     pooled = true;
@@ -166,18 +199,24 @@ impl ModelDir {
                     return Err(Error::model(
                         &modules_path,
                         format!(
-                            "unsupported module {other:?} here: expected a Transformer and Pooling, or a \
-                             StaticEmbedding first, then Dense and Normalize modules"
+                            "unsupported module {other:?} here: expected a Transformer or WordEmbeddings and \
+                             Pooling, or a StaticEmbedding, first, then Dense and Normalize modules"
                         ),
                     ))
                 }
             }
         }
+        if has_table && !pooled {
+            return Err(Error::model(
+                &modules_path,
+                "unsupported: a WordEmbeddings module without a Pooling module after it",
+            ));
+        }
         let positions = config.max_positions().min(MAX_POSITIONS);
-        let limit = if is_static {
-            tokenizer_truncation(&tokenizer_path)?
-        } else {
-            sentence_max_length(&root, &tokenizer_path)?
+        let limit = match &table {
+            Some((_, true)) => tokenizer_truncation(&tokenizer_path)?,
+            Some((folder, false)) => word_embeddings(folder)?.1,
+            None => sentence_max_length(&root, &tokenizer_path)?,
         };
         let max_seq_length = limit.map_or(positions, |n| n.min(positions));
         let st_path = root.join("config_sentence_transformers.json");
@@ -217,7 +256,7 @@ impl ModelDir {
             dense,
             weights_path,
             tokenizer_path,
-            add_special_tokens: !is_static,
+            add_special_tokens: !has_table,
         })
     }
 }
@@ -374,6 +413,59 @@ mod tests {
 
     /// A StaticEmbedding reads its table's shape and its tokenizer from its own folder and adds no special tokens;
     /// what it cannot run as sentence-transformers does is refused, naming the cause.
+    /// A WordEmbeddings module (GloVe's) reads its folder: the word list as its tokenizer, its max_seq_length,
+    /// the Pooling module after it; either generation's tokenizer class names it; what cannot run is refused.
+    #[test]
+    fn word_embeddings_read_their_folder_and_what_cannot_run_is_refused() {
+        let dir = fixture("glove_mean");
+        let folder = dir.path().join("0_WordEmbeddings");
+        let model = ModelDir::open(dir.path()).expect("loads");
+        let words = folder.join(crate::tokenizer::WHITESPACE_CONFIG);
+        assert_eq!(model.tokenizer_path, words);
+        assert!(!model.add_special_tokens && !model.normalize);
+        assert_eq!((model.dim(), model.max_seq_length), (24, 40));
+        // The Hub's files name the class by sentence-transformers 2's module path.
+        edit(&folder.join("wordembedding_config.json"), |j| {
+            j["tokenizer_class"] =
+                "sentence_transformers.models.tokenizer.WhitespaceTokenizer.WhitespaceTokenizer"
+                    .into();
+        });
+        ModelDir::open(dir.path()).expect("the older class name loads");
+        type Edit = fn(&Path);
+        let cases: [(Edit, &str); 3] = [
+            (
+                |d| {
+                    edit(&d.join("0_WordEmbeddings/wordembedding_config.json"), |j| {
+                        j["tokenizer_class"] =
+                            "sentence_transformers.models.tokenizer.PhraseTokenizer.PhraseTokenizer".into();
+                    })
+                },
+                "unsupported tokenizer_class",
+            ),
+            (
+                |d| {
+                    edit(&d.join("modules.json"), |j| {
+                        j[1]["type"] = "Normalize".into()
+                    })
+                },
+                "without a Pooling module",
+            ),
+            (
+                |d| {
+                    std::fs::remove_file(d.join("0_WordEmbeddings/whitespacetokenizer_config.json"))
+                        .expect("remove")
+                },
+                "word list",
+            ),
+        ];
+        for (change, cause) in cases {
+            let dir = fixture("glove_mean");
+            change(dir.path());
+            let err = ModelDir::open(dir.path()).expect_err(cause).to_string();
+            assert!(err.contains(cause), "{cause}: {err}");
+        }
+    }
+
     #[test]
     fn a_static_embedding_reads_its_folder_and_what_cannot_run_is_refused() {
         let dir = fixture("static_mean");
