@@ -101,7 +101,8 @@ impl Reading<'_> {
             }
             truncated.set(truncated.get() + 1);
         }
-        // A tokenizer that adds no special tokens (a StaticEmbedding's) gives none for whitespace.
+        // A tokenizer that adds no special tokens (a StaticEmbedding's) gives none for whitespace; a word list
+        // none for unknown or stop words.
         if ids.is_empty() {
             bail!("input line {n} gives no tokens for this model");
         }

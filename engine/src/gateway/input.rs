@@ -9,8 +9,8 @@ use serde::Deserialize;
 use super::error::{Api, ApiError};
 use crate::scheduler::Priority;
 use crate::tokenizer::{
-    with_thread_scratch, HfTokenizer, TokenDetail, Tokenizer, Truncation, TruncationSide,
-    WHITESPACE_CONFIG,
+    is_word_list, with_thread_scratch, HfTokenizer, TokenDetail, Tokenizer, Truncation,
+    TruncationSide,
 };
 use crate::{ModelFront, Prompt};
 
@@ -221,11 +221,7 @@ impl Tokenization {
     /// The `tokenizers` crate's pipelines cutting from the right and from the left, loaded on first use; a
     /// WordEmbeddings model's word list has none.
     fn detailed(&self) -> Result<&[HfTokenizer; 2], ApiError> {
-        if self
-            .path
-            .file_name()
-            .is_some_and(|n| n == WHITESPACE_CONFIG)
-        {
+        if is_word_list(&self.path) {
             return Err(ApiError::unprocessable(
                 "unsupported_tokenizer",
                 "this model's tokenizer is sentence-transformers' WhitespaceTokenizer (a word list, no \
@@ -298,8 +294,8 @@ impl Tokenization {
             return Err(self.too_long(i, None, options.api));
         }
         // A tokenizer that adds no special tokens (a StaticEmbedding's, one without a post-processor) gives none
-        // for a text of whitespace or of what its normaliser drops; sentence-transformers embeds a static model's
-        // as zeros, which no forward pass gives.
+        // for a text of whitespace or of what its normaliser drops, a word list (WordEmbeddings') none for a text
+        // of unknown or stop words; sentence-transformers embeds those as zeros, which no forward pass gives.
         if ids.is_empty() {
             return Err(ApiError::bad_request(
                 "empty_input",

@@ -22,6 +22,12 @@ pub use whitespace::WhitespaceTokenizer;
 /// The file of sentence-transformers' `WhitespaceTokenizer` (a `WordEmbeddings` model's tokenizer).
 pub const WHITESPACE_CONFIG: &str = "whitespacetokenizer_config.json";
 
+/// Whether the tokenizer file at `path` is a WordEmbeddings model's word list ([`WHITESPACE_CONFIG`]) rather than
+/// a `tokenizer.json`.
+pub fn is_word_list(path: &Path) -> bool {
+    path.file_name().is_some_and(|n| n == WHITESPACE_CONFIG)
+}
+
 use crate::error::Result;
 
 /// Which implementation reads the `tokenizer.json`.
@@ -164,7 +170,7 @@ pub fn load(
     truncation: Option<Truncation>,
     add_special_tokens: bool,
 ) -> Result<Box<dyn Tokenizer>> {
-    if path.file_name().is_some_and(|n| n == WHITESPACE_CONFIG) {
+    if is_word_list(path) {
         return Ok(Box::new(WhitespaceTokenizer::open(path, truncation)?));
     }
     // Special tokens first: the truncation need only hold those an encode adds. The choice between the two is

@@ -39,10 +39,7 @@ const ADDITIONAL: &str = "additional_special_tokens";
 /// (transformers then takes the class's, which for the classes that have them are the tokens such a file marks).
 /// A WordEmbeddings model's word list ([`super::WHITESPACE_CONFIG`]) has none.
 pub fn special_tokens(dir: &Path, tokenizer_json: &Path) -> Result<Vec<String>> {
-    if tokenizer_json
-        .file_name()
-        .is_some_and(|n| n == super::WHITESPACE_CONFIG)
-    {
+    if super::is_word_list(tokenizer_json) {
         return Ok(Vec::new());
     }
     let mut kw = match read(&dir.join("tokenizer_config.json"))? {

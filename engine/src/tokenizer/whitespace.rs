@@ -14,11 +14,11 @@ use serde::Deserialize;
 use super::{Scratch, Tokenizer, Truncation, TruncationSide};
 use crate::error::{Error, Result};
 
-/// `whitespacetokenizer_config.json`.
+/// `whitespacetokenizer_config.json`. sentence-transformers always writes `stop_words`; a file without it (whose
+/// tokenizer Python would give its default English list) is refused rather than run without stop words.
 #[derive(Deserialize)]
 struct Config {
     vocab: Vec<String>,
-    #[serde(default)]
     stop_words: Vec<String>,
     #[serde(default)]
     do_lower_case: bool,
@@ -70,21 +70,25 @@ impl WhitespaceTokenizer {
 
     /// A word's id by sentence-transformers' three tries, or `None` where it is a stop word or unknown.
     fn word(&self, word: &str) -> Option<u32> {
-        let stripped = word.trim_matches(|c: char| c.is_ascii_punctuation());
-        let lowered = stripped.to_lowercase();
-        for (i, candidate) in [word, stripped, lowered.as_str()].into_iter().enumerate() {
+        // Each try: `None` to go on, `Some(found)` to stop (a stop word stops with nothing).
+        let attempt = |candidate: &str, looked_up: bool| {
             if self.stop_words.contains(candidate) {
-                return None;
+                return Some(None);
             }
-            // The stripped word is looked up only when something is left of it.
-            if i == 1 && candidate.is_empty() {
-                continue;
-            }
-            if let Some(&id) = self.ids.get(candidate) {
-                return Some(id);
-            }
+            self.ids
+                .get(candidate)
+                .filter(|_| looked_up)
+                .map(|&id| Some(id))
+        };
+        if let Some(found) = attempt(word, true) {
+            return found;
         }
-        None
+        let stripped = word.trim_matches(|c: char| c.is_ascii_punctuation());
+        // The stripped word is looked up only when something is left of it.
+        if let Some(found) = attempt(stripped, !stripped.is_empty()) {
+            return found;
+        }
+        attempt(&stripped.to_lowercase(), true).flatten()
     }
 }
 

@@ -305,8 +305,8 @@ impl ModelConfig {
             ModelConfig::Gemma(c) => c.max_position_embeddings,
             // Relative positions: no limit of the model's own (sentence-transformers' or the tokenizer's applies).
             ModelConfig::T5(_) => usize::MAX,
-            // No positions: sentence-transformers' max_seq_length is infinite (a tokenizer's own truncation
-            // applies).
+            // No positions: sentence-transformers' max_seq_length is infinite for a StaticEmbedding (a tokenizer's
+            // own truncation applies) and a WordEmbeddings' own (a million by default).
             ModelConfig::Static(_) => usize::MAX,
         }
     }

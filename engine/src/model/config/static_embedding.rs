@@ -25,22 +25,20 @@ pub struct StaticConfig {
 }
 
 impl StaticConfig {
-    /// The table's shape in the module's weights at `path`, and the token count its `mapping` gives if any.
-    pub fn read(path: &Path) -> Result<Self> {
+    /// The table's shape in the module's weights at `path` (the first of `tables`, the names the module may
+    /// store it under, that the file holds), and the token count its `mapping` gives if any.
+    pub fn read(path: &Path, tables: &[&'static str]) -> Result<Self> {
+        let Some((&first, others)) = tables.split_first() else {
+            return Err(Error::model(path, "no table name to look for"));
+        };
         // The first name's error is the one reported: it says what is missing.
-        let mut first = None;
-        let found = ["embedding.weight", "emb_layer.weight", "embeddings"]
-            .into_iter()
-            .find_map(|table| match Weights::open(path, table) {
-                Ok(w) => Some((w, table)),
-                Err(e) => {
-                    first.get_or_insert(e);
-                    None
-                }
-            });
-        let (weights, table) = found.ok_or_else(|| {
-            first.unwrap_or_else(|| Error::model(path, "no embedding table in the weights"))
-        })?;
+        let (weights, table) = match Weights::open(path, first) {
+            Ok(w) => (w, first),
+            Err(e) => others
+                .iter()
+                .find_map(|&t| Weights::open(path, t).ok().map(|w| (w, t)))
+                .ok_or(e)?,
+        };
         let Some(&[rows, dim]) = weights.shape(table) else {
             return Err(Error::model(
                 path,

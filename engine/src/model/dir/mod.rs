@@ -80,11 +80,13 @@ struct WordEmbeddingsFile {
 }
 
 /// A WordEmbeddings module's tokenizer file (its WhitespaceTokenizer's word list; other word tokenizers are
-/// refused) and the length it cuts the words' ids at, from the module's `folder`.
+/// refused) and the length it cuts the words' ids at (sentence-transformers' default, a million, where the file
+/// names none: past [`MAX_POSITIONS`] either way), from the module's `folder`.
 fn word_embeddings(folder: &Path) -> Result<(PathBuf, Option<usize>)> {
     let path = folder.join("wordembedding_config.json");
     let file: WordEmbeddingsFile = read_json(&require(path.clone(), "wordembedding_config.json")?)?;
-    if file.tokenizer_class.rsplit('.').next() != Some("WhitespaceTokenizer") {
+    let class = &file.tokenizer_class;
+    if !(class.starts_with("sentence_transformers.") && class.ends_with(".WhitespaceTokenizer")) {
         return Err(Error::model(
             &path,
             format!(
@@ -153,17 +155,31 @@ impl ModelDir {
             }
             _ => None,
         };
+        // A WordEmbeddings module's own cut (its max_seq_length), read with its tokenizer's file.
+        let mut word_limit = None;
         let (config, weights_path, tokenizer_path) = match &table {
             Some((folder, is_static)) => {
-                let weights_path = require(
-                    folder.join("model.safetensors"),
-                    "the module's table as model.safetensors",
-                )?;
-                let tokenizer_path = match is_static {
-                    true => require(folder.join("tokenizer.json"), "the module's tokenizer.json")?,
-                    false => word_embeddings(folder)?.0,
+                let weights = folder.join("model.safetensors");
+                if !weights.is_file() && folder.join("pytorch_model.bin").is_file() {
+                    return Err(Error::model(
+                        folder,
+                        "the table is in pytorch_model.bin, which is not read (a pickle): load the model once \
+                         in sentence-transformers and save() it, which writes model.safetensors",
+                    ));
+                }
+                let weights_path = require(weights, "the module's table as model.safetensors")?;
+                let (tokenizer_path, tables) = match is_static {
+                    true => (
+                        require(folder.join("tokenizer.json"), "the module's tokenizer.json")?,
+                        &["embedding.weight", "embeddings"][..],
+                    ),
+                    false => {
+                        let (path, limit) = word_embeddings(folder)?;
+                        word_limit = limit;
+                        (path, &["emb_layer.weight"][..])
+                    }
                 };
-                let config = ModelConfig::Static(StaticConfig::read(&weights_path)?);
+                let config = ModelConfig::Static(StaticConfig::read(&weights_path, tables)?);
                 (config, weights_path, tokenizer_path)
             }
             None => Self::transformer(&root)?,
@@ -215,7 +231,7 @@ impl ModelDir {
         let positions = config.max_positions().min(MAX_POSITIONS);
         let limit = match &table {
             Some((_, true)) => tokenizer_truncation(&tokenizer_path)?,
-            Some((folder, false)) => word_embeddings(folder)?.1,
+            Some((_, false)) => word_limit,
             None => sentence_max_length(&root, &tokenizer_path)?,
         };
         let max_seq_length = limit.map_or(positions, |n| n.min(positions));
@@ -411,8 +427,6 @@ mod tests {
         }
     }
 
-    /// A StaticEmbedding reads its table's shape and its tokenizer from its own folder and adds no special tokens;
-    /// what it cannot run as sentence-transformers does is refused, naming the cause.
     /// A WordEmbeddings module (GloVe's) reads its folder: the word list as its tokenizer, its max_seq_length,
     /// the Pooling module after it; either generation's tokenizer class names it; what cannot run is refused.
     #[test]
@@ -432,7 +446,19 @@ mod tests {
         });
         ModelDir::open(dir.path()).expect("the older class name loads");
         type Edit = fn(&Path);
-        let cases: [(Edit, &str); 3] = [
+        let cases: [(Edit, &str); 4] = [
+            // The Hub's average_word_embeddings_* folders hold the table as pytorch_model.bin only.
+            (
+                |d| {
+                    let folder = d.join("0_WordEmbeddings");
+                    std::fs::rename(
+                        folder.join("model.safetensors"),
+                        folder.join("pytorch_model.bin"),
+                    )
+                    .expect("rename")
+                },
+                "pytorch_model.bin, which is not read",
+            ),
             (
                 |d| {
                     edit(&d.join("0_WordEmbeddings/wordembedding_config.json"), |j| {
@@ -466,6 +492,8 @@ mod tests {
         }
     }
 
+    /// A StaticEmbedding reads its table's shape and its tokenizer from its own folder and adds no special tokens;
+    /// what it cannot run as sentence-transformers does is refused, naming the cause.
     #[test]
     fn a_static_embedding_reads_its_folder_and_what_cannot_run_is_refused() {
         let dir = fixture("static_mean");
