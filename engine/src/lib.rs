@@ -14,9 +14,8 @@
 //! Behind the backend, the architectures in [`model`] (the BERT family: BERT, RoBERTa, XLM-RoBERTa, CamemBERT,
 //! MPNet, DistilBERT, JinaBERT, ALBERT, ELECTRA; ModernBERT; the rotary BERTs: Nomic BERT, GTE, Jina v3; T5's
 //! encoder; the Llama family of decoders: Llama, Mistral, Qwen2, Qwen3, and EuroBERT's bidirectional one; Gemma 2's
-//! and Gemma 3's text models; sentence-transformers' StaticEmbedding, a table and no layers), each followed by its
-//! sentence-transformers head
-//! (pooling, Dense modules, Normalize), are written once over the op set in [`backend::ops`]: a [`backend::ops::Device`]
+//! and Gemma 3's text models; sentence-transformers' StaticEmbedding and WordEmbeddings, a table and no layers),
+//! each followed by its sentence-transformers head (pooling, Dense modules, Normalize), are written once over the op set in [`backend::ops`]: a [`backend::ops::Device`]
 //! holds the weights in its own form, a [`backend::ops::Ops`] runs one forward pass's operations, and an
 //! [`backend::ops::Architecture`] (a [`model::Model`]: an architecture's [`model::Encoder`] and its head)
 //! declares its activation memory and calls the ops. Only `backend/` knows a
@@ -75,7 +74,8 @@ use tokenizer::{Tokenizer, Truncation};
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct ModelInfo {
     pub path: std::path::PathBuf,
-    /// Its `tokenizer.json` (a StaticEmbedding module's is in the module's folder).
+    /// Its `tokenizer.json` (a StaticEmbedding module's is in the module's folder), or a WordEmbeddings module's
+    /// word list ([`tokenizer::is_word_list`]).
     pub tokenizer_path: std::path::PathBuf,
     /// Whether its tokenizer adds the post-processor's special tokens ([`model::ModelDir::add_special_tokens`]).
     pub add_special_tokens: bool,
@@ -365,7 +365,8 @@ impl Engine {
             let seqs = texts.iter().enumerate().map(|(i, t)| {
                 let ids = self.tokenize(&Prompt::template(prompt, t.as_ref()))?;
                 match ids.is_empty() {
-                    // A tokenizer that adds no special tokens (a StaticEmbedding's) gives none for whitespace.
+                    // A tokenizer that adds no special tokens (a StaticEmbedding's) gives none for whitespace, a
+                    // word list none for unknown or stop words.
                     true => Err(Error::Batch(format!("text {i} gives no tokens"))),
                     false => Ok(ids),
                 }

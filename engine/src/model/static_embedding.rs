@@ -5,7 +5,8 @@
 //! mean mode over the ids of a tokenizer run without special tokens. Here the gather is the embed op and the mean
 //! the head's mean pooling, so the network is one table: no attention, no positions, no layers. model2vec's
 //! vocabulary quantisation (a token `mapping` onto fewer rows) and per-token weights are folded into one row per
-//! token at load, as sentence-transformers folds them.
+//! token at load, as sentence-transformers folds them. Its WordEmbeddings module (GloVe's) is the same table, its
+//! rows pooled by the Pooling module after it ([`ModelDir`]).
 
 use super::{Encoder, EncoderLayout, ModelConfig, ModelDir, Tensor, Weights};
 use crate::backend::ops::{Device, Embedding, Matrix, Ops, PositionIds, Slot};

@@ -43,6 +43,7 @@ pub struct ModelDir {
     /// sentence-transformers' Dense modules after pooling, in order.
     pub dense: Vec<DenseModule>,
     pub weights_path: PathBuf,
+    /// The `tokenizer.json`, or a WordEmbeddings module's word list ([`crate::tokenizer::WHITESPACE_CONFIG`]).
     pub tokenizer_path: PathBuf,
     /// Whether the tokenizer's post-processor adds its special tokens: a Transformer module's tokenizer does, a
     /// StaticEmbedding's does not (sentence-transformers encodes with `add_special_tokens=False`).
@@ -155,9 +156,8 @@ impl ModelDir {
             }
             _ => None,
         };
-        // A WordEmbeddings module's own cut (its max_seq_length), read with its tokenizer's file.
-        let mut word_limit = None;
-        let (config, weights_path, tokenizer_path) = match &table {
+        // `word_limit`: a WordEmbeddings module's own cut (its max_seq_length), read with its tokenizer's file.
+        let (config, weights_path, tokenizer_path, word_limit) = match &table {
             Some((folder, is_static)) => {
                 let weights = folder.join("model.safetensors");
                 if !weights.is_file() && folder.join("pytorch_model.bin").is_file() {
@@ -168,21 +168,24 @@ impl ModelDir {
                     ));
                 }
                 let weights_path = require(weights, "the module's table as model.safetensors")?;
-                let (tokenizer_path, tables) = match is_static {
+                let (tokenizer_path, limit, tables) = match is_static {
                     true => (
                         require(folder.join("tokenizer.json"), "the module's tokenizer.json")?,
+                        None,
                         &["embedding.weight", "embeddings"][..],
                     ),
                     false => {
                         let (path, limit) = word_embeddings(folder)?;
-                        word_limit = limit;
-                        (path, &["emb_layer.weight"][..])
+                        (path, limit, &["emb_layer.weight"][..])
                     }
                 };
                 let config = ModelConfig::Static(StaticConfig::read(&weights_path, tables)?);
-                (config, weights_path, tokenizer_path)
+                (config, weights_path, tokenizer_path, limit)
             }
-            None => Self::transformer(&root)?,
+            None => {
+                let (config, weights_path, tokenizer_path) = Self::transformer(&root)?;
+                (config, weights_path, tokenizer_path, None)
+            }
         };
 
         let is_static = table.as_ref().is_some_and(|&(_, s)| s);
