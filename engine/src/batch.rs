@@ -29,12 +29,14 @@ impl Default for Readout {
 /// Token ids of several sequences, concatenated, with `offsets[i]..offsets[i + 1]` the tokens of sequence `i`.
 ///
 /// No padding: a batch of a 3-token and a 5-token sequence holds 8 ids. Each sequence has its [`Readout`]: its
-/// output rows are `out_offsets[i]..out_offsets[i + 1]` (one when pooled, one per token otherwise).
+/// output rows are `out_offsets[i]..out_offsets[i + 1]` (one when pooled, one per token otherwise). A sequence
+/// that is a pair of texts (a cross-encoder's query and passage) may say where its tokens of type 1 start.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Batch {
     ids: Vec<u32>,
     offsets: Vec<usize>,
     readouts: Vec<Readout>,
+    type1_from: Vec<Option<u32>>,
     out_offsets: Vec<usize>,
     max_len: usize,
 }
@@ -51,6 +53,7 @@ impl Batch {
             ids: Vec::new(),
             offsets: vec![0],
             readouts: Vec::new(),
+            type1_from: Vec::new(),
             out_offsets: vec![0],
             max_len: 0,
         }
@@ -71,6 +74,13 @@ impl Batch {
 
     /// Appends one sequence with the answer it wants.
     pub fn push_as(&mut self, seq: &[u32], readout: Readout) {
+        self.push_pair(seq, readout, None);
+    }
+
+    /// Appends one sequence whose tokens from the `type1_from`-th on (if any) are of token type 1: the second
+    /// text of a pair, as BERT's pair template types it (`[CLS] A [SEP]` type 0, `B [SEP]` type 1).
+    pub fn push_pair(&mut self, seq: &[u32], readout: Readout, type1_from: Option<u32>) {
+        self.type1_from.push(type1_from);
         self.ids.extend_from_slice(seq);
         self.offsets.push(self.ids.len());
         self.max_len = self.max_len.max(seq.len());
@@ -123,6 +133,12 @@ impl Batch {
         self.readouts[i]
     }
 
+    /// Where sequence `i`'s tokens of type 1 start; `None` where all are of type 0. A model without token types
+    /// reads every token as type 0, as the tokenizers of such models give no `token_type_ids`.
+    pub fn type1_from(&self, i: usize) -> Option<u32> {
+        self.type1_from[i]
+    }
+
     pub fn seq(&self, i: usize) -> &[u32] {
         &self.ids[self.offsets[i]..self.offsets[i + 1]]
     }
@@ -136,6 +152,13 @@ impl Batch {
         if let Some(i) = self.seqs().position(|s| s.is_empty()) {
             return Err(Error::Batch(format!(
                 "sequence {i} is empty: no token to embed"
+            )));
+        }
+        if let Some(i) = (0..self.len())
+            .find(|&i| self.type1_from[i].is_some_and(|from| from as usize > self.seq(i).len()))
+        {
+            return Err(Error::Batch(format!(
+                "sequence {i}'s tokens of type 1 start past its end"
             )));
         }
         if self.max_len > max_positions {

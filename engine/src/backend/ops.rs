@@ -270,7 +270,11 @@ pub struct Embedding<D: Device> {
     pub position: Option<D::Param>,
     /// Which row of `position` each token reads.
     pub position_ids: PositionIds,
+    /// Token type 0's row (BERT's `token_type_embeddings[0]`), added to every token's.
     pub row: Option<D::Param>,
+    /// Token type 1's row, added in place of `row` to a pair's tokens from [`Batch::type1_from`] on; `None` for
+    /// a model with one token type (every token reads `row`).
+    pub type1_row: Option<D::Param>,
     pub dim: usize,
     pub norm: Option<LayerNormWeights<D>>,
 }
@@ -304,7 +308,7 @@ pub trait Ops {
     type Device: Device;
     type Mat: Matrix;
 
-    /// `out[t] = word[id_t] + position[pos_t] + row`, where `pos_t` is the embedding's [`PositionIds`] of the
+    /// `out[t] = word[id_t] + position[pos_t] + row` (`type1_row` for a pair's tokens of type 1), where `pos_t` is the embedding's [`PositionIds`] of the
     /// token in its own sequence, then the embedding's LayerNorm of the row if it has one (in the same op: one pass
     /// over the rows).
     fn embed(&self, batch: &Batch, e: &Embedding<Self::Device>, out: Self::Mat);

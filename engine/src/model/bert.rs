@@ -86,22 +86,13 @@ impl<D: Device> Embeddings<D> {
             BertFamily::Electra if h != hidden => Some("embeddings_project"),
             _ => None,
         };
-        let row = match c.family() {
-            BertFamily::Mpnet | BertFamily::DistilBert => None,
+        let types = match c.family() {
+            BertFamily::Mpnet | BertFamily::DistilBert => 0,
             BertFamily::Bert | BertFamily::Roberta | BertFamily::Albert | BertFamily::Electra => {
-                let token_type = w.get(
-                    "embeddings.token_type_embeddings.weight",
-                    &[c.type_vocab_size, h],
-                )?;
-                let type0 = token_type.data().get(..h).ok_or_else(|| {
-                    Error::model(
-                        w.path(),
-                        "embeddings.token_type_embeddings.weight has no row for token type 0",
-                    )
-                })?;
-                Some(d.param(super::Tensor::from_vec(type0.to_vec()))?)
+                c.type_vocab_size
             }
         };
+        let (row, type1_row) = super::token_type_rows(w, d, types, h)?;
         Ok(Embeddings {
             table: Embedding {
                 word: d.param(w.get("embeddings.word_embeddings.weight", &[c.vocab_size, h])?)?,
@@ -115,6 +106,7 @@ impl<D: Device> Embeddings<D> {
                 },
                 position_ids: c.position_ids(),
                 row,
+                type1_row,
                 dim: h,
                 norm: Some(layer_norm(
                     w,

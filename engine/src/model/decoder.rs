@@ -239,6 +239,7 @@ impl<D: Device> Decoder<D> {
                 position: None,
                 position_ids: PositionIds::Index,
                 row: None,
+                type1_row: None,
                 dim: h,
                 norm: None,
             },

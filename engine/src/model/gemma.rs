@@ -123,6 +123,7 @@ impl<D: Device> Gemma<D> {
                 position: None,
                 position_ids: PositionIds::Index,
                 row: None,
+                type1_row: None,
                 dim: h,
                 norm: None,
             },

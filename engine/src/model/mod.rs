@@ -55,6 +55,27 @@ pub(crate) fn stacked_linear<D: Device>(
     d.linear(&weight, bias.then_some(biases.as_slice()), out, inp)
 }
 
+/// BERT's token type rows (`embeddings.token_type_embeddings.weight`, `types` rows of `dim`) as the embedding
+/// adds them: type 0's to every token, type 1's (where the table has one) to a pair's second text; neither
+/// without token types.
+pub(crate) fn token_type_rows<D: Device>(
+    w: &Weights,
+    d: &D,
+    types: usize,
+    dim: usize,
+) -> Result<(Option<D::Param>, Option<D::Param>)> {
+    if types == 0 {
+        return Ok((None, None));
+    }
+    let table = w.get("embeddings.token_type_embeddings.weight", &[types, dim])?;
+    let row = |t: usize| {
+        d.param(Tensor::from_vec(
+            table.data()[t * dim..(t + 1) * dim].to_vec(),
+        ))
+    };
+    Ok((Some(row(0)?), (types > 1).then(|| row(1)).transpose()?))
+}
+
 /// The LayerNorm `prefix` over rows of `dim` columns; without a bias in the checkpoint (`bias` false, as
 /// ModernBERT's `norm_bias`), a zero one.
 pub(crate) fn layer_norm<D: Device>(

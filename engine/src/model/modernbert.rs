@@ -129,6 +129,7 @@ impl<D: Device> ModernBert<D> {
                 position: None,
                 position_ids: PositionIds::Index,
                 row: None,
+                type1_row: None,
                 dim: h,
                 norm: Some(layer_norm(
                     &w,

@@ -21,7 +21,7 @@
 use super::decoder::QkNormRotary;
 use super::{
     layer_norm, pre_norm_layout, rotary_table, stacked_linear, Encoder, EncoderLayout, ModelConfig,
-    ModelDir, PreNormActs, RotaryBertConfig, RotaryBertMlp, Tensor, Weights,
+    ModelDir, PreNormActs, RotaryBertConfig, RotaryBertMlp, Weights,
 };
 use crate::backend::ops::{
     Activation, AttentionShape, Device, Embedding, LayerNormWeights, Ops, PositionIds,
@@ -232,16 +232,7 @@ impl<D: Device> RotaryBert<D> {
         let w = Weights::open(&dir.weights_path, "embeddings.word_embeddings.weight")?;
         let naming = Naming::of(&w);
         let h = c.hidden_size;
-        // A single text is token type 0: its row is added to every token (none without token types).
-        let row = if c.type_vocab_size > 0 {
-            let types = w.get(
-                "embeddings.token_type_embeddings.weight",
-                &[c.type_vocab_size, h],
-            )?;
-            Some(device.param(Tensor::from_vec(types.data()[..h].to_vec()))?)
-        } else {
-            None
-        };
+        let (row, type1_row) = super::token_type_rows(&w, device, c.type_vocab_size, h)?;
         Ok(RotaryBert {
             embeddings: Embedding {
                 word: device
@@ -249,6 +240,7 @@ impl<D: Device> RotaryBert<D> {
                 position: None,
                 position_ids: PositionIds::Index,
                 row,
+                type1_row,
                 dim: h,
                 norm: Some(layer_norm(
                     &w,

@@ -54,6 +54,7 @@ impl<D: Device> StaticEmbedding<D> {
                 position: None,
                 position_ids: PositionIds::Index,
                 row: None,
+                type1_row: None,
                 dim: c.dim,
                 norm: None,
             },

@@ -119,6 +119,7 @@ impl<D: Device> T5<D> {
                 position: None,
                 position_ids: PositionIds::Index,
                 row: None,
+                type1_row: None,
                 dim: h,
                 norm: None,
             },

@@ -17,7 +17,9 @@
 //   EW_PROGRAM_EMBED (embed.cu): embed with token ids pos[t] into y read as a dense table of `cols`-wide rows,
 //     positions (pos[t] + 1) % 8 into x read the same way and the row a, then with neither (as Qwen3), then with
 //     all three and LayerNorm (gamma a, beta b) with its shadow (as BERT), then with all three and no norm at
-//     RoBERTa's positions after pad ids 0 and 5 (tok_pos then each token's index in its sequence).
+//     RoBERTa's positions after pad ids 0 and 5 (tok_pos then each token's index in its sequence), then with all
+//     three and no norm, each sequence a pair whose tokens of type 1 (row b) start at its sequence index modulo 3
+//     (tok_pos each token's index in its sequence).
 //
 // argv[1], the input (32-bit little-endian): ints {rows, tokens, cols, ld, group, seqs}, pos[rows],
 // offsets[seqs + 1], out_offsets[seqs + 1], readouts[seqs], floats {eps, x[rows * ld], y[rows * ld], a[cols],
@@ -180,16 +182,16 @@ int main(int argc, char** argv) {
     for (int full = 1; full >= 0; full--) {
         auto e = nans(n);
         emu::launch(dim3{(unsigned)rows, 1, 1}, THREADS, 0, [&] {
-            embed(ids.data(), positions.data(), meta, y.data(), full ? x.data() : nullptr, full ? a.data() : nullptr,
-                  cols, e.data(), ld, -1, nullptr, nullptr, 0.0f, nullptr);
+            embed(ids.data(), positions.data(), meta, offsets.data(), nullptr, y.data(), full ? x.data() : nullptr,
+                  full ? a.data() : nullptr, nullptr, cols, e.data(), ld, -1, nullptr, nullptr, 0.0f, nullptr);
         });
         put(out, e);
     }
     auto e = nans(n);
     auto sh = unwritten((size_t)rows * cols);
     emu::launch(dim3{(unsigned)rows, 1, 1}, THREADS, 0, [&] {
-        embed(ids.data(), positions.data(), meta, y.data(), x.data(), a.data(), cols, e.data(), ld, -1, a.data(),
-              b.data(), eps, sh.data());
+        embed(ids.data(), positions.data(), meta, offsets.data(), nullptr, y.data(), x.data(), a.data(), nullptr,
+              cols, e.data(), ld, -1, a.data(), b.data(), eps, sh.data());
     });
     put(out, e);
     put(out, sh);
@@ -203,11 +205,21 @@ int main(int argc, char** argv) {
     for (int pad : {0, 5}) {
         auto e = nans(n);
         emu::launch(dim3{(unsigned)rows, 1, 1}, THREADS, 0, [&] {
-            embed(ids.data(), index.data(), meta, y.data(), x.data(), a.data(), cols, e.data(), ld, pad, nullptr,
-                  nullptr, 0.0f, nullptr);
+            embed(ids.data(), index.data(), meta, offsets.data(), nullptr, y.data(), x.data(), a.data(), nullptr,
+                  cols, e.data(), ld, pad, nullptr, nullptr, 0.0f, nullptr);
         });
         put(out, e);
     }
+    std::vector<int> type1_from(seqs);
+    for (int s = 0; s < seqs; s++) {
+        type1_from[s] = s % 3;
+    }
+    auto pairs = nans(n);
+    emu::launch(dim3{(unsigned)rows, 1, 1}, THREADS, 0, [&] {
+        embed(ids.data(), index.data(), meta, offsets.data(), type1_from.data(), y.data(), x.data(), a.data(),
+              b.data(), cols, pairs.data(), ld, -1, nullptr, nullptr, 0.0f, nullptr);
+    });
+    put(out, pairs);
 #endif
 
 #ifdef EW_PROGRAM_QUANTIZE

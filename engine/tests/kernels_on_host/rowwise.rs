@@ -621,4 +621,29 @@ fn emulated_cuda_embedding_gather_adds_word_position_and_row_then_its_layer_norm
         }
         assert!(skipped, "pad {pad}: no token's position skips a pad");
     }
+    // Pairs: sequence s's tokens from index s % 3 on take token type 1's row (b) in place of a.
+    let got = out.f32s(ROWS * LD);
+    let (mut type0, mut type1) = (0, 0);
+    for t in 0..ROWS {
+        let seq = inp.offsets.partition_point(|&o| o <= t).saturating_sub(1);
+        for c in 0..LD {
+            let v = got[t * LD + c];
+            if t >= TOKENS || c >= COLS {
+                assert!(v.is_nan(), "embed of pairs wrote {t}, {c}");
+                continue;
+            }
+            let at = t - inp.offsets[seq];
+            let is_type1 = at >= seq % 3;
+            let row = if is_type1 { inp.b[c] } else { inp.a[c] };
+            let want = inp.y[inp.pos[t] * COLS + c] + inp.x[at * COLS + c] + row;
+            assert_eq!(v, want, "embed of pairs at {t}, {c}");
+            if c == 0 {
+                *if is_type1 { &mut type1 } else { &mut type0 } += 1;
+            }
+        }
+    }
+    assert!(
+        type0 > 0 && type1 > 0,
+        "pairs: {type0} tokens of type 0, {type1} of type 1"
+    );
 }

@@ -202,6 +202,7 @@ impl<'a> Ops for CpuPass<'a> {
         let word = e.word.data();
         let position = e.position.as_ref().map(Tensor::data);
         let row = e.row.as_ref().map(|r| &r.data()[..h]);
+        let type1_row = e.type1_row.as_ref().map(|r| &r.data()[..h]);
         let offsets = batch.offsets();
         for_rows(self.par, batch.tokens(), &|t| {
             // Token t's position in its own sequence (the ragged layout restarts them), as the embedding numbers them.
@@ -219,7 +220,10 @@ impl<'a> Ops for CpuPass<'a> {
                     .zip(&pos[p * h..(p + 1) * h])
                     .for_each(|(d, v)| *d += v);
             }
-            if let Some(r) = row {
+            let type1 = batch
+                .type1_from(seq)
+                .is_some_and(|from| t - offsets[seq] >= from as usize);
+            if let Some(r) = if type1 { type1_row.or(row) } else { row } {
                 dst.iter_mut().zip(r).for_each(|(d, v)| *d += v);
             }
             if let Some(n) = &e.norm {

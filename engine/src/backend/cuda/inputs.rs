@@ -41,6 +41,8 @@ pub struct InputLayout {
     pub offsets: usize,
     pub out_offsets: usize,
     pub readouts: usize,
+    /// Where each sequence's tokens of type 1 start (`i32::MAX` for none: [`Batch::type1_from`]).
+    pub type1_from: usize,
     pub tiles: usize,
     pub ids: usize,
     pub tok_pos: usize,
@@ -56,13 +58,15 @@ impl InputLayout {
         let offsets = META;
         let out_offsets = offsets + e.seqs + 1;
         let readouts = out_offsets + e.seqs + 1;
-        let tiles = readouts + e.seqs;
+        let type1_from = readouts + e.seqs;
+        let tiles = type1_from + e.seqs;
         let ids = tiles + 2 * e.tiles();
         let tok_pos = ids + e.tokens;
         InputLayout {
             offsets,
             out_offsets,
             readouts,
+            type1_from,
             tiles,
             ids,
             tok_pos,
@@ -99,6 +103,9 @@ impl InputLayout {
                 Readout::Pooled { skip } => i32::try_from(skip).unwrap_or(i32::MAX),
                 Readout::Tokens => -1,
             };
+            host[self.type1_from + i] = batch
+                .type1_from(i)
+                .map_or(i32::MAX, |from| i32::try_from(from).unwrap_or(i32::MAX));
         }
         let mut tile = self.tiles;
         for (s, w) in batch.offsets().windows(2).enumerate() {
@@ -238,9 +245,14 @@ mod tests {
         let mut b = Batch::new();
         b.push_as(&[1, 2, 3], Readout::Pooled { skip: 2 });
         b.push_as(&[4, 5], Readout::Tokens);
-        b.push_as(&[6], Readout::Pooled { skip: u32::MAX });
+        b.push_pair(&[6, 7, 8], Readout::Pooled { skip: u32::MAX }, Some(2));
         l.fill(&b, &mut host).unwrap();
         assert_eq!(&host[l.readouts..l.readouts + 3], &[2, -1, i32::MAX]);
+        // Where a pair's tokens of type 1 start; i32::MAX for a single text's.
+        assert_eq!(
+            &host[l.type1_from..l.type1_from + 3],
+            &[i32::MAX, i32::MAX, 2]
+        );
         assert_eq!(&host[l.out_offsets..l.out_offsets + 4], &[0, 1, 3, 4]);
     }
 

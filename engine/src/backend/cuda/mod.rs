@@ -135,6 +135,7 @@ impl Buffers {
             offsets: p(l.offsets),
             out_offsets: p(l.out_offsets),
             readouts: p(l.readouts),
+            type1_from: p(l.type1_from),
             tiles: p(l.tiles),
             meta: p(0),
             tokens: self.extent.tokens,
@@ -579,7 +580,8 @@ mod tests {
         // MiniLM-like: 384 + 1152 + 1536 floats per token of regions, 384-dim output, GEMM inputs up to 1536.
         let small = plan_bytes(3072, 384, 1536, e(16, 1));
         let f = 4;
-        let inputs = 3 + 2 + 2 + 1 + 2 * (1 + 1) + 16 + 16;
+        // meta, offsets, out_offsets, readouts, type1_from, tiles, ids, positions.
+        let inputs = 3 + 2 + 2 + 1 + 1 + 2 * (1 + 1) + 16 + 16;
         let want = 16 * (3072 + 384) * f + 16 * 1536 * 2 + 16 * 2 * f + inputs * f;
         assert_eq!(small, want);
         assert!(plan_bytes(3072, 384, 1536, e(32, 1)) > small);
