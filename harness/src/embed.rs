@@ -295,6 +295,7 @@ async fn per_input(
                 Work {
                     priority: engine::Priority::Online,
                     readout: reading.readout(),
+                    type1_from: None,
                 },
             )?
             .wait()

@@ -335,6 +335,7 @@ impl Gateway {
         let work = Work {
             priority: options.priority,
             readout: self.inner.tokenization.readout(&inputs, &options)?,
+            type1_from: None,
         };
         let (seqs, tokenization) = self.tokenize(inputs, options).await?;
         let (n, tokens) = (seqs.len(), seqs.iter().map(Vec::len).sum());

@@ -152,6 +152,7 @@ impl Remote {
                 Readout::Tokens => 0,
             },
             admitted_elsewhere: admitted,
+            type1_from: work.type1_from,
         };
         let mut pending = Pending {
             shared: self.shared.clone(),

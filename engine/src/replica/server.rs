@@ -49,6 +49,7 @@ impl proto::replica_server::Replica for Service {
                 proto::Readout::Pooled => Readout::Pooled { skip: request.skip },
                 proto::Readout::Tokens => Readout::Tokens,
             },
+            type1_from: request.type1_from,
         };
         let seqs = self.checked(request.sequences)?;
         let replica = self

@@ -24,7 +24,7 @@ pub(super) async fn run(shared: Arc<Shared>) {
         };
         let mut batch = Batch::new();
         for e in &entries {
-            batch.push_as(&e.ids, e.readout);
+            batch.push_pair(&e.ids, e.readout, e.type1_from);
         }
         shared
             .in_flight_tokens

@@ -68,12 +68,15 @@ impl std::fmt::Display for Priority {
     }
 }
 
-/// What one submission asks of the scheduler: its priority, and the answer each of its sequences wants (pooled,
-/// or every token's state). Sequences of every readout share batches; a [`Priority`] alone means pooled.
+/// What one submission asks of the scheduler: its priority, the answer each of its sequences wants (pooled,
+/// or every token's state), and, for pairs of texts, where each sequence's tokens of type 1 start
+/// ([`crate::Batch::type1_from`]). Sequences of every kind share batches; a [`Priority`] alone means pooled
+/// single texts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Work {
     pub priority: Priority,
     pub readout: crate::Readout,
+    pub type1_from: Option<u32>,
 }
 
 impl From<Priority> for Work {
@@ -81,6 +84,7 @@ impl From<Priority> for Work {
         Work {
             priority,
             readout: crate::Readout::POOLED,
+            type1_from: None,
         }
     }
 }
@@ -379,6 +383,7 @@ impl Scheduler {
         let work = Work {
             priority: Priority::Batch,
             readout,
+            type1_from: None,
         };
         let feed = async move {
             let mut seqs = seqs.into_iter();

@@ -70,6 +70,7 @@ pub(super) type Answer = oneshot::Receiver<Result<Embedded, Error>>;
 pub(super) struct Entry {
     pub ids: Vec<u32>,
     pub readout: crate::Readout,
+    pub type1_from: Option<u32>,
     pub admitted: Instant,
     /// When its answer is due; `None` for work whose caller waited for room and will wait for its answer.
     pub deadline: Option<Instant>,
@@ -138,7 +139,11 @@ impl State {
         waiting: bool,
         now: Instant,
     ) -> Result<Vec<Answer>, (Error, Vec<Vec<u32>>)> {
-        let Work { priority, readout } = work;
+        let Work {
+            priority,
+            readout,
+            type1_from,
+        } = work;
         if self.closed {
             return Err((Error::ShuttingDown, seqs));
         }
@@ -197,6 +202,7 @@ impl State {
                 lane.queue.push_back(Entry {
                     ids,
                     readout,
+                    type1_from,
                     admitted: now,
                     deadline,
                     predicted,
