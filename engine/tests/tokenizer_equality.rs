@@ -602,3 +602,64 @@ fn albert_and_xlnet_normalisers_equal() {
         }
     }
 }
+
+/// Pairs of texts (a cross-encoder's input): each tokenizer's pair template, and BERT's and RoBERTa's own
+/// processors on MiniLM's vocabulary, id for id and token type for token type, whole and truncated longest first
+/// from either side at lengths that cut the shorter text, the longer one, or both to about half.
+#[test]
+fn pairs_equal_with_their_token_types() {
+    let texts = corpus();
+    let path = workloads().join("vocab/all-MiniLM-L6-v2/tokenizer.json");
+    let minilm: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("vocab")).expect("JSON");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut files: Vec<std::path::PathBuf> = TOKENIZERS
+        .iter()
+        .map(|f| workloads().join("vocab").join(f))
+        .collect();
+    for (name, processor) in [
+        (
+            "bert_processing.json",
+            serde_json::json!({"type": "BertProcessing", "sep": ["[SEP]", 102], "cls": ["[CLS]", 101]}),
+        ),
+        (
+            "roberta_processing.json",
+            serde_json::json!({"type": "RobertaProcessing", "sep": ["[SEP]", 102], "cls": ["[CLS]", 101],
+                "trim_offsets": true, "add_prefix_space": false}),
+        ),
+    ] {
+        let mut json = minilm.clone();
+        json["post_processor"] = processor;
+        let file = dir.path().join(name);
+        std::fs::write(&file, json.to_string()).expect("write");
+        files.push(file);
+    }
+    let mut typed = 0;
+    for file in &files {
+        for truncation in [None, Some(9), Some(24), Some(64)] {
+            for side in [TruncationSide::Right, TruncationSide::Left] {
+                let truncation = truncation.map(|max_length| Truncation { max_length, side });
+                let load = |kind| tokenizer::load(file, kind, truncation, true).expect("loads");
+                let (fast, hf) = (load(TokenizerKind::Fast), load(TokenizerKind::Hf));
+                let (mut scratch, mut a, mut b) = (Scratch::default(), Vec::new(), Vec::new());
+                for (i, w) in texts.windows(2).step_by(97).take(200).enumerate() {
+                    // Short queries before long passages, and the other way round.
+                    let (q, p) = if i % 2 == 0 {
+                        (&w[0][..w[0].floor_char_boundary(40)], w[1].as_str())
+                    } else {
+                        (w[0].as_str(), &w[1][..w[1].floor_char_boundary(30)])
+                    };
+                    let got = fast.encode_pair(q, p, &mut scratch, &mut a).expect("fast");
+                    let want = hf.encode_pair(q, p, &mut scratch, &mut b).expect("hf");
+                    assert_eq!(
+                        (&a, got),
+                        (&b, want),
+                        "{file:?} {truncation:?}: {q:?} / {p:?}"
+                    );
+                    typed += usize::from(got.is_some());
+                }
+            }
+        }
+    }
+    assert!(typed > 1000, "{typed} pairs had tokens of type 1");
+}

@@ -159,6 +159,29 @@ impl Tokenizer for HfTokenizer {
         Ok(!enc.get_overflowing().is_empty())
     }
 
+    fn encode_pair(
+        &self,
+        a: &str,
+        b: &str,
+        _: &mut Scratch,
+        ids: &mut Vec<u32>,
+    ) -> Result<Option<u32>> {
+        let enc = self
+            .inner
+            .encode((a, b), self.add_special_tokens)
+            .map_err(|e| Error::Tokenizer(e.to_string()))?;
+        ids.clear();
+        ids.extend_from_slice(enc.get_ids());
+        let types = enc.get_type_ids();
+        let from = types.iter().position(|&t| t != 0);
+        if from.is_some_and(|f| types[f..].iter().any(|&t| t != 1)) {
+            return Err(Error::Tokenizer(
+                "pairs of texts: the pair template's token types are not type 0 then type 1".into(),
+            ));
+        }
+        Ok(from.map(|f| u32::try_from(f).unwrap_or(u32::MAX)))
+    }
+
     fn vocab_size(&self) -> usize {
         self.inner.get_vocab_size(true)
     }

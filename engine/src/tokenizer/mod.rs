@@ -148,6 +148,17 @@ pub trait Tokenizer: Send + Sync {
         Ok(())
     }
 
+    /// Writes the ids of the pair `a`, `b` (a cross-encoder's query and passage) into `ids` as the post-processor's
+    /// pair template joins them, the two texts truncated longest first to the maximum length (transformers'
+    /// `truncation=True`), and returns where its tokens of type 1 start (`None` where all are of type 0).
+    fn encode_pair(
+        &self,
+        a: &str,
+        b: &str,
+        scratch: &mut Scratch,
+        ids: &mut Vec<u32>,
+    ) -> Result<Option<u32>>;
+
     fn vocab_size(&self) -> usize;
     /// The id of a token's text, as the crate's `token_to_id` gives it: an added token's, else the model's.
     fn token_id(&self, token: &str) -> Option<u32>;
@@ -159,6 +170,42 @@ pub trait Tokenizer: Send + Sync {
     /// How many special ids an encode puts before a sequence's own and after them (BERT's `[CLS]` and `[SEP]`:
     /// one each; Qwen3's end of text: none and one; none where the special tokens are left out).
     fn specials_around(&self) -> (usize, usize);
+}
+
+/// How many ids of a pair of texts of `a` and `b` ids each are kept, longest first, to fit `room` (the tokenizers
+/// crate's `LongestFirst`): the shorter text whole if the longer can take the rest, else each about half.
+pub(crate) fn longest_first(a: usize, b: usize, room: usize) -> (usize, usize) {
+    if a + b <= room {
+        return (a, b);
+    }
+    let (short, long) = (a.min(b), a.max(b));
+    let (mut n1, mut n2) = (
+        short,
+        if short > room {
+            short
+        } else {
+            short.max(room - short)
+        },
+    );
+    if n1 + n2 > room {
+        n1 = room / 2;
+        n2 = n1 + room % 2;
+    }
+    let (n1, n2) = (n1.min(short), n2.min(long));
+    if a > b {
+        (n2, n1)
+    } else {
+        (n1, n2)
+    }
+}
+
+/// Cuts `ids` to `keep`, at the end `side` names.
+pub(crate) fn cut(ids: &mut Vec<u32>, keep: usize, side: TruncationSide) {
+    let excess = ids.len().saturating_sub(keep);
+    match side {
+        TruncationSide::Right => ids.truncate(keep.min(ids.len())),
+        TruncationSide::Left => drop(ids.drain(..excess)),
+    }
 }
 
 /// Reads `tokenizer.json` with the chosen implementation; with `add_special_tokens` false its post-processor's

@@ -119,6 +119,18 @@ impl Tokenizer for WhitespaceTokenizer {
         Ok(true)
     }
 
+    fn encode_pair(
+        &self,
+        _: &str,
+        _: &str,
+        _: &mut Scratch,
+        _: &mut Vec<u32>,
+    ) -> Result<Option<u32>> {
+        Err(Error::Tokenizer(
+            "a word list tokenizes single texts, not pairs".into(),
+        ))
+    }
+
     fn vocab_size(&self) -> usize {
         self.vocab_size
     }

@@ -317,6 +317,25 @@ impl FastTokenizer {
         out
     }
 
+    /// Appends the ids of `text` alone (its added tokens and the model's pieces, no template), stopping once
+    /// `ids` holds `limit`.
+    fn encode_text(
+        &self,
+        text: &str,
+        scratch: &mut Scratch,
+        ids: &mut Vec<u32>,
+        limit: usize,
+    ) -> Result<()> {
+        self.added.split(
+            text,
+            true,
+            scratch,
+            ids,
+            limit,
+            &|gap, at_start, scratch, ids| self.encode_gap(gap, at_start, scratch, ids, limit),
+        )
+    }
+
     /// Where encoding may stop: with right truncation, once one id more than those to keep is there (so a cut
     /// is seen), since the words and pre-tokens after them only add ids that are cut. Only when later text cannot
     /// fail the encode (WordPiece and Unigram fail only without an unknown token).
@@ -340,15 +359,7 @@ impl Tokenizer for FastTokenizer {
         ids.clear();
         ids.extend_from_slice(&self.template.prefix);
         let start = ids.len();
-        let limit = self.limit(start);
-        self.added.split(
-            text,
-            true,
-            scratch,
-            ids,
-            limit,
-            &|gap, at_start, scratch, ids| self.encode_gap(gap, at_start, scratch, ids, limit),
-        )?;
+        self.encode_text(text, scratch, ids, self.limit(start))?;
         let mut cut = false;
         if let Some(t) = self.truncation {
             let keep = t.max_length - self.template.len();
@@ -363,15 +374,47 @@ impl Tokenizer for FastTokenizer {
         Ok(cut)
     }
 
+    fn encode_pair(
+        &self,
+        a: &str,
+        b: &str,
+        scratch: &mut Scratch,
+        ids: &mut Vec<u32>,
+    ) -> Result<Option<u32>> {
+        let (mut first, mut second) = (Vec::new(), Vec::new());
+        self.encode_text(a, scratch, &mut first, usize::MAX)?;
+        self.encode_text(b, scratch, &mut second, usize::MAX)?;
+        if let Some(t) = self.truncation {
+            let room = t.max_length.saturating_sub(self.template.pair_len()?);
+            let (n1, n2) = super::longest_first(first.len(), second.len(), room);
+            super::cut(&mut first, n1, t.side);
+            super::cut(&mut second, n2, t.side);
+        }
+        self.template.join_pair(&first, &second, ids)
+    }
+
     fn vocab_size(&self) -> usize {
         self.vocab_size
     }
 
     fn id_bound(&self) -> usize {
-        let Template { prefix, suffix } = &self.template;
+        let Template {
+            prefix,
+            suffix,
+            pair,
+        } = &self.template;
+        let pair_ids =
+            pair.as_deref()
+                .unwrap_or_default()
+                .iter()
+                .flat_map(|(part, _)| match part {
+                    template::Part::Ids(ids) => ids.as_slice(),
+                    template::Part::A | template::Part::B => &[],
+                });
         prefix
             .iter()
             .chain(suffix)
+            .chain(pair_ids)
             .map(|&id| id as usize + 1)
             .fold(self.id_bound, usize::max)
     }
