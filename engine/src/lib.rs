@@ -94,6 +94,9 @@ pub struct ModelInfo {
     /// The model's own `default_prompt_name`: the prompt a text naming none gets, unless a server's
     /// `--default-prompt-name` replaces it (shown beside this in `/info`'s gateway settings).
     pub default_prompt: Option<String>,
+    /// A cross-encoder's labels ([`model::ModelDir::classifier`]): its output is one score per label, for texts
+    /// and pairs of texts (`/rerank`, `/predict`), not an embedding.
+    pub classifier: Option<model::Classifier>,
     /// The architecture and its settings, as read from config.json.
     #[serde(skip)]
     pub config: model::ModelConfig,
@@ -163,6 +166,7 @@ impl ModelFront {
             normalize: dir.normalize,
             prompts,
             default_prompt: dir.default_prompt.clone(),
+            classifier: dir.classifier.clone(),
             config: dir.config.clone(),
         };
         Ok(ModelFront {
@@ -351,13 +355,7 @@ impl Engine {
     /// as sentence-transformers' `encode` does. Not for async code (it blocks): use a scheduler there.
     pub fn embed<S: AsRef<str>>(&self, texts: &[S]) -> Result<Vec<Vec<f32>>> {
         let prompt = self.front.prompt_or_default(None, "default_prompt_name")?;
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .map_err(|e| Error::Spawn {
-                what: "the runtime of Engine::embed".into(),
-                message: e.to_string(),
-            })?;
+        let runtime = self.runtime("Engine::embed")?;
         let mut out = Vec::with_capacity(texts.len());
         runtime.block_on(async {
             let scheduler =
@@ -380,6 +378,75 @@ impl Engine {
                 .await
         })?;
         Ok(out)
+    }
+
+    /// Scores each pair of texts with a cross-encoder ([`ModelInfo::classifier`]): one logit per label, in order,
+    /// as sentence-transformers' `CrossEncoder.predict` with an identity activation gives them. Each pair is
+    /// tokenized with the tokenizer's pair template, both texts truncated longest first to the model's limit, and
+    /// its second text's tokens of type 1 where the template types them. Blocking, as [`Engine::embed`].
+    pub fn score<A: AsRef<str>, B: AsRef<str>>(&self, pairs: &[(A, B)]) -> Result<Vec<Vec<f32>>> {
+        if self.info().classifier.is_none() {
+            return Err(Error::Config {
+                name: "model",
+                message:
+                    "not a cross-encoder: scores come from a *ForSequenceClassification checkpoint"
+                        .into(),
+            });
+        }
+        let mut seqs = Vec::with_capacity(pairs.len());
+        tokenizer::with_thread_scratch(|scratch| {
+            for (a, b) in pairs {
+                let mut ids = Vec::new();
+                let type1_from =
+                    self.tokenizer()
+                        .encode_pair(a.as_ref(), b.as_ref(), scratch, &mut ids)?;
+                seqs.push((ids, type1_from));
+            }
+            Ok::<_, Error>(())
+        })?;
+        let runtime = self.runtime("Engine::score")?;
+        runtime.block_on(async {
+            let scheduler =
+                scheduler::Scheduler::start(self.backend.clone(), &self.bulk_config(), |_| {});
+            // One submission per run of pairs whose second texts start at the same token (usually all of them:
+            // the query is cut only when it is the longer text), waited for in order.
+            let mut tickets = Vec::new();
+            let mut rest = &seqs[..];
+            while let Some((_, from)) = rest.first() {
+                let run = rest.iter().take_while(|(_, f)| f == from).count();
+                let (group, next) = rest.split_at(run);
+                let work = scheduler::Work {
+                    priority: scheduler::Priority::Batch,
+                    readout: Readout::POOLED,
+                    type1_from: *from,
+                };
+                let ids = group.iter().map(|(ids, _)| ids.clone()).collect();
+                tickets.push(scheduler.submit_waiting(ids, work).await?);
+                rest = next;
+            }
+            let mut out = Vec::with_capacity(pairs.len());
+            for ticket in tickets {
+                out.extend(
+                    ticket
+                        .wait()
+                        .await?
+                        .into_iter()
+                        .map(|e| e.embedding.to_vec()),
+                );
+            }
+            Ok(out)
+        })
+    }
+
+    /// A small runtime of `what`'s own, for the blocking conveniences over the serving path.
+    fn runtime(&self, what: &str) -> Result<tokio::runtime::Runtime> {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .map_err(|e| Error::Spawn {
+                what: format!("the runtime of {what}"),
+                message: e.to_string(),
+            })
     }
 
     /// The settings of a scheduler fed a whole corpus at once: no partial batch waits for company that is

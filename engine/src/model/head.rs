@@ -31,8 +31,8 @@ impl<D: Device> Head<D> {
             .dense
             .iter()
             .map(|m| {
-                let w = Weights::open(&m.weights_path, "linear.weight")?;
-                let names = [("linear".to_string(), m.out_features)];
+                let w = Weights::open(&m.weights_path, &format!("{}.weight", m.name))?;
+                let names = [(m.name.clone(), m.out_features)];
                 Ok(Dense {
                     linear: stacked_linear(&w, device, &names, m.in_features, m.bias)?,
                     act: m.activation,

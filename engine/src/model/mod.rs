@@ -25,7 +25,7 @@ pub use config::{
     ModernBertConfig, Rope, RopeScaling, RotaryBertConfig, RotaryBertFamily, RotaryBertMlp,
     StaticConfig, T5Config, T5FeedForward,
 };
-pub use dir::{DenseModule, ModelDir, Pooling, PoolingModule, MAX_POSITIONS};
+pub use dir::{Classifier, DenseModule, ModelDir, Pooling, PoolingModule, MAX_POSITIONS};
 pub use head::Head;
 pub use weights::{Tensor, Weights};
 
@@ -55,6 +55,9 @@ pub(crate) fn stacked_linear<D: Device>(
     d.linear(&weight, bias.then_some(biases.as_slice()), out, inp)
 }
 
+/// Token type 0's row and type 1's, where a table has them.
+type TypeRows<D> = (Option<<D as Device>::Param>, Option<<D as Device>::Param>);
+
 /// BERT's token type rows (`embeddings.token_type_embeddings.weight`, `types` rows of `dim`) as the embedding
 /// adds them: type 0's to every token, type 1's (where the table has one) to a pair's second text; neither
 /// without token types.
@@ -63,7 +66,7 @@ pub(crate) fn token_type_rows<D: Device>(
     d: &D,
     types: usize,
     dim: usize,
-) -> Result<(Option<D::Param>, Option<D::Param>)> {
+) -> Result<TypeRows<D>> {
     if types == 0 {
         return Ok((None, None));
     }

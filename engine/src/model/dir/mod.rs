@@ -3,6 +3,7 @@
 //! modules after the network,
 //! `limits` the max sequence length.
 
+mod classifier;
 mod limits;
 mod modules;
 
@@ -10,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+pub use self::classifier::Classifier;
 use self::limits::{sentence_max_length, tokenizer_truncation};
 use self::modules::read_pooling;
 pub use self::modules::{DenseModule, Pooling, PoolingModule};
@@ -40,8 +42,11 @@ pub struct ModelDir {
     /// The prompt sentence-transformers puts before a text that names none (its `default_prompt_name`), one of
     /// `prompts`.
     pub default_prompt: Option<String>,
-    /// sentence-transformers' Dense modules after pooling, in order.
+    /// sentence-transformers' Dense modules after pooling, in order; a cross-encoder's classification head.
     pub dense: Vec<DenseModule>,
+    /// A cross-encoder's labels (a bare `*ForSequenceClassification` checkpoint): its output is one logit per
+    /// label, from the first token through its head (`dense`).
+    pub classifier: Option<Classifier>,
     pub weights_path: PathBuf,
     /// The `tokenizer.json`, or a WordEmbeddings module's word list ([`crate::tokenizer::WHITESPACE_CONFIG`]).
     pub tokenizer_path: PathBuf,
@@ -225,6 +230,20 @@ impl ModelDir {
                 }
             }
         }
+        // A bare checkpoint of a sequence classifier is a cross-encoder (sentence-transformers' CrossEncoder):
+        // the first token through its head. With modules.json it is a Transformer module like any other.
+        let mut classifier = None;
+        if modules.is_empty() {
+            if let Some((head, labels)) = classifier::read(
+                &root.join("config.json"),
+                &weights_path,
+                config.hidden_size(),
+            )? {
+                pooling = PoolingModule::single(Pooling::Cls);
+                dense = head;
+                classifier = Some(labels);
+            }
+        }
         if has_table && !pooled {
             return Err(Error::model(
                 &modules_path,
@@ -273,6 +292,7 @@ impl ModelDir {
             prompts,
             default_prompt,
             dense,
+            classifier,
             weights_path,
             tokenizer_path,
             add_special_tokens: !has_table,

@@ -76,6 +76,9 @@ impl Pooling {
 #[derive(Clone, Debug, PartialEq)]
 pub struct DenseModule {
     pub weights_path: PathBuf,
+    /// Its tensors' name before `.weight` and `.bias`: `linear` in a Dense module's own file, a classification
+    /// head's layer in a cross-encoder's checkpoint.
+    pub name: String,
     pub in_features: usize,
     pub out_features: usize,
     pub bias: bool,
@@ -154,6 +157,7 @@ impl DenseModule {
             ));
         }
         Ok(DenseModule {
+            name: "linear".into(),
             weights_path: require(
                 folder.join("model.safetensors"),
                 "the Dense module's weights as model.safetensors (pytorch_model.bin is not read)",

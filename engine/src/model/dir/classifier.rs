@@ -1,0 +1,153 @@
+//! A cross-encoder: transformers' `*ForSequenceClassification` checkpoint (what sentence-transformers' CrossEncoder
+//! loads), read as the first token's hidden state through the architecture's classification head, one score per
+//! label. The head's layers are Dense modules over that row.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Deserialize;
+
+use super::DenseModule;
+use crate::backend::ops::Activation;
+use crate::error::{Error, Result};
+use crate::model::read_json;
+
+/// What a cross-encoder scores: one logit per label, in the order of its `id2label`.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Classifier {
+    pub labels: Vec<String>,
+}
+
+/// A head's layers: each one's tensor name and activation, in order.
+type Layers = &'static [(&'static str, Activation)];
+
+/// Just enough of `config.json` to find a classification head and its labels.
+#[derive(Deserialize)]
+struct HeadFile {
+    #[serde(default)]
+    architectures: Vec<String>,
+    /// Keys are the labels' indices as strings (`{"0": "LABEL_0"}`).
+    #[serde(default)]
+    id2label: BTreeMap<String, String>,
+    num_labels: Option<usize>,
+}
+
+/// The layers of each head we read, from the CLS row: (tensor name, activation) in order, the last one's output
+/// the logits. BertForSequenceClassification: the pooler's tanh projection, then the classifier;
+/// RobertaClassificationHead (XLM-R's, CamemBERT's) and MPNet's: `classifier.dense` with tanh, then
+/// `classifier.out_proj`; DistilBERT: `pre_classifier` with ReLU, then the classifier.
+const HEADS: [(&[&str], Layers); 4] = [
+    (
+        &["BertForSequenceClassification"],
+        &[
+            ("bert.pooler.dense", Activation::Tanh),
+            ("classifier", Activation::None),
+        ],
+    ),
+    (
+        &["AlbertForSequenceClassification"],
+        &[
+            ("albert.pooler", Activation::Tanh),
+            ("classifier", Activation::None),
+        ],
+    ),
+    (
+        &[
+            "RobertaForSequenceClassification",
+            "XLMRobertaForSequenceClassification",
+            "CamembertForSequenceClassification",
+            "MPNetForSequenceClassification",
+        ],
+        &[
+            ("classifier.dense", Activation::Tanh),
+            ("classifier.out_proj", Activation::None),
+        ],
+    ),
+    (
+        &["DistilBertForSequenceClassification"],
+        &[
+            ("pre_classifier", Activation::Relu),
+            ("classifier", Activation::None),
+        ],
+    ),
+];
+
+/// The classification head of the checkpoint `config_path` describes, as Dense modules over rows of `hidden`
+/// columns reading `weights_path`, and its labels; `None` when the checkpoint is not a sequence classifier.
+/// A classifier whose head is not one we read is refused, not run as an embedding model.
+pub(super) fn read(
+    config_path: &Path,
+    weights_path: &Path,
+    hidden: usize,
+) -> Result<Option<(Vec<DenseModule>, Classifier)>> {
+    let f: HeadFile = read_json(config_path)?;
+    let Some(arch) = f
+        .architectures
+        .iter()
+        .find(|a| a.ends_with("ForSequenceClassification"))
+    else {
+        return Ok(None);
+    };
+    let Some((_, layers)) = HEADS
+        .iter()
+        .find(|(names, _)| names.contains(&arch.as_str()))
+    else {
+        return Err(Error::model(
+            config_path,
+            format!(
+                "unsupported cross-encoder {arch}: expected a classification head of {}",
+                HEADS
+                    .iter()
+                    .flat_map(|(names, _)| names.iter().copied())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ));
+    };
+    // transformers' labels: `id2label` in index order, else `num_labels` (2 by default) named LABEL_i.
+    let mut indexed = Vec::with_capacity(f.id2label.len());
+    for (key, label) in f.id2label {
+        let i: usize = key.parse().map_err(|_| {
+            Error::model(
+                config_path,
+                format!("id2label has a key {key:?} that is not an index"),
+            )
+        })?;
+        indexed.push((i, label));
+    }
+    indexed.sort();
+    let labels: Vec<String> = match indexed.is_empty() {
+        true => (0..f.num_labels.unwrap_or(2))
+            .map(|i| format!("LABEL_{i}"))
+            .collect(),
+        false => {
+            if indexed.iter().enumerate().any(|(i, (at, _))| i != *at) {
+                return Err(Error::model(
+                    config_path,
+                    "id2label's indices are not 0, 1, 2, …",
+                ));
+            }
+            indexed.into_iter().map(|(_, label)| label).collect()
+        }
+    };
+    if labels.is_empty() {
+        return Err(Error::model(config_path, "a classifier without labels"));
+    }
+    let dense = layers
+        .iter()
+        .enumerate()
+        .map(|(i, &(name, activation))| DenseModule {
+            weights_path: weights_path.to_owned(),
+            name: name.into(),
+            in_features: hidden,
+            out_features: if i + 1 == layers.len() {
+                labels.len()
+            } else {
+                hidden
+            },
+            bias: true,
+            activation,
+        })
+        .collect();
+    Ok(Some((dense, Classifier { labels })))
+}

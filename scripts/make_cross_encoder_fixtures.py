@@ -1,0 +1,111 @@
+"""Cross-encoder fixtures: random-weight `*ForSequenceClassification` checkpoints saved as bare transformers
+directories (as the Hub's ms-marco cross-encoders and bge-rerankers are), with sentence-transformers' CrossEncoder
+scores of query/passage pairs as the reference.
+
+- bert_cross_encoder: BertForSequenceClassification, one label, token types (BertProcessing: `[CLS] A [SEP]` of
+  type 0, `B [SEP]` of type 1), the pooler's tanh then the classifier; type 1's row perturbed far from type 0's.
+- xlmr_cross_encoder: XLMRobertaForSequenceClassification, one label, one token type (`<s> A </s></s> B </s>`),
+  RobertaClassificationHead; its tokenizer returns no token_type_ids, as XLMRobertaTokenizer.
+- distilbert_nli: DistilBertForSequenceClassification, three named labels (pre_classifier with ReLU).
+
+max length 40, so longest-first truncation cuts the passage alone, or both texts, in some pairs. Writes each
+directory plus reference.jsonl (query, passage, ids as the CrossEncoder tokenizes the pair, type1_from where the
+token types turn to 1, logits as base64 little-endian f32). Needs the peers venv (bash scripts/setup_peers.sh).
+Run from the repository root:
+  ~/.cache/embedding-workbench/peers-venv/bin/python scripts/make_cross_encoder_fixtures.py
+"""
+import base64
+import json
+import shutil
+import struct
+import sys
+
+import torch
+from sentence_transformers import CrossEncoder
+from transformers import (BertConfig, BertForSequenceClassification, DistilBertConfig,
+                          DistilBertForSequenceClassification, PreTrainedTokenizerFast, XLMRobertaConfig,
+                          XLMRobertaForSequenceClassification)
+
+sys.path.insert(0, "scripts")
+import make_encoder_fixtures as enc  # noqa: E402  the tokenizers and texts of the encoder fixtures
+
+MAX_LEN = 40
+
+
+def perturb(model, seed):
+    """Every parameter random (the classifier's too), so reading a wrong row, layer or activation shows."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.2)
+    return model.eval()
+
+
+def pairs():
+    texts = enc.texts()
+    out = []
+    for i in range(len(texts) - 1):
+        q, p = texts[i], texts[i + 1]
+        # Short queries against long passages; every few pairs the other way round (the query then cut too).
+        q, p = (q[:60], p) if i % 3 else (q, p[:50])
+        # transformers reads an empty second text as none (a single text, not a pair); a server refuses empty
+        # inputs, so the fixture has none.
+        if q and p:
+            out.append((q, p))
+    return out
+
+
+def make(name, model, tok, specials, model_input_names, seed):
+    d = enc.OUT / name
+    shutil.rmtree(d, ignore_errors=True)
+    perturb(model, seed).save_pretrained(str(d))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, model_max_length=MAX_LEN,
+                                   model_input_names=model_input_names, **specials)
+    fast.save_pretrained(str(d))
+    for f in ["special_tokens_map.json"]:
+        (d / f).unlink(missing_ok=True)
+    ce = CrossEncoder(str(d), device="cpu", max_length=MAX_LEN)
+    batch = pairs()
+    logits = ce.predict(batch, batch_size=4, activation_fn=torch.nn.Identity(), convert_to_numpy=True)
+    cut = typed = 0
+    with open(d / "reference.jsonl", "w", encoding="utf-8") as f:
+        for (q, p), row in zip(batch, logits):
+            feats = ce.tokenizer(q, p, truncation=True, max_length=MAX_LEN)
+            ids = feats["input_ids"]
+            types = feats.get("token_type_ids") or [0] * len(ids)
+            from_ = next((i for i, t in enumerate(types) if t), None)
+            cut += len(ids) == MAX_LEN
+            typed += from_ is not None
+            row = row.reshape(-1)
+            b64 = base64.b64encode(struct.pack(f"<{len(row)}f", *row.tolist())).decode()
+            f.write(json.dumps({"query": q, "passage": p, "ids": ids, "type1_from": from_, "logits": b64},
+                               ensure_ascii=False) + "\n")
+    assert cut > 3, f"{name}: only {cut} pairs reach the limit"
+    print(f"{d}: {len(batch)} pairs, {cut} at the limit, {typed} with type-1 tokens, {logits.shape[-1] if logits.ndim > 1 else 1} labels")
+
+
+def main():
+    torch.set_num_threads(2)
+    bert_tok = enc.bert_tokenizer()
+    bert = BertForSequenceClassification(BertConfig(
+        vocab_size=bert_tok.get_vocab_size(), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=128, max_position_embeddings=64, num_labels=1, attn_implementation="eager"))
+    make("bert_cross_encoder", bert, bert_tok, enc.BERT_SPECIALS, ["input_ids", "token_type_ids", "attention_mask"],
+         1)
+    xlmr_tok = enc.xlmr_tokenizer()
+    xlmr = XLMRobertaForSequenceClassification(XLMRobertaConfig(
+        vocab_size=xlmr_tok.get_vocab_size(), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=128, max_position_embeddings=MAX_LEN + 2, type_vocab_size=1, num_labels=1,
+        pad_token_id=xlmr_tok.token_to_id("<pad>"), attn_implementation="eager"))
+    make("xlmr_cross_encoder", xlmr, xlmr_tok, enc.ROBERTA_SPECIALS, ["input_ids", "attention_mask"], 2)
+    nli_tok = enc.bert_tokenizer()
+    labels = ["contradiction", "entailment", "neutral"]
+    nli = DistilBertForSequenceClassification(DistilBertConfig(
+        vocab_size=nli_tok.get_vocab_size(), dim=64, n_layers=2, n_heads=4, hidden_dim=128,
+        max_position_embeddings=64, activation="gelu", num_labels=3, id2label=dict(enumerate(labels)),
+        label2id={l: i for i, l in enumerate(labels)}, attn_implementation="eager"))
+    make("distilbert_nli", nli, nli_tok, enc.BERT_SPECIALS, ["input_ids", "attention_mask"], 3)
+
+
+if __name__ == "__main__":
+    main()
