@@ -5,7 +5,8 @@
 //!
 //! - [`Engine`]: a loaded model (safetensors memory-mapped, linear layers packed once for the kernels,
 //!   tokenizer, pooling) behind a [`Backend`]. It tokenizes text; [`Engine::embed`] is the blocking convenience
-//!   on top, through a scheduler as serving is.
+//!   on top, through a scheduler as serving is, and [`Engine::score`] its counterpart for a cross-encoder's
+//!   pairs of texts.
 //! - [`Batch`]: a *ragged* batch — the token ids of several sequences concatenated with no padding, delimited by
 //!   cumulative offsets. This is what a backend runs.
 //! - [`Handle`]: what [`Backend::submit`] returns at once. The forward pass runs on the backend's own threads; the
@@ -95,7 +96,7 @@ pub struct ModelInfo {
     /// `--default-prompt-name` replaces it (shown beside this in `/info`'s gateway settings).
     pub default_prompt: Option<String>,
     /// A cross-encoder's labels ([`model::ModelDir::classifier`]): its output is one score per label, for texts
-    /// and pairs of texts (`/rerank`, `/predict`), not an embedding.
+    /// and pairs of texts ([`Engine::score`]), not an embedding.
     pub classifier: Option<model::Classifier>,
     /// The architecture and its settings, as read from config.json.
     #[serde(skip)]
@@ -393,14 +394,19 @@ impl Engine {
                         .into(),
             });
         }
-        let mut seqs = Vec::with_capacity(pairs.len());
+        // Each pair's ids, gathered into runs of pairs whose second texts start at the same token (usually one
+        // run: the query is cut only when it is the longer text), a submission each.
+        let mut runs: Vec<(Option<u32>, Vec<Vec<u32>>)> = Vec::new();
         tokenizer::with_thread_scratch(|scratch| {
             for (a, b) in pairs {
                 let mut ids = Vec::new();
-                let type1_from =
+                let from =
                     self.tokenizer()
                         .encode_pair(a.as_ref(), b.as_ref(), scratch, &mut ids)?;
-                seqs.push((ids, type1_from));
+                match runs.last_mut() {
+                    Some((f, run)) if *f == from => run.push(ids),
+                    _ => runs.push((from, vec![ids])),
+                }
             }
             Ok::<_, Error>(())
         })?;
@@ -408,21 +414,14 @@ impl Engine {
         runtime.block_on(async {
             let scheduler =
                 scheduler::Scheduler::start(self.backend.clone(), &self.bulk_config(), |_| {});
-            // One submission per run of pairs whose second texts start at the same token (usually all of them:
-            // the query is cut only when it is the longer text), waited for in order.
-            let mut tickets = Vec::new();
-            let mut rest = &seqs[..];
-            while let Some((_, from)) = rest.first() {
-                let run = rest.iter().take_while(|(_, f)| f == from).count();
-                let (group, next) = rest.split_at(run);
+            let mut tickets = Vec::with_capacity(runs.len());
+            for (type1_from, ids) in runs {
                 let work = scheduler::Work {
                     priority: scheduler::Priority::Batch,
                     readout: Readout::POOLED,
-                    type1_from: *from,
+                    type1_from,
                 };
-                let ids = group.iter().map(|(ids, _)| ids.clone()).collect();
                 tickets.push(scheduler.submit_waiting(ids, work).await?);
-                rest = next;
             }
             let mut out = Vec::with_capacity(pairs.len());
             for ticket in tickets {

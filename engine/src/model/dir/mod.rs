@@ -1,7 +1,8 @@
 //! Reads a model directory the way sentence-transformers does: `modules.json` names the pipeline (a Transformer
 //! or a WordEmbeddings module and Pooling, or a StaticEmbedding; then Dense and Normalize), `modules` reads the
 //! modules after the network,
-//! `limits` the max sequence length.
+//! `limits` the max sequence length, `classifier` a cross-encoder's classification head (a bare
+//! `*ForSequenceClassification` checkpoint).
 
 mod classifier;
 mod limits;
