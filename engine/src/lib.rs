@@ -400,9 +400,10 @@ impl Engine {
         tokenizer::with_thread_scratch(|scratch| {
             for (a, b) in pairs {
                 let mut ids = Vec::new();
-                let from =
-                    self.tokenizer()
-                        .encode_pair(a.as_ref(), b.as_ref(), scratch, &mut ids)?;
+                let from = self
+                    .tokenizer()
+                    .encode_pair(a.as_ref(), b.as_ref(), scratch, &mut ids)?
+                    .type1_from;
                 match runs.last_mut() {
                     Some((f, run)) if *f == from => run.push(ids),
                     _ => runs.push((from, vec![ids])),

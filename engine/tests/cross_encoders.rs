@@ -70,7 +70,8 @@ fn check(fixture: usize, dtype: Dtype, tolerance: f32) {
         let from = engine
             .tokenizer()
             .encode_pair(&p.query, &p.passage, &mut scratch, &mut ids)
-            .expect("pair");
+            .expect("pair")
+            .type1_from;
         assert_eq!(ids, p.ids, "{name}: {:?}", p.query);
         if typed {
             assert_eq!(from, p.type1_from, "{name}: {:?}", p.query);

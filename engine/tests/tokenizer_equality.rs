@@ -605,7 +605,8 @@ fn albert_and_xlnet_normalisers_equal() {
 
 /// Pairs of texts (a cross-encoder's input): each tokenizer's pair template, and BERT's and RoBERTa's own
 /// processors on MiniLM's vocabulary, id for id and token type for token type, whole and truncated longest first
-/// from either side at lengths that cut the shorter text, the longer one, or both to about half.
+/// from either side at lengths that cut the shorter text, the longer one, or both to about half; and whether
+/// truncation cut the pair.
 #[test]
 fn pairs_equal_with_their_token_types() {
     let texts = corpus();
@@ -634,7 +635,7 @@ fn pairs_equal_with_their_token_types() {
         std::fs::write(&file, json.to_string()).expect("write");
         files.push(file);
     }
-    let mut typed = 0;
+    let (mut typed, mut cut) = (0, 0);
     for file in &files {
         for truncation in [None, Some(9), Some(24), Some(64)] {
             for side in [TruncationSide::Right, TruncationSide::Left] {
@@ -656,10 +657,12 @@ fn pairs_equal_with_their_token_types() {
                         (&b, want),
                         "{file:?} {truncation:?}: {q:?} / {p:?}"
                     );
-                    typed += usize::from(got.is_some());
+                    typed += usize::from(got.type1_from.is_some());
+                    cut += usize::from(got.cut);
                 }
             }
         }
     }
     assert!(typed > 1000, "{typed} pairs had tokens of type 1");
+    assert!(cut > 1000, "{cut} pairs were cut");
 }

@@ -2,7 +2,7 @@ use std::path::Path;
 
 use tokenizers::{PostProcessor, TruncationDirection, TruncationParams, TruncationStrategy};
 
-use super::{Scratch, Tokenizer, Truncation, TruncationSide};
+use super::{PairEncoding, Scratch, Tokenizer, Truncation, TruncationSide};
 use crate::error::{Error, Result};
 
 /// The Hugging Face `tokenizers` pipeline read from a `tokenizer.json`, with its own padding switched off (batches
@@ -165,7 +165,7 @@ impl Tokenizer for HfTokenizer {
         b: &str,
         _: &mut Scratch,
         ids: &mut Vec<u32>,
-    ) -> Result<Option<u32>> {
+    ) -> Result<PairEncoding> {
         let enc = self
             .inner
             .encode((a, b), self.add_special_tokens)
@@ -179,7 +179,10 @@ impl Tokenizer for HfTokenizer {
                 "pairs of texts: the pair template's token types are not type 0 then type 1".into(),
             ));
         }
-        Ok(from.map(|f| u32::try_from(f).unwrap_or(u32::MAX)))
+        Ok(PairEncoding {
+            type1_from: from.map(|f| u32::try_from(f).unwrap_or(u32::MAX)),
+            cut: !enc.get_overflowing().is_empty(),
+        })
     }
 
     fn vocab_size(&self) -> usize {

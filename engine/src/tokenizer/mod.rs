@@ -150,14 +150,14 @@ pub trait Tokenizer: Send + Sync {
 
     /// Writes the ids of the pair `a`, `b` (a cross-encoder's query and passage) into `ids` as the post-processor's
     /// pair template joins them, the two texts truncated longest first to the maximum length (transformers'
-    /// `truncation=True`), and returns where its tokens of type 1 start (`None` where all are of type 0).
+    /// `truncation=True`), and returns where its tokens of type 1 start and whether truncation cut either text.
     fn encode_pair(
         &self,
         a: &str,
         b: &str,
         scratch: &mut Scratch,
         ids: &mut Vec<u32>,
-    ) -> Result<Option<u32>>;
+    ) -> Result<PairEncoding>;
 
     fn vocab_size(&self) -> usize;
     /// The id of a token's text, as the crate's `token_to_id` gives it: an added token's, else the model's.
@@ -170,6 +170,15 @@ pub trait Tokenizer: Send + Sync {
     /// How many special ids an encode puts before a sequence's own and after them (BERT's `[CLS]` and `[SEP]`:
     /// one each; Qwen3's end of text: none and one; none where the special tokens are left out).
     fn specials_around(&self) -> (usize, usize);
+}
+
+/// What [`Tokenizer::encode_pair`] tells beyond a pair's ids.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PairEncoding {
+    /// Where the tokens of type 1 start (`None` where all are of type 0).
+    pub type1_from: Option<u32>,
+    /// Whether truncation cut either text (the pair was over the limit).
+    pub cut: bool,
 }
 
 /// How many ids of a pair of texts of `a` and `b` ids each are kept, longest first, to fit `room` (the tokenizers

@@ -11,7 +11,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::{Scratch, Tokenizer, Truncation, TruncationSide};
+use super::{PairEncoding, Scratch, Tokenizer, Truncation, TruncationSide};
 use crate::error::{Error, Result};
 
 /// `whitespacetokenizer_config.json`. sentence-transformers always writes `stop_words`; a file without it (whose
@@ -125,7 +125,7 @@ impl Tokenizer for WhitespaceTokenizer {
         _: &str,
         _: &mut Scratch,
         _: &mut Vec<u32>,
-    ) -> Result<Option<u32>> {
+    ) -> Result<PairEncoding> {
         Err(Error::Tokenizer(
             "a word list tokenizes single texts, not pairs".into(),
         ))

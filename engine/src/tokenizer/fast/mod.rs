@@ -27,7 +27,7 @@ use serde_json::Value;
 
 use self::added::{added_ids, AddedTokens};
 use self::template::Template;
-use super::{Scratch, Tokenizer, Truncation, TruncationSide};
+use super::{PairEncoding, Scratch, Tokenizer, Truncation, TruncationSide};
 use crate::error::{Error, Result};
 
 /// FxHash: vocabulary keys are short strings, for which this beats SipHash several times over.
@@ -380,17 +380,22 @@ impl Tokenizer for FastTokenizer {
         b: &str,
         scratch: &mut Scratch,
         ids: &mut Vec<u32>,
-    ) -> Result<Option<u32>> {
+    ) -> Result<PairEncoding> {
         let (mut first, mut second) = (Vec::new(), Vec::new());
         self.encode_text(a, scratch, &mut first, usize::MAX)?;
         self.encode_text(b, scratch, &mut second, usize::MAX)?;
+        let mut cut = false;
         if let Some(t) = self.truncation {
             let room = t.max_length.saturating_sub(self.template.pair_len()?);
             let (n1, n2) = super::longest_first(first.len(), second.len(), room);
+            cut = n1 < first.len() || n2 < second.len();
             super::cut(&mut first, n1, t.side);
             super::cut(&mut second, n2, t.side);
         }
-        self.template.join_pair(&first, &second, ids)
+        Ok(PairEncoding {
+            type1_from: self.template.join_pair(&first, &second, ids)?,
+            cut,
+        })
     }
 
     fn vocab_size(&self) -> usize {
