@@ -8,7 +8,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 
 use engine::{Engine, EngineConfig};
 
@@ -61,19 +61,36 @@ fn openai_python_client_gets_the_engines_embeddings() {
         "Das ist ein Satz auf Deutsch.",
         "🙂 emoji and ünïcödé",
     ];
-    let engine = Engine::load(
-        &dir,
-        EngineConfig {
-            threads: 1,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let engine = one_thread(&dir);
     let reference = tmp.path().join("reference.json");
     let json = serde_json::json!({ "model": "test-model", "texts": texts, "embeddings": engine.embed(&texts).unwrap() });
     std::fs::write(&reference, json.to_string()).unwrap();
     drop(engine);
 
+    let (server, base) = serve(&dir, &[]);
+    let client = run_client(
+        "openai_client_test.py",
+        &base,
+        &reference,
+        "openai_python_client_gets_the_engines_embeddings",
+    );
+    stop(server);
+    assert!(
+        client.success(),
+        "the openai client's embeddings differ from the engine's"
+    );
+}
+
+fn one_thread(dir: &Path) -> Engine {
+    let config = EngineConfig {
+        threads: 1,
+        ..Default::default()
+    };
+    Engine::load(dir, config).unwrap()
+}
+
+/// Starts `bench serve` on `dir` as `test-model` with `args` on a free port; returns it and its base URL.
+fn serve(dir: &Path, args: &[&str]) -> (Child, String) {
     let mut server = Command::new(env!("CARGO_BIN_EXE_bench"))
         .args([
             "serve",
@@ -83,9 +100,10 @@ fn openai_python_client_gets_the_engines_embeddings() {
             "1",
             "--model-name",
             "test-model",
-            "--model",
         ])
-        .arg(&dir)
+        .args(args)
+        .arg("--model")
+        .arg(dir)
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -98,34 +116,83 @@ fn openai_python_client_gets_the_engines_embeddings() {
         .strip_prefix("listening on ")
         .unwrap_or_else(|| panic!("unexpected first line from the server: {line:?}"))
         .to_owned();
+    (server, base)
+}
 
+/// Runs `scripts/<script>` against the server at `base` with its reference; without `huggingface_hub` its
+/// InferenceClient part is left out, and `test`'s skip of it recorded.
+fn run_client(script: &str, base: &str, reference: &Path, test: &str) -> std::process::ExitStatus {
     let mut client = Command::new("python3");
     client
-        .arg(repo_root().join("scripts/openai_client_test.py"))
-        .args(["--base-url", &base, "--reference"])
-        .arg(&reference);
+        .arg(repo_root().join("scripts").join(script))
+        .args(["--base-url", base, "--reference"])
+        .arg(reference);
     if !python_has("huggingface_hub") {
         skipped(
-            "openai_python_client_gets_the_engines_embeddings (its huggingface_hub InferenceClient part)",
+            &format!("{test} (its huggingface_hub InferenceClient part)"),
             "python3 with the `huggingface_hub` package is not available (pip install huggingface_hub)",
         );
         client.arg("--no-hf");
     }
-    let client = client.status().unwrap();
+    client.status().unwrap()
+}
 
-    // SIGTERM: the server drains and exits cleanly.
+/// SIGTERM: the server drains and exits cleanly.
+fn stop(mut server: Child) {
     let term = Command::new("kill")
         .args(["-TERM", &server.id().to_string()])
         .status()
         .unwrap();
     let exit = server.wait().unwrap();
-    assert!(
-        client.success(),
-        "the openai client's embeddings differ from the engine's"
-    );
     assert!(term.success());
     assert!(
         exit.success(),
         "the server did not shut down cleanly: {exit:?}"
+    );
+}
+
+/// A cross-encoder (the random-weight BERT reranker of the engine's fixtures) through Cohere's SDK (`/v2/rerank`,
+/// `/v1/rerank`), TEI's `/rerank` and InferenceClient's `text_classification` (`POST /`): the engine's scores,
+/// ranked.
+#[test]
+fn rerank_clients_get_the_engines_scores() {
+    if !python_has("cohere") {
+        skipped(
+            "rerank_clients_get_the_engines_scores",
+            "python3 with the `cohere` package is not available (pip install cohere)",
+        );
+        return;
+    }
+    let dir = repo_root().join("engine/tests/fixtures/bert_cross_encoder");
+    let query = "who signed the decree allowing women to drive?";
+    let documents = [
+        "A royal decree of 2017 allowed women in Saudi Arabia to drive.",
+        "Riyadh is the capital of Saudi Arabia and its largest city, home to about seven million people.",
+        "Das ist ein Satz auf Deutsch.",
+        "🙂 emoji and ünïcödé",
+        "King Salman signed it.",
+    ];
+    let engine = one_thread(&dir);
+    let pairs: Vec<(&str, &str)> = documents.iter().map(|d| (query, *d)).collect();
+    let logits: Vec<f32> = engine.score(&pairs).unwrap().iter().map(|l| l[0]).collect();
+    let text_logit = engine.embed(&documents[..1]).unwrap()[0][0];
+    drop(engine);
+    let tmp = tempfile::tempdir().unwrap();
+    let reference = tmp.path().join("reference.json");
+    let json = serde_json::json!({ "model": "test-model", "query": query, "documents": documents,
+                                   "logits": logits, "text_logit": text_logit });
+    std::fs::write(&reference, json.to_string()).unwrap();
+
+    let (server, base) = serve(&dir, &["--auto-truncate"]);
+    let client = run_client(
+        "rerank_client_test.py",
+        &base,
+        &reference,
+        "rerank_clients_get_the_engines_scores",
+    );
+    stop(server);
+    assert!(
+        client.success(),
+        "a rerank client's scores differ from the engine's"
     );
 }

@@ -180,10 +180,10 @@ pub enum Api {
 }
 
 impl Api {
-    /// OpenAI's routes are under `/v1/`; the others (`/embed`, `/tokenize`, `/health`, `/info`, `/metrics`) are
-    /// TEI's.
+    /// OpenAI's routes (and Cohere's rerank) are under `/v1/` and `/v2/`; the others (`/embed`, `/tokenize`,
+    /// `/rerank`, `/health`, `/info`, `/metrics`) are TEI's.
     pub fn of_path(path: &str) -> Api {
-        if path.starts_with("/v1/") {
+        if path.starts_with("/v1/") || path.starts_with("/v2/") {
             Api::OpenAi
         } else {
             Api::Tei

@@ -14,11 +14,13 @@ use crate::tokenizer::{
 };
 use crate::{ModelFront, Prompt};
 
-/// What a client asked to embed: texts, or token ids taken as the model's full input (special tokens included).
+/// What a client asked to embed: texts, token ids taken as the model's full input (special tokens included), or
+/// pairs of texts for a cross-encoder (a query and a passage, joined by the tokenizer's pair template).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Inputs {
     Texts(Vec<String>),
     Ids(Vec<Vec<u32>>),
+    Pairs(Vec<(String, String)>),
 }
 
 impl Inputs {
@@ -26,6 +28,7 @@ impl Inputs {
         match self {
             Inputs::Texts(t) => t.len(),
             Inputs::Ids(t) => t.len(),
+            Inputs::Pairs(t) => t.len(),
         }
     }
 
@@ -38,6 +41,7 @@ impl Inputs {
         match self {
             Inputs::Texts(t) => t.iter().map(String::len).sum(),
             Inputs::Ids(t) => t.iter().map(|ids| ids.len() * 4).sum(),
+            Inputs::Pairs(t) => t.iter().map(|(a, b)| a.len() + b.len()).sum(),
         }
     }
 }
@@ -50,6 +54,15 @@ pub enum Direction {
     Right,
     #[serde(alias = "left")]
     Left,
+}
+
+/// A request's inputs as the model runs them.
+#[derive(Debug, Default)]
+pub struct Prepared {
+    /// Each input's ids, in order.
+    pub seqs: Vec<Vec<u32>>,
+    /// For pairs, where each one's tokens of type 1 start (`None`: all of type 0); empty for single inputs.
+    pub type1_from: Vec<Option<u32>>,
 }
 
 /// How inputs are turned into ids.
@@ -121,33 +134,57 @@ impl Tokenization {
     }
 
     /// Token ids for each input, in order. Refuses empty inputs, unknown prompts, bad token ids, and inputs over
-    /// the limit unless `options.truncate`.
+    /// the limit unless `options.truncate`. Pairs take no prompt.
     pub fn prepare(
         &self,
         front: &ModelFront,
         inputs: Inputs,
         options: &Options,
-    ) -> Result<Vec<Vec<u32>>, ApiError> {
+    ) -> Result<Prepared, ApiError> {
         if inputs.is_empty() {
             return Err(ApiError::bad_request(
                 "empty_input",
                 "the input list is empty",
             ));
         }
+        let single = |seqs| {
+            Ok(Prepared {
+                seqs,
+                type1_from: Vec::new(),
+            })
+        };
         match inputs {
             Inputs::Texts(texts) => {
                 let prompt = self.prompt(options.prompt_name.as_deref())?;
-                texts
-                    .iter()
-                    .enumerate()
-                    .map(|(i, text)| self.encode_text(front, i, prompt, text, options))
-                    .collect()
+                single(
+                    texts
+                        .iter()
+                        .enumerate()
+                        .map(|(i, text)| self.encode_text(front, i, prompt, text, options))
+                        .collect::<Result<_, _>>()?,
+                )
             }
-            Inputs::Ids(seqs) => seqs
-                .into_iter()
-                .enumerate()
-                .map(|(i, ids)| self.check_ids(i, ids, options))
-                .collect(),
+            Inputs::Ids(seqs) => single(
+                seqs.into_iter()
+                    .enumerate()
+                    .map(|(i, ids)| self.check_ids(i, ids, options))
+                    .collect::<Result<_, _>>()?,
+            ),
+            Inputs::Pairs(pairs) => {
+                if options.prompt_name.is_some() {
+                    return Err(ApiError::bad_request(
+                        "invalid_prompt",
+                        "pairs of texts take no prompt: a cross-encoder reads them as they are",
+                    ));
+                }
+                let mut prepared = Prepared::default();
+                for (i, (a, b)) in pairs.iter().enumerate() {
+                    let (ids, from) = self.encode_pair(front, i, a, b, options)?;
+                    prepared.seqs.push(ids);
+                    prepared.type1_from.push(from);
+                }
+                Ok(prepared)
+            }
         }
     }
 
@@ -166,7 +203,7 @@ impl Tokenization {
                 ))
             }
             Inputs::Texts(t) => t,
-            Inputs::Ids(_) => {
+            Inputs::Ids(_) | Inputs::Pairs(_) => {
                 return Err(ApiError::bad_request(
                     "invalid_type",
                     "`/tokenize` takes texts, not token ids",
@@ -266,7 +303,9 @@ impl Tokenization {
             (crate::Readout::Pooled { .. }, Inputs::Texts(_)) => self
                 .prompt(options.prompt_name.as_deref())?
                 .map_or(crate::Readout::POOLED, Prompt::readout),
-            (crate::Readout::Pooled { .. }, Inputs::Ids(_)) => crate::Readout::POOLED,
+            (crate::Readout::Pooled { .. }, Inputs::Ids(_) | Inputs::Pairs(_)) => {
+                crate::Readout::POOLED
+            }
             (crate::Readout::Tokens, _) => crate::Readout::Tokens,
         })
     }
@@ -281,10 +320,7 @@ impl Tokenization {
     ) -> Result<Vec<u32>, ApiError> {
         non_empty(i, text)?;
         let text = Prompt::template(prompt, text);
-        let tokenizer = match options.direction {
-            Direction::Right => front.tokenizer(),
-            Direction::Left => self.left.as_ref(),
-        };
+        let tokenizer = self.tokenizer(front, options.direction);
         let mut ids = Vec::new();
         let cut = with_thread_scratch(|scratch| tokenizer.encode_cut(&text, scratch, &mut ids))
             .map_err(|e| {
@@ -318,6 +354,37 @@ impl Tokenization {
             ));
         }
         Ok(ids)
+    }
+
+    /// A pair's ids as the tokenizer of the request's direction joins them, and where its tokens of type 1 start.
+    fn encode_pair(
+        &self,
+        front: &ModelFront,
+        i: usize,
+        a: &str,
+        b: &str,
+        options: &Options,
+    ) -> Result<(Vec<u32>, Option<u32>), ApiError> {
+        non_empty(i, a)?;
+        non_empty(i, b)?;
+        let mut ids = Vec::new();
+        let pair = with_thread_scratch(|scratch| {
+            self.tokenizer(front, options.direction)
+                .encode_pair(a, b, scratch, &mut ids)
+        })
+        .map_err(|e| ApiError::unprocessable("tokenization_failed", format!("input {i}: {e}")))?;
+        if pair.cut && !options.truncate {
+            return Err(self.too_long(i, None, options.api));
+        }
+        Ok((ids, pair.type1_from))
+    }
+
+    /// The tokenizer cutting from `direction`'s end.
+    fn tokenizer<'a>(&'a self, front: &'a ModelFront, direction: Direction) -> &'a dyn Tokenizer {
+        match direction {
+            Direction::Right => front.tokenizer(),
+            Direction::Left => self.left.as_ref(),
+        }
     }
 
     fn check_ids(&self, i: usize, ids: Vec<u32>, options: &Options) -> Result<Vec<u32>, ApiError> {

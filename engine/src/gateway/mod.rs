@@ -1,7 +1,9 @@
 //! The HTTP gateway: OpenAI-compatible `POST /v1/embeddings` and `GET /v1/models`, TEI-style `POST /` and
 //! `/embed`, `/embed_all`, `/similarity`, `/tokenize`, `/decode`, `GET /health`, `GET /info` and `GET /metrics`
 //! in front of replicas: one [`crate::scheduler::Scheduler`] per engine in this process, or remote replicas
-//! over gRPC ([`crate::replica`]). Embeddings are written in any [`EncodingFormat`].
+//! over gRPC ([`crate::replica`]). Embeddings are written in any [`EncodingFormat`]. A cross-encoder is served
+//! on TEI's `/rerank` and `/predict` and Cohere's `/v1/rerank` instead, its pairs of texts ([`Inputs::Pairs`])
+//! taking the same path.
 //!
 //! A request is parsed and validated, templated with its prompt, tokenized (inline when small, otherwise off the
 //! async threads), split into sub-batches of at most `split_size` inputs spread over the replicas by least
@@ -20,6 +22,7 @@ mod metrics;
 mod more_routes;
 mod requests;
 mod routes;
+mod scores;
 mod serve;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -30,7 +33,7 @@ use serde::Serialize;
 
 pub use error::{Api, ApiError};
 pub use format::{Encoded, EncodingFormat, Precision};
-pub use input::{Direction, Inputs, Options, Tokenization};
+pub use input::{Direction, Inputs, Options, Prepared, Tokenization};
 pub use metrics::{Metrics, MetricsSnapshot, Times};
 pub use requests::parse_body;
 pub use routes::{parse_embed_body, PRIORITY_HEADER};
@@ -281,7 +284,7 @@ impl Gateway {
         &self,
         inputs: Inputs,
         options: Options,
-    ) -> Result<(Vec<Vec<u32>>, std::time::Duration), ApiError> {
+    ) -> Result<(Prepared, std::time::Duration), ApiError> {
         self.tokenize_with(inputs, move |t, front, inputs| {
             t.prepare(front, inputs, &options)
         })
@@ -329,32 +332,40 @@ impl Gateway {
     /// once when its queue is full or it would miss its deadline); the rest of an admitted request then joins the
     /// queues as they drain, so a request larger than a queue's bounds is served, not refused for its own size.
     /// A sub-batch whose replica fails (a remote one: died, stalled, cut off) is sent to another, within the retry
-    /// budget; when none is left the request is refused (503).
+    /// budget; when none is left the request is refused (503). Pairs of texts (a cross-encoder's) are scored the
+    /// same way, a sub-batch never spanning pairs whose tokens of type 1 start at different places.
     pub async fn embed(&self, inputs: Inputs, options: Options) -> Result<Embedded, ApiError> {
         let start = Instant::now();
-        let work = Work {
-            priority: options.priority,
-            readout: self.inner.tokenization.readout(&inputs, &options)?,
-            type1_from: None,
-        };
-        let (seqs, tokenization) = self.tokenize(inputs, options).await?;
+        let readout = self.inner.tokenization.readout(&inputs, &options)?;
+        let priority = options.priority;
+        let (prepared, tokenization) = self.tokenize(inputs, options).await?;
+        let Prepared { seqs, type1_from } = prepared;
         let (n, tokens) = (seqs.len(), seqs.iter().map(Vec::len).sum());
         let request = self.inner.requests.fetch_add(1, Ordering::Relaxed);
         let mut pieces = Vec::new();
-        let mut seqs = seqs.into_iter().peekable();
-        while seqs.peek().is_some() {
-            let part: Vec<Vec<u32>> = seqs.by_ref().take(self.inner.config.split_size).collect();
+        let mut seqs = seqs.into_iter();
+        let mut done = 0;
+        while done < n {
+            let rest = type1_from.get(done..).unwrap_or_default();
+            let (len, from) = piece(rest, n - done, self.inner.config.split_size);
+            let part: Vec<Vec<u32>> = seqs.by_ref().take(len).collect();
+            done += len;
+            let work = Work {
+                priority,
+                readout,
+                type1_from: from,
+            };
             let id = format!("{request}.{}", pieces.len());
             // Admission of a sub-batch updates its replica's load at once, so the next choice sees it. If this
             // future is dropped (the client went away), dropping the pending pieces abandons their work.
             let admitted = !pieces.is_empty();
             let mut tried = Vec::new();
             let pending = self.place(&id, part, work, admitted, &mut tried).await?;
-            pieces.push((id, pending, tried));
+            pieces.push((id, work, pending, tried));
         }
         let mut vectors = Vec::with_capacity(n);
         let mut stages = StageTimes::default();
-        for (id, mut pending, mut tried) in pieces {
+        for (id, work, mut pending, mut tried) in pieces {
             // The rows held while a later piece is awaited must not hold their batch back (no overlap).
             crate::scheduler::settle_rows(&mut vectors);
             let rows = loop {
@@ -471,6 +482,18 @@ impl Gateway {
     }
 }
 
+/// The next sub-batch of `left` inputs: at most `split` of them, all with the type-1 boundary of the first (a
+/// submission carries one); `type1_from` holds the boundaries from there on, empty for single inputs.
+fn piece(type1_from: &[Option<u32>], left: usize, split: usize) -> (usize, Option<u32>) {
+    match type1_from.first() {
+        Some(&from) => {
+            let run = type1_from.iter().take(split).take_while(|&&f| f == from);
+            (run.count(), from)
+        }
+        None => (left.min(split), None),
+    }
+}
+
 /// Requests seen by a gateway: `received - answered` are in flight (or were dropped by a client that left).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RequestCounts {
@@ -499,5 +522,22 @@ pub async fn shutdown_signal() {
     #[cfg(not(unix))]
     {
         let _ = interrupt.await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::piece;
+
+    #[test]
+    fn a_piece_of_pairs_keeps_one_type1_boundary_and_the_split_size() {
+        let from = [Some(5), Some(5), Some(5), Some(7), None, None];
+        assert_eq!(piece(&from, 6, 2), (2, Some(5)));
+        assert_eq!(piece(&from[2..], 4, 8), (1, Some(5)));
+        assert_eq!(piece(&from[3..], 3, 8), (1, Some(7)));
+        assert_eq!(piece(&from[4..], 2, 8), (2, None));
+        // Single inputs have no boundaries: only the split size cuts them.
+        assert_eq!(piece(&[], 10, 4), (4, None));
+        assert_eq!(piece(&[], 3, 4), (3, None));
     }
 }

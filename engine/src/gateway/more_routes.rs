@@ -13,13 +13,16 @@ use serde::Serialize;
 
 use super::requests::{from_value, parse, DecodeRequest, EmbedAllRequest, SimilarityRequest};
 use super::routes::{check_model, embed_tei, priority, respond, tokenizer_answer};
+use super::scores;
 use super::{Api, ApiError, Embedded, Gateway, Inputs, Options, Times};
 use crate::Readout;
 
 /// `POST /`: TEI routes it to `/embed` for an embedding model (or to `/similarity` when started for the
-/// `sentence-similarity` task). Here the body decides: `inputs` holding `source_sentence` and `sentences` is a
-/// similarity request, anything else an embedding one, so `InferenceClient`'s `feature_extraction` and
-/// `sentence_similarity` both work against the one URL.
+/// `sentence-similarity` task), to `/predict` or `/rerank` for a cross-encoder. Here the model and the body decide:
+/// for an embedding model, `inputs` holding `source_sentence` and `sentences` is a similarity request, anything else
+/// an embedding one, so `InferenceClient`'s `feature_extraction` and `sentence_similarity` both work against the
+/// one URL; for a cross-encoder, a body with a `query` is a rerank request, anything else a prediction
+/// (`InferenceClient`'s `text_classification`).
 pub(super) async fn root(
     State(gw): State<Gateway>,
     headers: HeaderMap,
@@ -27,7 +30,19 @@ pub(super) async fn root(
 ) -> Response {
     let result = async {
         let value: serde_json::Value = parse(&headers, body)?;
-        if value["inputs"].is_object() {
+        if gw.front().info().classifier.is_some() {
+            if value.get("query").is_some() {
+                Ok((
+                    "rerank",
+                    scores::rerank_of(&gw, &headers, from_value(value)?).await,
+                ))
+            } else {
+                Ok((
+                    "predict",
+                    scores::predict_of(&gw, &headers, from_value(value)?).await,
+                ))
+            }
+        } else if value["inputs"].is_object() {
             Ok((
                 "similarity",
                 similarity_of(&gw, &headers, from_value(value)?).await,
@@ -52,6 +67,7 @@ pub(super) async fn embed_all(
 ) -> Response {
     let result = async {
         let req: EmbedAllRequest = parse(&headers, body)?;
+        scores::embedder(&gw)?;
         if !gw.front().info().token_states {
             return Err(ApiError::unprocessable(
                 "unsupported",
@@ -90,6 +106,7 @@ async fn similarity_of(
     headers: &HeaderMap,
     req: SimilarityRequest,
 ) -> Result<(Times, Response), ApiError> {
+    scores::embedder(gw)?;
     let SimilarityRequest { inputs, parameters } = req;
     if inputs.sentences.is_empty() {
         return Err(ApiError::bad_request(
@@ -143,7 +160,7 @@ pub(super) async fn decode(
             Inputs::Texts(texts) if texts.is_empty() => {
                 Err(ApiError::bad_request("empty_input", "`ids` is empty"))
             }
-            Inputs::Texts(_) => Err(ApiError::bad_request(
+            Inputs::Texts(_) | Inputs::Pairs(_) => Err(ApiError::bad_request(
                 "invalid_type",
                 "`ids` must be a list of token ids or a list of such lists, not text",
             )),

@@ -222,6 +222,88 @@ pub(super) struct TokenizeRequest {
     pub truncation_direction: Direction,
 }
 
+/// TEI's `/rerank` request: `query` against each of `texts`.
+#[derive(Deserialize)]
+pub(super) struct RerankRequest {
+    pub query: String,
+    pub texts: Vec<String>,
+    /// The logits, not their sigmoid.
+    #[serde(default)]
+    pub raw_scores: bool,
+    /// Each rank with its text.
+    #[serde(default)]
+    pub return_text: bool,
+    pub truncate: Option<bool>,
+    #[serde(default)]
+    pub truncation_direction: Direction,
+    /// Not TEI's: `online` or `batch` (as the `x-priority` header).
+    pub priority: Option<Priority>,
+}
+
+/// TEI's `/predict` request.
+#[derive(Deserialize)]
+pub(super) struct PredictRequest {
+    pub inputs: PredictInputs,
+    /// The logits, not their sigmoid (one label) or softmax (several).
+    #[serde(default)]
+    pub raw_scores: bool,
+    pub truncate: Option<bool>,
+    #[serde(default)]
+    pub truncation_direction: Direction,
+    /// Not TEI's: `online` or `batch` (as the `x-priority` header).
+    pub priority: Option<Priority>,
+}
+
+/// `/predict`'s `inputs`, read as TEI reads them: a text or a pair is one input (so `["a", "b"]` is the pair of
+/// `a` and `b`), any other array a list of inputs.
+#[derive(Deserialize)]
+#[serde(
+    untagged,
+    expecting = "a text, a pair of texts ([query, passage]), or an array of texts or of pairs"
+)]
+pub(super) enum PredictInputs {
+    One(Sequence),
+    Many(Vec<Sequence>),
+}
+
+/// One input of `/predict`.
+#[derive(Deserialize)]
+#[serde(untagged, expecting = "a text or a pair of texts")]
+pub(super) enum Sequence {
+    Text(String),
+    Pair(String, String),
+}
+
+/// Cohere's rerank request (`/v1/rerank`, `/v2/rerank`; Jina's and vLLM's are the same). Its other fields
+/// (`max_tokens_per_doc`, `rank_fields`) are accepted and ignored.
+#[derive(Deserialize)]
+pub(super) struct CohereRerankRequest {
+    pub model: Option<String>,
+    pub query: String,
+    pub documents: Vec<Document>,
+    pub top_n: Option<usize>,
+    #[serde(default)]
+    pub return_documents: bool,
+    /// Not Cohere's: `online` or `batch` (as the `x-priority` header).
+    pub priority: Option<Priority>,
+}
+
+/// A document to rank: a string, or an object with its `text` (Cohere's v1 and Jina's form).
+#[derive(Deserialize)]
+#[serde(untagged, expecting = "a string, or an object with a string `text`")]
+pub(super) enum Document {
+    Text(String),
+    Object { text: String },
+}
+
+impl Document {
+    pub fn into_text(self) -> String {
+        match self {
+            Document::Text(t) | Document::Object { text: t } => t,
+        }
+    }
+}
+
 /// Reads a JSON body: a content type other than JSON is 415 (none at all is read as JSON), a body over the size
 /// limit 413, bad UTF-8, bad JSON or a value of the wrong shape 400.
 pub(super) fn parse<T: DeserializeOwned>(
@@ -280,6 +362,9 @@ pub fn parse_body(path: &str, body: &[u8]) -> Result<(), ApiError> {
         "/similarity" => parse::<SimilarityRequest>(&headers, body).map(drop),
         "/tokenize" => parse::<TokenizeRequest>(&headers, body).map(drop),
         "/decode" => parse::<DecodeRequest>(&headers, body).map(drop),
+        "/rerank" => parse::<RerankRequest>(&headers, body).map(drop),
+        "/predict" => parse::<PredictRequest>(&headers, body).map(drop),
+        "/v1/rerank" | "/v2/rerank" => parse::<CohereRerankRequest>(&headers, body).map(drop),
         "/" => {
             let value: serde_json::Value = parse(&headers, body)?;
             if value["inputs"].is_object() {

@@ -16,7 +16,7 @@ use sha2::Digest;
 use subtle::ConstantTimeEq;
 
 use super::requests::{parse, OpenAiRequest, TeiRequest, TokenizeRequest};
-use super::{more_routes, serve};
+use super::{more_routes, scores, serve};
 use super::{
     Api, ApiError, Embedded, Encoded, EncodingFormat, Gateway, Inputs, Options, Precision, Times,
     Tokenization,
@@ -36,6 +36,10 @@ pub(super) fn router(gateway: Gateway) -> Router {
         .route("/similarity", post(more_routes::similarity))
         .route("/tokenize", post(tokenize))
         .route("/decode", post(more_routes::decode))
+        .route("/rerank", post(scores::rerank))
+        .route("/predict", post(scores::predict))
+        .route("/v1/rerank", post(scores::cohere_rerank))
+        .route("/v2/rerank", post(scores::cohere_rerank))
         .route("/info", get(info))
         .route("/metrics", get(metrics))
         .route_layer(middleware::from_fn_with_state(gateway.clone(), authorize));
@@ -63,7 +67,8 @@ async fn not_found(uri: Uri) -> Response {
         StatusCode::NOT_FOUND,
         "not_found",
         format!(
-            "no route {}; the routes are POST /v1/embeddings, /, /embed, /embed_all, /similarity, /tokenize, /decode and GET /v1/models, /health, /info, /metrics",
+            "no route {}; the routes are POST /v1/embeddings, /, /embed, /embed_all, /similarity, /tokenize, /decode, \
+             /rerank, /predict, /v1/rerank, /v2/rerank and GET /v1/models, /health, /info, /metrics",
             uri.path()
         ),
     )
@@ -275,6 +280,7 @@ async fn openai_embeddings(
     let result = async {
         let req: OpenAiRequest = parse(&headers, body)?;
         check_model(&gw, req.model.as_deref())?;
+        scores::embedder(&gw)?;
         let dims = check_dims(req.dimensions, gw.front().dim())?;
         let options = Options {
             prompt_name: req.prompt_name,
@@ -343,6 +349,7 @@ pub(super) async fn embed_tei(
     headers: &HeaderMap,
     req: TeiRequest,
 ) -> Result<(Times, Response), ApiError> {
+    scores::embedder(gw)?;
     let dims = check_dims(req.dimensions, gw.front().dim())?;
     let options = Options {
         prompt_name: req.prompt_name,
@@ -433,6 +440,7 @@ async fn info(State(gw): State<Gateway>) -> Response {
         "model_id": gw.config().model_name,
         "version": env!("CARGO_PKG_VERSION"),
         "model": front.info(),
+        "model_type": scores::model_type(front.info()),
         "backend": gw.local_backend(),
         "engine": front.config(),
         "replicas": replicas.len(),

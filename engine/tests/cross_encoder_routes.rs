@@ -1,0 +1,410 @@
+//! A cross-encoder over HTTP: TEI's `/rerank` and `/predict` and Cohere's `/v1/rerank` answer the engine's own
+//! scores ([`engine::Engine::score`], checked against sentence-transformers in `cross_encoders.rs`), ranked, with
+//! sigmoid or softmax as TEI applies them; a request's pairs cut at different places (so sub-batches of
+//! different type-1 boundaries) are scored as one; what each route refuses, and the embedding routes refusing a
+//! cross-encoder (and the scoring routes an embedding model).
+
+mod common;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use axum::Router;
+use common::models::{dir, load};
+use engine::gateway::{Gateway, GatewayConfig};
+use engine::tokenizer::Scratch;
+use engine::{CaptureMode, Dtype, Engine};
+use http_body_util::BodyExt;
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+/// A query long enough to be cut against the shorter passages (max length 40), so the pairs' tokens of type 1
+/// start at several places.
+const QUERY: &str =
+    "when was the law allowing women to drive in saudi arabia put into effect, and who signed it?";
+
+/// The fixture's passages, and short ones of a few words.
+fn passages(name: &str) -> Vec<String> {
+    let reference = std::fs::read_to_string(dir(name).join("reference.jsonl")).expect("reference");
+    let mut passages: Vec<String> = reference
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).expect("JSON");
+            v["passage"].as_str().expect("passage").to_owned()
+        })
+        .collect();
+    passages.extend(
+        [
+            "in 2018",
+            "a royal decree",
+            "riyadh",
+            "women drive cars now",
+        ]
+        .map(String::from),
+    );
+    passages
+}
+
+/// Runs `test` against a gateway serving `name` (split into sub-batches of 5), with an engine of its own beside
+/// it, on a runtime of its own: [`Engine::score`] blocks, so the reference is computed outside it.
+fn with_gateway(name: &str, test: impl AsyncFnOnce(Router, Engine)) {
+    let reference = load(name, Dtype::F32, CaptureMode::Off);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let served = load(name, Dtype::F32, CaptureMode::Off);
+        let config = GatewayConfig {
+            model_name: name.into(),
+            split_size: 5,
+            ..Default::default()
+        };
+        let gateway = Gateway::new(vec![served], config).expect("gateway");
+        test(gateway.router(), reference).await;
+    });
+}
+
+/// The engine's logits, off the runtime's threads.
+fn score(engine: &Engine, query: &str, passages: &[String]) -> Vec<Vec<f32>> {
+    let pairs: Vec<(&str, &str)> = passages.iter().map(|p| (query, p.as_str())).collect();
+    std::thread::scope(|s| {
+        s.spawn(|| engine.score(&pairs).expect("score"))
+            .join()
+            .expect("join")
+    })
+}
+
+async fn post(router: &Router, path: &str, body: Value) -> (StatusCode, Value) {
+    let request = Request::post(path)
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_string()));
+    send(router, request.expect("request")).await
+}
+
+async fn get(router: &Router, path: &str) -> (StatusCode, Value) {
+    send(
+        router,
+        Request::get(path).body(Body::empty()).expect("request"),
+    )
+    .await
+}
+
+async fn send(router: &Router, request: Request<Body>) -> (StatusCode, Value) {
+    let response = router.clone().oneshot(request).await.expect("response");
+    let status = response.status();
+    let bytes = response.into_body().collect().await.expect("body");
+    (
+        status,
+        serde_json::from_slice(&bytes.to_bytes()).expect("JSON body"),
+    )
+}
+
+fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+fn f(v: &Value) -> f32 {
+    v.as_f64().expect("a number") as f32
+}
+
+/// Asserts the answers are ranked by `score`, highest first, each within float rounding of `want(index)`.
+fn assert_ranked(ranks: &[Value], score: &str, want: impl Fn(usize) -> f32) {
+    let mut last = f32::INFINITY;
+    for r in ranks {
+        let (i, got) = (r["index"].as_u64().expect("index") as usize, f(&r[score]));
+        assert!(got <= last, "not ranked: {ranks:?}");
+        assert!(
+            (got - want(i)).abs() < 1e-5,
+            "text {i}: {got} against {}",
+            want(i)
+        );
+        last = got;
+    }
+}
+
+#[test]
+fn rerank_answers_the_engines_scores_ranked() {
+    let texts = passages("bert_cross_encoder");
+    with_gateway("bert_cross_encoder", async |router, engine| {
+        // The pairs' type-1 boundaries differ (the query cut against short passages): several runs, each split.
+        let mut boundaries: Vec<Option<u32>> = texts
+            .iter()
+            .map(|t| {
+                let mut ids = Vec::new();
+                let pair =
+                    engine
+                        .tokenizer()
+                        .encode_pair(QUERY, t, &mut Scratch::default(), &mut ids);
+                pair.expect("pair").type1_from
+            })
+            .collect();
+        boundaries.dedup();
+        assert!(boundaries.len() > 3, "{boundaries:?}");
+        let logits = score(&engine, QUERY, &texts);
+
+        let body = json!({ "query": QUERY, "texts": texts, "truncate": true, "raw_scores": true });
+        let (status, ranks) = post(&router, "/rerank", body).await;
+        assert_eq!(status, StatusCode::OK, "{ranks}");
+        let ranks = ranks.as_array().expect("a list");
+        assert_eq!(ranks.len(), texts.len());
+        assert_ranked(ranks, "score", |i| logits[i][0]);
+        assert!(ranks.iter().all(|r| r.get("text").is_none()));
+
+        let body = json!({ "query": QUERY, "texts": texts, "truncate": true, "return_text": true });
+        let (_, ranks) = post(&router, "/rerank", body).await;
+        let ranks = ranks.as_array().expect("a list");
+        assert_ranked(ranks, "score", |i| sigmoid(logits[i][0]));
+        for r in ranks {
+            let i = r["index"].as_u64().expect("index") as usize;
+            assert_eq!(r["text"], texts[i].as_str());
+        }
+
+        // `POST /` with a query is a rerank.
+        let body = json!({ "query": QUERY, "texts": texts, "truncate": true });
+        let (status, ranks) = post(&router, "/", body).await;
+        assert_eq!(status, StatusCode::OK, "{ranks}");
+        assert_ranked(ranks.as_array().expect("a list"), "score", |i| {
+            sigmoid(logits[i][0])
+        });
+
+        // Cohere's surface cuts what is too long on its own, and ranks the top_n.
+        let documents: Vec<Value> = texts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                if i % 2 == 0 {
+                    json!(t)
+                } else {
+                    json!({ "text": t })
+                }
+            })
+            .collect();
+        let body = json!({ "model": "bert_cross_encoder", "query": QUERY, "documents": documents,
+                           "top_n": 3, "return_documents": true });
+        let (status, answer) = post(&router, "/v1/rerank", body).await;
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        let results = answer["results"].as_array().expect("results");
+        assert_eq!(results.len(), 3);
+        assert_ranked(results, "relevance_score", |i| sigmoid(logits[i][0]));
+        let best = logits
+            .iter()
+            .map(|l| l[0])
+            .fold(f32::NEG_INFINITY, f32::max);
+        assert!((f(&results[0]["relevance_score"]) - sigmoid(best)).abs() < 1e-5);
+        for r in results {
+            let i = r["index"].as_u64().expect("index") as usize;
+            assert_eq!(r["document"]["text"], texts[i].as_str());
+        }
+        assert!(
+            answer["usage"]["total_tokens"].as_u64().expect("tokens") > 20 * texts.len() as u64
+        );
+        assert_eq!(answer["model"], "bert_cross_encoder");
+
+        let (status, info) = get(&router, "/info").await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(info["model_type"]["reranker"]["id2label"]["0"], "LABEL_0");
+    });
+}
+
+#[test]
+fn predict_scores_each_label_of_texts_and_pairs() {
+    let texts = passages("distilbert_nli");
+    with_gateway("distilbert_nli", async |router, engine| {
+        let logits = score(&engine, QUERY, &texts[..4]);
+        let softmax = |l: &[f32]| {
+            let e: Vec<f32> = l.iter().map(|x| x.exp()).collect();
+            let sum: f32 = e.iter().sum();
+            e.into_iter().map(|x| x / sum).collect::<Vec<_>>()
+        };
+        let labels = ["contradiction", "entailment", "neutral"];
+        let check = |answer: &Value, logits: &[f32], raw: bool| {
+            let want = if raw {
+                logits.to_vec()
+            } else {
+                softmax(logits)
+            };
+            let answer = answer.as_array().expect("a list of labels");
+            assert_eq!(answer.len(), 3);
+            let mut last = f32::INFINITY;
+            for a in answer {
+                let label = labels
+                    .iter()
+                    .position(|l| a["label"] == *l)
+                    .expect("a label");
+                assert!(
+                    (f(&a["score"]) - want[label]).abs() < 1e-5,
+                    "{answer:?} against {want:?}"
+                );
+                assert!(f(&a["score"]) <= last, "not ranked: {answer:?}");
+                last = f(&a["score"]);
+            }
+        };
+        // One pair: its list alone.
+        let (status, answer) = post(
+            &router,
+            "/predict",
+            json!({ "inputs": [QUERY, texts[0]], "truncate": true }),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        check(&answer, &logits[0], false);
+        // A list of pairs: a list each, raw.
+        let pairs: Vec<[&str; 2]> = texts[..4].iter().map(|t| [QUERY, t.as_str()]).collect();
+        let body = json!({ "inputs": pairs, "truncate": true, "raw_scores": true });
+        let (status, answer) = post(&router, "/predict", body).await;
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        assert_eq!(answer.as_array().expect("a list").len(), 4);
+        for (a, l) in answer.as_array().expect("a list").iter().zip(&logits) {
+            check(a, l, true);
+        }
+        // Single texts: the classifier on the text alone (two texts would be read as one pair, as TEI reads them).
+        let single: Vec<Vec<f32>> = {
+            let texts = &texts[..3];
+            std::thread::scope(|s| {
+                s.spawn(|| engine.embed(texts).expect("embed"))
+                    .join()
+                    .expect("join")
+            })
+        };
+        let (status, answer) = post(
+            &router,
+            "/predict",
+            json!({ "inputs": &texts[..3], "truncate": true }),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        assert_eq!(answer.as_array().expect("a list").len(), 3);
+        for (a, l) in answer.as_array().expect("a list").iter().zip(&single) {
+            check(a, l, false);
+        }
+        // `POST /` is a prediction (InferenceClient's text_classification).
+        let (status, answer) = post(
+            &router,
+            "/",
+            json!({ "inputs": [QUERY, texts[0]], "truncate": true }),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        check(&answer, &logits[0], false);
+        // Three labels rank nothing.
+        let (status, e) = post(&router, "/rerank", json!({ "query": "q", "texts": ["p"] })).await;
+        assert_eq!(
+            (status, e["error_type"].as_str()),
+            (StatusCode::UNPROCESSABLE_ENTITY, Some("validation"))
+        );
+        let (_, info) = get(&router, "/info").await;
+        assert_eq!(info["model_type"]["classifier"]["label2id"]["neutral"], 2);
+    });
+}
+
+/// Each refusal: status, and the surface's one error shape.
+#[test]
+fn scoring_routes_refuse_what_they_cannot_score() {
+    with_gateway("bert_cross_encoder", async |router, _| {
+        let long = passages("bert_cross_encoder").concat();
+        let cases = [
+            (
+                "/rerank",
+                json!({ "query": "q", "texts": [] }),
+                StatusCode::BAD_REQUEST,
+            ),
+            (
+                "/rerank",
+                json!({ "query": "q", "texts": ["a", ""] }),
+                StatusCode::BAD_REQUEST,
+            ),
+            (
+                "/rerank",
+                json!({ "query": "", "texts": ["a"] }),
+                StatusCode::BAD_REQUEST,
+            ),
+            // Over the limit, not asked to truncate.
+            (
+                "/rerank",
+                json!({ "query": "q", "texts": [long] }),
+                StatusCode::UNPROCESSABLE_ENTITY,
+            ),
+            (
+                "/rerank",
+                json!({ "query": "q", "texts": "a" }),
+                StatusCode::BAD_REQUEST,
+            ),
+            (
+                "/predict",
+                json!({ "inputs": ["a", ["b", "c"]] }),
+                StatusCode::UNPROCESSABLE_ENTITY,
+            ),
+            (
+                "/predict",
+                json!({ "inputs": [["a", "b", "c"]] }),
+                StatusCode::BAD_REQUEST,
+            ),
+            ("/predict", json!({ "inputs": [] }), StatusCode::BAD_REQUEST),
+            (
+                "/v1/rerank",
+                json!({ "query": "q", "documents": ["a"], "top_n": 0 }),
+                StatusCode::BAD_REQUEST,
+            ),
+            (
+                "/v1/rerank",
+                json!({ "query": "q", "documents": [] }),
+                StatusCode::BAD_REQUEST,
+            ),
+            (
+                "/v1/rerank",
+                json!({ "query": "q", "documents": [{ "txt": "a" }] }),
+                StatusCode::BAD_REQUEST,
+            ),
+            (
+                "/v2/rerank",
+                json!({ "model": "other", "query": "q", "documents": ["a"] }),
+                StatusCode::NOT_FOUND,
+            ),
+            // A cross-encoder gives no embeddings.
+            (
+                "/embed",
+                json!({ "inputs": "a" }),
+                StatusCode::UNPROCESSABLE_ENTITY,
+            ),
+            (
+                "/v1/embeddings",
+                json!({ "input": "a" }),
+                StatusCode::UNPROCESSABLE_ENTITY,
+            ),
+            (
+                "/embed_all",
+                json!({ "inputs": "a" }),
+                StatusCode::UNPROCESSABLE_ENTITY,
+            ),
+            (
+                "/similarity",
+                json!({ "inputs": { "source_sentence": "a", "sentences": ["b"] } }),
+                StatusCode::UNPROCESSABLE_ENTITY,
+            ),
+        ];
+        for (path, body, want) in cases {
+            let (status, e) = post(&router, path, body.clone()).await;
+            assert_eq!(status, want, "{path} {body}: {e}");
+            if path.starts_with("/v") {
+                assert!(
+                    e["error"]["message"]
+                        .as_str()
+                        .is_some_and(|m| !m.is_empty()),
+                    "{e}"
+                );
+            } else {
+                assert!(e["error"].as_str().is_some_and(|m| !m.is_empty()), "{e}");
+            }
+        }
+    });
+    // An embedding model scores nothing.
+    with_gateway("bert_max", async |router, _| {
+        let (status, e) = post(&router, "/rerank", json!({ "query": "q", "texts": ["p"] })).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{e}");
+        let (status, e) = post(&router, "/predict", json!({ "inputs": "p" })).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{e}");
+        let (_, info) = get(&router, "/info").await;
+        assert_eq!(info["model_type"]["embedding"]["pooling"], "max");
+    });
+}
