@@ -49,10 +49,16 @@ def main():
     ok &= check("cohere ClientV2.rerank top_n=3", [(r.index, r.relevance_score) for r in resp.results], want)
     ok &= len(resp.results) == 3
 
+    resp = v2.rerank(model=model, query=query, documents=docs)
+    ok &= check("cohere ClientV2.rerank, every document", [(r.index, r.relevance_score) for r in resp.results], want)
+    bare = len(resp.results) == len(docs) and all(getattr(r, "document", None) is None for r in resp.results)
+    print(f"{'ok  ' if bare else 'FAIL'} cohere v2: all {len(docs)} ranked, no documents unless asked")
+    ok &= bare
+
     v1 = cohere.Client(api_key="not-needed", base_url=args.base_url)
     resp = v1.rerank(model=model, query=query, documents=docs, return_documents=True)
     ok &= check("cohere Client.rerank (v1)", [(r.index, r.relevance_score) for r in resp.results], want)
-    texts_ok = all(r.document.text == docs[r.index] for r in resp.results)
+    texts_ok = len(resp.results) == len(docs) and all(r.document.text == docs[r.index] for r in resp.results)
     print(f"{'ok  ' if texts_ok else 'FAIL'} cohere v1 return_documents: each document's text")
     ok &= texts_ok
 
@@ -62,7 +68,9 @@ def main():
         headers={"content-type": "application/json"},
     )
     with urllib.request.urlopen(req) as r:
-        ok &= check("TEI /rerank raw_scores", [(x["index"], x["score"]) for x in json.load(r)], ref["logits"])
+        ranks = json.load(r)
+        ok &= check("TEI /rerank raw_scores", [(x["index"], x["score"]) for x in ranks], ref["logits"])
+        ok &= len(ranks) == len(docs)
 
     if not args.no_hf:
         from huggingface_hub import InferenceClient

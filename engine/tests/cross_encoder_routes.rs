@@ -108,10 +108,16 @@ fn f(v: &Value) -> f32 {
     v.as_f64().expect("a number") as f32
 }
 
-/// Asserts the answers are ranked by `score`, highest first, each within float rounding of `want(index)`.
+/// Asserts the answers are ranked by `score`, highest first, each within float rounding of `want(index)`, no
+/// index twice.
 fn assert_ranked(ranks: &[Value], score: &str, want: impl Fn(usize) -> f32) {
     let mut last = f32::INFINITY;
+    let mut seen = std::collections::HashSet::new();
     for r in ranks {
+        assert!(
+            seen.insert(r["index"].to_string()),
+            "an index twice: {ranks:?}"
+        );
         let (i, got) = (r["index"].as_u64().expect("index") as usize, f(&r[score]));
         assert!(got <= last, "not ranked: {ranks:?}");
         assert!(
@@ -158,7 +164,28 @@ fn rerank_answers_the_engines_scores_ranked() {
         for r in ranks {
             let i = r["index"].as_u64().expect("index") as usize;
             assert_eq!(r["text"], texts[i].as_str());
+        } // Cut from the left, two passages that differ only in their first words are the same pair; from the right,
+          // they are not.
+        let tail = texts.concat();
+        let two = [format!("alpha beta {tail}"), format!("gamma delta {tail}")];
+        let mut by_side = Vec::new();
+        for side in ["left", "right"] {
+            let body = json!({ "query": "q", "texts": two, "truncate": true, "raw_scores": true,
+                               "truncation_direction": side });
+            let (status, ranks) = post(&router, "/rerank", body).await;
+            assert_eq!(status, StatusCode::OK, "{ranks}");
+            let scores: Vec<f32> = ranks
+                .as_array()
+                .expect("a list")
+                .iter()
+                .map(|r| f(&r["score"]))
+                .collect();
+            by_side.push((scores[0] - scores[1]).abs());
         }
+        assert!(
+            by_side[0] < 1e-6 && by_side[1] > 1e-4,
+            "score gaps left, right: {by_side:?}"
+        );
 
         // `POST /` with a query is a rerank.
         let body = json!({ "query": QUERY, "texts": texts, "truncate": true });
@@ -257,8 +284,7 @@ fn predict_scores_each_label_of_texts_and_pairs() {
         assert_eq!(answer.as_array().expect("a list").len(), 4);
         for (a, l) in answer.as_array().expect("a list").iter().zip(&logits) {
             check(a, l, true);
-        }
-        // Single texts: the classifier on the text alone (two texts would be read as one pair, as TEI reads them).
+        } // Texts alone: the classifier on the text (TEI's `[text]` in a list; a bare list of two texts is a pair).
         let single: Vec<Vec<f32>> = {
             let texts = &texts[..3];
             std::thread::scope(|s| {
@@ -267,10 +293,11 @@ fn predict_scores_each_label_of_texts_and_pairs() {
                     .expect("join")
             })
         };
+        let listed: Vec<[&str; 1]> = texts[..3].iter().map(|t| [t.as_str()]).collect();
         let (status, answer) = post(
             &router,
             "/predict",
-            json!({ "inputs": &texts[..3], "truncate": true }),
+            json!({ "inputs": listed, "truncate": true }),
         )
         .await;
         assert_eq!(status, StatusCode::OK, "{answer}");
@@ -278,6 +305,31 @@ fn predict_scores_each_label_of_texts_and_pairs() {
         for (a, l) in answer.as_array().expect("a list").iter().zip(&single) {
             check(a, l, false);
         }
+        // One text, bare or in an array: its list alone.
+        for one in [json!(texts[0]), json!([texts[0]])] {
+            let (status, answer) = post(
+                &router,
+                "/predict",
+                json!({ "inputs": one, "truncate": true }),
+            )
+            .await;
+            assert_eq!(status, StatusCode::OK, "{answer}");
+            check(&answer, &single[0], false);
+        }
+        // Texts and pairs mixed in one list, each answered in its place.
+        let mixed = json!([[texts[0]], [QUERY, texts[0]], [texts[1]]]);
+        let (status, answer) = post(
+            &router,
+            "/predict",
+            json!({ "inputs": mixed, "truncate": true }),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        let answer = answer.as_array().expect("a list");
+        assert_eq!(answer.len(), 3);
+        check(&answer[0], &single[0], false);
+        check(&answer[1], &logits[0], false);
+        check(&answer[2], &single[1], false);
         // `POST /` is a prediction (InferenceClient's text_classification).
         let (status, answer) = post(
             &router,
@@ -318,8 +370,12 @@ fn scoring_routes_refuse_what_they_cannot_score() {
                 "/rerank",
                 json!({ "query": "", "texts": ["a"] }),
                 StatusCode::BAD_REQUEST,
+            ), // Over the limit, not asked to truncate: the passage, or the query.
+            (
+                "/rerank",
+                json!({ "query": long, "texts": ["a"] }),
+                StatusCode::UNPROCESSABLE_ENTITY,
             ),
-            // Over the limit, not asked to truncate.
             (
                 "/rerank",
                 json!({ "query": "q", "texts": [long] }),
@@ -333,7 +389,17 @@ fn scoring_routes_refuse_what_they_cannot_score() {
             (
                 "/predict",
                 json!({ "inputs": ["a", ["b", "c"]] }),
-                StatusCode::UNPROCESSABLE_ENTITY,
+                StatusCode::BAD_REQUEST,
+            ),
+            (
+                "/predict",
+                json!({ "inputs": ["a", "b", "c"] }),
+                StatusCode::BAD_REQUEST,
+            ),
+            (
+                "/predict",
+                json!({ "inputs": [["a", ""]] }),
+                StatusCode::BAD_REQUEST,
             ),
             (
                 "/predict",

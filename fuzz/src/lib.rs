@@ -92,7 +92,7 @@ pub fn tokenizers(data: &[u8]) {
 }
 
 /// The routes that read a JSON body.
-pub const ROUTES: [&str; 10] = [
+pub const ROUTES: [&str; 11] = [
     "/v1/embeddings",
     "/embed",
     "/embed_all",
@@ -103,6 +103,7 @@ pub const ROUTES: [&str; 10] = [
     "/rerank",
     "/predict",
     "/v1/rerank",
+    "/v2/rerank",
 ];
 
 /// A request body, as the route the first byte picks reads it: never a panic, and every refusal a 4xx.

@@ -223,6 +223,45 @@ fn a_gateway_and_two_replica_processes_answer_as_one_process_does() {
     assert!(batches(&a) > 0 && batches(&b) > 0);
 }
 
+/// A cross-encoder's pairs through the replica protocol: where each pair's tokens of type 1 start travels with
+/// its piece (a gateway cuts a request into pieces where that changes), so a gateway in front of replicas ranks
+/// as one process does, for pairs with the query whole and pairs with it cut against a short passage.
+#[test]
+fn a_cross_encoder_ranks_through_replicas_as_one_process_does() {
+    let model =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../engine/tests/fixtures/bert_cross_encoder");
+    let (a, b) = (replica(&model, 0), replica(&model, 0));
+    let gw = gateway(&model, &[&a, &b]);
+    let single = serve(&model, &["--port", "0"]);
+    wait_up(&gw.addr, 2);
+    let query = "when was the law allowing women to drive in saudi arabia put into effect, and who signed it?";
+    let texts = [
+        "in 2018",
+        "a royal decree of King Salman in September 2017 allowed women in Saudi Arabia to drive cars",
+        "riyadh",
+        "the ban was lifted in June 2018 after decades of campaigning by Saudi women's rights activists",
+        "women drive now",
+    ];
+    for (path, body) in [
+        (
+            "/rerank",
+            serde_json::json!({ "query": query, "texts": texts, "truncate": true, "raw_scores": true }),
+        ),
+        (
+            "/predict",
+            serde_json::json!({ "inputs": [[texts[1]], [query, texts[0]], [query, texts[1]]], "truncate": true }),
+        ),
+    ] {
+        let (status, split) = http(&gw.addr, "POST", path, &body.to_string());
+        assert_eq!(status, 200, "{split}");
+        let (status, whole) = http(&single.addr, "POST", path, &body.to_string());
+        assert_eq!(status, 200, "{whole}");
+        let parse = |b: &str| -> serde_json::Value { serde_json::from_str(b).unwrap() };
+        assert_eq!(parse(&split), parse(&whole), "{path}");
+    }
+    assert!(batches(&a) > 0 && batches(&b) > 0);
+}
+
 /// What became of one request of the burst.
 #[derive(Debug)]
 enum Outcome {

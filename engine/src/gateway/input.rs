@@ -9,18 +9,19 @@ use serde::Deserialize;
 use super::error::{Api, ApiError};
 use crate::scheduler::Priority;
 use crate::tokenizer::{
-    is_word_list, with_thread_scratch, HfTokenizer, TokenDetail, Tokenizer, Truncation,
-    TruncationSide,
+    is_word_list, with_thread_scratch, HfTokenizer, PairEncoding, TokenDetail, Tokenizer,
+    Truncation, TruncationSide,
 };
 use crate::{ModelFront, Prompt};
 
-/// What a client asked to embed: texts, token ids taken as the model's full input (special tokens included), or
-/// pairs of texts for a cross-encoder (a query and a passage, joined by the tokenizer's pair template).
+/// What a client asked to embed: texts, token ids taken as the model's full input (special tokens included), or a
+/// cross-encoder's inputs: pairs of texts (a query and a passage, joined by the tokenizer's pair template), or a
+/// text alone where the second is `None`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Inputs {
     Texts(Vec<String>),
     Ids(Vec<Vec<u32>>),
-    Pairs(Vec<(String, String)>),
+    Pairs(Vec<(String, Option<String>)>),
 }
 
 impl Inputs {
@@ -41,7 +42,10 @@ impl Inputs {
         match self {
             Inputs::Texts(t) => t.iter().map(String::len).sum(),
             Inputs::Ids(t) => t.iter().map(|ids| ids.len() * 4).sum(),
-            Inputs::Pairs(t) => t.iter().map(|(a, b)| a.len() + b.len()).sum(),
+            Inputs::Pairs(t) => t
+                .iter()
+                .map(|(a, b)| a.len() + b.as_ref().map_or(0, String::len))
+                .sum(),
         }
     }
 }
@@ -179,7 +183,7 @@ impl Tokenization {
                 }
                 let mut prepared = Prepared::default();
                 for (i, (a, b)) in pairs.iter().enumerate() {
-                    let (ids, from) = self.encode_pair(front, i, a, b, options)?;
+                    let (ids, from) = self.encode_pair(front, i, a, b.as_deref(), options)?;
                     prepared.seqs.push(ids);
                     prepared.type1_from.push(from);
                 }
@@ -356,27 +360,46 @@ impl Tokenization {
         Ok(ids)
     }
 
-    /// A pair's ids as the tokenizer of the request's direction joins them, and where its tokens of type 1 start.
+    /// A pair's ids as the tokenizer of the request's direction joins them (a text alone's where `b` is `None`),
+    /// and where its tokens of type 1 start.
     fn encode_pair(
         &self,
         front: &ModelFront,
         i: usize,
         a: &str,
-        b: &str,
+        b: Option<&str>,
         options: &Options,
     ) -> Result<(Vec<u32>, Option<u32>), ApiError> {
-        non_empty(i, a)?;
-        non_empty(i, b)?;
+        for (which, text) in [("first", Some(a)), ("second", b)] {
+            if text.is_some_and(str::is_empty) {
+                return Err(ApiError::bad_request(
+                    "empty_input",
+                    format!("input {i}: its {which} text is empty"),
+                ));
+            }
+        }
+        let tokenizer = self.tokenizer(front, options.direction);
         let mut ids = Vec::new();
-        let pair = with_thread_scratch(|scratch| {
-            self.tokenizer(front, options.direction)
-                .encode_pair(a, b, scratch, &mut ids)
+        let encoded = with_thread_scratch(|scratch| match b {
+            Some(b) => tokenizer.encode_pair(a, b, scratch, &mut ids),
+            None => tokenizer
+                .encode_cut(a, scratch, &mut ids)
+                .map(|cut| PairEncoding {
+                    type1_from: None,
+                    cut,
+                }),
         })
         .map_err(|e| ApiError::unprocessable("tokenization_failed", format!("input {i}: {e}")))?;
-        if pair.cut && !options.truncate {
+        if encoded.cut && !options.truncate {
             return Err(self.too_long(i, None, options.api));
         }
-        Ok((ids, pair.type1_from))
+        if ids.is_empty() {
+            return Err(ApiError::bad_request(
+                "empty_input",
+                format!("input {i} has no tokens for this model"),
+            ));
+        }
+        Ok((ids, encoded.type1_from))
     }
 
     /// The tokenizer cutting from `direction`'s end.

@@ -2,8 +2,8 @@
 //! `/embed`, `/embed_all`, `/similarity`, `/tokenize`, `/decode`, `GET /health`, `GET /info` and `GET /metrics`
 //! in front of replicas: one [`crate::scheduler::Scheduler`] per engine in this process, or remote replicas
 //! over gRPC ([`crate::replica`]). Embeddings are written in any [`EncodingFormat`]. A cross-encoder is served
-//! on TEI's `/rerank` and `/predict` and Cohere's `/v1/rerank` instead, its pairs of texts ([`Inputs::Pairs`])
-//! taking the same path.
+//! on TEI's `/rerank`, `/predict` and `POST /` and Cohere's `/v1/rerank` and `/v2/rerank` instead, its pairs of
+//! texts ([`Inputs::Pairs`]) taking the same path.
 //!
 //! A request is parsed and validated, templated with its prompt, tokenized (inline when small, otherwise off the
 //! async threads), split into sub-batches of at most `split_size` inputs spread over the replicas by least

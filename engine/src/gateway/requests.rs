@@ -254,28 +254,47 @@ pub(super) struct PredictRequest {
     pub priority: Option<Priority>,
 }
 
-/// `/predict`'s `inputs`, read as TEI reads them: a text or a pair is one input (so `["a", "b"]` is the pair of
-/// `a` and `b`), any other array a list of inputs.
+/// `/predict`'s `inputs`, read as TEI reads them: one input is a text, `[text]` or a pair `[a, b]` (so `["a",
+/// "b"]` is one pair); a list of inputs is an array of `[text]` and `[a, b]` arrays, which may mix.
 #[derive(Deserialize)]
 #[serde(
     untagged,
-    expecting = "a text, a pair of texts ([query, passage]), or an array of texts or of pairs"
+    expecting = "a text, [text], [text, text], or an array of [text] and [text, text] arrays"
 )]
 pub(super) enum PredictInputs {
     One(Sequence),
-    Many(Vec<Sequence>),
+    Many(Vec<Listed>),
 }
 
-/// One input of `/predict`.
+/// One input of `/predict`: a text, or one in an array.
 #[derive(Deserialize)]
-#[serde(untagged, expecting = "a text or a pair of texts")]
+#[serde(untagged, expecting = "a text, [text] or [text, text]")]
 pub(super) enum Sequence {
     Text(String),
+    Listed(Listed),
+}
+
+/// A text alone or a pair of texts, as an array.
+#[derive(Deserialize)]
+#[serde(untagged, expecting = "[text] or [text, text]")]
+pub(super) enum Listed {
+    Text([String; 1]),
     Pair(String, String),
 }
 
-/// Cohere's rerank request (`/v1/rerank`, `/v2/rerank`; Jina's and vLLM's are the same). Its other fields
-/// (`max_tokens_per_doc`, `rank_fields`) are accepted and ignored.
+impl Sequence {
+    /// The text, and the second text of a pair.
+    pub fn into_pair(self) -> (String, Option<String>) {
+        match self {
+            Sequence::Text(a) | Sequence::Listed(Listed::Text([a])) => (a, None),
+            Sequence::Listed(Listed::Pair(a, b)) => (a, Some(b)),
+        }
+    }
+}
+
+/// Cohere's rerank request (`/v1/rerank`, `/v2/rerank`; Jina's and vLLM's are the same). Its other fields are
+/// accepted and ignored (`max_tokens_per_doc`: a pair is cut to the model's limit); v1's `rank_fields` over
+/// documents of several fields is not read: a document is a string or has a `text`.
 #[derive(Deserialize)]
 pub(super) struct CohereRerankRequest {
     pub model: Option<String>,

@@ -103,15 +103,29 @@ fn scores(logits: &[f32], raw: bool) -> Vec<f32> {
     }
 }
 
-/// Each input's index and relevance (its one label's score), most relevant first; ties keep input order.
-fn ranked(rows: &[Row], raw: bool) -> Vec<(usize, f32)> {
-    let mut ranked: Vec<(usize, f32)> = rows
+/// Each row's logits, checked: one per label, none NaN (a client would read `null` for a score).
+fn logits(rows: &[Row], labels: usize) -> Result<impl Iterator<Item = &[f32]>, ApiError> {
+    if let Some(row) = rows
         .iter()
+        .find(|r| r.len() != labels || r.iter().any(|x| x.is_nan()))
+    {
+        return Err(ApiError::internal(format!(
+            "the model answered {:?} for {labels} labels",
+            &row[..]
+        )));
+    }
+    Ok(rows.iter().map(|r| &r[..]))
+}
+
+/// Each input's index and relevance (its one label's score), most relevant first; ties keep input order (TEI's
+/// come in reverse).
+fn ranked(rows: &[Row], raw: bool) -> Result<Vec<(usize, f32)>, ApiError> {
+    let mut ranked: Vec<(usize, f32)> = logits(rows, 1)?
+        .map(|l| scores(l, raw)[0])
         .enumerate()
-        .map(|(i, row)| (i, scores(&row[..1], raw)[0]))
         .collect();
     ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
-    ranked
+    Ok(ranked)
 }
 
 /// Scores a query against each passage: one sub-batch path with the embeddings, pairs in place of texts.
@@ -127,7 +141,7 @@ async fn rank_pairs(
             "there are no texts to rank",
         ));
     }
-    let pairs = passages.into_iter().map(|p| (query.to_owned(), p));
+    let pairs = passages.into_iter().map(|p| (query.to_owned(), Some(p)));
     gw.embed(Inputs::Pairs(pairs.collect()), options).await
 }
 
@@ -166,7 +180,7 @@ pub(super) async fn rerank_of(
     };
     let texts = req.return_text.then(|| req.texts.clone());
     let Embedded { vectors, times, .. } = rank_pairs(gw, &req.query, req.texts, options).await?;
-    let ranks: Vec<Rank> = ranked(&vectors, req.raw_scores)
+    let ranks: Vec<Rank> = ranked(&vectors, req.raw_scores)?
         .into_iter()
         .map(|(index, score)| Rank {
             index,
@@ -184,8 +198,8 @@ struct Prediction<'a> {
     label: &'a str,
 }
 
-/// TEI's `/predict`: each input (a text, or a pair of texts) classified, its labels' scores highest first; a
-/// single input is answered with its list alone, a list of inputs with a list each.
+/// TEI's `/predict`: each input (a text, or a pair of texts) classified, its labels' scores highest first; one
+/// input is answered with its list alone, a list of inputs with a list each.
 pub(super) async fn predict(
     State(gw): State<Gateway>,
     headers: HeaderMap,
@@ -202,9 +216,12 @@ pub(super) async fn predict_of(
     req: PredictRequest,
 ) -> Result<(Times, Response), ApiError> {
     let labels = &classifier(gw)?.labels;
-    let (sequences, single) = match req.inputs {
-        PredictInputs::One(s) => (vec![s], true),
-        PredictInputs::Many(s) => (s, false),
+    let (pairs, single): (Vec<_>, _) = match req.inputs {
+        PredictInputs::One(s) => (vec![s.into_pair()], true),
+        PredictInputs::Many(s) => {
+            let pairs = s.into_iter().map(|l| Sequence::Listed(l).into_pair());
+            (pairs.collect(), false)
+        }
     };
     let options = Options {
         truncate: req.truncate.unwrap_or(gw.config().auto_truncate),
@@ -213,9 +230,8 @@ pub(super) async fn predict_of(
         priority: priority(headers, req.priority)?,
         ..Options::default()
     };
-    let Embedded { vectors, times, .. } = gw.embed(inputs(sequences)?, options).await?;
-    let mut answers: Vec<Vec<Prediction>> = vectors
-        .iter()
+    let Embedded { vectors, times, .. } = gw.embed(Inputs::Pairs(pairs), options).await?;
+    let mut answers: Vec<Vec<Prediction>> = logits(&vectors, labels.len())?
         .map(|row| {
             let mut labelled: Vec<Prediction> = scores(row, req.raw_scores)
                 .into_iter()
@@ -234,32 +250,6 @@ pub(super) async fn predict_of(
         }
     };
     Ok((times, response))
-}
-
-/// `/predict`'s inputs as the gateway takes them: all single texts, or all pairs.
-fn inputs(sequences: Vec<Sequence>) -> Result<Inputs, ApiError> {
-    let pairs = sequences
-        .iter()
-        .filter(|s| matches!(s, Sequence::Pair(..)))
-        .count();
-    if pairs == 0 {
-        let texts = sequences.into_iter().filter_map(|s| match s {
-            Sequence::Text(t) => Some(t),
-            Sequence::Pair(..) => None,
-        });
-        return Ok(Inputs::Texts(texts.collect()));
-    }
-    if pairs < sequences.len() {
-        return Err(ApiError::unprocessable(
-            "mixed_inputs",
-            "`inputs` mixes single texts and pairs of texts: send them in separate requests",
-        ));
-    }
-    let pairs = sequences.into_iter().filter_map(|s| match s {
-        Sequence::Pair(a, b) => Some((a, b)),
-        Sequence::Text(_) => None,
-    });
-    Ok(Inputs::Pairs(pairs.collect()))
 }
 
 /// Cohere's rerank answer (also Jina's and vLLM's).
@@ -289,8 +279,8 @@ struct CohereUsage {
 }
 
 /// Cohere's `/v1/rerank` and `/v2/rerank`: `query` against each of `documents` (strings, or objects with a
-/// `text`), the `top_n` most relevant first. Documents over the model's limit are cut, as Cohere cuts them (from
-/// the right, the query kept where it fits).
+/// `text`), the `top_n` most relevant first. Pairs over the model's limit are cut, as Cohere cuts them rather
+/// than refuse: longest first, from the right.
 pub(super) async fn cohere_rerank(
     State(gw): State<Gateway>,
     headers: HeaderMap,
@@ -319,7 +309,7 @@ pub(super) async fn cohere_rerank(
             tokens,
             times,
         } = rank_pairs(&gw, &req.query, documents, options).await?;
-        let mut ranks = ranked(&vectors, false);
+        let mut ranks = ranked(&vectors, false)?;
         ranks.truncate(req.top_n.unwrap_or(usize::MAX));
         let results = ranks
             .into_iter()

@@ -246,10 +246,12 @@ impl Pending {
             .chunks_exact(4)
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect();
-        let embeddings = (counts.len() == n && answer.data.len().is_multiple_of(4))
-            .then(|| Embeddings::from_parts(data, answer.dim as usize, &counts, norms))
-            .flatten()
-            .ok_or_else(|| self.lost("its answer does not match the piece"))?;
+        // No model's rows are of width 0 (such an answer would pass as empty rows).
+        let embeddings =
+            (counts.len() == n && answer.dim > 0 && answer.data.len().is_multiple_of(4))
+                .then(|| Embeddings::from_parts(data, answer.dim as usize, &counts, norms))
+                .flatten()
+                .ok_or_else(|| self.lost("its answer does not match the piece"))?;
         let times = StageTimes {
             queue: Duration::from_micros(answer.queue_us),
             inference: Duration::from_micros(answer.inference_us),

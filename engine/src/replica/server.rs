@@ -51,7 +51,7 @@ impl proto::replica_server::Replica for Service {
             },
             type1_from: request.type1_from,
         };
-        let seqs = self.checked(request.sequences)?;
+        let seqs = self.checked(request.sequences, request.type1_from)?;
         let replica = self
             .gateway
             .replicas()
@@ -134,9 +134,14 @@ impl proto::replica_server::Replica for Service {
 }
 
 impl Service {
-    /// The sequences, if they are a model input: none empty, every id in the vocabulary, none over the limit.
-    /// A gateway checks the same before it sends; this replica checks what reaches it from the network.
-    fn checked(&self, sequences: Vec<proto::Sequence>) -> Result<Vec<Vec<u32>>, Status> {
+    /// The sequences, if they are a model input: none empty, every id in the vocabulary, none over the limit, the
+    /// tokens of type 1 (a pair's second text) starting within each. A gateway checks the same before it sends;
+    /// this replica checks what reaches it from the network (a bad piece would fail the batch it shares).
+    fn checked(
+        &self,
+        sequences: Vec<proto::Sequence>,
+        type1_from: Option<u32>,
+    ) -> Result<Vec<Vec<u32>>, Status> {
         let front = self.gateway.front();
         let (vocab, max_len) = (front.vocab_size(), front.info().max_seq_length);
         if sequences.is_empty() {
@@ -149,6 +154,11 @@ impl Service {
                 if s.ids.is_empty() || s.ids.len() > max_len {
                     Err(Status::invalid_argument(format!(
                         "sequence {i} has {} tokens; 1 to {max_len} are allowed",
+                        s.ids.len()
+                    )))
+                } else if type1_from.is_some_and(|from| from as usize > s.ids.len()) {
+                    Err(Status::invalid_argument(format!(
+                        "sequence {i} has {} tokens, and its tokens of type 1 cannot start past them",
                         s.ids.len()
                     )))
                 } else if let Some(id) = s.ids.iter().find(|&&id| id as usize >= vocab) {
