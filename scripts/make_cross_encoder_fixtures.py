@@ -7,12 +7,14 @@ scores of query/passage pairs as the reference.
 - xlmr_cross_encoder: XLMRobertaForSequenceClassification, one label, one token type (`<s> A </s></s> B </s>`),
   RobertaClassificationHead; its tokenizer returns no token_type_ids, as XLMRobertaTokenizer.
 - distilbert_nli: DistilBertForSequenceClassification, three named labels (pre_classifier with ReLU).
+- electra_cross_encoder: ElectraForSequenceClassification (cross-encoder/ms-marco-electra-base's shape), one label,
+  token types, embeddings narrower than the layers (`embeddings_project`), ElectraClassificationHead's exact GELU.
 
 max length 40, so longest-first truncation cuts the passage alone, or both texts, in some pairs. Writes each
 directory plus reference.jsonl (query, passage, ids as the CrossEncoder tokenizes the pair, type1_from where the
 token types turn to 1, logits as base64 little-endian f32). Needs the peers venv (bash scripts/setup_peers.sh).
-Run from the repository root:
-  ~/.cache/embedding-workbench/peers-venv/bin/python scripts/make_cross_encoder_fixtures.py
+Run from the repository root (naming fixtures makes only those):
+  ~/.cache/embedding-workbench/peers-venv/bin/python scripts/make_cross_encoder_fixtures.py [NAME ...]
 """
 import base64
 import json
@@ -23,8 +25,8 @@ import sys
 import torch
 from sentence_transformers import CrossEncoder
 from transformers import (BertConfig, BertForSequenceClassification, DistilBertConfig,
-                          DistilBertForSequenceClassification, PreTrainedTokenizerFast, XLMRobertaConfig,
-                          XLMRobertaForSequenceClassification)
+                          DistilBertForSequenceClassification, ElectraConfig, ElectraForSequenceClassification,
+                          PreTrainedTokenizerFast, XLMRobertaConfig, XLMRobertaForSequenceClassification)
 
 sys.path.insert(0, "scripts")
 import make_encoder_fixtures as enc  # noqa: E402  the tokenizers and texts of the encoder fixtures
@@ -84,27 +86,54 @@ def make(name, model, tok, specials, model_input_names, seed):
     print(f"{d}: {len(batch)} pairs, {cut} at the limit, {typed} with type-1 tokens, {logits.shape[-1] if logits.ndim > 1 else 1} labels")
 
 
-def main():
-    torch.set_num_threads(2)
-    bert_tok = enc.bert_tokenizer()
-    bert = BertForSequenceClassification(BertConfig(
-        vocab_size=bert_tok.get_vocab_size(), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+BERT_INPUTS = ["input_ids", "token_type_ids", "attention_mask"]
+
+
+def bert_cross_encoder():
+    tok = enc.bert_tokenizer()
+    model = BertForSequenceClassification(BertConfig(
+        vocab_size=tok.get_vocab_size(), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
         intermediate_size=128, max_position_embeddings=64, num_labels=1, attn_implementation="eager"))
-    make("bert_cross_encoder", bert, bert_tok, enc.BERT_SPECIALS, ["input_ids", "token_type_ids", "attention_mask"],
-         1)
-    xlmr_tok = enc.xlmr_tokenizer()
-    xlmr = XLMRobertaForSequenceClassification(XLMRobertaConfig(
-        vocab_size=xlmr_tok.get_vocab_size(), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+    make("bert_cross_encoder", model, tok, enc.BERT_SPECIALS, BERT_INPUTS, 1)
+
+
+def xlmr_cross_encoder():
+    tok = enc.xlmr_tokenizer()
+    model = XLMRobertaForSequenceClassification(XLMRobertaConfig(
+        vocab_size=tok.get_vocab_size(), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
         intermediate_size=128, max_position_embeddings=MAX_LEN + 2, type_vocab_size=1, num_labels=1,
-        pad_token_id=xlmr_tok.token_to_id("<pad>"), attn_implementation="eager"))
-    make("xlmr_cross_encoder", xlmr, xlmr_tok, enc.ROBERTA_SPECIALS, ["input_ids", "attention_mask"], 2)
-    nli_tok = enc.bert_tokenizer()
+        pad_token_id=tok.token_to_id("<pad>"), attn_implementation="eager"))
+    make("xlmr_cross_encoder", model, tok, enc.ROBERTA_SPECIALS, ["input_ids", "attention_mask"], 2)
+
+
+def distilbert_nli():
+    tok = enc.bert_tokenizer()
     labels = ["contradiction", "entailment", "neutral"]
-    nli = DistilBertForSequenceClassification(DistilBertConfig(
-        vocab_size=nli_tok.get_vocab_size(), dim=64, n_layers=2, n_heads=4, hidden_dim=128,
+    model = DistilBertForSequenceClassification(DistilBertConfig(
+        vocab_size=tok.get_vocab_size(), dim=64, n_layers=2, n_heads=4, hidden_dim=128,
         max_position_embeddings=64, activation="gelu", num_labels=3, id2label=dict(enumerate(labels)),
         label2id={l: i for i, l in enumerate(labels)}, attn_implementation="eager"))
-    make("distilbert_nli", nli, nli_tok, enc.BERT_SPECIALS, ["input_ids", "attention_mask"], 3)
+    make("distilbert_nli", model, tok, enc.BERT_SPECIALS, ["input_ids", "attention_mask"], 3)
+
+
+def electra_cross_encoder():
+    tok = enc.bert_tokenizer()
+    model = ElectraForSequenceClassification(ElectraConfig(
+        vocab_size=tok.get_vocab_size(), embedding_size=32, hidden_size=64, num_hidden_layers=2,
+        num_attention_heads=4, intermediate_size=128, max_position_embeddings=64, num_labels=1,
+        attn_implementation="eager"))
+    make("electra_cross_encoder", model, tok, enc.BERT_SPECIALS, BERT_INPUTS, 4)
+
+
+FIXTURES = [bert_cross_encoder, xlmr_cross_encoder, distilbert_nli, electra_cross_encoder]
+
+
+def main():
+    torch.set_num_threads(2)
+    names = sys.argv[1:] or [f.__name__ for f in FIXTURES]
+    for f in FIXTURES:
+        if f.__name__ in names:
+            f()
 
 
 if __name__ == "__main__":

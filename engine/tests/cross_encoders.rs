@@ -1,7 +1,8 @@
 //! Cross-encoders against sentence-transformers' CrossEncoder, on the random-weight checkpoints
 //! `scripts/make_cross_encoder_fixtures.py` made: BertForSequenceClassification (token types: the passage's
 //! tokens read token type 1's row; the pooler's tanh, then the classifier), XLMRobertaForSequenceClassification (one
-//! token type, RobertaClassificationHead) and DistilBertForSequenceClassification with three named labels. Each
+//! token type, RobertaClassificationHead), DistilBertForSequenceClassification with three named labels and
+//! ElectraForSequenceClassification (token types, narrower embeddings, a GELU head). Each
 //! pair is tokenized as the CrossEncoder tokenizes it (the pair template, both texts truncated longest first to
 //! the limit, which most pairs reach) and scored to float rounding in f32, closely in bf16.
 
@@ -46,7 +47,7 @@ fn pairs(name: &str) -> Vec<Pair> {
 
 /// Each fixture, its labels, and whether its model reads token types (the others' tokenizers give no
 /// `token_type_ids`, whatever their template says, so the reference has no type-1 boundary for them).
-const FIXTURES: [(&str, &[&str], bool); 3] = [
+const FIXTURES: [(&str, &[&str], bool); 4] = [
     ("bert_cross_encoder", &["LABEL_0"], true),
     ("xlmr_cross_encoder", &["LABEL_0"], false),
     (
@@ -54,6 +55,7 @@ const FIXTURES: [(&str, &[&str], bool); 3] = [
         &["contradiction", "entailment", "neutral"],
         false,
     ),
+    ("electra_cross_encoder", &["LABEL_0"], true),
 ];
 
 /// Ids as the reference's, and where the tokens of type 1 start where the model reads token types; every logit
@@ -118,6 +120,12 @@ fn distilbert_nli_scores_each_label() {
     check(2, Dtype::F32, 1e-5);
 }
 
+/// ms-marco-electra-base's shape: token types, embeddings projected to the layers' width, a GELU head.
+#[test]
+fn electra_cross_encoder_matches() {
+    check(3, Dtype::F32, 1e-5);
+}
+
 #[test]
 fn cross_encoders_in_bf16() {
     if !bf16_runs(FIXTURES[0].0) {
@@ -135,4 +143,26 @@ fn an_embedding_model_is_not_scored() {
     let engine = load("bert_max", Dtype::F32, CaptureMode::Off);
     assert!(engine.info().classifier.is_none());
     assert!(engine.score(&[("a", "b")]).is_err());
+}
+
+/// A classification head the engine does not read is refused, naming the architecture, rather than run as an
+/// embedding model (its encoder alone, its head ignored).
+#[test]
+fn an_unsupported_classification_head_is_refused_by_name() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let weights = common::models::copy_all_but_weights("bert_cross_encoder", tmp.path());
+    std::fs::write(tmp.path().join("model.safetensors"), weights).expect("weights");
+    let config = tmp.path().join("config.json");
+    let mut json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&config).expect("config")).expect("JSON");
+    json["architectures"] = serde_json::json!(["DebertaV2ForSequenceClassification"]);
+    std::fs::write(&config, json.to_string()).expect("config");
+    let refused = engine::Engine::load(tmp.path(), Default::default())
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        refused.contains("unsupported cross-encoder DebertaV2ForSequenceClassification"),
+        "{refused}"
+    );
 }

@@ -35,8 +35,9 @@ struct HeadFile {
 /// The layers of each head we read, from the CLS row: (tensor name, activation) in order, the last one's output
 /// the logits. BertForSequenceClassification: the pooler's tanh projection, then the classifier;
 /// RobertaClassificationHead (XLM-R's, CamemBERT's) and MPNet's: `classifier.dense` with tanh, then
-/// `classifier.out_proj`; DistilBERT: `pre_classifier` with ReLU, then the classifier.
-const HEADS: [(&[&str], Layers); 4] = [
+/// `classifier.out_proj`; DistilBERT: `pre_classifier` with ReLU, then the classifier; ElectraClassificationHead:
+/// RoBERTa's layers with exact GELU in place of tanh.
+const HEADS: [(&[&str], Layers); 5] = [
     (
         &["BertForSequenceClassification"],
         &[
@@ -60,6 +61,13 @@ const HEADS: [(&[&str], Layers); 4] = [
         ],
         &[
             ("classifier.dense", Activation::Tanh),
+            ("classifier.out_proj", Activation::None),
+        ],
+    ),
+    (
+        &["ElectraForSequenceClassification"],
+        &[
+            ("classifier.dense", Activation::Gelu),
             ("classifier.out_proj", Activation::None),
         ],
     ),
