@@ -389,6 +389,7 @@ mod tests {
     fn request() -> Request {
         Request {
             texts: vec![Arc::from("q")].into(),
+            query: None,
             est_tokens: 3,
         }
     }
@@ -470,7 +471,7 @@ mod tests {
 
         // The closed loop at the same throughput outside the stall: one client, 1 ms answers.
         let corpus = crate::workload::Corpus::new("q".into(), vec![(Arc::from("q"), 3)]);
-        let source = Arc::new(Source::random(Arc::new(corpus), 1, 0));
+        let source = Arc::new(Source::random(Arc::new(corpus), 1, 0, None));
         let closed = super::run(
             target(Instant::now()),
             vec![ClassLoad::Closed {
@@ -507,7 +508,7 @@ mod tests {
             }
         }
         let corpus = crate::workload::Corpus::new("q".into(), vec![(Arc::from("q"), 3)]);
-        let source = Arc::new(Source::random(Arc::new(corpus), 1, 0));
+        let source = Arc::new(Source::random(Arc::new(corpus), 1, 0, None));
         let run = super::run(
             Arc::new(Refuses),
             vec![ClassLoad::Closed {

@@ -1,7 +1,8 @@
 //! Workloads: what traffic a step sends. A [`Workload`] is one or more classes of traffic, each with its own SLO:
 //! `online` (one query per request, open loop, arrivals from a trace or a process), `batch` (a corpus re-indexed
-//! in large requests of many passages, closed loop with bounded concurrency) and `mixed` (both at once). Texts
-//! come from a [`Corpus`]; a trace's own texts or token counts are used when it has them.
+//! in large requests of many passages, closed loop with bounded concurrency), `mixed` (both at once) and `rerank`
+//! (one query against many passages per request, open loop: a cross-encoder's traffic). Texts come from a
+//! [`Corpus`]; a trace's own texts or token counts are used when it has them.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -119,6 +120,8 @@ impl Corpus {
 #[derive(Clone, Debug)]
 pub struct Request {
     pub texts: Arc<[Arc<str>]>,
+    /// A reranker's query, scored against each of `texts` (a cross-encoder's request); `None`: embed the texts.
+    pub query: Option<Arc<str>>,
     /// Tokens the corpus counts for these texts; the target's own count is preferred when it reports one.
     pub est_tokens: u32,
 }
@@ -129,6 +132,8 @@ pub struct Source {
     corpus: Arc<Corpus>,
     per_request: usize,
     order: Order,
+    /// Each request a query of `corpus` against passages, as [`Class::rerank`] says.
+    rerank: Option<Rerank>,
 }
 
 enum Order {
@@ -146,15 +151,22 @@ impl Source {
             corpus,
             per_request,
             order: Order::Sequential(AtomicUsize::new(start), end),
+            rerank: None,
         }
     }
 
-    /// Random texts, `per_request` a request.
-    pub fn random(corpus: Arc<Corpus>, per_request: usize, seed: u64) -> Source {
+    /// Random texts, `per_request` a request; with `rerank`, a random query against random passages.
+    pub fn random(
+        corpus: Arc<Corpus>,
+        per_request: usize,
+        seed: u64,
+        rerank: Option<Rerank>,
+    ) -> Source {
         Source {
             corpus,
             per_request,
             order: Order::Random(Box::new(Mutex::new(StdRng::seed_from_u64(seed)))),
+            rerank,
         }
     }
 
@@ -174,6 +186,9 @@ impl Source {
             }
             Order::Random(rng) => {
                 let mut rng = rng.lock().unwrap_or_else(PoisonError::into_inner);
+                if let Some(rerank) = &self.rerank {
+                    return Some(rerank.request(&self.corpus, &mut *rng, None));
+                }
                 (0..self.per_request)
                     .map(|_| self.corpus.pick(&mut *rng, None))
                     .collect()
@@ -196,9 +211,38 @@ impl Source {
 fn request(corpus: &Corpus, picks: &[usize]) -> Request {
     Request {
         texts: picks.iter().map(|&i| corpus.texts[i].clone()).collect(),
+        query: None,
         est_tokens: picks
             .iter()
             .fold(0u32, |sum, &i| sum.saturating_add(corpus.tokens[i])),
+    }
+}
+
+/// A reranking class's requests: a query of the class's corpus against `per_request` random passages of
+/// `passages` (a search's candidates).
+#[derive(Clone)]
+pub struct Rerank {
+    pub passages: Arc<Corpus>,
+    pub per_request: usize,
+}
+
+impl Rerank {
+    /// A random query of `queries` (of about `tokens` tokens, when given) against random passages; its tokens are
+    /// the pairs' (the query's counted once a passage: the model reads it with each).
+    fn request(&self, queries: &Corpus, rng: &mut impl Rng, tokens: Option<u32>) -> Request {
+        let query = queries.pick(rng, tokens);
+        let picks: Vec<usize> = (0..self.per_request)
+            .map(|_| self.passages.pick(rng, None))
+            .collect();
+        let passages = request(&self.passages, &picks);
+        let n = u32::try_from(self.per_request).unwrap_or(u32::MAX);
+        Request {
+            query: Some(queries.texts[query].clone()),
+            est_tokens: passages
+                .est_tokens
+                .saturating_add(queries.tokens[query].saturating_mul(n)),
+            ..passages
+        }
     }
 }
 
@@ -208,6 +252,9 @@ fn request(corpus: &Corpus, picks: &[usize]) -> Request {
 pub enum WorkloadKind {
     /// One query per request, open loop, arrivals from a trace or process; the sweep steps the rate.
     Online,
+    /// One query against `--rerank-passages` passages per request (a cross-encoder's, served on `/rerank`), open
+    /// loop as `online`; the sweep steps the rate.
+    Rerank,
     /// A corpus in large requests of many passages, closed loop; the sweep steps the concurrency.
     Batch,
     /// Online traffic stepped as in `online` while a batch re-index runs at fixed concurrency; each has its SLO.
@@ -218,6 +265,7 @@ impl std::fmt::Display for WorkloadKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             WorkloadKind::Online => "online",
+            WorkloadKind::Rerank => "rerank",
             WorkloadKind::Batch => "batch",
             WorkloadKind::Mixed => "mixed",
         })
@@ -275,6 +323,8 @@ pub struct Class {
     pub priority: engine::Priority,
     /// A request unanswered this long is abandoned and counted as timed out (its latency recorded as this).
     pub timeout: Duration,
+    /// Each request a query of `corpus` against passages (a reranker's), instead of texts to embed.
+    pub rerank: Option<Rerank>,
 }
 
 /// The classes of one workload; the first is the one a sweep steps.
@@ -343,12 +393,17 @@ impl Workload {
                             _ => 0.0,
                         };
                         let schedule = arrivals.schedule(rate, duration_s, seed)?;
-                        ClassLoad::Open(requests(&class.corpus, &schedule, *match_lengths, seed))
+                        ClassLoad::Open(requests(class, &schedule, *match_lengths, seed))
                     }
                     (Drive::Open { .. }, Some(Level::Concurrency(concurrency))) => {
                         ClassLoad::Closed {
                             concurrency,
-                            source: Arc::new(Source::random(class.corpus.clone(), 1, seed)),
+                            source: Arc::new(Source::random(
+                                class.corpus.clone(),
+                                1,
+                                seed,
+                                class.rerank.clone(),
+                            )),
                         }
                     }
                     (
@@ -392,18 +447,22 @@ impl Workload {
     }
 }
 
-/// Texts for each arrival: its own, or corpus texts (of matching length when asked and known).
+/// Texts for each arrival: its own, or corpus texts (of matching length when asked and known); for a reranking
+/// class, a corpus query (the trace's length when asked) against random passages.
 fn requests(
-    corpus: &Corpus,
+    class: &Class,
     schedule: &[Arrival],
     match_lengths: bool,
     seed: u64,
 ) -> Vec<(f64, Request)> {
+    let corpus = &class.corpus;
     let mut rng = StdRng::seed_from_u64(seed.wrapping_add(1));
     schedule
         .iter()
         .map(|a| {
-            let request = if a.texts.is_empty() {
+            let request = if let Some(rerank) = &class.rerank {
+                rerank.request(corpus, &mut rng, a.tokens.filter(|_| match_lengths))
+            } else if a.texts.is_empty() {
                 let tokens = a.tokens.filter(|_| match_lengths);
                 let picks: Vec<usize> = (0..a.inputs)
                     .map(|_| corpus.pick(&mut rng, tokens))
@@ -414,6 +473,7 @@ fn requests(
                 let est = a.tokens.unwrap_or(0).saturating_mul(texts);
                 Request {
                     texts: a.texts.iter().map(|t| Arc::from(t.as_str())).collect(),
+                    query: None,
                     est_tokens: est,
                 }
             };
@@ -491,8 +551,66 @@ mod tests {
             texts: vec!["x".into(), "y".into()],
             ..Arrival::at(0.0)
         };
-        let planned = requests(&c, &[arrival], false, 1);
+        let planned = requests(&class(c, None), &[arrival], false, 1);
         assert_eq!(planned[0].1.est_tokens, u32::MAX);
+    }
+
+    fn class(corpus: Arc<Corpus>, rerank: Option<Rerank>) -> Class {
+        Class {
+            name: "test".into(),
+            corpus,
+            drive: Drive::Closed {
+                concurrency: 1,
+                per_request: 1,
+            },
+            slo: Slo {
+                quantile: 0.99,
+                latency_ms: 1.0,
+                max_error_rate: 0.0,
+            },
+            priority: engine::Priority::Online,
+            timeout: Duration::from_secs(1),
+            rerank,
+        }
+    }
+
+    /// A rerank request: one query (of the trace's length when asked) against as many passages as asked, its
+    /// tokens the pairs' (the query read once a passage); a probe's the same shape.
+    #[test]
+    fn rerank_requests_pair_a_query_with_passages() {
+        let passages = Arc::new(Corpus::new(
+            "p".into(),
+            vec![
+                (Arc::from("passage one"), 20),
+                (Arc::from("passage two"), 30),
+            ],
+        ));
+        let rerank = Rerank {
+            passages: passages.clone(),
+            per_request: 5,
+        };
+        let queries = Arc::new(corpus());
+        let arrival = Arrival {
+            tokens: Some(48),
+            ..Arrival::at(0.0)
+        };
+        let planned = requests(
+            &class(queries.clone(), Some(rerank.clone())),
+            &[arrival],
+            true,
+            7,
+        );
+        let r = &planned[0].1;
+        assert_eq!(r.query.as_deref(), Some("ddd"));
+        assert_eq!(r.texts.len(), 5);
+        let passage_tokens: u32 = r
+            .texts
+            .iter()
+            .map(|t| if &**t == "passage one" { 20 } else { 30 })
+            .sum();
+        assert_eq!(r.est_tokens, passage_tokens + 5 * 50);
+        let probe = Source::random(queries, 1, 3, Some(rerank)).next().unwrap();
+        assert!(probe.query.is_some() && probe.texts.len() == 5);
     }
 
     #[test]

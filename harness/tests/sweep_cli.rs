@@ -461,3 +461,62 @@ fn a_fault_step_kills_a_replica_process_loses_no_request_and_does_not_wait_on_it
     );
     assert!(class["ok"].as_u64().unwrap() > 0, "{class}");
 }
+
+/// A reranker's traffic: a cross-encoder swept with one query against passages per request, in-process and over
+/// HTTP (Cohere's `/v1/rerank`, as a URL target of `--api openai` sends it), every request answered; a
+/// workload of the other kind of model is refused before anything runs.
+#[test]
+fn a_rerank_sweep_scores_a_query_against_passages_per_request() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../engine/tests/fixtures");
+    let cross = fixtures.join("bert_cross_encoder").display().to_string();
+    for (target, id) in [("in-process", "r1"), ("serve", "r2")] {
+        let out = bench(
+            &[
+                "sweep",
+                "--workload",
+                "rerank",
+                "--rerank-passages",
+                "5",
+                "--target",
+                target,
+                "--model",
+                &cross,
+                "--set",
+                "threads=1",
+                "--arrivals",
+                "poisson",
+                "--probe-s",
+                "0.5",
+                "--probe-concurrency",
+                "2",
+                "--step-s",
+                "0.6",
+                "--warmup-s",
+                "0.2",
+                "--max-steps",
+                "1",
+                "--run-id",
+                id,
+            ],
+            tmp.path(),
+        );
+        ok(&out);
+        let result = json(&tmp.path().join(format!("results/{id}/result.json")));
+        let steps = result["configs"][0]["steps"].as_array().unwrap();
+        for step in steps {
+            let class = &step["classes"][0];
+            assert_eq!(class["class"], "rerank", "{class}");
+            assert!(class["ok"].as_u64().unwrap() > 0, "{class}");
+            assert_eq!(class["ok"], class["requests"], "{class}");
+            assert_eq!(class["errors"], 0, "{class}");
+        }
+    }
+    let embedder = fixtures.join("bert_max").display().to_string();
+    let out = bench(
+        &["sweep", "--workload", "rerank", "--model", &embedder],
+        tmp.path(),
+    );
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("needs a cross-encoder"));
+}

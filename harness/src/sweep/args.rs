@@ -10,7 +10,8 @@ use crate::workload::WorkloadKind;
 /// What both commands take: the workload, the target, the knobs, the SLOs and where results go.
 #[derive(Args, Debug)]
 pub struct Common {
-    /// online (open-loop queries), batch (closed-loop re-index of a corpus) or mixed (both, each with its SLO).
+    /// online (open-loop queries), batch (closed-loop re-index of a corpus), mixed (both, each with its SLO) or
+    /// rerank (open-loop queries, each against --rerank-passages passages, for a cross-encoder).
     #[arg(long, value_enum, default_value_t = WorkloadKind::Online)]
     pub workload: WorkloadKind,
     /// in-process (the gateway path without HTTP), serve (our HTTP server on loopback), processes (a gateway here
@@ -39,9 +40,12 @@ pub struct Common {
     /// Corpus of the online class (JSON Lines with `text`).
     #[arg(long, default_value = "workloads/text/queries_multilingual.jsonl")]
     pub queries: String,
-    /// Corpus of the batch class.
+    /// Corpus of the batch class, and the passages a rerank query is scored against.
     #[arg(long, default_value = "workloads/text/passages_en.jsonl")]
     pub passages: String,
+    /// Passages per rerank request (a search's candidates).
+    #[arg(long, default_value_t = 16)]
+    pub rerank_passages: usize,
     /// Use only the first N texts of each corpus.
     #[arg(long)]
     pub corpus_limit: Option<usize>,

@@ -316,6 +316,7 @@ mod tests {
                 },
                 priority: engine::Priority::Online,
                 timeout: Duration::from_secs(2),
+                rerank: None,
             }],
             seed: 1,
             corpus_pass: false,

@@ -13,7 +13,7 @@ use super::run::Runner;
 use crate::arrivals::Arrivals;
 use crate::knobs::{self, Knobs};
 use crate::target::{self, EngineSetup, Target, TargetKind};
-use crate::workload::{repo_path, Class, Corpus, Drive, Slo, Workload, WorkloadKind};
+use crate::workload::{repo_path, Class, Corpus, Drive, Rerank, Slo, Workload, WorkloadKind};
 
 /// Everything a run holds fixed.
 pub(crate) struct Setup {
@@ -43,6 +43,9 @@ impl Setup {
         } else {
             Some(c.engine.model_dir().context("fetching the default model")?)
         };
+        if let Some(dir) = &model_dir {
+            check_model_kind(dir, c.workload)?;
+        }
         let model_name = c.model_name.clone().unwrap_or_else(|| {
             model_dir
                 .as_ref()
@@ -160,6 +163,24 @@ fn load_corpus(path: &str, limit: Option<usize>) -> Result<Arc<Corpus>> {
     }))
 }
 
+/// A rerank workload needs a cross-encoder, the others an embedding model: the wrong kind would measure pairs
+/// embedded, or scores read as embeddings, not the traffic asked for.
+fn check_model_kind(dir: &std::path::Path, workload: WorkloadKind) -> Result<()> {
+    let cross = engine::model::ModelDir::open(dir)?.classifier.is_some();
+    match (workload == WorkloadKind::Rerank, cross) {
+        (true, false) => bail!(
+            "--workload rerank needs a cross-encoder (a *ForSequenceClassification checkpoint), and {} is an \
+             embedding model",
+            dir.display()
+        ),
+        (false, true) => bail!(
+            "{} is a cross-encoder (it scores pairs of texts): run it with --workload rerank",
+            dir.display()
+        ),
+        _ => Ok(()),
+    }
+}
+
 fn workload(c: &Common, corpus_pass: bool) -> Result<Workload> {
     let slo = |ms: f64| Slo {
         quantile: c.slo_quantile,
@@ -190,9 +211,9 @@ fn workload(c: &Common, corpus_pass: bool) -> Result<Workload> {
             ),
         })
     };
-    let online = || -> Result<Class> {
+    let online = |rerank: Option<Rerank>| -> Result<Class> {
         Ok(Class {
-            name: "online".into(),
+            name: if rerank.is_some() { "rerank" } else { "online" }.into(),
             corpus: load_corpus(&c.queries, c.corpus_limit)?,
             drive: Drive::Open {
                 arrivals: Arrivals::parse(&c.arrivals)
@@ -202,6 +223,7 @@ fn workload(c: &Common, corpus_pass: bool) -> Result<Workload> {
             slo: slo(c.slo_ms),
             priority: engine::Priority::Online,
             timeout: timeout(c.slo_ms)?,
+            rerank,
         })
     };
     let batch = |concurrency| -> Result<Class> {
@@ -218,12 +240,22 @@ fn workload(c: &Common, corpus_pass: bool) -> Result<Workload> {
             slo: slo(c.batch_slo_ms),
             priority: engine::Priority::Batch,
             timeout: timeout(c.batch_slo_ms)?,
+            rerank: None,
         })
     };
     let classes = match c.workload {
-        WorkloadKind::Online => vec![online()?],
+        WorkloadKind::Online => vec![online(None)?],
+        WorkloadKind::Rerank => {
+            if c.rerank_passages == 0 {
+                bail!("--rerank-passages must be at least 1");
+            }
+            vec![online(Some(Rerank {
+                passages: load_corpus(&c.passages, c.corpus_limit)?,
+                per_request: c.rerank_passages,
+            }))?]
+        }
         WorkloadKind::Batch => vec![batch(1)?],
-        WorkloadKind::Mixed => vec![online()?, batch(c.batch_concurrency.max(1))?],
+        WorkloadKind::Mixed => vec![online(None)?, batch(c.batch_concurrency.max(1))?],
     };
     Ok(Workload {
         kind: c.workload,

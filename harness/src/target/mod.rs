@@ -284,7 +284,12 @@ impl Target for InProcess {
         let gateway = self.gateway();
         Box::pin(async move {
             let want = request.texts.len();
-            let inputs = Inputs::Texts(request.texts.iter().map(|t| t.to_string()).collect());
+            let texts = request.texts.iter().map(|t| t.to_string());
+            let inputs = match &request.query {
+                // A cross-encoder's pairs, as `/rerank` makes them.
+                Some(q) => Inputs::Pairs(texts.map(|t| (q.to_string(), Some(t))).collect()),
+                None => Inputs::Texts(texts.collect()),
+            };
             let options = Options {
                 truncate: true,
                 priority,
@@ -371,19 +376,41 @@ struct Usage {
     prompt_tokens: u32,
 }
 
+/// Cohere's rerank answer (`/v1/rerank`; Jina's, vLLM's and ours).
+#[derive(Deserialize)]
+struct CohereReply {
+    results: Vec<serde::de::IgnoredAny>,
+    usage: Option<CohereUsage>,
+}
+
+#[derive(Deserialize)]
+struct CohereUsage {
+    total_tokens: u32,
+}
+
 impl Target for Http {
     fn embed(&self, request: Request, priority: Priority) -> BoxFuture<Result<Reply, Failure>> {
         let (client, api) = (self.client.clone(), self.api);
         let texts: Vec<&str> = request.texts.iter().map(|t| &**t).collect();
-        let (path, body) = match api {
+        let rerank = request.query.is_some();
+        let (path, body) = match (api, &request.query) {
             // Base64 keeps the response small, as the official client asks for it.
-            Api::Openai => (
+            (Api::Openai, None) => (
                 "/v1/embeddings",
                 serde_json::json!({ "input": texts, "model": self.model_name, "encoding_format": "base64" }),
             ),
-            Api::Tei => (
+            (Api::Tei, None) => (
                 "/embed",
                 serde_json::json!({ "inputs": texts, "truncate": true }),
+            ),
+            // OpenAI has no reranking: Cohere's route is the one such servers share.
+            (Api::Openai, Some(query)) => (
+                "/v1/rerank",
+                serde_json::json!({ "query": &**query, "documents": texts, "model": self.model_name }),
+            ),
+            (Api::Tei, Some(query)) => (
+                "/rerank",
+                serde_json::json!({ "query": &**query, "texts": texts, "truncate": true }),
             ),
         };
         let uri = format!("{}{path}", self.url);
@@ -427,8 +454,22 @@ impl Target for Http {
                 let text = String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned();
                 return Err(failure(status, text, retry_after));
             }
-            let (got, tokens) = match api {
-                Api::Openai => {
+            let (got, tokens) = match (api, rerank) {
+                (Api::Openai, true) => {
+                    let r: CohereReply = serde_json::from_slice(&body).map_err(|e| {
+                        Failure::Error(format!("not a Cohere rerank response: {e}"))
+                    })?;
+                    (
+                        r.results.len(),
+                        r.usage.map(|u| u.total_tokens).or(header_tokens),
+                    )
+                }
+                (Api::Tei, true) => {
+                    let r: Vec<serde::de::IgnoredAny> = serde_json::from_slice(&body)
+                        .map_err(|e| Failure::Error(format!("not a TEI /rerank response: {e}")))?;
+                    (r.len(), header_tokens)
+                }
+                (Api::Openai, false) => {
                     let r: OpenAiReply = serde_json::from_slice(&body).map_err(|e| {
                         Failure::Error(format!("not an OpenAI embeddings response: {e}"))
                     })?;
@@ -437,7 +478,7 @@ impl Target for Http {
                         r.usage.map(|u| u.prompt_tokens).or(header_tokens),
                     )
                 }
-                Api::Tei => {
+                (Api::Tei, false) => {
                     let r: Vec<serde::de::IgnoredAny> = serde_json::from_slice(&body)
                         .map_err(|e| Failure::Error(format!("not a TEI /embed response: {e}")))?;
                     (r.len(), header_tokens)
