@@ -43,6 +43,8 @@ impl Setup {
         } else {
             Some(c.engine.model_dir().context("fetching the default model")?)
         };
+        // The workload's own errors first: they are the user's to fix whatever the model.
+        let workload = workload(c, corpus_pass)?;
         if let Some(dir) = &model_dir {
             check_model_kind(dir, c.workload)?;
         }
@@ -63,7 +65,7 @@ impl Setup {
             kind,
             model_dir,
             model_name,
-            workload: workload(c, corpus_pass)?,
+            workload,
             base,
             combos,
             axes: knobs::axis_names(axes),
@@ -166,7 +168,11 @@ fn load_corpus(path: &str, limit: Option<usize>) -> Result<Arc<Corpus>> {
 /// A rerank workload needs a cross-encoder, the others an embedding model: the wrong kind would measure pairs
 /// embedded, or scores read as embeddings, not the traffic asked for.
 fn check_model_kind(dir: &std::path::Path, workload: WorkloadKind) -> Result<()> {
-    let cross = engine::model::ModelDir::open(dir)?.classifier.is_some();
+    // A directory that cannot be read is reported when the engine loads it, after the run's own settings.
+    let Ok(model) = engine::model::ModelDir::open(dir) else {
+        return Ok(());
+    };
+    let cross = model.classifier.is_some();
     match (workload == WorkloadKind::Rerank, cross) {
         (true, false) => bail!(
             "--workload rerank needs a cross-encoder (a *ForSequenceClassification checkpoint), and {} is an \
