@@ -39,8 +39,10 @@ def make_model(d: Path):
         vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536,
         max_position_embeddings=512, num_labels=1))
     model.eval().save_pretrained(str(d))
+    # BertTokenizer's inputs: the passage's tokens are token type 1 (left out, the CrossEncoder would read type 0).
     tok = PreTrainedTokenizerFast(tokenizer_file=str(TOKENIZER), model_max_length=512, unk_token="[UNK]",
-                                  sep_token="[SEP]", pad_token="[PAD]", cls_token="[CLS]", mask_token="[MASK]")
+                                  sep_token="[SEP]", pad_token="[PAD]", cls_token="[CLS]", mask_token="[MASK]",
+                                  model_input_names=["input_ids", "token_type_ids", "attention_mask"])
     tok.save_pretrained(str(d))
     # all-MiniLM-L6-v2's file truncates at 128 and pads; the Hub's cross-encoder reads up to 512 and pads nothing.
     path = d / "tokenizer.json"
@@ -66,10 +68,11 @@ def free_port():
         return s.getsockname()[1]
 
 
-def ours(bench: str, model_dir: Path, threads: int, query, passages, warmup: int, n: int):
+def ours(bench: str, model_dir: Path, threads: int, dtype: str, query, passages, warmup: int, n: int):
     port = free_port()
     server = subprocess.Popen([bench, "serve", "--model", str(model_dir), "--threads", str(threads), "--port",
-                               str(port), "--auto-truncate"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+                               str(port), "--auto-truncate", "--dtype", dtype],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
         server.stdout.readline()  # "listening on ..."
         conn = http.client.HTTPConnection("127.0.0.1", port)
@@ -114,6 +117,7 @@ def main():
     ap.add_argument("--model-dir", default=str(Path.home() / ".cache/embedding-workbench/models/rerank-minilm-l6-random"))
     ap.add_argument("--passages", type=int, default=16)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--dtype", default="f32", help="ours: f32 or bf16 (PyTorch runs f32)")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--n", type=int, default=30)
     ap.add_argument("--json", help="write the figures here")
@@ -122,8 +126,9 @@ def main():
     make_model(model_dir)
     query, passages = pairs(args.passages)
     rows = {}
-    for name, run in [("ours (bench serve /rerank, HTTP)", lambda: ours(args.bench, model_dir, args.threads, query,
-                                                                       passages, args.warmup, args.n)),
+    for name, run in [("ours (bench serve /rerank, HTTP)", lambda: ours(args.bench, model_dir, args.threads,
+                                                                       args.dtype, query, passages, args.warmup,
+                                                                       args.n)),
                       ("PyTorch (CrossEncoder.predict)", lambda: pytorch(model_dir, args.threads, query, passages,
                                                                           args.warmup, args.n))]:
         times, scores = run()
@@ -137,7 +142,7 @@ def main():
     print(f"largest score difference {worst:.2e} (logits' spread {spread:.3f}); PyTorch p50 / ours p50 = {ratio:.2f}")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        out = {"passages": args.passages, "threads": args.threads, "n": args.n, "warmup": args.warmup,
+        out = {"passages": args.passages, "threads": args.threads, "dtype_ours": args.dtype, "n": args.n, "warmup": args.warmup,
                "query": query, "worst_score_difference": worst, "pytorch_over_ours_p50": ratio,
                "rows": {k: {kk: vv for kk, vv in v.items() if kk != "scores"} for k, v in rows.items()}}
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")

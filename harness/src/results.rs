@@ -504,6 +504,22 @@ pub(crate) mod tests {
         assert!(!knee.how.contains("fell behind"), "{}", knee.how);
     }
 
+    /// A step whose window held no request of the stepped class (slow requests at a low rate: a reranker's) fails
+    /// its verdict, but is no level that misses the SLO: the findings come from the steps that measured.
+    #[test]
+    fn a_step_with_no_requests_in_its_window_decides_no_finding() {
+        let steps = [
+            step(0, false, Level::Rate(0.0)),
+            step(1, false, Level::Rate(20.0)),
+        ];
+        assert!(!steps[0].pass && !steps[0].measured());
+        assert!(steps[1].pass && steps[1].measured());
+        let saturation = crate::search::saturation(&steps);
+        assert_eq!(saturation.value, Some(20.0), "{}", saturation.how);
+        assert!(saturation.lower_bound, "{}", saturation.how);
+        assert_eq!(crate::search::knee(&steps).value, Some(20.0));
+    }
+
     fn config(label: &str, steps: Vec<StepResult>) -> ConfigResult {
         ConfigResult {
             label: label.into(),

@@ -261,9 +261,9 @@ fn unit(step: &StepResult) -> &'static str {
     }
 }
 
-/// The measured steps (no probe), ordered by level.
+/// The measured steps (no probe, none without requests in its window), ordered by level.
 fn ordered(steps: &[StepResult]) -> Vec<&StepResult> {
-    let mut v: Vec<&StepResult> = steps.iter().filter(|s| !s.probe).collect();
+    let mut v: Vec<&StepResult> = steps.iter().filter(|s| !s.probe && s.measured()).collect();
     v.sort_by(|a, b| x_of(a).total_cmp(&x_of(b)));
     v
 }

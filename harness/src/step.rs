@@ -230,6 +230,12 @@ impl StepResult {
         &self.classes[0]
     }
 
+    /// Whether the stepped class had requests due in the measured window. One without (a rate so low, or requests
+    /// so slow, that none fell in it) says nothing of the SLO: it fails its verdict, but decides no finding.
+    pub fn measured(&self) -> bool {
+        self.main().requests > 0
+    }
+
     /// The step's throughput figure, the one searches compare and reports plot: requests/s of a rate step (and of
     /// a rate sweep's closed-loop probe), tokens/s of a concurrency step (a bulk client's work is tokens).
     pub fn throughput(&self) -> f64 {
