@@ -9,6 +9,9 @@ scores of query/passage pairs as the reference.
 - distilbert_nli: DistilBertForSequenceClassification, three named labels (pre_classifier with ReLU).
 - electra_cross_encoder: ElectraForSequenceClassification (cross-encoder/ms-marco-electra-base's shape), one label,
   token types, embeddings narrower than the layers (`embeddings_project`), ElectraClassificationHead's exact GELU.
+- modernbert_cross_encoder: ModernBertForSequenceClassification (gte-reranker-modernbert-base's shape), one label,
+  the tokens' mean (`classifier_pooling: mean`) through ModernBertPredictionHead (dense without bias, GELU, a
+  LayerNorm without bias), then the classifier; ModernBERT's byte-level BPE with a pair template.
 
 max length 40, so longest-first truncation cuts the passage alone, or both texts, in some pairs. Writes each
 directory plus reference.jsonl (query, passage, ids as the CrossEncoder tokenizes the pair, type1_from where the
@@ -24,9 +27,11 @@ import sys
 
 import torch
 from sentence_transformers import CrossEncoder
+from tokenizers import processors
 from transformers import (BertConfig, BertForSequenceClassification, DistilBertConfig,
                           DistilBertForSequenceClassification, ElectraConfig, ElectraForSequenceClassification,
-                          PreTrainedTokenizerFast, XLMRobertaConfig, XLMRobertaForSequenceClassification)
+                          ModernBertConfig, ModernBertForSequenceClassification, PreTrainedTokenizerFast,
+                          XLMRobertaConfig, XLMRobertaForSequenceClassification)
 
 sys.path.insert(0, "scripts")
 import make_encoder_fixtures as enc  # noqa: E402  the tokenizers and texts of the encoder fixtures
@@ -125,7 +130,20 @@ def electra_cross_encoder():
     make("electra_cross_encoder", model, tok, enc.BERT_SPECIALS, BERT_INPUTS, 4)
 
 
-FIXTURES = [bert_cross_encoder, xlmr_cross_encoder, distilbert_nli, electra_cross_encoder]
+def modernbert_cross_encoder():
+    tok = enc.modernbert_tokenizer()
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+    model = ModernBertForSequenceClassification(ModernBertConfig(
+        vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=96, num_hidden_layers=4,
+        num_attention_heads=4, max_position_embeddings=64, pad_token_id=tok.token_to_id("[PAD]"), cls_token_id=cls,
+        sep_token_id=sep, bos_token_id=cls, eos_token_id=sep, classifier_pooling="mean", num_labels=1,
+        attn_implementation="eager"))
+    make("modernbert_cross_encoder", model, tok, enc.MODERNBERT_SPECIALS, ["input_ids", "attention_mask"], 5)
+
+
+FIXTURES = [bert_cross_encoder, xlmr_cross_encoder, distilbert_nli, electra_cross_encoder, modernbert_cross_encoder]
 
 
 def main():

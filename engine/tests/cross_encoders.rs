@@ -2,7 +2,8 @@
 //! `scripts/make_cross_encoder_fixtures.py` made: BertForSequenceClassification (token types: the passage's
 //! tokens read token type 1's row; the pooler's tanh, then the classifier), XLMRobertaForSequenceClassification (one
 //! token type, RobertaClassificationHead), DistilBertForSequenceClassification with three named labels and
-//! ElectraForSequenceClassification (token types, narrower embeddings, a GELU head). Each
+//! ElectraForSequenceClassification (token types, narrower embeddings, a GELU head) and
+//! ModernBertForSequenceClassification (the tokens' mean, a head with a LayerNorm). Each
 //! pair is tokenized as the CrossEncoder tokenizes it (the pair template, both texts truncated longest first to
 //! the limit, which most pairs reach) and scored to float rounding in f32, closely in bf16.
 
@@ -47,7 +48,7 @@ fn pairs(name: &str) -> Vec<Pair> {
 
 /// Each fixture, its labels, and whether its model reads token types (the others' tokenizers give no
 /// `token_type_ids`, whatever their template says, so the reference has no type-1 boundary for them).
-const FIXTURES: [(&str, &[&str], bool); 4] = [
+const FIXTURES: [(&str, &[&str], bool); 5] = [
     ("bert_cross_encoder", &["LABEL_0"], true),
     ("xlmr_cross_encoder", &["LABEL_0"], false),
     (
@@ -56,6 +57,7 @@ const FIXTURES: [(&str, &[&str], bool); 4] = [
         false,
     ),
     ("electra_cross_encoder", &["LABEL_0"], true),
+    ("modernbert_cross_encoder", &["LABEL_0"], false),
 ];
 
 /// Ids as the reference's, and where the tokens of type 1 start where the model reads token types; every logit
@@ -124,6 +126,13 @@ fn distilbert_nli_scores_each_label() {
 #[test]
 fn electra_cross_encoder_matches() {
     check(3, Dtype::F32, 1e-5);
+}
+
+/// gte-reranker-modernbert-base's shape: the tokens' mean through a dense layer, GELU and a LayerNorm (neither
+/// with a bias), then the classifier.
+#[test]
+fn modernbert_cross_encoder_pools_the_mean_and_norms_its_head() {
+    check(4, Dtype::F32, 1e-5);
 }
 
 #[test]

@@ -1,9 +1,10 @@
 //! sentence-transformers' modules after the Transformer one, over the op set: Pooling (each of its modes into its
 //! own block of columns, as sentence-transformers concatenates them), then any Dense modules
-//! (`act(x · Wᵀ + b)` per pooled row: LaBSE's and distiluse's tanh projection, EmbeddingGemma's two), then Normalize,
+//! (`act(x · Wᵀ + b)` per pooled row: LaBSE's and distiluse's tanh projection, EmbeddingGemma's two; a
+//! cross-encoder's classification head, ModernBERT's with a LayerNorm after its first layer), then Normalize,
 //! which the backend applies ([`Architecture::normalizes`](crate::backend::ops::Architecture::normalizes)).
 
-use super::{stacked_linear, ModelDir, Pooling, Weights};
+use super::{layer_norm, stacked_linear, LayerNormWeights, ModelDir, Pooling, Weights};
 use crate::backend::ops::{Activation, Device, Layout, Matrix, Ops, Slot};
 use crate::batch::Batch;
 use crate::error::Result;
@@ -12,6 +13,8 @@ use crate::error::Result;
 struct Dense<D: Device> {
     linear: D::Linear,
     act: Activation,
+    /// ModernBERT's classification head norms its dense layer's output.
+    norm: Option<LayerNormWeights<D>>,
     out: usize,
 }
 
@@ -33,9 +36,15 @@ impl<D: Device> Head<D> {
             .map(|m| {
                 let w = Weights::open(&m.weights_path, &format!("{}.weight", m.name))?;
                 let names = [(m.name.clone(), m.out_features)];
+                let norm = m
+                    .norm
+                    .as_ref()
+                    .map(|n| layer_norm(&w, device, &n.name, m.out_features, n.eps, n.bias))
+                    .transpose()?;
                 Ok(Dense {
                     linear: stacked_linear(&w, device, &names, m.in_features, m.bias)?,
                     act: m.activation,
+                    norm,
                     out: m.out_features,
                 })
             })
@@ -103,16 +112,15 @@ impl<D: Device> Head<D> {
             return;
         };
         pool(acts[0]);
+        let dense = |d: &Dense<D>, input: O::Mat, output: O::Mat| {
+            ops.linear(input, &d.linear, d.act, None, output);
+            if let Some(norm) = &d.norm {
+                ops.layer_norm(output, None, output, norm);
+            }
+        };
         for (i, d) in inner.iter().enumerate() {
-            ops.linear(
-                acts[i].top(rows),
-                &d.linear,
-                d.act,
-                None,
-                acts[i + 1].top(rows),
-            );
+            dense(d, acts[i].top(rows), acts[i + 1].top(rows));
         }
-        let input = acts[inner.len()].top(rows);
-        ops.linear(input, &last.linear, last.act, None, out.top(rows));
+        dense(last, acts[inner.len()].top(rows), out.top(rows));
     }
 }

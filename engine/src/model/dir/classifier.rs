@@ -1,13 +1,13 @@
 //! A cross-encoder: transformers' `*ForSequenceClassification` checkpoint (what sentence-transformers' CrossEncoder
-//! loads), read as the first token's hidden state through the architecture's classification head, one score per
-//! label. The head's layers are Dense modules over that row.
+//! loads), read as the first token's hidden state (ModernBERT's: or the tokens' mean, as its config says) through
+//! the architecture's classification head, one score per label. The head's layers are Dense modules over that row.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Deserialize;
 
-use super::DenseModule;
+use super::{DenseModule, HeadNorm, Pooling};
 use crate::backend::ops::Activation;
 use crate::error::{Error, Result};
 use crate::model::read_json;
@@ -30,6 +30,49 @@ struct HeadFile {
     #[serde(default)]
     id2label: BTreeMap<String, String>,
     num_labels: Option<usize>,
+    /// ModernBertForSequenceClassification's head: its pooling (`cls` or `mean`), its dense layer's bias and
+    /// activation, and the LayerNorm after it (transformers' defaults when absent).
+    #[serde(default = "cls")]
+    classifier_pooling: String,
+    #[serde(default)]
+    classifier_bias: bool,
+    #[serde(default = "gelu")]
+    classifier_activation: String,
+    #[serde(default = "norm_eps")]
+    norm_eps: f64,
+    #[serde(default)]
+    norm_bias: bool,
+}
+
+fn cls() -> String {
+    "cls".into()
+}
+
+fn gelu() -> String {
+    "gelu".into()
+}
+
+fn norm_eps() -> f64 {
+    1e-5
+}
+
+/// One layer of a head: its tensors' name, activation, bias, and a LayerNorm after it.
+struct Layer {
+    name: &'static str,
+    activation: Activation,
+    bias: bool,
+    norm: Option<HeadNorm>,
+}
+
+impl Layer {
+    fn plain(&(name, activation): &(&'static str, Activation)) -> Layer {
+        Layer {
+            name,
+            activation,
+            bias: true,
+            norm: None,
+        }
+    }
 }
 
 /// The layers of each head we read, from the CLS row: (tensor name, activation) in order, the last one's output
@@ -80,14 +123,56 @@ const HEADS: [(&[&str], Layers); 5] = [
     ),
 ];
 
+/// ModernBertForSequenceClassification's head, as its config sets it: ModernBertPredictionHead (`head.dense`, its
+/// activation, `head.norm`), then the classifier; over the first token or the tokens' mean.
+fn modernbert(config_path: &Path, f: &HeadFile) -> Result<(Vec<Layer>, Pooling)> {
+    let pooling = match f.classifier_pooling.as_str() {
+        "cls" => Pooling::Cls,
+        "mean" => Pooling::Mean,
+        other => {
+            return Err(Error::model(
+                config_path,
+                format!("unsupported classifier_pooling {other:?}: expected cls or mean"),
+            ))
+        }
+    };
+    let activation = match f.classifier_activation.as_str() {
+        "gelu" => Activation::Gelu,
+        "gelu_new" | "gelu_pytorch_tanh" => Activation::GeluTanh,
+        "tanh" => Activation::Tanh,
+        "relu" => Activation::Relu,
+        "linear" | "identity" => Activation::None,
+        other => {
+            return Err(Error::model(
+                config_path,
+                format!("unsupported classifier_activation {other:?}"),
+            ))
+        }
+    };
+    let head = Layer {
+        name: "head.dense",
+        activation,
+        bias: f.classifier_bias,
+        norm: Some(HeadNorm {
+            name: "head.norm".into(),
+            eps: f.norm_eps,
+            bias: f.norm_bias,
+        }),
+    };
+    Ok((
+        vec![head, Layer::plain(&("classifier", Activation::None))],
+        pooling,
+    ))
+}
+
 /// The classification head of the checkpoint `config_path` describes, as Dense modules over rows of `hidden`
-/// columns reading `weights_path`, and its labels; `None` when the checkpoint is not a sequence classifier.
-/// A classifier whose head is not one we read is refused, not run as an embedding model.
+/// columns reading `weights_path`, the pooling it reads, and its labels; `None` when the checkpoint is not a
+/// sequence classifier. A classifier whose head is not one we read is refused, not run as an embedding model.
 pub(super) fn read(
     config_path: &Path,
     weights_path: &Path,
     hidden: usize,
-) -> Result<Option<(Vec<DenseModule>, Classifier)>> {
+) -> Result<Option<(Vec<DenseModule>, Pooling, Classifier)>> {
     let f: HeadFile = read_json(config_path)?;
     let Some(arch) = f
         .architectures
@@ -96,21 +181,26 @@ pub(super) fn read(
     else {
         return Ok(None);
     };
-    let Some((_, layers)) = HEADS
+    let (layers, pooling) = match HEADS
         .iter()
         .find(|(names, _)| names.contains(&arch.as_str()))
-    else {
-        return Err(Error::model(
-            config_path,
-            format!(
-                "unsupported cross-encoder {arch}: expected a classification head of {}",
-                HEADS
-                    .iter()
-                    .flat_map(|(names, _)| names.iter().copied())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        ));
+    {
+        Some((_, layers)) => (layers.iter().map(Layer::plain).collect(), Pooling::Cls),
+        None if arch == "ModernBertForSequenceClassification" => modernbert(config_path, &f)?,
+        None => {
+            return Err(Error::model(
+                config_path,
+                format!(
+                    "unsupported cross-encoder {arch}: expected a classification head of {}, \
+                     ModernBertForSequenceClassification",
+                    HEADS
+                        .iter()
+                        .flat_map(|(names, _)| names.iter().copied())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ));
+        }
     };
     // transformers' labels: `id2label` in index order, else `num_labels` (2 by default) named LABEL_i.
     let mut indexed = Vec::with_capacity(f.id2label.len());
@@ -141,21 +231,19 @@ pub(super) fn read(
     if labels.is_empty() {
         return Err(Error::model(config_path, "a classifier without labels"));
     }
+    let n = layers.len();
     let dense = layers
-        .iter()
+        .into_iter()
         .enumerate()
-        .map(|(i, &(name, activation))| DenseModule {
+        .map(|(i, layer)| DenseModule {
             weights_path: weights_path.to_owned(),
-            name: name.into(),
+            name: layer.name.into(),
             in_features: hidden,
-            out_features: if i + 1 == layers.len() {
-                labels.len()
-            } else {
-                hidden
-            },
-            bias: true,
-            activation,
+            out_features: if i + 1 == n { labels.len() } else { hidden },
+            bias: layer.bias,
+            activation: layer.activation,
+            norm: layer.norm,
         })
         .collect();
-    Ok(Some((dense, Classifier { labels })))
+    Ok(Some((dense, pooling, Classifier { labels })))
 }

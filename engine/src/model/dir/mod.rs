@@ -15,7 +15,7 @@ use serde::Deserialize;
 pub use self::classifier::Classifier;
 use self::limits::{sentence_max_length, tokenizer_truncation};
 use self::modules::read_pooling;
-pub use self::modules::{DenseModule, Pooling, PoolingModule};
+pub use self::modules::{DenseModule, HeadNorm, Pooling, PoolingModule};
 use super::config::{read_json, ModelConfig, StaticConfig};
 use crate::error::{Error, Result};
 
@@ -232,15 +232,16 @@ impl ModelDir {
             }
         }
         // A bare checkpoint of a sequence classifier is a cross-encoder (sentence-transformers' CrossEncoder):
-        // the first token through its head. With modules.json it is a Transformer module like any other.
+        // the first token (ModernBERT's: or the mean) through its head. With modules.json it is a Transformer
+        // module like any other.
         let mut classifier = None;
         if modules.is_empty() {
-            if let Some((head, labels)) = classifier::read(
+            if let Some((head, mode, labels)) = classifier::read(
                 &root.join("config.json"),
                 &weights_path,
                 config.hidden_size(),
             )? {
-                pooling = PoolingModule::single(Pooling::Cls);
+                pooling = PoolingModule::single(mode);
                 dense = head;
                 classifier = Some(labels);
             }

@@ -83,6 +83,16 @@ pub struct DenseModule {
     pub out_features: usize,
     pub bias: bool,
     pub activation: Activation,
+    /// A LayerNorm after the activation (ModernBERT's classification head); sentence-transformers' Dense has none.
+    pub norm: Option<HeadNorm>,
+}
+
+/// A LayerNorm's tensors' name (before `.weight` and `.bias`), its epsilon, and whether it has a bias.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HeadNorm {
+    pub name: String,
+    pub eps: f64,
+    pub bias: bool,
 }
 
 /// A Dense module's `config.json`.
@@ -166,6 +176,7 @@ impl DenseModule {
             out_features: f.out_features,
             bias: f.bias,
             activation,
+            norm: None,
         })
     }
 }
