@@ -148,7 +148,9 @@ impl GatewayArgs {
     /// Loads the replicas and starts the gateway (on the current tokio runtime).
     pub fn start(&self, dir: &Path, config: EngineConfig) -> Result<Gateway> {
         let engines = crate::engines::load_replicas(dir, config, &|line| eprintln!("{line}"))?;
-        Gateway::new(engines, self.config(dir)?).context("starting the gateway")
+        let gateway = Gateway::new(engines, self.config(dir)?).context("starting the gateway")?;
+        announce(gateway.front());
+        Ok(gateway)
     }
 
     /// Starts a gateway in front of the remote replicas at `targets`; it reads only the model's tokenizer and
@@ -161,9 +163,11 @@ impl GatewayArgs {
         remote: RemoteConfig,
     ) -> Result<Gateway> {
         let front = ModelFront::load(dir, config).context("reading the model's tokenizer")?;
-        Gateway::remote(front, targets, remote, self.config(dir)?)
+        let gateway = Gateway::remote(front, targets, remote, self.config(dir)?)
             .await
-            .context("starting the gateway")
+            .context("starting the gateway")?;
+        announce(gateway.front());
+        Ok(gateway)
     }
 
     fn config(&self, dir: &Path) -> Result<GatewayConfig> {
@@ -191,6 +195,23 @@ impl GatewayArgs {
             max_connections: self.max_connections,
             max_header_bytes: self.max_header_bytes,
         })
+    }
+}
+
+/// Says which routes a cross-encoder answers: its embedding routes refuse it, and a client pointed at them would
+/// otherwise learn that only from its first 422.
+fn announce(front: &ModelFront) {
+    if let Some(c) = &front.info().classifier {
+        let rerank = if c.labels.len() == 1 {
+            "/rerank, /v1/rerank, "
+        } else {
+            ""
+        };
+        eprintln!(
+            "model: a cross-encoder scoring {} ({}): served on {rerank}/predict and POST /, not on the embedding routes",
+            if c.labels.len() == 1 { "one label".to_owned() } else { format!("{} labels", c.labels.len()) },
+            c.labels.join(", ")
+        );
     }
 }
 
