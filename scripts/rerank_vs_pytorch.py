@@ -139,7 +139,7 @@ def main():
     worst = max(abs(x - y) for x, y in zip(a, b))
     spread = max(abs(y) for y in b)
     ratio = rows["PyTorch (CrossEncoder.predict)"]["p50_ms"] / rows["ours (bench serve /rerank, HTTP)"]["p50_ms"]
-    print(f"largest score difference {worst:.2e} (logits' spread {spread:.3f}); PyTorch p50 / ours p50 = {ratio:.2f}")
+    print(f"largest score difference {worst:.2e} (largest |logit| {spread:.3f}); PyTorch p50 / ours p50 = {ratio:.2f}")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         out = {"passages": args.passages, "threads": args.threads, "dtype_ours": args.dtype, "n": args.n, "warmup": args.warmup,

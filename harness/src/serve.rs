@@ -203,7 +203,7 @@ impl GatewayArgs {
 fn announce(front: &ModelFront) {
     if let Some(c) = &front.info().classifier {
         let rerank = if c.labels.len() == 1 {
-            "/rerank, /v1/rerank, "
+            "/rerank, /v1/rerank, /v2/rerank, "
         } else {
             ""
         };

@@ -464,7 +464,8 @@ fn a_fault_step_kills_a_replica_process_loses_no_request_and_does_not_wait_on_it
 
 /// A reranker's traffic: a cross-encoder swept with one query against passages per request, in-process and over
 /// HTTP (Cohere's `/v1/rerank`, as a URL target of `--api openai` sends it), every request answered; a
-/// workload of the other kind of model is refused before anything runs.
+/// workload of the other kind of model (or a classifier of several labels, which ranks nothing) is refused before
+/// anything runs.
 #[test]
 fn a_rerank_sweep_scores_a_query_against_passages_per_request() {
     let tmp = tempfile::tempdir().unwrap();
@@ -512,11 +513,22 @@ fn a_rerank_sweep_scores_a_query_against_passages_per_request() {
             assert_eq!(class["errors"], 0, "{class}");
         }
     }
-    let embedder = fixtures.join("bert_max").display().to_string();
-    let out = bench(
-        &["sweep", "--workload", "rerank", "--model", &embedder],
-        tmp.path(),
-    );
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("needs a cross-encoder"));
+    let model = |name: &str| fixtures.join(name).display().to_string();
+    for (workload, name, says) in [
+        ("rerank", "bert_max", "needs a cross-encoder"),
+        ("rerank", "distilbert_nli", "of one label"),
+        (
+            "online",
+            "bert_cross_encoder",
+            "run it with --workload rerank",
+        ),
+    ] {
+        let out = bench(
+            &["sweep", "--workload", workload, "--model", &model(name)],
+            tmp.path(),
+        );
+        assert!(!out.status.success(), "{workload} on {name}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(says), "{workload} on {name}: {stderr}");
+    }
 }

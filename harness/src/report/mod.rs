@@ -143,7 +143,11 @@ fn charts(result: &RunResult) -> Vec<Chart> {
         }
     };
     let measured = |steps: &[StepResult]| -> Vec<StepResult> {
-        let mut v: Vec<StepResult> = steps.iter().filter(|s| !s.probe).cloned().collect();
+        let mut v: Vec<StepResult> = steps
+            .iter()
+            .filter(|s| !s.probe && s.measured())
+            .cloned()
+            .collect();
         v.sort_by(|a, b| x_of(a).total_cmp(&x_of(b)));
         v
     };

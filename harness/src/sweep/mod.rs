@@ -325,7 +325,19 @@ fn execute(
                 .iter()
                 .map(|class| ClassInfo {
                     name: class.name.clone(),
-                    corpus: format!("{} ({} texts)", class.corpus.name, class.corpus.texts.len()),
+                    corpus: match &class.rerank {
+                        None => {
+                            format!("{} ({} texts)", class.corpus.name, class.corpus.texts.len())
+                        }
+                        Some(r) => format!(
+                            "queries {} ({} texts), each against {} of {} ({} texts)",
+                            class.corpus.name,
+                            class.corpus.texts.len(),
+                            crate::count(r.per_request, "passage"),
+                            r.passages.name,
+                            r.passages.texts.len()
+                        ),
+                    },
                     load: match &class.drive {
                         Drive::Open { arrivals, .. } => {
                             format!("open loop, arrivals {}", arrivals.describe())

@@ -79,9 +79,10 @@ impl Runner<'_> {
                 level,
                 probe,
                 throughput: step.throughput(),
-                // A step with no requests in its window is no evidence of missing the SLO: the search goes on
-                // above it (slow requests at a low rate: a reranker's).
-                pass: step.pass || !step.measured(),
+                // A rate step with no requests in its window is no evidence of missing the SLO: the search goes
+                // on above it (slow requests at a low rate: a reranker's). A concurrency step without any (one
+                // request longer than the window) fails, and the search stops at it with its advice.
+                pass: step.pass || (matches!(level, Level::Rate(_)) && !step.measured()),
             });
             steps.push(step);
         };

@@ -172,14 +172,18 @@ fn check_model_kind(dir: &std::path::Path, workload: WorkloadKind) -> Result<()>
     let Ok(model) = engine::model::ModelDir::open(dir) else {
         return Ok(());
     };
-    let cross = model.classifier.is_some();
-    match (workload == WorkloadKind::Rerank, cross) {
-        (true, false) => bail!(
+    let labels = model.classifier.as_ref().map(|c| c.labels.len());
+    match (workload == WorkloadKind::Rerank, labels) {
+        (true, None) => bail!(
             "--workload rerank needs a cross-encoder (a *ForSequenceClassification checkpoint), and {} is an \
              embedding model",
             dir.display()
         ),
-        (false, true) => bail!(
+        (true, Some(n)) if n != 1 => bail!(
+            "--workload rerank needs a cross-encoder of one label (its relevance), and {} classifies into {n}",
+            dir.display()
+        ),
+        (false, Some(_)) => bail!(
             "{} is a cross-encoder (it scores pairs of texts): run it with --workload rerank",
             dir.display()
         ),

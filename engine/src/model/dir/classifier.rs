@@ -247,3 +247,56 @@ pub(super) fn read(
         .collect();
     Ok(Some((dense, pooling, Classifier { labels })))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(config: serde_json::Value) -> Result<(Vec<Layer>, Pooling)> {
+        let f: HeadFile = serde_json::from_value(config).expect("a config");
+        modernbert(Path::new("config.json"), &f)
+    }
+
+    /// ModernBERT's head follows its config: transformers' defaults (CLS, no biases, exact GELU, eps 1e-5), and
+    /// each setting read where given; what the head cannot run is refused, naming the key.
+    #[test]
+    fn modernbert_head_reads_its_pooling_biases_activation_and_norm() {
+        let (layers, pooling) = head(serde_json::json!({})).expect("defaults");
+        assert_eq!(pooling, Pooling::Cls);
+        let (dense, last) = (&layers[0], &layers[1]);
+        assert_eq!(
+            (dense.name, dense.bias, dense.activation),
+            ("head.dense", false, Activation::Gelu)
+        );
+        let norm = dense.norm.as_ref().expect("a norm");
+        assert_eq!(
+            (norm.name.as_str(), norm.eps, norm.bias),
+            ("head.norm", 1e-5, false)
+        );
+        assert_eq!(
+            (last.name, last.bias, last.norm.is_none()),
+            ("classifier", true, true)
+        );
+        let (layers, pooling) = head(serde_json::json!({
+            "classifier_pooling": "mean", "classifier_bias": true, "classifier_activation": "gelu_pytorch_tanh",
+            "norm_eps": 1e-6, "norm_bias": true,
+        }))
+        .expect("settings");
+        assert_eq!(pooling, Pooling::Mean);
+        assert_eq!(
+            (layers[0].bias, layers[0].activation),
+            (true, Activation::GeluTanh)
+        );
+        let norm = layers[0].norm.as_ref().expect("a norm");
+        assert_eq!((norm.eps, norm.bias), (1e-6, true));
+        for (key, value) in [
+            ("classifier_pooling", "max"),
+            ("classifier_activation", "swish"),
+        ] {
+            let Err(e) = head(serde_json::json!({ key: value })) else {
+                panic!("{key} {value} accepted");
+            };
+            assert!(e.to_string().contains(key), "{e}");
+        }
+    }
+}
