@@ -86,6 +86,25 @@ pub struct Options {
     pub api: Api,
 }
 
+impl Options {
+    /// A TEI route's options: the request's `truncate` (else the server's `auto_truncate`) and
+    /// `truncation_direction`, TEI's refusals, and the queue `priority` names.
+    pub fn tei(
+        truncate: Option<bool>,
+        auto_truncate: bool,
+        direction: Direction,
+        priority: Priority,
+    ) -> Options {
+        Options {
+            truncate: truncate.unwrap_or(auto_truncate),
+            direction,
+            api: Api::Tei,
+            priority,
+            ..Options::default()
+        }
+    }
+}
+
 /// The tokenizers the gateway uses: the engine's own (cutting from the right at the model's limit, so it is what
 /// the model would see) and, from the same `tokenizer.json`, one cutting from the left. Each input is encoded
 /// once, by the one of its direction, which also says whether it cut anything: an input at the limit is told from

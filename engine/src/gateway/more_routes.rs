@@ -75,13 +75,16 @@ pub(super) async fn embed_all(
                  pooling modes concatenated): its token states are not served",
             ));
         }
+        let tei = Options::tei(
+            req.truncate,
+            gw.config().auto_truncate,
+            req.truncation_direction,
+            priority(&headers, req.priority)?,
+        );
         let options = Options {
             prompt_name: req.prompt_name,
-            truncate: req.truncate.unwrap_or(gw.config().auto_truncate),
-            direction: req.truncation_direction,
-            api: Api::Tei,
-            priority: priority(&headers, req.priority)?,
             readout: Readout::Tokens,
+            ..tei
         };
         let Embedded { vectors, times, .. } = gw.embed(req.inputs.0, options).await?;
         let tokens: Vec<Vec<&[f32]>> = vectors.iter().map(|r| r.vectors().collect()).collect();
@@ -115,13 +118,15 @@ async fn similarity_of(
         ));
     }
     let parameters = parameters.unwrap_or_default();
+    let tei = Options::tei(
+        parameters.truncate,
+        gw.config().auto_truncate,
+        parameters.truncation_direction,
+        priority(headers, None)?,
+    );
     let options = Options {
         prompt_name: parameters.prompt_name,
-        truncate: parameters.truncate.unwrap_or(gw.config().auto_truncate),
-        direction: parameters.truncation_direction,
-        api: Api::Tei,
-        priority: priority(headers, None)?,
-        ..Options::default()
+        ..tei
     };
     let mut texts = vec![inputs.source_sentence];
     texts.extend(inputs.sentences);

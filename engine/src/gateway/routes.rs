@@ -323,13 +323,15 @@ async fn openai_embeddings(
 /// `auto_truncate` when the body does not say): what the harness's instruction-count gate measures.
 pub fn parse_embed_body(body: &[u8], auto_truncate: bool) -> Result<(Inputs, Options), ApiError> {
     let req: TeiRequest = parse(&HeaderMap::new(), Ok(Bytes::copy_from_slice(body)))?;
+    let tei = Options::tei(
+        req.truncate,
+        auto_truncate,
+        req.truncation_direction,
+        req.priority.unwrap_or_default(),
+    );
     let options = Options {
         prompt_name: req.prompt_name,
-        truncate: req.truncate.unwrap_or(auto_truncate),
-        direction: req.truncation_direction,
-        api: Api::Tei,
-        priority: req.priority.unwrap_or_default(),
-        ..Options::default()
+        ..tei
     };
     Ok((req.inputs.0, options))
 }
@@ -351,13 +353,15 @@ pub(super) async fn embed_tei(
 ) -> Result<(Times, Response), ApiError> {
     scores::embedder(gw)?;
     let dims = check_dims(req.dimensions, gw.front().dim())?;
+    let tei = Options::tei(
+        req.truncate,
+        gw.config().auto_truncate,
+        req.truncation_direction,
+        priority(headers, req.priority)?,
+    );
     let options = Options {
         prompt_name: req.prompt_name,
-        truncate: req.truncate.unwrap_or(gw.config().auto_truncate),
-        direction: req.truncation_direction,
-        api: Api::Tei,
-        priority: priority(headers, req.priority)?,
-        ..Options::default()
+        ..tei
     };
     let Embedded { vectors, times, .. } = gw.embed(req.inputs.0, options).await?;
     // The engine's rows are unit length already when the model has a Normalize module.
@@ -384,12 +388,15 @@ async fn tokenize(
     let start = Instant::now();
     let result = async {
         let req: TokenizeRequest = parse(&headers, body)?;
+        let tei = Options::tei(
+            req.truncate,
+            gw.config().auto_truncate,
+            req.truncation_direction,
+            Default::default(),
+        );
         let options = Options {
             prompt_name: req.prompt_name,
-            truncate: req.truncate.unwrap_or(gw.config().auto_truncate),
-            direction: req.truncation_direction,
-            api: Api::Tei,
-            ..Options::default()
+            ..tei
         };
         let special = req.add_special_tokens;
         tokenizer_answer(&gw, start, req.inputs.0, move |t, _, inputs| {

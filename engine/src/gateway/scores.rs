@@ -171,13 +171,12 @@ pub(super) async fn rerank_of(
     req: RerankRequest,
 ) -> Result<(Times, Response), ApiError> {
     ranker(gw)?;
-    let options = Options {
-        truncate: req.truncate.unwrap_or(gw.config().auto_truncate),
-        direction: req.truncation_direction,
-        api: Api::Tei,
-        priority: priority(headers, req.priority)?,
-        ..Options::default()
-    };
+    let options = Options::tei(
+        req.truncate,
+        gw.config().auto_truncate,
+        req.truncation_direction,
+        priority(headers, req.priority)?,
+    );
     let texts = req.return_text.then(|| req.texts.clone());
     let Embedded { vectors, times, .. } = rank_pairs(gw, &req.query, req.texts, options).await?;
     let ranks: Vec<Rank> = ranked(&vectors, req.raw_scores)?
@@ -223,13 +222,12 @@ pub(super) async fn predict_of(
             (pairs.collect(), false)
         }
     };
-    let options = Options {
-        truncate: req.truncate.unwrap_or(gw.config().auto_truncate),
-        direction: req.truncation_direction,
-        api: Api::Tei,
-        priority: priority(headers, req.priority)?,
-        ..Options::default()
-    };
+    let options = Options::tei(
+        req.truncate,
+        gw.config().auto_truncate,
+        req.truncation_direction,
+        priority(headers, req.priority)?,
+    );
     let Embedded { vectors, times, .. } = gw.embed(Inputs::Pairs(pairs), options).await?;
     let mut answers: Vec<Vec<Prediction>> = logits(&vectors, labels.len())?
         .map(|row| {
