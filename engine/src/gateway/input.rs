@@ -9,8 +9,8 @@ use serde::Deserialize;
 use super::error::{Api, ApiError};
 use crate::scheduler::Priority;
 use crate::tokenizer::{
-    is_word_list, with_thread_scratch, HfTokenizer, PairEncoding, TokenDetail, Tokenizer,
-    Truncation, TruncationSide,
+    is_word_list, with_thread_scratch, HfTokenizer, TokenDetail, Tokenizer, Truncation,
+    TruncationSide,
 };
 use crate::{ModelFront, Prompt};
 
@@ -202,7 +202,11 @@ impl Tokenization {
                 }
                 let mut prepared = Prepared::default();
                 for (i, (a, b)) in pairs.iter().enumerate() {
-                    let (ids, from) = self.encode_pair(front, i, a, b.as_deref(), options)?;
+                    // A text alone is encoded as any text is, without a prompt.
+                    let (ids, from) = match b {
+                        Some(b) => self.encode_pair(front, i, a, b, options)?,
+                        None => (self.encode_text(front, i, None, a, options)?, None),
+                    };
                     prepared.seqs.push(ids);
                     prepared.type1_from.push(from);
                 }
@@ -378,19 +382,17 @@ impl Tokenization {
         }
         Ok(ids)
     }
-
-    /// A pair's ids as the tokenizer of the request's direction joins them (a text alone's where `b` is `None`),
-    /// and where its tokens of type 1 start.
+    /// A pair's ids as the tokenizer of the request's direction joins them, and where its tokens of type 1 start.
     fn encode_pair(
         &self,
         front: &ModelFront,
         i: usize,
         a: &str,
-        b: Option<&str>,
+        b: &str,
         options: &Options,
     ) -> Result<(Vec<u32>, Option<u32>), ApiError> {
-        for (which, text) in [("first", Some(a)), ("second", b)] {
-            if text.is_some_and(str::is_empty) {
+        for (which, text) in [("first", a), ("second", b)] {
+            if text.is_empty() {
                 return Err(ApiError::bad_request(
                     "empty_input",
                     format!("input {i}: its {which} text is empty"),
@@ -399,16 +401,10 @@ impl Tokenization {
         }
         let tokenizer = self.tokenizer(front, options.direction);
         let mut ids = Vec::new();
-        let encoded = with_thread_scratch(|scratch| match b {
-            Some(b) => tokenizer.encode_pair(a, b, scratch, &mut ids),
-            None => tokenizer
-                .encode_cut(a, scratch, &mut ids)
-                .map(|cut| PairEncoding {
-                    type1_from: None,
-                    cut,
-                }),
-        })
-        .map_err(|e| ApiError::unprocessable("tokenization_failed", format!("input {i}: {e}")))?;
+        let encoded = with_thread_scratch(|scratch| tokenizer.encode_pair(a, b, scratch, &mut ids))
+            .map_err(|e| {
+                ApiError::unprocessable("tokenization_failed", format!("input {i}: {e}"))
+            })?;
         if encoded.cut && !options.truncate {
             return Err(self.too_long(i, None, options.api));
         }

@@ -286,8 +286,17 @@ impl Sequence {
     /// The text, and the second text of a pair.
     pub fn into_pair(self) -> (String, Option<String>) {
         match self {
-            Sequence::Text(a) | Sequence::Listed(Listed::Text([a])) => (a, None),
-            Sequence::Listed(Listed::Pair(a, b)) => (a, Some(b)),
+            Sequence::Text(a) => (a, None),
+            Sequence::Listed(l) => l.into_pair(),
+        }
+    }
+}
+
+impl Listed {
+    pub fn into_pair(self) -> (String, Option<String>) {
+        match self {
+            Listed::Text([a]) => (a, None),
+            Listed::Pair(a, b) => (a, Some(b)),
         }
     }
 }

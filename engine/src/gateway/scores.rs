@@ -13,7 +13,7 @@ use axum::Json;
 use serde::Serialize;
 
 use super::requests::{
-    parse, CohereRerankRequest, PredictInputs, PredictRequest, RerankRequest, Sequence,
+    parse, CohereRerankRequest, Listed, PredictInputs, PredictRequest, RerankRequest,
 };
 use super::routes::{check_model, priority, respond};
 use super::{Api, ApiError, Embedded, Gateway, Inputs, Options, Times};
@@ -217,10 +217,7 @@ pub(super) async fn predict_of(
     let labels = &classifier(gw)?.labels;
     let (pairs, single): (Vec<_>, _) = match req.inputs {
         PredictInputs::One(s) => (vec![s.into_pair()], true),
-        PredictInputs::Many(s) => {
-            let pairs = s.into_iter().map(|l| Sequence::Listed(l).into_pair());
-            (pairs.collect(), false)
-        }
+        PredictInputs::Many(s) => (s.into_iter().map(Listed::into_pair).collect(), false),
     };
     let options = Options::tei(
         req.truncate,
