@@ -69,8 +69,8 @@ impl std::fmt::Display for Priority {
 }
 
 /// What one submission asks of the scheduler: its priority, the answer each of its sequences wants (pooled,
-/// or every token's state), and, for pairs of texts, where each sequence's tokens of type 1 start
-/// ([`crate::Batch::type1_from`]). Sequences of every kind share batches; a [`Priority`] alone means pooled
+/// or every token's state), and, for pairs of texts, where the tokens of type 1 start — one boundary for all its
+/// sequences ([`crate::Batch::type1_from`]; a caller submits pairs of another boundary separately). Sequences of every kind share batches; a [`Priority`] alone means pooled
 /// single texts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Work {
