@@ -16,12 +16,15 @@ __device__ __forceinline__ float gelu_tanh(float g) {
 }
 
 // A linear layer's activation (Ops::linear): 0 none, 1 exact GELU, 2 tanh (sentence-transformers' Dense), 3 ReLU
-// (T5's feed-forward), 4 GELU's tanh approximation.
+// (T5's feed-forward), 4 GELU's tanh approximation, 5 SPLADE's log(1 + ReLU), 6 that twice (SpladePooling's
+// `log1p_relu`).
 __device__ __forceinline__ float activate(float v, int act) {
     return act == 1   ? gelu(v)
            : act == 2 ? tanhf(v)
            : act == 3 ? fmaxf(v, 0.0f)
            : act == 4 ? gelu_tanh(v)
+           : act == 5 ? log1pf(fmaxf(v, 0.0f))
+           : act == 6 ? log1pf(log1pf(fmaxf(v, 0.0f)))
                       : v;
 }
 

@@ -98,6 +98,9 @@ pub struct ModelInfo {
     /// A cross-encoder's labels ([`model::ModelDir::classifier`]): its output is one score per label, for texts
     /// and pairs of texts ([`Engine::score`]), not an embedding.
     pub classifier: Option<model::Classifier>,
+    /// Whether it is a sparse (SPLADE) model ([`model::ModelDir::sparse`]): its embedding is one weight per
+    /// vocabulary entry, most of them 0, which `/embed_sparse` answers as the entries that are not.
+    pub sparse: bool,
     /// The architecture and its settings, as read from config.json.
     #[serde(skip)]
     pub config: model::ModelConfig,
@@ -168,6 +171,7 @@ impl ModelFront {
             prompts,
             default_prompt: dir.default_prompt.clone(),
             classifier: dir.classifier.clone(),
+            sparse: dir.sparse.is_some(),
             config: dir.config.clone(),
         };
         Ok(ModelFront {

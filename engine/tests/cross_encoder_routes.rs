@@ -6,16 +6,12 @@
 
 mod common;
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
-use axum::Router;
-use common::models::{dir, load};
-use engine::gateway::{Gateway, GatewayConfig};
+use axum::http::StatusCode;
+use common::http::{get, post, with_gateway};
+use common::models::dir;
 use engine::tokenizer::Scratch;
-use engine::{CaptureMode, Dtype, Engine};
-use http_body_util::BodyExt;
+use engine::Engine;
 use serde_json::{json, Value};
-use tower::ServiceExt;
 
 /// A query long enough to be cut against the shorter passages (max length 40), so the pairs' tokens of type 1
 /// start at several places.
@@ -44,27 +40,6 @@ fn passages(name: &str) -> Vec<String> {
     passages
 }
 
-/// Runs `test` against a gateway serving `name` (split into sub-batches of 5), with an engine of its own beside
-/// it, on a runtime of its own: [`Engine::score`] blocks, so the reference is computed outside it.
-fn with_gateway(name: &str, test: impl AsyncFnOnce(Router, Engine)) {
-    let reference = load(name, Dtype::F32, CaptureMode::Off);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(async {
-        let served = load(name, Dtype::F32, CaptureMode::Off);
-        let config = GatewayConfig {
-            model_name: name.into(),
-            split_size: 5,
-            ..Default::default()
-        };
-        let gateway = Gateway::new(vec![served], config).expect("gateway");
-        test(gateway.router(), reference).await;
-    });
-}
-
 /// The engine's logits, off the runtime's threads.
 fn score(engine: &Engine, query: &str, passages: &[String]) -> Vec<Vec<f32>> {
     let pairs: Vec<(&str, &str)> = passages.iter().map(|p| (query, p.as_str())).collect();
@@ -73,31 +48,6 @@ fn score(engine: &Engine, query: &str, passages: &[String]) -> Vec<Vec<f32>> {
             .join()
             .expect("join")
     })
-}
-
-async fn post(router: &Router, path: &str, body: Value) -> (StatusCode, Value) {
-    let request = Request::post(path)
-        .header("content-type", "application/json")
-        .body(Body::from(body.to_string()));
-    send(router, request.expect("request")).await
-}
-
-async fn get(router: &Router, path: &str) -> (StatusCode, Value) {
-    send(
-        router,
-        Request::get(path).body(Body::empty()).expect("request"),
-    )
-    .await
-}
-
-async fn send(router: &Router, request: Request<Body>) -> (StatusCode, Value) {
-    let response = router.clone().oneshot(request).await.expect("response");
-    let status = response.status();
-    let bytes = response.into_body().collect().await.expect("body");
-    (
-        status,
-        serde_json::from_slice(&bytes.to_bytes()).expect("JSON body"),
-    )
 }
 
 fn sigmoid(x: f32) -> f32 {

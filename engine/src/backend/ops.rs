@@ -32,6 +32,11 @@ pub enum Activation {
     Tanh,
     /// `max(x, 0)`, T5's feed-forward (`feed_forward_proj = "relu"`).
     Relu,
+    /// `log(1 + max(x, 0))`, SPLADE's term weight (sentence-transformers' SpladePooling, `relu`): monotone, so a
+    /// max over tokens after it is the max before it, transformed.
+    Log1pRelu,
+    /// `log(1 + log(1 + max(x, 0)))`, SpladePooling's `log1p_relu` (opensearch-neural-sparse's models).
+    Log1pLog1pRelu,
 }
 
 /// The activation of a gated linear unit's gate ([`Ops::glu`]).

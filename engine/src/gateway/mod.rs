@@ -24,6 +24,7 @@ mod requests;
 mod routes;
 mod scores;
 mod serve;
+mod sparse;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use super::requests::{from_value, parse, DecodeRequest, EmbedAllRequest, SimilarityRequest};
 use super::routes::{check_model, embed_tei, priority, respond, tokenizer_answer};
-use super::scores;
+use super::{scores, sparse};
 use super::{Api, ApiError, Embedded, Gateway, Inputs, Options, Times};
 use crate::Readout;
 
@@ -22,7 +22,7 @@ use crate::Readout;
 /// for an embedding model, `inputs` holding `source_sentence` and `sentences` is a similarity request, anything else
 /// an embedding one, so `InferenceClient`'s `feature_extraction` and `sentence_similarity` both work against the
 /// one URL; for a cross-encoder, a body with a `query` is a rerank request, anything else a prediction
-/// (`InferenceClient`'s `text_classification`).
+/// (`InferenceClient`'s `text_classification`); a sparse model's is `/embed_sparse`, as TEI routes it.
 pub(super) async fn root(
     State(gw): State<Gateway>,
     headers: HeaderMap,
@@ -42,6 +42,11 @@ pub(super) async fn root(
                     scores::predict_of(&gw, &headers, from_value(value)?).await,
                 ))
             }
+        } else if gw.front().info().sparse {
+            Ok((
+                "embed_sparse",
+                sparse::embed_sparse_of(&gw, &headers, from_value(value)?).await,
+            ))
         } else if value["inputs"].is_object() {
             Ok((
                 "similarity",

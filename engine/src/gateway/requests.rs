@@ -180,6 +180,9 @@ pub(super) struct EmbedAllRequest {
     pub priority: Option<Priority>,
 }
 
+/// TEI's `/embed_sparse` request, whose fields are `/embed_all`'s.
+pub(super) type EmbedSparseRequest = EmbedAllRequest;
+
 /// TEI's `/similarity` request (and the Inference API's `sentence-similarity` task, which `POST /` takes).
 #[derive(Deserialize)]
 pub(super) struct SimilarityRequest {

@@ -16,7 +16,7 @@ use sha2::Digest;
 use subtle::ConstantTimeEq;
 
 use super::requests::{parse, OpenAiRequest, TeiRequest, TokenizeRequest};
-use super::{more_routes, scores, serve};
+use super::{more_routes, scores, serve, sparse};
 use super::{
     Api, ApiError, Embedded, Encoded, EncodingFormat, Gateway, Inputs, Options, Precision, Times,
     Tokenization,
@@ -33,6 +33,7 @@ pub(super) fn router(gateway: Gateway) -> Router {
         .route("/", post(more_routes::root))
         .route("/embed", post(tei_embed))
         .route("/embed_all", post(more_routes::embed_all))
+        .route("/embed_sparse", post(sparse::embed_sparse))
         .route("/similarity", post(more_routes::similarity))
         .route("/tokenize", post(tokenize))
         .route("/decode", post(more_routes::decode))
@@ -351,7 +352,10 @@ pub(super) async fn embed_tei(
     headers: &HeaderMap,
     req: TeiRequest,
 ) -> Result<(Times, Response), ApiError> {
-    scores::embedder(gw)?;
+    // TEI serves a sparse model's whole vector here, unnormalized only.
+    if !gw.front().info().sparse || req.normalize {
+        scores::embedder(gw)?;
+    }
     let dims = check_dims(req.dimensions, gw.front().dim())?;
     let tei = Options::tei(
         req.truncate,

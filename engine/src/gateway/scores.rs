@@ -31,12 +31,13 @@ fn classifier(gw: &Gateway) -> Result<&Classifier, ApiError> {
     })
 }
 
-/// `/info`'s `model_type`, in TEI's shape: `{"embedding": {"pooling": …}}`, or a cross-encoder's labels as
+/// `/info`'s `model_type`, in TEI's shape: `{"embedding": {"pooling": …}}` (`"splade"` for a sparse model), or a cross-encoder's labels as
 /// `{"reranker": …}` (one label) or `{"classifier": …}` with `id2label` and `label2id`.
 pub(super) fn model_type(info: &crate::ModelInfo) -> serde_json::Value {
     let Some(classifier) = &info.classifier else {
         // TEI names one mode; sentence-transformers may concatenate several.
         let pooling = match info.pooling.modes.as_slice() {
+            _ if info.sparse => serde_json::json!("splade"),
             [one] => serde_json::json!(one),
             many => serde_json::json!(many),
         };
@@ -56,13 +57,20 @@ pub(super) fn model_type(info: &crate::ModelInfo) -> serde_json::Value {
     serde_json::json!({ kind: { "id2label": id2label, "label2id": label2id } })
 }
 
-/// Refuses the embedding routes for a cross-encoder, whose output is a score per label, not an embedding.
+/// Refuses the dense embedding routes for a cross-encoder, whose output is a score per label, not an embedding,
+/// and for a sparse model, whose output is a weight per vocabulary entry.
 pub(super) fn embedder(gw: &Gateway) -> Result<(), ApiError> {
-    match gw.front().info().classifier {
+    let info = gw.front().info();
+    match info.classifier {
         Some(_) => Err(ApiError::unprocessable(
             "wrong_model_type",
             "this model is a cross-encoder: it scores texts and pairs of texts (/rerank, /predict, /v1/rerank) \
              and gives no embeddings",
+        )),
+        None if info.sparse => Err(ApiError::unprocessable(
+            "wrong_model_type",
+            "this model is a sparse (SPLADE) model: /embed_sparse gives its weights per vocabulary entry (TEI's \
+             /embed the whole vector with normalize: false); it has no dense embedding",
         )),
         None => Ok(()),
     }

@@ -4,7 +4,12 @@
 //! cross-encoder's classification head, ModernBERT's with a LayerNorm after its first layer), then Normalize,
 //! which the backend applies ([`Architecture::normalizes`](crate::backend::ops::Architecture::normalizes)).
 
-use super::{layer_norm, stacked_linear, LayerNormWeights, ModelDir, Pooling, Weights};
+use std::ops::Range;
+
+use super::{
+    layer_norm, stacked_linear, DenseModule, LayerNormWeights, ModelDir, Pooling, SparseModule,
+    Weights,
+};
 use crate::backend::ops::{Activation, Device, Layout, Matrix, Ops, Slot};
 use crate::batch::Batch;
 use crate::error::Result;
@@ -18,7 +23,100 @@ struct Dense<D: Device> {
     out: usize,
 }
 
-/// Pooling, Dense and Normalize: one embedding per sequence from the last hidden states.
+impl<D: Device> Dense<D> {
+    fn load(m: &DenseModule, device: &D) -> Result<Self> {
+        let w = Weights::open(&m.weights_path, &format!("{}.weight", m.name))?;
+        let names = [(m.name.clone(), m.out_features)];
+        let norm = m
+            .norm
+            .as_ref()
+            .map(|n| layer_norm(&w, device, &n.name, m.out_features, n.eps, n.bias))
+            .transpose()?;
+        Ok(Dense {
+            linear: stacked_linear(&w, device, &names, m.in_features, m.bias)?,
+            act: m.activation,
+            norm,
+            out: m.out_features,
+        })
+    }
+
+    fn forward<O: Ops<Device = D>>(&self, ops: &O, input: O::Mat, output: O::Mat) {
+        ops.linear(input, &self.linear, self.act, None, output);
+        if let Some(norm) = &self.norm {
+            ops.layer_norm(output, None, output, norm);
+        }
+    }
+}
+
+/// Vocabulary entries per GEMM of a SPLADE head: its logits, a token's row of each block at a time, would be the
+/// whole vocabulary wide otherwise (8,192 tokens × 30,522 entries: 1 GB of f32).
+const VOCAB_BLOCK: usize = 2048;
+
+/// SPLADE's head ([`SparseModule`]): the MLM transform over every token, then the vocabulary projection a block
+/// of entries at a time, SpladePooling's activation in its epilogue, each block max-pooled into its columns.
+struct Sparse<D: Device> {
+    transform: Dense<D>,
+    /// Each block's projection (bias and activation with it) and the entries it covers.
+    blocks: Vec<(D::Linear, Range<usize>)>,
+    vocab: usize,
+    /// SpladePooling's activation, on every logit (monotone, so the max after it is the max before it, activated).
+    activation: Activation,
+}
+
+impl<D: Device> Sparse<D> {
+    fn load(s: &SparseModule, device: &D) -> Result<Self> {
+        let hidden = s.transform.out_features;
+        let w = Weights::open(&s.transform.weights_path, &s.decoder)?;
+        let weight = w.get(&s.decoder, &[s.vocab, hidden])?;
+        let bias = w.get(&s.decoder_bias, &[s.vocab])?;
+        let blocks = (0..s.vocab)
+            .step_by(VOCAB_BLOCK)
+            .map(|start| {
+                let cols = start..(start + VOCAB_BLOCK).min(s.vocab);
+                let linear = device.linear(
+                    &weight.data()[cols.start * hidden..cols.end * hidden],
+                    Some(&bias.data()[cols.clone()]),
+                    cols.len(),
+                    hidden,
+                )?;
+                Ok((linear, cols))
+            })
+            .collect::<Result<_>>()?;
+        Ok(Sparse {
+            transform: Dense::load(&s.transform, device)?,
+            blocks,
+            vocab: s.vocab,
+            activation: s.activation,
+        })
+    }
+
+    /// Its slots: the transform's output and one block's logits, per token.
+    fn widths(&self) -> [usize; 2] {
+        [self.transform.out, VOCAB_BLOCK.min(self.vocab)]
+    }
+
+    /// Every token's logits, activated, at their maximum over each sequence's tokens, into `out`'s rows.
+    fn forward<O: Ops<Device = D>>(
+        &self,
+        ops: &O,
+        batch: &Batch,
+        x: O::Mat,
+        acts: &[O::Mat],
+        out: O::Mat,
+    ) {
+        let (transformed, logits) = (acts[0], acts[1]);
+        self.transform.forward(ops, x, transformed);
+        let act = self.activation;
+        for (linear, cols) in &self.blocks {
+            let block = logits.columns(0..cols.len());
+            ops.linear(transformed, linear, act, None, block);
+            ops.pool(batch, block, Pooling::Max, out.columns(cols.clone()));
+        }
+    }
+}
+
+/// Pooling, Dense and Normalize: one embedding per sequence from the last hidden states (or a SPLADE head's
+/// weights per vocabulary entry).
 pub struct Head<D: Device> {
     /// The Pooling module's modes, concatenated in order.
     pub modes: Vec<Pooling>,
@@ -26,6 +124,7 @@ pub struct Head<D: Device> {
     pools_last: bool,
     hidden: usize,
     dense: Vec<Dense<D>>,
+    sparse: Option<Sparse<D>>,
 }
 
 impl<D: Device> Head<D> {
@@ -33,23 +132,14 @@ impl<D: Device> Head<D> {
         let dense = dir
             .dense
             .iter()
-            .map(|m| {
-                let w = Weights::open(&m.weights_path, &format!("{}.weight", m.name))?;
-                let names = [(m.name.clone(), m.out_features)];
-                let norm = m
-                    .norm
-                    .as_ref()
-                    .map(|n| layer_norm(&w, device, &n.name, m.out_features, n.eps, n.bias))
-                    .transpose()?;
-                Ok(Dense {
-                    linear: stacked_linear(&w, device, &names, m.in_features, m.bias)?,
-                    act: m.activation,
-                    norm,
-                    out: m.out_features,
-                })
-            })
+            .map(|m| Dense::load(m, device))
             .collect::<Result<_>>()?;
         Ok(Head {
+            sparse: dir
+                .sparse
+                .as_ref()
+                .map(|s| Sparse::load(s, device))
+                .transpose()?,
             modes: dir.pooling.modes.clone(),
             normalize: dir.normalize,
             pools_last: dir.pools_last(),
@@ -65,7 +155,11 @@ impl<D: Device> Head<D> {
 
     /// Width of the sentence embedding.
     pub fn dim(&self) -> usize {
-        self.dense.last().map_or(self.pooled(), |d| d.out)
+        match (&self.sparse, self.dense.last()) {
+            (Some(s), _) => s.vocab,
+            (None, Some(d)) => d.out,
+            (None, None) => self.pooled(),
+        }
     }
 
     /// Whether each pooled row is the embedding ([`ModelDir::pools_last`]: one mode, no Dense module after it): a
@@ -81,7 +175,11 @@ impl<D: Device> Head<D> {
         let region = layout.region_widths().len();
         let mut offset = 0;
         let inputs = std::iter::once(self.pooled()).chain(self.dense.iter().map(|d| d.out));
-        for width in inputs.take(self.dense.len()) {
+        let widths: Vec<usize> = match &self.sparse {
+            Some(s) => s.widths().to_vec(),
+            None => inputs.take(self.dense.len()).collect(),
+        };
+        for width in widths {
             layout.slots.push(Slot::new(region, offset, width, false));
             offset += width;
         }
@@ -99,6 +197,10 @@ impl<D: Device> Head<D> {
         out: O::Mat,
     ) {
         let rows = batch.out_rows();
+        if let Some(sparse) = &self.sparse {
+            sparse.forward(ops, batch, x, acts, out.top(rows));
+            return;
+        }
         let pool = |into: O::Mat| {
             for (i, &mode) in self.modes.iter().enumerate() {
                 let block = into
@@ -112,15 +214,9 @@ impl<D: Device> Head<D> {
             return;
         };
         pool(acts[0]);
-        let dense = |d: &Dense<D>, input: O::Mat, output: O::Mat| {
-            ops.linear(input, &d.linear, d.act, None, output);
-            if let Some(norm) = &d.norm {
-                ops.layer_norm(output, None, output, norm);
-            }
-        };
         for (i, d) in inner.iter().enumerate() {
-            dense(d, acts[i].top(rows), acts[i + 1].top(rows));
+            d.forward(ops, acts[i].top(rows), acts[i + 1].top(rows));
         }
-        dense(last, acts[inner.len()].top(rows), out.top(rows));
+        last.forward(ops, acts[inner.len()].top(rows), out.top(rows));
     }
 }

@@ -25,7 +25,9 @@ pub use config::{
     ModernBertConfig, Rope, RopeScaling, RotaryBertConfig, RotaryBertFamily, RotaryBertMlp,
     StaticConfig, T5Config, T5FeedForward,
 };
-pub use dir::{Classifier, DenseModule, ModelDir, Pooling, PoolingModule, MAX_POSITIONS};
+pub use dir::{
+    Classifier, DenseModule, ModelDir, Pooling, PoolingModule, SparseModule, MAX_POSITIONS,
+};
 pub use head::Head;
 pub use weights::{Tensor, Weights};
 

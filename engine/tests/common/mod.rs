@@ -2,6 +2,7 @@
 
 use base64::Engine as _;
 
+pub mod http;
 pub mod models;
 
 pub struct Fixture {

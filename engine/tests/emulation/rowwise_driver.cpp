@@ -5,7 +5,8 @@
 //   EW_PROGRAM_NORM (norm.cu): layer_norm(x + y, gamma a, beta b) into a fresh matrix, layer_norm(x) in place, then
 //     rms_norm(x, weight a) into a fresh matrix, then accumulating into y;
 //   EW_PROGRAM_ELEMENTWISE (elementwise.cu): bias_act(y, bias a, GELU, residual x) in place, bias_act(y, bias a,
-//     tanh) on a copy of y, the same with ReLU and with GELU's tanh approximation on others, glu(x) (f = cols / 2)
+//     tanh) on a copy of y, the same with ReLU, GELU's tanh approximation and SPLADE's log(1 + ReLU) once and
+//     twice on others, glu(x) (f = cols / 2)
 //     with SiLU, GELU and GELU's tanh approximation, each into a fresh matrix, to_bf16(x), bias_act_bf16 (bias a, GELU) and glu_bf16
 //     (SiLU, GELU, tanh GELU) on x rounded to bf16 in rows of 2 ld (0xffff past ld), then rotary(x) in place (heads of `group`, table rows by pos),
 //     then rotary with per-head RMSNorm (weight a) on copies of bias_act's output, heads of `group` and of
@@ -84,27 +85,20 @@ int main(int argc, char** argv) {
 #endif
 
 #ifdef EW_PROGRAM_ELEMENTWISE
-    auto yt = y, yr = y, yg = y;
+    const auto y0 = y;
     auto sh1 = unwritten((size_t)rows * cols);
     emu::launch(dim3{(unsigned)rows, col_blocks, 1}, THREADS, 0,
                 [&] { bias_act(y.data(), ld, cols, meta, a.data(), 1, x.data(), ld, sh1.data()); });
     put(out, y);
     put(out, sh1);
-    auto sht = unwritten((size_t)rows * cols);
-    emu::launch(dim3{(unsigned)rows, col_blocks, 1}, THREADS, 0,
-                [&] { bias_act(yt.data(), ld, cols, meta, a.data(), 2, nullptr, 0, sht.data()); });
-    put(out, yt);
-    put(out, sht);
-    auto shr = unwritten((size_t)rows * cols);
-    emu::launch(dim3{(unsigned)rows, col_blocks, 1}, THREADS, 0,
-                [&] { bias_act(yr.data(), ld, cols, meta, a.data(), 3, nullptr, 0, shr.data()); });
-    put(out, yr);
-    put(out, shr);
-    auto shg = unwritten((size_t)rows * cols);
-    emu::launch(dim3{(unsigned)rows, col_blocks, 1}, THREADS, 0,
-                [&] { bias_act(yg.data(), ld, cols, meta, a.data(), 4, nullptr, 0, shg.data()); });
-    put(out, yg);
-    put(out, shg);
+    for (int act : {2, 3, 4, 5, 6}) {
+        auto ya = y0;
+        auto sha = unwritten((size_t)rows * cols);
+        emu::launch(dim3{(unsigned)rows, col_blocks, 1}, THREADS, 0,
+                    [&] { bias_act(ya.data(), ld, cols, meta, a.data(), act, nullptr, 0, sha.data()); });
+        put(out, ya);
+        put(out, sha);
+    }
     const int f = cols / 2;
     for (int act : {0, 1, 2}) {
         auto o2 = nans(n);

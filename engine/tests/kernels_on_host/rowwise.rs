@@ -225,6 +225,10 @@ fn emulated_cuda_elementwise_kernels_match_f64_and_write_their_shadow() {
     let relu_shadow = out.bf16s(ROWS * COLS);
     let act_gelu_tanh = out.f32s(ROWS * LD);
     let act_gelu_tanh_shadow = out.bf16s(ROWS * COLS);
+    let splade = out.f32s(ROWS * LD);
+    let splade_shadow = out.bf16s(ROWS * COLS);
+    let splade_twice = out.f32s(ROWS * LD);
+    let splade_twice_shadow = out.bf16s(ROWS * COLS);
     let silu = out.f32s(ROWS * LD);
     let silu_shadow = out.bf16s(ROWS * f);
     let gelu_gate = out.f32s(ROWS * LD);
@@ -268,6 +272,31 @@ fn emulated_cuda_elementwise_kernels_match_f64_and_write_their_shadow() {
         &act_gelu_tanh_shadow,
         COLS,
         |r, c| gelu_tanh_of(inp.y[r * LD + c] as f64 + inp.a[c] as f64),
+        |i| inp.y[i],
+    );
+    check_rows(
+        "bias_act (SPLADE's log(1 + ReLU))",
+        &splade,
+        &splade_shadow,
+        COLS,
+        |r, c| {
+            (inp.y[r * LD + c] as f64 + inp.a[c] as f64)
+                .max(0.0)
+                .ln_1p()
+        },
+        |i| inp.y[i],
+    );
+    check_rows(
+        "bias_act (SPLADE's log(1 + log(1 + ReLU)))",
+        &splade_twice,
+        &splade_twice_shadow,
+        COLS,
+        |r, c| {
+            (inp.y[r * LD + c] as f64 + inp.a[c] as f64)
+                .max(0.0)
+                .ln_1p()
+                .ln_1p()
+        },
         |i| inp.y[i],
     );
     check_rows(

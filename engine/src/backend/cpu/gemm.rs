@@ -439,6 +439,8 @@ pub fn linear(par: &dyn Par, x: Mat, w: &PackedB, epi: Epilogue, out: Mat, scrat
                 Activation::GeluTanh => rows_of(kernels::gelu_tanh),
                 Activation::Tanh => rows_of(kernels::tanh),
                 Activation::Relu => rows_of(kernels::relu),
+                Activation::Log1pRelu => rows_of(kernels::log1p_relu),
+                Activation::Log1pLog1pRelu => rows_of(kernels::log1p_log1p_relu),
             }
         }
     });

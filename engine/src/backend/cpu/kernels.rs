@@ -170,6 +170,20 @@ pub fn relu(x: &mut [f32]) {
     }
 }
 
+/// SPLADE's `log(1 + max(x, 0))` in place. A trained model's logits are mostly negative: those skip the logarithm.
+pub fn log1p_relu(x: &mut [f32]) {
+    for v in x.iter_mut() {
+        *v = if *v > 0.0 { v.ln_1p() } else { 0.0 };
+    }
+}
+
+/// SpladePooling's `log1p_relu`: `log(1 + log(1 + max(x, 0)))` in place.
+pub fn log1p_log1p_relu(x: &mut [f32]) {
+    for v in x.iter_mut() {
+        *v = if *v > 0.0 { v.ln_1p().ln_1p() } else { 0.0 };
+    }
+}
+
 /// erf as a rational approximation on [-4, 4] (the form XLA and Eigen use for f32: max error a few ulp), branch-free
 /// so that it vectorises.
 #[inline(always)]

@@ -297,13 +297,16 @@ impl<'a> Ops for CudaPass<'a> {
         let bias = w.bias.as_ref().map(|b| ptr(b, s));
         // Activations are our kernel's (GELU exact erf, see gemm.rs; tanh): the GEMM then adds only the bias, and
         // the residual goes after the activation, in the same kernel. A bf16 output takes the bias in that kernel
-        // too, in f32. The kernels' `act`: 0 none, 1 GELU, 2 tanh, 3 ReLU, 4 GELU's tanh approximation.
+        // too, in f32. The kernels' `act`: 0 none, 1 GELU, 2 tanh, 3 ReLU, 4 GELU's tanh approximation, 5 and 6
+        // SPLADE's log(1 + ReLU) once and twice.
         let act = match act {
             Activation::None => 0,
             Activation::Gelu => 1,
             Activation::Tanh => 2,
             Activation::Relu => 3,
             Activation::GeluTanh => 4,
+            Activation::Log1pRelu => 5,
+            Activation::Log1pLog1pRelu => 6,
         };
         let activates = act != 0;
         let gemm = Gemm {

@@ -2,11 +2,13 @@
 //! or a WordEmbeddings module and Pooling, or a StaticEmbedding; then Dense and Normalize), `modules` reads the
 //! modules after the network,
 //! `limits` the max sequence length, `classifier` a cross-encoder's classification head (a bare
-//! `*ForSequenceClassification` checkpoint).
+//! `*ForSequenceClassification` checkpoint), `sparse` a SparseEncoder's SPLADE head (a Transformer and
+//! SpladePooling).
 
 mod classifier;
 mod limits;
 mod modules;
+mod sparse;
 
 use std::path::{Path, PathBuf};
 
@@ -16,6 +18,7 @@ pub use self::classifier::Classifier;
 use self::limits::{sentence_max_length, tokenizer_truncation};
 use self::modules::read_pooling;
 pub use self::modules::{DenseModule, HeadNorm, Pooling, PoolingModule};
+pub use self::sparse::SparseModule;
 use super::config::{read_json, ModelConfig, StaticConfig};
 use crate::error::{Error, Result};
 
@@ -48,6 +51,9 @@ pub struct ModelDir {
     /// A cross-encoder's labels (a bare `*ForSequenceClassification` checkpoint): its output is one logit per
     /// label, from the first token through its head (`dense`).
     pub classifier: Option<Classifier>,
+    /// A sparse model's head (a SparseEncoder's SpladePooling over its MLM head): its output is one weight per
+    /// vocabulary entry.
+    pub sparse: Option<SparseModule>,
     pub weights_path: PathBuf,
     /// The `tokenizer.json`, or a WordEmbeddings module's word list ([`crate::tokenizer::WHITESPACE_CONFIG`]).
     pub tokenizer_path: PathBuf,
@@ -199,9 +205,28 @@ impl ModelDir {
         let (mut pooling, mut normalize, mut pooled) =
             (PoolingModule::single(Pooling::Mean), false, is_static);
         let mut dense: Vec<DenseModule> = Vec::new();
+        let mut sparse = None;
         for m in modules.iter().skip(usize::from(has_table)) {
+            if sparse.is_some() {
+                return Err(Error::model(
+                    &modules_path,
+                    format!("unsupported module {:?} after SpladePooling", m.class()),
+                ));
+            }
             match m.class() {
                 "Transformer" if !has_table => {}
+                // sentence-transformers 5's name for a Transformer module of task fill-mask.
+                "MLMTransformer" if !has_table => {}
+                "SpladePooling" if !has_table && !pooled => {
+                    sparse = Some(sparse::read(
+                        &root.join(&m.path),
+                        &root.join("config.json"),
+                        &config,
+                        &weights_path,
+                    )?);
+                    pooling = PoolingModule::single(Pooling::Max);
+                    pooled = true;
+                }
                 "Pooling" if !is_static => {
                     pooling = read_pooling(&root.join(&m.path).join("config.json"))?;
                     pooled = true;
@@ -225,7 +250,8 @@ impl ModelDir {
                         &modules_path,
                         format!(
                             "unsupported module {other:?} here: expected a Transformer or WordEmbeddings and \
-                             Pooling, or a StaticEmbedding, first, then Dense and Normalize modules"
+                             Pooling, or a StaticEmbedding, first, then Dense and Normalize modules; or a \
+                             Transformer and SpladePooling"
                         ),
                     ))
                 }
@@ -295,6 +321,7 @@ impl ModelDir {
             default_prompt,
             dense,
             classifier,
+            sparse,
             weights_path,
             tokenizer_path,
             add_special_tokens: !has_table,
@@ -305,17 +332,18 @@ impl ModelDir {
 impl ModelDir {
     /// Width of the sentence embedding: the last Dense module's output, else the pooled vector's.
     pub fn dim(&self) -> usize {
-        self.dense.last().map_or_else(
-            || self.pooling.width(self.config.hidden_size()),
-            |d| d.out_features,
-        )
+        match (&self.sparse, self.dense.last()) {
+            (Some(s), _) => s.vocab,
+            (None, Some(d)) => d.out_features,
+            (None, None) => self.pooling.width(self.config.hidden_size()),
+        }
     }
 
-    /// Whether the embedding is the hidden states pooled by one mode, nothing after it but Normalize: then a
-    /// sequence's token states are in the embedding's space (served by `/embed_all`), and a backend may normalize
-    /// rows as it pools them.
+    /// Whether the embedding is the hidden states pooled by one mode, nothing after it but Normalize (nor a
+    /// SPLADE head before it): then a sequence's token states are in the embedding's space (served by
+    /// `/embed_all`), and a backend may normalize rows as it pools them.
     pub fn pools_last(&self) -> bool {
-        self.dense.is_empty() && self.pooling.modes.len() == 1
+        self.dense.is_empty() && self.pooling.modes.len() == 1 && self.sparse.is_none()
     }
 
     /// The directory as an engine that truncates every input to `max_len` tokens runs it.

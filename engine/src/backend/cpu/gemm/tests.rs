@@ -33,6 +33,8 @@ pub(crate) fn reference(
                 }
                 Activation::Tanh => s = s.tanh(),
                 Activation::Relu => s = s.max(0.0),
+                Activation::Log1pRelu => s = s.max(0.0).ln_1p(),
+                Activation::Log1pLog1pRelu => s = s.max(0.0).ln_1p().ln_1p(),
             }
             if !residual.is_empty() {
                 s += residual[i * n + j] as f64;
@@ -123,6 +125,8 @@ fn check_against_reference(dtype: Dtype, isa: Isa, tolerance: f32) {
             (Activation::Tanh, false),
             (Activation::Relu, false),
             (Activation::GeluTanh, false),
+            (Activation::Log1pRelu, false),
+            (Activation::Log1pLog1pRelu, false),
             (Activation::None, true),
         ] {
             let mut residual = if with_residual {

@@ -1,0 +1,82 @@
+//! A sparse (SPLADE) model's route: TEI's `/embed_sparse`, each input's weights per vocabulary entry as the
+//! entries that are not 0 (`[{index, value}]`, by index). Its dense routes refuse it, as TEI's do, but for `/embed`
+//! with `normalize: false` (the whole vector, a weight per entry).
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Serialize;
+
+use super::requests::{parse, EmbedSparseRequest};
+use super::routes::{priority, respond};
+use super::{Api, ApiError, Embedded, Gateway, Options, Times};
+
+/// One vocabulary entry's weight (TEI's `SparseValue`).
+#[derive(Serialize)]
+struct SparseValue {
+    index: usize,
+    value: f32,
+}
+
+/// Refuses `/embed_sparse` for a model that is not sparse.
+fn sparse_model(gw: &Gateway) -> Result<(), ApiError> {
+    let info = gw.front().info();
+    if info.sparse {
+        return Ok(());
+    }
+    let what = match info.classifier {
+        Some(_) => {
+            "a cross-encoder: it scores texts and pairs of texts (/rerank, /predict, /v1/rerank)"
+        }
+        None => "a dense embedding model (/v1/embeddings, /embed)",
+    };
+    Err(ApiError::unprocessable(
+        "wrong_model_type",
+        format!(
+            "this model is {what}; /embed_sparse needs a sparse model (a SparseEncoder with SpladePooling)"
+        ),
+    ))
+}
+
+pub(super) async fn embed_sparse(
+    State(gw): State<Gateway>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let result = async { embed_sparse_of(&gw, &headers, parse(&headers, body)?).await }.await;
+    respond(&gw, "embed_sparse", Api::Tei, result)
+}
+
+/// TEI's `/embed_sparse` once its body is read (also `POST /`'s answer for a sparse model).
+pub(super) async fn embed_sparse_of(
+    gw: &Gateway,
+    headers: &HeaderMap,
+    req: EmbedSparseRequest,
+) -> Result<(Times, Response), ApiError> {
+    sparse_model(gw)?;
+    let tei = Options::tei(
+        req.truncate,
+        gw.config().auto_truncate,
+        req.truncation_direction,
+        priority(headers, req.priority)?,
+    );
+    let options = Options {
+        prompt_name: req.prompt_name,
+        ..tei
+    };
+    let Embedded { vectors, times, .. } = gw.embed(req.inputs.0, options).await?;
+    let sparse: Vec<Vec<SparseValue>> = vectors
+        .iter()
+        .map(|row| {
+            let entries = row.as_slice().iter().enumerate();
+            entries
+                .filter(|&(_, &value)| value != 0.0)
+                .map(|(index, &value)| SparseValue { index, value })
+                .collect()
+        })
+        .collect();
+    Ok((times, Json(sparse).into_response()))
+}

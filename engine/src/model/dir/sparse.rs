@@ -1,0 +1,175 @@
+//! A sparse model: sentence-transformers' SparseEncoder of SPLADE's shape (naver's splade-v3 and
+//! splade-cocondenser, opensearch-neural-sparse, granite-embedding-sparse): a Transformer module of task fill-mask,
+//! whose `*ForMaskedLM` head gives every token a logit per vocabulary entry, then SpladePooling, each entry's
+//! `log(1 + ReLU(logit))` (twice the log for `log1p_relu`) at its maximum over the tokens. The embedding is one
+//! weight per vocabulary entry, most of them 0.
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+use super::{DenseModule, HeadNorm};
+use crate::backend::ops::Activation;
+use crate::error::{Error, Result};
+use crate::model::{read_json, BertFamily, ModelConfig};
+
+/// SPLADE's head over every token: the MLM head's transform (dense, activation, LayerNorm), then the vocabulary
+/// projection, through SpladePooling's activation before the max over the tokens.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SparseModule {
+    pub transform: DenseModule,
+    /// The projection's weight (`vocab` × hidden: the decoder's own, or the word embeddings where the config ties
+    /// them, as transformers loads it) and its bias.
+    pub decoder: String,
+    pub decoder_bias: String,
+    pub vocab: usize,
+    pub activation: Activation,
+}
+
+/// SpladePooling's `config.json`.
+#[derive(Deserialize)]
+struct SpladeFile {
+    #[serde(default = "max")]
+    pooling_strategy: String,
+    #[serde(default = "relu")]
+    activation_function: String,
+}
+
+impl Default for SpladeFile {
+    fn default() -> Self {
+        SpladeFile {
+            pooling_strategy: max(),
+            activation_function: relu(),
+        }
+    }
+}
+
+fn max() -> String {
+    "max".into()
+}
+
+fn relu() -> String {
+    "relu".into()
+}
+
+/// Just enough of `config.json` to know whether the decoder is the word embeddings.
+#[derive(Deserialize)]
+struct TieFile {
+    #[serde(default = "tied")]
+    tie_word_embeddings: bool,
+}
+
+fn tied() -> bool {
+    true
+}
+
+/// The MLM head of each family we read: the transform's and its LayerNorm's tensor names, the decoder's own
+/// weight, the word embeddings it is tied to by default, and the bias (BertLMPredictionHead,
+/// DistilBertForMaskedLM's vocab_* layers, RobertaLMHead — XLM-R's and CamemBERT's — whose activation is always
+/// the exact GELU).
+fn head_names(family: BertFamily) -> Option<[&'static str; 5]> {
+    Some(match family {
+        BertFamily::Bert => [
+            "cls.predictions.transform.dense",
+            "cls.predictions.transform.LayerNorm",
+            "cls.predictions.decoder.weight",
+            "bert.embeddings.word_embeddings.weight",
+            "cls.predictions.bias",
+        ],
+        BertFamily::DistilBert => [
+            "vocab_transform",
+            "vocab_layer_norm",
+            "vocab_projector.weight",
+            "distilbert.embeddings.word_embeddings.weight",
+            "vocab_projector.bias",
+        ],
+        BertFamily::Roberta => [
+            "lm_head.dense",
+            "lm_head.layer_norm",
+            "lm_head.decoder.weight",
+            "roberta.embeddings.word_embeddings.weight",
+            "lm_head.bias",
+        ],
+        BertFamily::Mpnet | BertFamily::Albert | BertFamily::Electra => return None,
+    })
+}
+
+/// The SparseEncoder whose SpladePooling module is in `folder`, over the checkpoint `config_path` describes.
+pub(super) fn read(
+    folder: &Path,
+    config_path: &Path,
+    config: &ModelConfig,
+    weights_path: &Path,
+) -> Result<SparseModule> {
+    let pooling_path = folder.join("config.json");
+    let f: SpladeFile = if pooling_path.is_file() {
+        read_json(&pooling_path)?
+    } else {
+        SpladeFile::default()
+    };
+    // Max pooling commutes with the activation (both monotone): the backend applies it to every logit.
+    if f.pooling_strategy != "max" {
+        return Err(Error::model(
+            &pooling_path,
+            format!(
+                "unsupported pooling_strategy {:?}: SPLADE's max is run (the original SPLADE's sum is not)",
+                f.pooling_strategy
+            ),
+        ));
+    }
+    let activation = match f.activation_function.as_str() {
+        "relu" => Activation::Log1pRelu,
+        "log1p_relu" => Activation::Log1pLog1pRelu,
+        other => {
+            return Err(Error::model(
+                &pooling_path,
+                format!("unsupported activation_function {other:?}: expected relu or log1p_relu"),
+            ))
+        }
+    };
+    let unsupported = |what: String| {
+        Error::model(
+            config_path,
+            format!(
+                "a SparseEncoder over {what}: SPLADE runs on BertForMaskedLM, DistilBertForMaskedLM and \
+                 RobertaForMaskedLM's heads (XLM-R's, CamemBERT's)"
+            ),
+        )
+    };
+    let ModelConfig::Bert(c) = config else {
+        return Err(unsupported("this architecture".into()));
+    };
+    let Some([dense, norm, own, embeddings, bias]) = head_names(c.family()) else {
+        return Err(unsupported(format!("{:?}", c.family())));
+    };
+    let tie: TieFile = read_json(config_path)?;
+    let h = c.hidden_size;
+    let activation_of_transform = match c.family() {
+        BertFamily::Roberta => Activation::Gelu,
+        _ => c.activation(),
+    };
+    Ok(SparseModule {
+        transform: DenseModule {
+            weights_path: weights_path.to_owned(),
+            name: dense.into(),
+            in_features: h,
+            out_features: h,
+            bias: true,
+            activation: activation_of_transform,
+            norm: Some(HeadNorm {
+                name: norm.into(),
+                eps: c.norm_eps(),
+                bias: true,
+            }),
+        },
+        decoder: if tie.tie_word_embeddings {
+            embeddings
+        } else {
+            own
+        }
+        .into(),
+        decoder_bias: bias.into(),
+        vocab: c.vocab_size,
+        activation,
+    })
+}

@@ -1,0 +1,212 @@
+//! Sparse (SPLADE) models against sentence-transformers' SparseEncoder, on the tiny random-weight checkpoints
+//! `scripts/make_sparse_fixtures.py` made: BertForMaskedLM with its decoder tied to the word embeddings (which
+//! the checkpoint does not hold) and modules.json in sentence-transformers 5's names; DistilBertForMaskedLM with an
+//! untied vocab projector and SpladePooling's `log1p_relu`; XLMRobertaForMaskedLM (RobertaLMHead). Each embedding is
+//! one weight per vocabulary entry, the max over the tokens of log(1 + ReLU) of the MLM logits.
+
+mod common;
+
+const MODELS: [&str; 3] = ["bert_splade", "distilbert_splade_log1p", "xlmr_splade"];
+
+common::models::fixture_tests!(MODELS);
+
+use common::http::{get, post, with_gateway};
+use common::models::{dir, fixtures, load};
+use engine::{CaptureMode, Dtype, Engine};
+use serde_json::{json, Value};
+
+/// The engine's embeddings of `texts`, off the runtime's threads.
+fn embed(engine: &Engine, texts: &[String]) -> Vec<Vec<f32>> {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+            engine.embed(&texts).expect("embed")
+        })
+        .join()
+        .expect("join")
+    })
+}
+
+/// An `/embed_sparse` answer's entries as (index, value) pairs.
+fn entries(answer: &Value) -> Vec<(usize, f32)> {
+    answer
+        .as_array()
+        .expect("entries")
+        .iter()
+        .map(|e| {
+            let index = e["index"].as_u64().expect("index") as usize;
+            (index, e["value"].as_f64().expect("value") as f32)
+        })
+        .collect()
+}
+
+/// `/embed_sparse` answers each input's entries that are not 0, by index, exactly the engine's; those are the
+/// reference's (sentence-transformers') non-zero entries, but for values within float rounding of 0; a single
+/// input gets a list of one, as TEI answers; `POST /` is `/embed_sparse` for a sparse model; `/info` says
+/// `splade`; `/embed` with `normalize: false` gives the whole vector.
+#[test]
+fn embed_sparse_answers_the_engines_nonzero_entries() {
+    for name in MODELS {
+        // A server refuses an empty text (TEI's `empty` error), which sentence-transformers embeds.
+        let mut fx = fixtures(name);
+        fx.retain(|f| !f.text.is_empty());
+        let texts: Vec<String> = fx.iter().map(|f| f.text.clone()).collect();
+        with_gateway(name, async |router, engine| {
+            let want = embed(&engine, &texts);
+            let (status, got) = post(
+                &router,
+                "/embed_sparse",
+                json!({ "inputs": texts, "truncate": true }),
+            )
+            .await;
+            assert_eq!(status, 200, "{name}: {got}");
+            let got = got.as_array().expect("one list per input");
+            assert_eq!(got.len(), texts.len());
+            for ((answer, dense), f) in got.iter().zip(&want).zip(&fx) {
+                let nonzero: Vec<(usize, f32)> = dense
+                    .iter()
+                    .copied()
+                    .enumerate()
+                    .filter(|&(_, v)| v != 0.0)
+                    .collect();
+                let got = entries(answer);
+                assert_eq!(got, nonzero, "{name}: {:?}", f.text);
+                assert!(got.len() < dense.len(), "{name}: nothing is 0");
+                for (i, (&mine, &theirs)) in dense.iter().zip(&f.embedding).enumerate() {
+                    assert!(
+                        (mine == 0.0) == (theirs == 0.0) || mine.abs().max(theirs.abs()) < 1e-5,
+                        "{name} {:?}: entry {i} is {mine} here, {theirs} in sentence-transformers",
+                        f.text
+                    );
+                }
+            }
+            let (status, one) = post(&router, "/embed_sparse", json!({ "inputs": texts[0] })).await;
+            assert_eq!(status, 200, "{one}");
+            assert_eq!(entries(&one[0]), entries(&got[0]), "{name}: a single input");
+            let (status, root) = post(&router, "/", json!({ "inputs": [texts[1]] })).await;
+            assert_eq!(status, 200, "{root}");
+            assert_eq!(entries(&root[0]), entries(&got[1]), "{name}: POST /");
+            let (status, info) = get(&router, "/info").await;
+            assert_eq!(status, 200);
+            assert_eq!(
+                info["model_type"],
+                json!({ "embedding": { "pooling": "splade" } })
+            );
+            let (status, whole) = post(
+                &router,
+                "/embed",
+                json!({ "inputs": [texts[2]], "normalize": false, "truncate": true }),
+            )
+            .await;
+            assert_eq!(status, 200, "{whole}");
+            let whole: Vec<f32> = whole[0]
+                .as_array()
+                .expect("a vector")
+                .iter()
+                .map(|v| v.as_f64().expect("a number") as f32)
+                .collect();
+            assert_eq!(whole, want[2], "{name}: /embed with normalize false");
+        });
+    }
+}
+
+/// A sparse model has no dense embedding: OpenAI's route, TEI's `/embed` normalizing (its default),
+/// `/embed_all` and `/similarity` refuse it in their error shapes; a dense model and a cross-encoder refuse
+/// `/embed_sparse`.
+#[test]
+fn dense_routes_refuse_a_sparse_model_and_embed_sparse_a_dense_one() {
+    with_gateway("bert_splade", async |router, _| {
+        for (path, body) in [
+            ("/v1/embeddings", json!({ "input": "a text" })),
+            ("/embed", json!({ "inputs": "a text" })),
+            ("/embed_all", json!({ "inputs": "a text" })),
+            (
+                "/similarity",
+                json!({ "inputs": { "source_sentence": "a", "sentences": ["b"] } }),
+            ),
+        ] {
+            let (status, body) = post(&router, path, body).await;
+            assert_eq!(status, 422, "{path}: {body}");
+            let (code, message) = match path {
+                "/v1/embeddings" => (&body["error"]["code"], &body["error"]["message"]),
+                _ => (&json!("wrong_model_type"), &body["error"]),
+            };
+            assert_eq!(code, "wrong_model_type", "{path}: {body}");
+            let message = message.as_str().expect("a message");
+            assert!(message.contains("sparse (SPLADE) model"), "{path}: {body}");
+        }
+    });
+    for name in ["bert_max", "bert_cross_encoder"] {
+        with_gateway(name, async |router, _| {
+            let (status, body) = post(&router, "/embed_sparse", json!({ "inputs": "a" })).await;
+            assert_eq!(status, 422, "{name}: {body}");
+            let message = body["error"].as_str().expect("a message");
+            assert!(
+                message.contains("/embed_sparse needs a sparse model"),
+                "{name}: {body}"
+            );
+            let (_, info) = get(&router, "/info").await;
+            assert_ne!(info["model_type"]["embedding"]["pooling"], "splade");
+        });
+    }
+}
+
+/// What the engine does not run is refused at load, naming it: SpladePooling's sum, an activation it does not
+/// know, a module after SpladePooling, and an MLM head it does not read.
+#[test]
+fn a_sparse_encoder_it_cannot_run_is_refused_naming_why() {
+    let edits: [(&str, &str, Value, &str); 4] = [
+        (
+            "1_SpladePooling/config.json",
+            "",
+            json!({ "pooling_strategy": "sum", "activation_function": "relu" }),
+            "pooling_strategy \"sum\"",
+        ),
+        (
+            "1_SpladePooling/config.json",
+            "",
+            json!({ "pooling_strategy": "max", "activation_function": "gelu" }),
+            "activation_function \"gelu\"",
+        ),
+        (
+            "modules.json",
+            "",
+            json!([
+                { "idx": 0, "name": "0", "path": "", "type": "sentence_transformers.sparse_encoder.models.MLMTransformer" },
+                { "idx": 1, "name": "1", "path": "1_SpladePooling", "type": "sentence_transformers.sparse_encoder.models.SpladePooling" },
+                { "idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize" }
+            ]),
+            "\"Normalize\" after SpladePooling",
+        ),
+        (
+            "config.json",
+            "model_type",
+            json!("mpnet"),
+            "SparseEncoder over Mpnet",
+        ),
+    ];
+    for (file, key, value, says) in edits {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let weights = common::models::copy_all_but_weights("bert_splade", tmp.path());
+        std::fs::write(tmp.path().join("model.safetensors"), weights).expect("weights");
+        let path = tmp.path().join(file);
+        let edited = match key {
+            "" => value,
+            key => {
+                let mut config: Value =
+                    serde_json::from_slice(&std::fs::read(&path).expect("read")).expect("JSON");
+                config[key] = value;
+                config["architectures"] = json!([]);
+                config
+            }
+        };
+        std::fs::write(&path, edited.to_string()).expect("write");
+        let Err(e) = Engine::load(tmp.path(), Default::default()) else {
+            panic!("{file} edited to {says:?}: loaded");
+        };
+        assert!(e.to_string().contains(says), "{says}: {e}");
+    }
+    // The fixture itself loads: the refusals are the edits'.
+    load("bert_splade", Dtype::F32, CaptureMode::Off);
+    assert!(dir("bert_splade").join("1_SpladePooling").is_dir());
+}

@@ -1,0 +1,122 @@
+"""Sparse (SPLADE) fixtures: random-weight `*ForMaskedLM` checkpoints saved as sentence-transformers SparseEncoder
+directories (a Transformer module of task fill-mask, then SpladePooling), with the SparseEncoder's embeddings of the
+fixture texts (densified) as the reference.
+
+- bert_splade: BertForMaskedLM (naver/splade-v3's and splade-cocondenser's shape: the MLM head's transform — dense,
+  GELU, LayerNorm — then the decoder tied to the word embeddings, which the checkpoint does not hold, and its own
+  bias), SpladePooling max over log(1 + ReLU); modules.json in sentence-transformers 5's names (MLMTransformer,
+  `sentence_transformers.sparse_encoder.models`), as the Hub's SPLADE models were saved.
+- distilbert_splade_log1p: DistilBertForMaskedLM with an untied vocab projector (opensearch-neural-sparse's
+  shape), SpladePooling's `log1p_relu` (log(1 + log(1 + ReLU))); sentence-transformers 6's names.
+- xlmr_splade: XLMRobertaForMaskedLM (RobertaLMHead: dense, GELU, layer_norm, the tied decoder and `lm_head.bias`),
+  positions after the padding id.
+
+The decoder's bias is drawn well below zero so that most of the vocabulary stays at 0 (ReLU), as a trained
+SPLADE model's output is sparse. Needs the peers venv (bash scripts/setup_peers.sh). Run from the repository root
+(naming fixtures makes only those):
+  ~/.cache/embedding-workbench/peers-venv/bin/python scripts/make_sparse_fixtures.py [NAME ...]
+"""
+import base64
+import json
+import shutil
+import struct
+import sys
+
+import torch
+from sentence_transformers import SparseEncoder
+from sentence_transformers.base.modules import Transformer
+from sentence_transformers.sparse_encoder.modules import SpladePooling
+from transformers import (BertConfig, BertForMaskedLM, DistilBertConfig, DistilBertForMaskedLM,
+                          PreTrainedTokenizerFast, XLMRobertaConfig, XLMRobertaForMaskedLM)
+
+sys.path.insert(0, "scripts")
+import make_encoder_fixtures as enc  # noqa: E402  the tokenizers and texts of the encoder fixtures
+
+MAX_SEQ = 48
+
+
+def perturb(model, seed, bias_name):
+    """Every parameter random, norms around 1; the vocabulary bias far enough below 0 that ReLU zeroes most logits."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            norm = n.endswith("LayerNorm.weight") or n.endswith("layer_norm.weight")
+            p.copy_(torch.randn(p.shape, generator=g) * 0.1 + (1.0 if norm else 0.0))
+        bias = dict(model.named_parameters())[bias_name]
+        bias.copy_(torch.randn(bias.shape, generator=g) * 0.3 - 1.2)
+    return model.eval()
+
+
+def make(name, model, tok, specials, bias_name, activation, legacy_names, seed):
+    d = enc.OUT / name
+    shutil.rmtree(d, ignore_errors=True)
+    work = enc.OUT / f"{name}_hf"
+    shutil.rmtree(work, ignore_errors=True)
+    perturb(model, seed, bias_name).save_pretrained(str(work))
+    unk = {"unk_token": u for u in ("[UNK]", "<unk>") if tok.token_to_id(u) is not None}
+    PreTrainedTokenizerFast(tokenizer_object=tok, **{**unk, **specials}).save_pretrained(str(work))
+    transformer = Transformer(str(work), transformer_task="fill-mask", max_seq_length=MAX_SEQ)
+    pooling = SpladePooling(pooling_strategy="max", activation_function=activation)
+    SparseEncoder(modules=[transformer, pooling], device="cpu").save(str(d))
+    shutil.rmtree(work)
+    for f in ["special_tokens_map.json", "README.md"]:
+        (d / f).unlink(missing_ok=True)
+    if legacy_names:
+        modules = json.loads((d / "modules.json").read_text())
+        for m in modules:
+            cls = m["type"].rsplit(".", 1)[1]
+            m["type"] = "sentence_transformers.sparse_encoder.models." + ("MLMTransformer" if cls == "Transformer" else cls)
+        (d / "modules.json").write_text(json.dumps(modules, indent=2))
+    st = SparseEncoder(str(d), device="cpu")
+    texts = enc.texts()
+    got = st.encode(texts, batch_size=4, convert_to_tensor=True).to_dense()
+    active = (got != 0).sum(dim=1).float()
+    with open(d / "reference.jsonl", "w", encoding="utf-8") as f:
+        for text, row in zip(texts, got):
+            ids = st.tokenize([text])["input_ids"][0].tolist()
+            b64 = base64.b64encode(struct.pack(f"<{len(row)}f", *row.tolist())).decode()
+            f.write(json.dumps({"text": text, "ids": ids, "embedding": b64}, ensure_ascii=False) + "\n")
+    print(f"{d}: {len(texts)} texts, vocabulary {got.shape[1]}, active dims {active.min():.0f}..{active.max():.0f} "
+          f"(mean {active.mean():.1f})")
+
+
+def bert_splade():
+    tok = enc.bert_tokenizer()
+    model = BertForMaskedLM(BertConfig(
+        vocab_size=tok.get_vocab_size(), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=128, max_position_embeddings=64, pad_token_id=tok.token_to_id("[PAD]"),
+        attn_implementation="eager"))
+    make("bert_splade", model, tok, enc.BERT_SPECIALS, "cls.predictions.bias", "relu", True, 11)
+
+
+def distilbert_splade_log1p():
+    tok = enc.bert_tokenizer()
+    model = DistilBertForMaskedLM(DistilBertConfig(
+        vocab_size=tok.get_vocab_size(), dim=64, n_layers=2, n_heads=4, hidden_dim=128, max_position_embeddings=64,
+        activation="gelu", pad_token_id=tok.token_to_id("[PAD]"), tie_word_embeddings=False,
+        attn_implementation="eager"))
+    make("distilbert_splade_log1p", model, tok, enc.BERT_SPECIALS, "vocab_projector.bias", "log1p_relu", False, 12)
+
+
+def xlmr_splade():
+    tok = enc.xlmr_tokenizer()
+    model = XLMRobertaForMaskedLM(XLMRobertaConfig(
+        vocab_size=tok.get_vocab_size(), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=128, max_position_embeddings=MAX_SEQ + 2, type_vocab_size=1,
+        pad_token_id=tok.token_to_id("<pad>"), attn_implementation="eager"))
+    make("xlmr_splade", model, tok, enc.ROBERTA_SPECIALS, "lm_head.bias", "relu", False, 13)
+
+
+FIXTURES = [bert_splade, distilbert_splade_log1p, xlmr_splade]
+
+
+def main():
+    torch.set_num_threads(2)
+    names = sys.argv[1:] or [f.__name__ for f in FIXTURES]
+    for f in FIXTURES:
+        if f.__name__ in names:
+            f()
+
+
+if __name__ == "__main__":
+    main()
