@@ -106,6 +106,20 @@ pub struct ModelInfo {
     pub config: model::ModelConfig,
 }
 
+impl ModelInfo {
+    /// The forward pass's FLOPs per token in sequences of `len` ([`model::ModelConfig::flops_per_token`]), with a
+    /// sparse model's head, which runs over every token (its transform and vocabulary projection); Dense modules
+    /// run once per sequence and are left out.
+    pub fn flops_per_token(&self, len: usize) -> f64 {
+        let h = self.config.hidden_size() as f64;
+        let head = match self.sparse {
+            true => 2.0 * h * (h + self.dim as f64),
+            false => 0.0,
+        };
+        self.config.flops_per_token(len) + head
+    }
+}
+
 /// What serving a model needs besides its weights: its settings, tokenizer and description. An [`Engine`] holds
 /// one beside its backend; a gateway in front of remote replicas loads only this (no weights, no device).
 pub struct ModelFront {

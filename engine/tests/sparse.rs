@@ -210,3 +210,16 @@ fn a_sparse_encoder_it_cannot_run_is_refused_naming_why() {
     load("bert_splade", Dtype::F32, CaptureMode::Off);
     assert!(dir("bert_splade").join("1_SpladePooling").is_dir());
 }
+
+/// A sparse model's FLOPs per token count its head, which runs over every token: the transform (hidden²) and the
+/// vocabulary projection (hidden × vocabulary), a multiply-add each.
+#[test]
+fn a_sparse_models_flops_count_its_head_over_every_token() {
+    let engine = load("bert_splade", Dtype::F32, CaptureMode::Off);
+    let info = engine.info();
+    let head = info.flops_per_token(16) - info.config.flops_per_token(16);
+    assert_eq!(head, 2.0 * 64.0 * (64.0 + 700.0));
+    let dense = load("bert_max", Dtype::F32, CaptureMode::Off);
+    let info = dense.info();
+    assert_eq!(info.flops_per_token(16), info.config.flops_per_token(16));
+}

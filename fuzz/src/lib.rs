@@ -92,7 +92,7 @@ pub fn tokenizers(data: &[u8]) {
 }
 
 /// The routes that read a JSON body.
-pub const ROUTES: [&str; 11] = [
+pub const ROUTES: [&str; 12] = [
     "/v1/embeddings",
     "/embed",
     "/embed_all",
@@ -104,6 +104,7 @@ pub const ROUTES: [&str; 11] = [
     "/predict",
     "/v1/rerank",
     "/v2/rerank",
+    "/embed_sparse",
 ];
 
 /// A request body, as the route the first byte picks reads it: never a panic, and every refusal a 4xx.

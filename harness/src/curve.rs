@@ -43,7 +43,7 @@ pub struct Curve {
     pub dtype: String,
     pub threads: usize,
     pub len: usize,
-    /// The model's FLOPs per token at `len` ([`engine::model::ModelConfig::flops_per_token`]).
+    /// The model's FLOPs per token at `len` ([`engine::ModelInfo::flops_per_token`]).
     pub flops_per_token: f64,
     pub fraction: f64,
     pub points: Vec<Point>,
@@ -94,7 +94,7 @@ pub fn run(args: CurveArgs) -> Result<()> {
         dtype: info.dtype.to_string(),
         threads: info.threads,
         len,
-        flops_per_token: engine.info().config.flops_per_token(len),
+        flops_per_token: engine.info().flops_per_token(len),
         fraction: args.fraction,
         points,
         budget,

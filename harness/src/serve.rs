@@ -198,9 +198,16 @@ impl GatewayArgs {
     }
 }
 
-/// Says which routes a cross-encoder answers: its embedding routes refuse it, and a client pointed at them would
-/// otherwise learn that only from its first 422.
+/// Says which routes a cross-encoder or a sparse model answers: the dense embedding routes refuse them, and a
+/// client pointed at those would otherwise learn that only from its first 422.
 fn announce(front: &ModelFront) {
+    if front.info().sparse {
+        eprintln!(
+            "model: a sparse (SPLADE) model of {} vocabulary entries: served on /embed_sparse and POST / (and /embed \
+             with normalize: false), not on the dense embedding routes",
+            front.info().dim
+        );
+    }
     if let Some(c) = &front.info().classifier {
         let rerank = if c.labels.len() == 1 {
             "/rerank, /v1/rerank, /v2/rerank, "

@@ -462,6 +462,51 @@ fn a_fault_step_kills_a_replica_process_loses_no_request_and_does_not_wait_on_it
     assert!(class["ok"].as_u64().unwrap() > 0, "{class}");
 }
 
+/// Sweeps `model` for one short step on each target (each with arguments of its own after `args`), and checks that
+/// every request of every step was answered, in class `class`.
+fn every_request_answered(
+    tmp: &Path,
+    model: &str,
+    args: &[&str],
+    targets: &[(&str, &[&str])],
+    class: &str,
+) {
+    for (i, (target, extra)) in targets.iter().enumerate() {
+        let id = format!("{class}{i}");
+        let mut all = vec!["sweep", "--target", target, "--model", model];
+        all.extend_from_slice(args);
+        all.extend_from_slice(extra);
+        all.extend_from_slice(&[
+            "--set",
+            "threads=1",
+            "--arrivals",
+            "poisson",
+            "--probe-s",
+            "0.5",
+            "--probe-concurrency",
+            "2",
+            "--step-s",
+            "0.6",
+            "--warmup-s",
+            "0.2",
+            "--max-steps",
+            "1",
+            "--run-id",
+            &id,
+        ]);
+        ok(&bench(&all, tmp));
+        let result = json(&tmp.join(format!("results/{id}/result.json")));
+        let steps = result["configs"][0]["steps"].as_array().unwrap();
+        for step in steps {
+            let got = &step["classes"][0];
+            assert_eq!(got["class"], class, "{target}: {got}");
+            assert!(got["ok"].as_u64().unwrap() > 0, "{target}: {got}");
+            assert_eq!(got["ok"], got["requests"], "{target}: {got}");
+            assert_eq!(got["errors"], 0, "{target}: {got}");
+        }
+    }
+}
+
 /// A reranker's traffic: a cross-encoder swept with one query against passages per request, in-process and over
 /// HTTP (Cohere's `/v1/rerank`, as a URL target of `--api openai` sends it), every request answered; a
 /// workload of the other kind of model (or a classifier of several labels, which ranks nothing) is refused before
@@ -471,48 +516,13 @@ fn a_rerank_sweep_scores_a_query_against_passages_per_request() {
     let tmp = tempfile::tempdir().unwrap();
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../engine/tests/fixtures");
     let cross = fixtures.join("bert_cross_encoder").display().to_string();
-    for (target, id) in [("in-process", "r1"), ("serve", "r2")] {
-        let out = bench(
-            &[
-                "sweep",
-                "--workload",
-                "rerank",
-                "--rerank-passages",
-                "5",
-                "--target",
-                target,
-                "--model",
-                &cross,
-                "--set",
-                "threads=1",
-                "--arrivals",
-                "poisson",
-                "--probe-s",
-                "0.5",
-                "--probe-concurrency",
-                "2",
-                "--step-s",
-                "0.6",
-                "--warmup-s",
-                "0.2",
-                "--max-steps",
-                "1",
-                "--run-id",
-                id,
-            ],
-            tmp.path(),
-        );
-        ok(&out);
-        let result = json(&tmp.path().join(format!("results/{id}/result.json")));
-        let steps = result["configs"][0]["steps"].as_array().unwrap();
-        for step in steps {
-            let class = &step["classes"][0];
-            assert_eq!(class["class"], "rerank", "{class}");
-            assert!(class["ok"].as_u64().unwrap() > 0, "{class}");
-            assert_eq!(class["ok"], class["requests"], "{class}");
-            assert_eq!(class["errors"], 0, "{class}");
-        }
-    }
+    every_request_answered(
+        tmp.path(),
+        &cross,
+        &["--workload", "rerank", "--rerank-passages", "5"],
+        &[("in-process", &[]), ("serve", &[])],
+        "rerank",
+    );
     let model = |name: &str| fixtures.join(name).display().to_string();
     for (workload, name, says) in [
         ("rerank", "bert_max", "needs a cross-encoder"),
@@ -530,5 +540,40 @@ fn a_rerank_sweep_scores_a_query_against_passages_per_request() {
         assert!(!out.status.success(), "{workload} on {name}");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains(says), "{workload} on {name}: {stderr}");
+    }
+}
+
+/// A sparse (SPLADE) model swept in-process and over HTTP through TEI's `/embed_sparse` (`--api tei-sparse`),
+/// every request answered; over HTTP it needs that API, which a dense model refuses, before anything runs.
+#[test]
+fn a_sparse_model_is_swept_through_embed_sparse() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../engine/tests/fixtures");
+    let model = |name: &str| fixtures.join(name).display().to_string();
+    every_request_answered(
+        tmp.path(),
+        &model("bert_splade"),
+        &["--workload", "online"],
+        &[("in-process", &[]), ("serve", &["--api", "tei-sparse"])],
+        "online",
+    );
+    for (name, api, says) in [
+        ("bert_splade", "tei", "run it with --api tei-sparse"),
+        ("bert_splade", "openai", "run it with --api tei-sparse"),
+        ("bert_max", "tei-sparse", "needs a sparse (SPLADE) model"),
+    ] {
+        let args = [
+            "sweep",
+            "--target",
+            "serve",
+            "--api",
+            api,
+            "--model",
+            &model(name),
+        ];
+        let out = bench(&args, tmp.path());
+        assert!(!out.status.success(), "{name} over {api}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(says), "{name} over {api}: {stderr}");
     }
 }

@@ -390,6 +390,7 @@ pub fn parse_body(path: &str, body: &[u8]) -> Result<(), ApiError> {
         "/v1/embeddings" => parse::<OpenAiRequest>(&headers, body).map(drop),
         "/embed" => parse::<TeiRequest>(&headers, body).map(drop),
         "/embed_all" => parse::<EmbedAllRequest>(&headers, body).map(drop),
+        "/embed_sparse" => parse::<EmbedSparseRequest>(&headers, body).map(drop),
         "/similarity" => parse::<SimilarityRequest>(&headers, body).map(drop),
         "/tokenize" => parse::<TokenizeRequest>(&headers, body).map(drop),
         "/decode" => parse::<DecodeRequest>(&headers, body).map(drop),

@@ -18,7 +18,7 @@ pub struct Common {
     /// in front of `replicas` replica processes over gRPC on loopback), or an http:// URL.
     #[arg(long, default_value = "in-process")]
     pub target: String,
-    /// Wire format of a URL target.
+    /// Wire format of a URL target, and of `serve`'s.
     #[arg(long, value_enum, default_value_t = Api::Openai)]
     pub api: Api,
     /// The engine the harness starts (`--model`, `--config FILE`, a flag per setting); the knobs apply on top.

@@ -12,7 +12,7 @@ use super::args::Common;
 use super::run::Runner;
 use crate::arrivals::Arrivals;
 use crate::knobs::{self, Knobs};
-use crate::target::{self, EngineSetup, Target, TargetKind};
+use crate::target::{self, Api, EngineSetup, Target, TargetKind};
 use crate::workload::{repo_path, Class, Corpus, Drive, Rerank, Slo, Workload, WorkloadKind};
 
 /// Everything a run holds fixed.
@@ -46,7 +46,11 @@ impl Setup {
         // The workload's own errors first: they are the user's to fix whatever the model.
         let workload = workload(c, corpus_pass)?;
         if let Some(dir) = &model_dir {
-            check_model_kind(dir, c.workload)?;
+            let http = match kind {
+                TargetKind::Serve { api } => Some(api),
+                _ => None,
+            };
+            check_model_kind(dir, c.workload, http)?;
         }
         let model_name = c.model_name.clone().unwrap_or_else(|| {
             model_dir
@@ -167,11 +171,29 @@ fn load_corpus(path: &str, limit: Option<usize>) -> Result<Arc<Corpus>> {
 
 /// A rerank workload needs a cross-encoder, the others an embedding model: the wrong kind would measure pairs
 /// embedded, or scores read as embeddings, not the traffic asked for.
-fn check_model_kind(dir: &std::path::Path, workload: WorkloadKind) -> Result<()> {
+fn check_model_kind(
+    dir: &std::path::Path,
+    workload: WorkloadKind,
+    http: Option<Api>,
+) -> Result<()> {
     // A directory that cannot be read is reported when the engine loads it, after the run's own settings.
     let Ok(model) = engine::model::ModelDir::open(dir) else {
         return Ok(());
     };
+    // Over HTTP a sparse model has its own route, and only it has; in-process its vector is embedded whole.
+    if workload != WorkloadKind::Rerank && model.classifier.is_none() {
+        match (model.sparse.is_some(), http) {
+            (true, Some(api)) if api != Api::TeiSparse => bail!(
+                "{} is a sparse (SPLADE) model, served by /embed_sparse: run it with --api tei-sparse",
+                dir.display()
+            ),
+            (false, Some(Api::TeiSparse)) => bail!(
+                "--api tei-sparse needs a sparse (SPLADE) model, and {} is a dense one",
+                dir.display()
+            ),
+            _ => {}
+        }
+    }
     let labels = model.classifier.as_ref().map(|c| c.labels.len());
     match (workload == WorkloadKind::Rerank, labels) {
         (true, None) => bail!(

@@ -130,8 +130,8 @@ pub trait Target: Send + Sync {
 pub enum TargetKind {
     /// The engine in this process, through the gateway's `embed` (no HTTP).
     InProcess,
-    /// The engine behind our HTTP server on a loopback port, restarted per knob combination.
-    Serve,
+    /// The engine behind our HTTP server on a loopback port, restarted per knob combination, spoken to in `api`.
+    Serve { api: Api },
     /// A gateway in this process in front of `replicas` replica processes of this binary over gRPC on
     /// loopback, restarted per knob combination.
     Processes,
@@ -147,6 +147,11 @@ pub enum Api {
     Openai,
     /// `POST /embed` with `{"inputs": [...]}`.
     Tei,
+    /// `POST /embed_sparse` with `{"inputs": [...]}`: a sparse (SPLADE) model's weights per vocabulary entry,
+    /// TEI's route for those.
+    #[value(name = "tei-sparse")]
+    #[serde(rename = "tei-sparse")]
+    TeiSparse,
 }
 
 impl Api {
@@ -155,6 +160,7 @@ impl Api {
         match self {
             Api::Openai => "OpenAI",
             Api::Tei => "TEI",
+            Api::TeiSparse => "TEI sparse",
         }
     }
 }
@@ -163,7 +169,7 @@ impl TargetKind {
     pub fn parse(spec: &str, api: Api) -> Result<TargetKind> {
         match spec {
             "in-process" | "inprocess" => Ok(TargetKind::InProcess),
-            "serve" => Ok(TargetKind::Serve),
+            "serve" => Ok(TargetKind::Serve { api }),
             "processes" => Ok(TargetKind::Processes),
             url if url.starts_with("http://") => Ok(TargetKind::Url {
                 url: url.trim_end_matches('/').to_owned(),
@@ -183,7 +189,10 @@ impl TargetKind {
     pub fn describe(&self) -> String {
         match self {
             TargetKind::InProcess => "in-process (gateway path, no HTTP)".into(),
-            TargetKind::Serve => "bench serve over HTTP on loopback".into(),
+            TargetKind::Serve { api: Api::Openai } => "bench serve over HTTP on loopback".into(),
+            TargetKind::Serve { api } => {
+                format!("bench serve over HTTP on loopback ({} API)", api.name())
+            }
             TargetKind::Processes => {
                 "a gateway in this process, replica processes over gRPC on loopback".into()
             }
@@ -235,10 +244,10 @@ pub fn start(
     };
     Ok(match kind {
         TargetKind::InProcess => Arc::new(InProcess::new(gateway(setup)?)),
-        TargetKind::Serve => {
+        TargetKind::Serve { api } => {
             let server = LocalServer::start(gateway(setup)?)?;
             let url = format!("http://{}", server.addr);
-            Arc::new(Http::new(url, Api::Openai, model_name, Some(server)))
+            Arc::new(Http::new(url, *api, model_name, Some(server)))
         }
         TargetKind::Processes => Arc::new(processes::Processes::start(
             setup.context("this target needs a model")?,
@@ -403,12 +412,16 @@ impl Target for Http {
                 "/embed",
                 serde_json::json!({ "inputs": texts, "truncate": true }),
             ),
+            (Api::TeiSparse, None) => (
+                "/embed_sparse",
+                serde_json::json!({ "inputs": texts, "truncate": true }),
+            ),
             // OpenAI has no reranking: Cohere's route is the one such servers share.
             (Api::Openai, Some(query)) => (
                 "/v1/rerank",
                 serde_json::json!({ "query": &**query, "documents": texts, "model": self.model_name }),
             ),
-            (Api::Tei, Some(query)) => (
+            (Api::Tei | Api::TeiSparse, Some(query)) => (
                 "/rerank",
                 serde_json::json!({ "query": &**query, "texts": texts, "truncate": true }),
             ),
@@ -464,7 +477,7 @@ impl Target for Http {
                         r.usage.map(|u| u.total_tokens).or(header_tokens),
                     )
                 }
-                (Api::Tei, true) => {
+                (Api::Tei | Api::TeiSparse, true) => {
                     let r: Vec<serde::de::IgnoredAny> = serde_json::from_slice(&body)
                         .map_err(|e| Failure::Error(format!("not a TEI /rerank response: {e}")))?;
                     (r.len(), header_tokens)
@@ -478,9 +491,9 @@ impl Target for Http {
                         r.usage.map(|u| u.prompt_tokens).or(header_tokens),
                     )
                 }
-                (Api::Tei, false) => {
+                (Api::Tei | Api::TeiSparse, false) => {
                     let r: Vec<serde::de::IgnoredAny> = serde_json::from_slice(&body)
-                        .map_err(|e| Failure::Error(format!("not a TEI /embed response: {e}")))?;
+                        .map_err(|e| Failure::Error(format!("not a TEI {path} response: {e}")))?;
                     (r.len(), header_tokens)
                 }
             };
@@ -629,7 +642,11 @@ mod tests {
     #[test]
     fn api_names_are_spelled_as_their_owners_spell_them() {
         let url = "http://127.0.0.1:8080".to_owned();
-        for (api, name) in [(Api::Openai, "OpenAI API"), (Api::Tei, "TEI API")] {
+        for (api, name) in [
+            (Api::Openai, "OpenAI API"),
+            (Api::Tei, "TEI API"),
+            (Api::TeiSparse, "TEI sparse API"),
+        ] {
             let kind = TargetKind::Url {
                 url: url.clone(),
                 api,

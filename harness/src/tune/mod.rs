@@ -77,7 +77,7 @@ pub fn run(args: TuneArgs) -> Result<()> {
         None => Vec::new(),
     };
     let setup = Setup::new(c, &[], false)?;
-    if matches!(setup.kind, TargetKind::Serve | TargetKind::Processes) {
+    if matches!(setup.kind, TargetKind::Serve { .. } | TargetKind::Processes) {
         bail!("bench tune drives the engine in-process or a URL; `--target serve` and `processes` are for sweeps");
     }
     let config = match setup.combos.first() {

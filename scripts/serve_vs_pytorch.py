@@ -1,0 +1,251 @@
+#!/usr/bin/env python3
+"""One request served by `bench serve` over loopback HTTP against what a Python service would run on PyTorch CPU
+in-process (sentence-transformers), same inputs, same thread count, one after the other on an otherwise idle
+machine. Two tasks:
+
+- rerank: a query against --texts passages through TEI's /rerank, against CrossEncoder.predict; the model a
+  random-weight BertForSequenceClassification of cross-encoder/ms-marco-MiniLM-L-6-v2's shape (6 layers, 384 wide,
+  12 heads, one label).
+- sparse: --texts passages through TEI's /embed_sparse, against SparseEncoder.encode; the model a random-weight
+  BertForMaskedLM of naver/splade-v3's shape (BERT-base: 12 layers, 768 wide, 12 heads, the 30,522-entry
+  vocabulary) with SpladePooling (max, log(1 + ReLU)), its decoder bias set so that about as many entries are
+  active as a trained SPLADE model's document has (the 99.5th percentile of the max-pooled logits, measured on
+  the passages, becomes 0).
+
+Each model (the Hub is not reachable here, and speed does not depend on the weights' values) takes
+all-MiniLM-L6-v2's uncased WordPiece tokenizer and is written once into --model-dir. Figures: p50/p90 of the
+request's latency over --n requests after --warmup (ours: the client's round trip, HTTP and JSON included;
+PyTorch's: the call alone), and the largest difference of our answer from sentence-transformers' (raw scores;
+sparse weights, every vocabulary entry) — a speed figure from a wrong engine is worthless.
+
+Needs the peers venv (bash scripts/setup_peers.sh) and a release build (cargo build --release --bin bench).
+    ~/.cache/embedding-workbench/peers-venv/bin/python scripts/serve_vs_pytorch.py --task rerank --json results/X/rerank.json
+    ~/.cache/embedding-workbench/peers-venv/bin/python scripts/serve_vs_pytorch.py --task sparse --texts 32 --json results/X/sparse.json
+"""
+import argparse
+import http.client
+import json
+import os
+import socket
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+TOKENIZER = Path.home() / ".cache/embedding-workbench/models/all-MiniLM-L6-v2/tokenizer.json"
+MODELS = Path.home() / ".cache/embedding-workbench/models"
+QUERY = "how do vaccines train the immune system to recognise a virus"
+
+
+def passages(n: int):
+    lines = (REPO / "workloads/text/passages_en.jsonl").read_text().splitlines()
+    return [json.loads(l)["text"] for l in lines[:n]]
+
+
+def save_tokenizer(d: Path):
+    """all-MiniLM-L6-v2's uncased WordPiece as BERT's tokenizer, reading up to 512 tokens, padding nothing (its
+    own file truncates at 128 and pads)."""
+    from transformers import PreTrainedTokenizerFast
+
+    tok = PreTrainedTokenizerFast(tokenizer_file=str(TOKENIZER), model_max_length=512, unk_token="[UNK]",
+                                  sep_token="[SEP]", pad_token="[PAD]", cls_token="[CLS]", mask_token="[MASK]",
+                                  model_input_names=["input_ids", "token_type_ids", "attention_mask"])
+    tok.save_pretrained(str(d))
+    path = d / "tokenizer.json"
+    t = json.loads(path.read_text())
+    t["truncation"], t["padding"] = None, None
+    path.write_text(json.dumps(t, ensure_ascii=False))
+
+
+class Rerank:
+    path = "/rerank"
+    model_dir = MODELS / "rerank-minilm-l6-random"
+    ours_name = "ours (bench serve /rerank, HTTP)"
+    theirs_name = "PyTorch (CrossEncoder.predict)"
+
+    @staticmethod
+    def make_model(d: Path):
+        import torch
+        from transformers import BertConfig, BertForSequenceClassification
+
+        torch.manual_seed(0)
+        model = BertForSequenceClassification(BertConfig(
+            vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536,
+            max_position_embeddings=512, num_labels=1))
+        model.eval().save_pretrained(str(d))
+        save_tokenizer(d)
+
+    @staticmethod
+    def body(texts):
+        return {"query": QUERY, "texts": texts, "raw_scores": True}
+
+    @staticmethod
+    def answer(data, texts):
+        scores = {r["index"]: r["score"] for r in data}
+        return [scores[i] for i in range(len(texts))]
+
+    @staticmethod
+    def theirs(model_dir: Path, texts):
+        import torch
+        from sentence_transformers import CrossEncoder
+
+        ce = CrossEncoder(str(model_dir), device="cpu", max_length=512)
+        batch = [(QUERY, p) for p in texts]
+        return lambda: [float(x) for x in ce.predict(batch, batch_size=len(batch), activation_fn=torch.nn.Identity(),
+                                                       convert_to_numpy=True).reshape(-1)]
+
+
+class Sparse:
+    path = "/embed_sparse"
+    model_dir = MODELS / "splade-bert-base-random"
+    ours_name = "ours (bench serve /embed_sparse, HTTP)"
+    theirs_name = "PyTorch (SparseEncoder.encode)"
+
+    @staticmethod
+    def make_model(d: Path):
+        import torch
+        from sentence_transformers import SparseEncoder
+        from sentence_transformers.base.modules import Transformer
+        from sentence_transformers.sparse_encoder.modules import SpladePooling
+        from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
+
+        torch.manual_seed(0)
+        model = BertForMaskedLM(BertConfig(vocab_size=30522, max_position_embeddings=512)).eval()
+        tok_dir = d / "_tokenizer"
+        save_tokenizer(tok_dir)
+        tok = AutoTokenizer.from_pretrained(str(tok_dir))
+        with torch.no_grad():
+            feats = tok(passages(64), padding=True, truncation=True, return_tensors="pt")
+            logits = model(**feats).logits.masked_fill(~feats["attention_mask"].bool()[..., None], -1e9)
+            pooled = logits.max(dim=1).values.flatten()
+            model.cls.predictions.bias -= torch.quantile(pooled, 0.995)
+        work = d / "_hf"
+        model.save_pretrained(str(work))
+        tok.save_pretrained(str(work))
+        transformer = Transformer(str(work), transformer_task="fill-mask", max_seq_length=512)
+        SparseEncoder(modules=[transformer, SpladePooling("max", "relu")], device="cpu").save(str(d))
+        for tmp in [work, tok_dir]:
+            for f in tmp.iterdir():
+                f.unlink()
+            tmp.rmdir()
+
+    @staticmethod
+    def body(texts):
+        return {"inputs": texts}
+
+    @staticmethod
+    def answer(data, texts):
+        dense = [[0.0] * 30522 for _ in texts]
+        for row, entries in zip(dense, data):
+            for e in entries:
+                row[e["index"]] = e["value"]
+        return [x for row in dense for x in row]
+
+    @staticmethod
+    def theirs(model_dir: Path, texts):
+        from sentence_transformers import SparseEncoder
+
+        se = SparseEncoder(str(model_dir), device="cpu")
+        return lambda: se.encode(texts, batch_size=len(texts), convert_to_tensor=True).to_dense().flatten().tolist()
+
+
+TASKS = {"rerank": Rerank, "sparse": Sparse}
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def timed(call, warmup: int, n: int):
+    """`call`'s latencies in ms after `warmup` calls, and its last answer."""
+    times, answer = [], None
+    for i in range(warmup + n):
+        start = time.perf_counter()
+        answer = call()
+        if i >= warmup:
+            times.append((time.perf_counter() - start) * 1e3)
+    return times, answer
+
+
+def ours(task, bench: str, model_dir: Path, threads: int, dtype: str, texts, warmup: int, n: int):
+    port = free_port()
+    server = subprocess.Popen([bench, "serve", "--model", str(model_dir), "--threads", str(threads), "--port",
+                               str(port), "--auto-truncate", "--dtype", dtype],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        server.stdout.readline()  # "listening on ..."
+        conn = http.client.HTTPConnection("127.0.0.1", port)
+        body = json.dumps(task.body(texts))
+
+        def call():
+            conn.request("POST", task.path, body, {"content-type": "application/json"})
+            resp = conn.getresponse()
+            data = resp.read()
+            if resp.status != 200:
+                raise SystemExit(f"{task.path} answered {resp.status}: {data[:300]!r}")
+            return data
+
+        times, data = timed(call, warmup, n)
+        return times, task.answer(json.loads(data), texts)
+    finally:
+        server.terminate()
+        server.wait()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--task", choices=sorted(TASKS), default="rerank")
+    ap.add_argument("--bench", default=str(REPO / "target/release/bench"))
+    ap.add_argument("--model-dir", help="default: the task's own, under ~/.cache/embedding-workbench/models")
+    ap.add_argument("--texts", type=int, default=16, help="passages in the request")
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--dtype", default="f32", help="ours: f32 or bf16 (PyTorch runs f32)")
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--n", type=int, default=30)
+    ap.add_argument("--json", help="write the figures here")
+    args = ap.parse_args()
+    task = TASKS[args.task]
+    model_dir = Path(args.model_dir or task.model_dir)
+    if not (model_dir / "model.safetensors").is_file():
+        model_dir.mkdir(parents=True, exist_ok=True)
+        task.make_model(model_dir)
+    texts = passages(args.texts)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    rows, answers = {}, {}
+    for name, run in [(task.ours_name, lambda: ours(task, args.bench, model_dir, args.threads, args.dtype, texts,
+                                                    args.warmup, args.n)),
+                      (task.theirs_name, lambda: timed(task.theirs(model_dir, texts), args.warmup, args.n))]:
+        times, answers[name] = run()
+        rows[name] = {"p50_ms": pct(times, 0.5), "p90_ms": pct(times, 0.9), "mean_ms": statistics.fmean(times)}
+        print(f"{name}: p50 {rows[name]['p50_ms']:.2f} ms, p90 {rows[name]['p90_ms']:.2f} ms over {args.n}")
+    a, b = answers[task.ours_name], answers[task.theirs_name]
+    worst = max(abs(x - y) for x, y in zip(a, b))
+    spread = max(abs(y) for y in b)
+    ratio = rows[task.theirs_name]["p50_ms"] / rows[task.ours_name]["p50_ms"]
+    active = sum(1 for y in b if y != 0) / args.texts if args.task == "sparse" else None
+    print(f"largest difference {worst:.2e} (largest |value| {spread:.3f}); PyTorch p50 / ours p50 = {ratio:.2f}"
+          + (f"; {active:.0f} active entries per text" if active is not None else ""))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        out = {"task": args.task, "texts": args.texts, "threads": args.threads, "dtype_ours": args.dtype,
+               "n": args.n, "warmup": args.warmup, "worst_difference": worst, "largest_value": spread,
+               "pytorch_over_ours_p50": ratio, "rows": rows}
+        if active is not None:
+            out["active_entries_per_text"] = active
+        else:
+            out["query"] = QUERY
+        Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
