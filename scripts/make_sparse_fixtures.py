@@ -3,13 +3,16 @@ directories (a Transformer module of task fill-mask, then SpladePooling), with t
 fixture texts (densified) as the reference.
 
 - bert_splade: BertForMaskedLM (naver/splade-v3's and splade-cocondenser's shape: the MLM head's transform — dense,
-  GELU, LayerNorm — then the decoder tied to the word embeddings, which the checkpoint does not hold, and its own
-  bias), SpladePooling max over log(1 + ReLU); modules.json in sentence-transformers 5's names (MLMTransformer,
-  `sentence_transformers.sparse_encoder.models`), as the Hub's SPLADE models were saved.
+  GELU, LayerNorm — then the decoder tied to the word embeddings, which the checkpoint does not hold, and the
+  head's bias), SpladePooling max over log(1 + ReLU); a vocabulary of 4,200 rows (the tokenizer's 700 and unused
+  ones, as BERT's has), so the engine's projection runs in three blocks of its 2,048, the last one short;
+  modules.json in sentence-transformers 5's names (MLMTransformer, `sentence_transformers.sparse_encoder.models`),
+  as the Hub's SPLADE models were saved.
 - distilbert_splade_log1p: DistilBertForMaskedLM with an untied vocab projector (opensearch-neural-sparse's
   shape), SpladePooling's `log1p_relu` (log(1 + log(1 + ReLU))); sentence-transformers 6's names.
-- xlmr_splade: XLMRobertaForMaskedLM (RobertaLMHead: dense, GELU, layer_norm, the tied decoder and `lm_head.bias`),
-  positions after the padding id.
+- xlmr_splade: XLMRobertaForMaskedLM (RobertaLMHead: dense, GELU, layer_norm), untied: the decoder's own weight
+  and bias (`lm_head.decoder.bias`; the unused `lm_head.bias` random too, so reading it shows); positions after
+  the padding id.
 
 The decoder's bias is drawn well below zero so that most of the vocabulary stays at 0 (ReLU), as a trained
 SPLADE model's output is sparse. Needs the peers venv (bash scripts/setup_peers.sh). Run from the repository root
@@ -83,7 +86,7 @@ def make(name, model, tok, specials, bias_name, activation, legacy_names, seed):
 def bert_splade():
     tok = enc.bert_tokenizer()
     model = BertForMaskedLM(BertConfig(
-        vocab_size=tok.get_vocab_size(), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        vocab_size=4200, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
         intermediate_size=128, max_position_embeddings=64, pad_token_id=tok.token_to_id("[PAD]"),
         attn_implementation="eager"))
     make("bert_splade", model, tok, enc.BERT_SPECIALS, "cls.predictions.bias", "relu", True, 11)
@@ -103,8 +106,8 @@ def xlmr_splade():
     model = XLMRobertaForMaskedLM(XLMRobertaConfig(
         vocab_size=tok.get_vocab_size(), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
         intermediate_size=128, max_position_embeddings=MAX_SEQ + 2, type_vocab_size=1,
-        pad_token_id=tok.token_to_id("<pad>"), attn_implementation="eager"))
-    make("xlmr_splade", model, tok, enc.ROBERTA_SPECIALS, "lm_head.bias", "relu", False, 13)
+        pad_token_id=tok.token_to_id("<pad>"), tie_word_embeddings=False, attn_implementation="eager"))
+    make("xlmr_splade", model, tok, enc.ROBERTA_SPECIALS, "lm_head.decoder.bias", "relu", False, 13)
 
 
 FIXTURES = [bert_splade, distilbert_splade_log1p, xlmr_splade]

@@ -218,7 +218,7 @@ fn a_sparse_models_flops_count_its_head_over_every_token() {
     let engine = load("bert_splade", Dtype::F32, CaptureMode::Off);
     let info = engine.info();
     let head = info.flops_per_token(16) - info.config.flops_per_token(16);
-    assert_eq!(head, 2.0 * 64.0 * (64.0 + 700.0));
+    assert_eq!(head, 2.0 * 64.0 * (64.0 + 4200.0));
     let dense = load("bert_max", Dtype::F32, CaptureMode::Off);
     let info = dense.info();
     assert_eq!(info.flops_per_token(16), info.config.flops_per_token(16));

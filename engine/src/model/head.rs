@@ -66,9 +66,14 @@ struct Sparse<D: Device> {
 impl<D: Device> Sparse<D> {
     fn load(s: &SparseModule, device: &D) -> Result<Self> {
         let hidden = s.transform.out_features;
-        let w = Weights::open(&s.transform.weights_path, &s.decoder)?;
-        let weight = w.get(&s.decoder, &[s.vocab, hidden])?;
-        let bias = w.get(&s.decoder_bias, &[s.vocab])?;
+        let w = Weights::open(
+            &s.transform.weights_path,
+            &format!("{}.weight", s.transform.name),
+        )?;
+        // The first name the checkpoint holds; with none, the first's absence is the error.
+        let held = |names: &[String]| names.iter().find(|n| w.has(n)).unwrap_or(&names[0]).clone();
+        let weight = w.get(&held(&s.decoder), &[s.vocab, hidden])?;
+        let bias = w.get(&held(&s.decoder_bias), &[s.vocab])?;
         let blocks = (0..s.vocab)
             .step_by(VOCAB_BLOCK)
             .map(|start| {

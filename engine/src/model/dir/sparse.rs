@@ -18,10 +18,11 @@ use crate::model::{read_json, BertFamily, ModelConfig};
 #[derive(Clone, Debug, PartialEq)]
 pub struct SparseModule {
     pub transform: DenseModule,
-    /// The projection's weight (`vocab` × hidden: the decoder's own, or the word embeddings where the config ties
-    /// them, as transformers loads it) and its bias.
-    pub decoder: String,
-    pub decoder_bias: String,
+    /// The projection's weight (`vocab` × hidden) and its bias, each the first of its names the checkpoint holds:
+    /// the decoder's own, else (where the config ties them) what transformers ties it to, the word embeddings and
+    /// the head's bias. transformers 5 uses a decoder tensor the checkpoint holds even under a tying config.
+    pub decoder: Vec<String>,
+    pub decoder_bias: Vec<String>,
     pub vocab: usize,
     pub activation: Activation,
 }
@@ -52,7 +53,7 @@ fn relu() -> String {
     "relu".into()
 }
 
-/// Just enough of `config.json` to know whether the decoder is the word embeddings.
+/// Just enough of `config.json` to know whether the decoder may be the word embeddings.
 #[derive(Deserialize)]
 struct TieFile {
     #[serde(default = "tied")]
@@ -64,15 +65,16 @@ fn tied() -> bool {
 }
 
 /// The MLM head of each family we read: the transform's and its LayerNorm's tensor names, the decoder's own
-/// weight, the word embeddings it is tied to by default, and the bias (BertLMPredictionHead,
-/// DistilBertForMaskedLM's vocab_* layers, RobertaLMHead — XLM-R's and CamemBERT's — whose activation is always
-/// the exact GELU).
-fn head_names(family: BertFamily) -> Option<[&'static str; 5]> {
+/// weight and bias, and what transformers ties them to by default, the word embeddings and the head's bias
+/// (BertLMPredictionHead, DistilBertForMaskedLM's vocab_* layers, RobertaLMHead — XLM-R's and CamemBERT's —
+/// whose activation is always the exact GELU; DistilBERT's projector keeps its own bias).
+fn head_names(family: BertFamily) -> Option<[&'static str; 6]> {
     Some(match family {
         BertFamily::Bert => [
             "cls.predictions.transform.dense",
             "cls.predictions.transform.LayerNorm",
             "cls.predictions.decoder.weight",
+            "cls.predictions.decoder.bias",
             "bert.embeddings.word_embeddings.weight",
             "cls.predictions.bias",
         ],
@@ -80,6 +82,7 @@ fn head_names(family: BertFamily) -> Option<[&'static str; 5]> {
             "vocab_transform",
             "vocab_layer_norm",
             "vocab_projector.weight",
+            "vocab_projector.bias",
             "distilbert.embeddings.word_embeddings.weight",
             "vocab_projector.bias",
         ],
@@ -87,6 +90,7 @@ fn head_names(family: BertFamily) -> Option<[&'static str; 5]> {
             "lm_head.dense",
             "lm_head.layer_norm",
             "lm_head.decoder.weight",
+            "lm_head.decoder.bias",
             "roberta.embeddings.word_embeddings.weight",
             "lm_head.bias",
         ],
@@ -139,7 +143,7 @@ pub(super) fn read(
     let ModelConfig::Bert(c) = config else {
         return Err(unsupported("this architecture".into()));
     };
-    let Some([dense, norm, own, embeddings, bias]) = head_names(c.family()) else {
+    let Some([dense, norm, own, own_bias, embeddings, bias]) = head_names(c.family()) else {
         return Err(unsupported(format!("{:?}", c.family())));
     };
     let tie: TieFile = read_json(config_path)?;
@@ -162,14 +166,18 @@ pub(super) fn read(
                 bias: true,
             }),
         },
-        decoder: if tie.tie_word_embeddings {
-            embeddings
-        } else {
-            own
-        }
-        .into(),
-        decoder_bias: bias.into(),
+        decoder: names(own, embeddings, tie.tie_word_embeddings),
+        decoder_bias: names(own_bias, bias, tie.tie_word_embeddings),
         vocab: c.vocab_size,
         activation,
     })
+}
+
+/// A decoder tensor's names in the order they are looked for: its own, then what it is tied to where it is.
+fn names(own: &str, tied_to: &str, tied: bool) -> Vec<String> {
+    let mut names = vec![own.to_owned()];
+    if tied && tied_to != own {
+        names.push(tied_to.to_owned());
+    }
+    names
 }
