@@ -223,43 +223,69 @@ fn a_gateway_and_two_replica_processes_answer_as_one_process_does() {
     assert!(batches(&a) > 0 && batches(&b) > 0);
 }
 
-/// A cross-encoder's pairs through the replica protocol: where each pair's tokens of type 1 start travels with
-/// its piece (a gateway cuts a request into pieces where that changes), so a gateway in front of replicas ranks
-/// as one process does, for pairs with the query whole and pairs with it cut against a short passage.
-#[test]
-fn a_cross_encoder_ranks_through_replicas_as_one_process_does() {
-    let model =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../engine/tests/fixtures/bert_cross_encoder");
+/// A gateway in front of two replica processes of fixture `name` answers each (path, body) as one process does,
+/// and both replicas ran batches.
+fn answers_through_replicas_as_one_process(name: &str, requests: &[(&str, serde_json::Value)]) {
+    let model = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../engine/tests/fixtures")
+        .join(name);
     let (a, b) = (replica(&model, 0), replica(&model, 0));
     let gw = gateway(&model, &[&a, &b]);
     let single = serve(&model, &["--port", "0"]);
     wait_up(&gw.addr, 2);
-    let query = "when was the law allowing women to drive in saudi arabia put into effect, and who signed it?";
-    let texts = [
-        "in 2018",
-        "a royal decree of King Salman in September 2017 allowed women in Saudi Arabia to drive cars",
-        "riyadh",
-        "the ban was lifted in June 2018 after decades of campaigning by Saudi women's rights activists",
-        "women drive now",
-    ];
-    for (path, body) in [
-        (
-            "/rerank",
-            serde_json::json!({ "query": query, "texts": texts, "truncate": true, "raw_scores": true }),
-        ),
-        (
-            "/predict",
-            serde_json::json!({ "inputs": [[texts[1]], [query, texts[0]], [query, texts[1]]], "truncate": true }),
-        ),
-    ] {
+    for (path, body) in requests {
         let (status, split) = http(&gw.addr, "POST", path, &body.to_string());
         assert_eq!(status, 200, "{split}");
         let (status, whole) = http(&single.addr, "POST", path, &body.to_string());
         assert_eq!(status, 200, "{whole}");
         let parse = |b: &str| -> serde_json::Value { serde_json::from_str(b).unwrap() };
-        assert_eq!(parse(&split), parse(&whole), "{path}");
+        assert_eq!(parse(&split), parse(&whole), "{name} {path}");
     }
     assert!(batches(&a) > 0 && batches(&b) > 0);
+}
+
+/// Texts of a few words and of a sentence, so a question cut against the short ones changes where its pairs'
+/// tokens of type 1 start.
+const TEXTS: [&str; 5] = [
+    "in 2018",
+    "a royal decree of King Salman in September 2017 allowed women in Saudi Arabia to drive cars",
+    "riyadh",
+    "the ban was lifted in June 2018 after decades of campaigning by Saudi women's rights activists",
+    "women drive now",
+];
+
+/// A cross-encoder's pairs through the replica protocol: where each pair's tokens of type 1 start travels with
+/// its piece (a gateway cuts a request into pieces where that changes), so a gateway in front of replicas ranks
+/// as one process does, for pairs with the query whole and pairs with it cut against a short passage.
+#[test]
+fn a_cross_encoder_ranks_through_replicas_as_one_process_does() {
+    let query = "when was the law allowing women to drive in saudi arabia put into effect, and who signed it?";
+    answers_through_replicas_as_one_process(
+        "bert_cross_encoder",
+        &[
+            (
+                "/rerank",
+                serde_json::json!({ "query": query, "texts": TEXTS, "truncate": true, "raw_scores": true }),
+            ),
+            (
+                "/predict",
+                serde_json::json!({ "inputs": [[TEXTS[1]], [query, TEXTS[0]], [query, TEXTS[1]]], "truncate": true }),
+            ),
+        ],
+    );
+}
+
+/// A sparse model's vectors, as wide as its vocabulary (three of the engine's projection blocks), come back
+/// through the replica protocol whole: `/embed_sparse` through a gateway and replicas answers as one process.
+#[test]
+fn a_sparse_model_embeds_through_replicas_as_one_process_does() {
+    answers_through_replicas_as_one_process(
+        "bert_splade",
+        &[(
+            "/embed_sparse",
+            serde_json::json!({ "inputs": TEXTS, "truncate": true }),
+        )],
+    );
 }
 
 /// What became of one request of the burst.
