@@ -31,6 +31,10 @@ pub struct EngineConfig {
     /// Truncate inputs to this many tokens (special tokens included); `None` takes the model's `max_seq_length`.
     #[arg(long)]
     pub max_seq_length: Option<usize>,
+    /// Pool as this instead of as the model's files say (TEI's `--pooling`): a checkpoint without
+    /// sentence-transformers' files (mean otherwise), or `splade` for a bare `*ForMaskedLM` one.
+    #[arg(long, value_enum)]
+    pub pooling: Option<PoolingChoice>,
     /// Which tokenizer implementation reads the model's `tokenizer.json` (`hf`, `fast`, or `auto`: `fast` where it
     /// reproduces the file, else `hf`; the same ids).
     #[arg(long, value_enum, default_value_t = EngineConfig::default().tokenizer)]
@@ -107,6 +111,18 @@ pub struct EngineConfig {
     pub gpu_intermediate: GpuIntermediate,
 }
 
+/// A pooling [`EngineConfig::pooling`] names, TEI's spellings: one of sentence-transformers' modes over the
+/// token states, or SPLADE's (SpladePooling's defaults over the checkpoint's MLM head: max over log(1 + ReLU)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum PoolingChoice {
+    Cls,
+    Mean,
+    Max,
+    LastToken,
+    Splade,
+}
+
 /// Which kernel runs attention on a GPU ([`EngineConfig::gpu_attention`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
@@ -141,6 +157,7 @@ impl Default for EngineConfig {
             max_batch_tokens: 8192,
             max_batch_seqs: 512,
             max_seq_length: None,
+            pooling: None,
             tokenizer: TokenizerKind::Auto,
             max_wait_ms: 0,
             overlap: true,

@@ -63,7 +63,7 @@ use std::sync::Arc;
 
 pub use backend::{Backend, BackendInfo, Embeddings, Handle, Output, Row};
 pub use batch::{Batch, Readout};
-pub use config::EngineConfig;
+pub use config::{EngineConfig, PoolingChoice};
 pub use dtype::Dtype;
 pub use error::{Error, Result};
 use model::ModelDir;
@@ -132,7 +132,7 @@ impl ModelFront {
     /// Reads the model directory's settings and tokenizer; loads no weights.
     pub fn load(dir: impl AsRef<Path>, config: EngineConfig) -> Result<Self> {
         config.validate()?;
-        Self::open(&ModelDir::open(dir)?, config)
+        Self::open(&ModelDir::open(dir)?.pooled_by(config.pooling)?, config)
     }
 
     fn open(dir: &ModelDir, config: EngineConfig) -> Result<Self> {
@@ -323,7 +323,7 @@ impl Engine {
     /// Loads the model directory onto the backend `config.backend` names.
     pub fn load(dir: impl AsRef<Path>, config: EngineConfig) -> Result<Self> {
         config.validate()?;
-        let dir = ModelDir::open(dir)?;
+        let dir = ModelDir::open(dir)?.pooled_by(config.pooling)?;
         let mut front = ModelFront::open(&dir, config)?;
         let dir = dir.serving(front.info.max_seq_length);
         let backend = backend::start(&dir, &front.config)?;

@@ -50,7 +50,7 @@ impl Setup {
                 TargetKind::Serve { api } => Some(api),
                 _ => None,
             };
-            check_model_kind(dir, c.workload, http)?;
+            check_model_kind(dir, base.pooling, c.workload, http)?;
         }
         let model_name = c.model_name.clone().unwrap_or_else(|| {
             model_dir
@@ -173,11 +173,12 @@ fn load_corpus(path: &str, limit: Option<usize>) -> Result<Arc<Corpus>> {
 /// embedded, or scores read as embeddings, not the traffic asked for.
 fn check_model_kind(
     dir: &std::path::Path,
+    pooling: Option<engine::PoolingChoice>,
     workload: WorkloadKind,
     http: Option<Api>,
 ) -> Result<()> {
     // A directory that cannot be read is reported when the engine loads it, after the run's own settings.
-    let Ok(model) = engine::model::ModelDir::open(dir) else {
+    let Ok(model) = engine::model::ModelDir::open(dir).and_then(|d| d.pooled_by(pooling)) else {
         return Ok(());
     };
     // Over HTTP a sparse model has its own route, and only it has; in-process its vector is embedded whole.

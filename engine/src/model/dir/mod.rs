@@ -20,6 +20,7 @@ use self::modules::read_pooling;
 pub use self::modules::{DenseModule, HeadNorm, Pooling, PoolingModule};
 pub use self::sparse::SparseModule;
 use super::config::{read_json, ModelConfig, StaticConfig};
+use crate::config::PoolingChoice;
 use crate::error::{Error, Result};
 
 /// The longest sequence the engine runs, whatever a config says: a rotary table is computed at load for every
@@ -219,7 +220,7 @@ impl ModelDir {
                 "MLMTransformer" if !has_table => {}
                 "SpladePooling" if !has_table && !pooled => {
                     sparse = Some(sparse::read(
-                        &root.join(&m.path),
+                        Some(&root.join(&m.path)),
                         &root.join("config.json"),
                         &config,
                         &weights_path,
@@ -344,6 +345,58 @@ impl ModelDir {
     /// `/embed_all`), and a backend may normalize rows as it pools them.
     pub fn pools_last(&self) -> bool {
         self.dense.is_empty() && self.pooling.modes.len() == 1 && self.sparse.is_none()
+    }
+
+    /// The directory pooled as `choice` says instead of as its files do (none: as they do). A cross-encoder's
+    /// pooling is its head's, a sparse model's SPLADE's, and a Dense module's input the width of what its files
+    /// pool: those are refused rather than changed. `splade` over a dense directory reads the checkpoint's MLM
+    /// head with SpladePooling's defaults.
+    pub fn pooled_by(mut self, choice: Option<PoolingChoice>) -> Result<Self> {
+        let Some(choice) = choice else {
+            return Ok(self);
+        };
+        let refuse = |why: &str| {
+            Err(Error::model(
+                &self.root,
+                format!("--pooling {choice:?}: {why}"),
+            ))
+        };
+        if self.classifier.is_some() {
+            return refuse("a cross-encoder pools as its classification head does");
+        }
+        let mode = match choice {
+            PoolingChoice::Splade if self.sparse.is_some() => return Ok(self),
+            PoolingChoice::Splade => None,
+            PoolingChoice::Cls => Some(Pooling::Cls),
+            PoolingChoice::Mean => Some(Pooling::Mean),
+            PoolingChoice::Max => Some(Pooling::Max),
+            PoolingChoice::LastToken => Some(Pooling::LastToken),
+        };
+        if self.sparse.is_some() {
+            return refuse("a sparse model pools by its SpladePooling module");
+        }
+        if !self.dense.is_empty() && (mode.is_none() || self.pooling.modes.len() != 1) {
+            return refuse("the model's Dense modules read what its own Pooling module gives");
+        }
+        match mode {
+            Some(mode) => self.pooling.modes = vec![mode],
+            None => {
+                if self.normalize || matches!(self.config, ModelConfig::Static(_)) {
+                    return refuse(
+                        "SPLADE runs a Transformer's MLM head, without Normalize after it",
+                    );
+                }
+                let config_path = self.root.join("config.json");
+                self.sparse = Some(sparse::read(
+                    None,
+                    &config_path,
+                    &self.config,
+                    &self.weights_path,
+                )?);
+                self.pooling = PoolingModule::single(Pooling::Max);
+            }
+        }
+        Ok(self)
     }
 
     /// The directory as an engine that truncates every input to `max_len` tokens runs it.

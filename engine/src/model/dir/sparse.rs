@@ -98,18 +98,18 @@ fn head_names(family: BertFamily) -> Option<[&'static str; 6]> {
     })
 }
 
-/// The SparseEncoder whose SpladePooling module is in `folder`, over the checkpoint `config_path` describes.
+/// The SparseEncoder whose SpladePooling module is in `folder` (none: SpladePooling's defaults, as
+/// `--pooling splade` asks of a bare checkpoint), over the checkpoint `config_path` describes.
 pub(super) fn read(
-    folder: &Path,
+    folder: Option<&Path>,
     config_path: &Path,
     config: &ModelConfig,
     weights_path: &Path,
 ) -> Result<SparseModule> {
-    let pooling_path = folder.join("config.json");
-    let f: SpladeFile = if pooling_path.is_file() {
-        read_json(&pooling_path)?
-    } else {
-        SpladeFile::default()
+    let pooling_path = folder.map_or_else(|| config_path.to_owned(), |f| f.join("config.json"));
+    let f: SpladeFile = match folder {
+        Some(_) if pooling_path.is_file() => read_json(&pooling_path)?,
+        _ => SpladeFile::default(),
     };
     // Max pooling commutes with the activation (both monotone): the backend applies it to every logit.
     if f.pooling_strategy != "max" {
