@@ -342,6 +342,7 @@ mod tests {
             capture: CaptureMode::Startup,
             token_buckets: vec![16, 256],
             replicas: 3,
+            pooling: Some(PoolingChoice::LastToken),
             ..EngineConfig::default()
         };
         let dir = tempfile::tempdir().unwrap();

@@ -118,6 +118,26 @@ impl ModelInfo {
         };
         self.config.flops_per_token(len) + head
     }
+
+    /// How it pools, as one name: `splade` for a sparse model, else its modes' names joined by `+`
+    /// (`mean`, `cls+mean`). A gateway and its replicas compare it: they must pool alike.
+    pub fn pooling_name(&self) -> String {
+        if self.sparse {
+            return "splade".into();
+        }
+        let names: Vec<String> = self
+            .pooling
+            .modes
+            .iter()
+            .map(|m| {
+                serde_json::to_value(m).map_or_else(
+                    |_| format!("{m:?}"),
+                    |v| v.as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect();
+        names.join("+")
+    }
 }
 
 /// What serving a model needs besides its weights: its settings, tokenizer and description. An [`Engine`] holds

@@ -96,7 +96,8 @@ fn splade_pooling_makes_a_bare_masked_lm_checkpoint_sparse() {
 }
 
 /// What a pooling choice cannot change is refused: a cross-encoder's head, a sparse model's SpladePooling, Dense
-/// modules over several concatenated modes, and SPLADE where Normalize follows pooling.
+/// modules over several concatenated modes, SPLADE where Normalize follows pooling or over a checkpoint without
+/// an MLM head, and a StaticEmbedding's own mean.
 #[test]
 fn a_pooling_choice_it_cannot_apply_is_refused_naming_why() {
     for (name, choice, says) in [
@@ -108,6 +109,16 @@ fn a_pooling_choice_it_cannot_apply_is_refused_naming_why() {
             "Dense modules",
         ),
         ("xlmr_mean", PoolingChoice::Splade, "without Normalize"),
+        (
+            "bert_max",
+            PoolingChoice::Splade,
+            "BertModel, which holds no MLM head",
+        ),
+        (
+            "static_mean",
+            PoolingChoice::Cls,
+            "--pooling cls: a StaticEmbedding averages",
+        ),
     ] {
         let Err(e) = load(&common::models::dir(name), Some(choice)) else {
             panic!("{name} with --pooling {choice:?}: loaded");

@@ -478,3 +478,58 @@ fn a_gateway_with_no_replica_up_refuses_with_503_and_takes_one_that_comes_up() {
     let (status, body) = http(&gw.addr, "POST", "/v1/embeddings", &request(&["a".into()]));
     assert_eq!(status, 200, "{body}");
 }
+
+/// A replica that pools otherwise than its gateway (`--pooling` given to one side only: the same shape, other
+/// vectors) is not taken; one that pools alike is.
+#[test]
+fn a_replica_pooling_otherwise_than_its_gateway_is_not_used() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tiny(tmp.path());
+    let (plain, cls) = (
+        replica(&model, 0),
+        serve(
+            &model,
+            &["--role", "replica", "--port", "0", "--pooling", "cls"],
+        ),
+    );
+    let gw = serve(
+        &model,
+        &[
+            "--role",
+            "gateway",
+            "--port",
+            "0",
+            "--health-interval-ms",
+            "100",
+            "--health-timeout-ms",
+            "300",
+            "--pooling",
+            "cls",
+            "--replica",
+            &plain.addr,
+            "--replica",
+            &cls.addr,
+        ],
+    );
+    wait_up(&gw.addr, 1);
+    // Past a few more health checks, the other is still out.
+    std::thread::sleep(Duration::from_millis(500));
+    let (_, body) = http(&gw.addr, "GET", "/info", "");
+    let info: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let states = info["replica_states"].as_array().unwrap();
+    let up: Vec<&str> = states
+        .iter()
+        .filter(|r| r["up"] == true)
+        .map(|r| r["addr"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(up.len(), 1, "{body}");
+    let texts: Vec<String> = (0..6).map(|i| format!("text {i}")).collect();
+    let (status, answer) = http(&gw.addr, "POST", "/v1/embeddings", &request(&texts));
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        batches(&plain),
+        0,
+        "the replica pooling by the mean ran a batch"
+    );
+    assert!(batches(&cls) > 0);
+}

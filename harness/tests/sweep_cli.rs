@@ -544,7 +544,8 @@ fn a_rerank_sweep_scores_a_query_against_passages_per_request() {
 }
 
 /// A sparse (SPLADE) model swept in-process and over HTTP through TEI's `/embed_sparse` (`--api tei-sparse`),
-/// every request answered; over HTTP it needs that API, which a dense model refuses, before anything runs.
+/// every request answered, and a bare `*ForMaskedLM` checkpoint made one by `--set pooling=splade`; over HTTP a
+/// sparse model needs that API, which a dense one refuses, before anything runs.
 #[test]
 fn a_sparse_model_is_swept_through_embed_sparse() {
     let tmp = tempfile::tempdir().unwrap();
@@ -557,6 +558,41 @@ fn a_sparse_model_is_swept_through_embed_sparse() {
         &[("in-process", &[]), ("serve", &["--api", "tei-sparse"])],
         "online",
     );
+    // The checkpoint alone (a bare BertForMaskedLM) is dense until a knob pools it by SPLADE.
+    let bare = tempfile::tempdir().unwrap();
+    for file in [
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ] {
+        std::fs::copy(
+            fixtures.join("bert_splade").join(file),
+            bare.path().join(file),
+        )
+        .unwrap();
+    }
+    let bare_model = bare.path().display().to_string();
+    let runs = tempfile::tempdir().unwrap();
+    every_request_answered(
+        runs.path(),
+        &bare_model,
+        &["--workload", "online", "--set", "pooling=splade"],
+        &[("serve", &["--api", "tei-sparse"])],
+        "online",
+    );
+    let args = [
+        "sweep",
+        "--target",
+        "serve",
+        "--api",
+        "tei-sparse",
+        "--model",
+        &bare_model,
+    ];
+    let out = bench(&args, tmp.path());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("needs a sparse (SPLADE) model"), "{stderr}");
     for (name, api, says) in [
         ("bert_splade", "tei", "run it with --api tei-sparse"),
         ("bert_splade", "openai", "run it with --api tei-sparse"),

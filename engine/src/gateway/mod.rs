@@ -177,6 +177,7 @@ impl Gateway {
         let expect = crate::replica::Expect {
             dim: front.dim(),
             vocab_size: front.vocab_size(),
+            pooling: front.info().pooling_name(),
         };
         let replicas = Replicas::remote(targets, remote.clone(), expect).await?;
         Self::over(

@@ -53,11 +53,13 @@ impl Default for RemoteConfig {
     }
 }
 
-/// What a replica must serve to be taken: the gateway's model, by its shape.
-#[derive(Clone, Copy, Debug)]
+/// What a replica must serve to be taken: the gateway's model, by its shape and how it pools
+/// ([`crate::ModelInfo::pooling_name`]; `--pooling` on one side only changes that, not the shape).
+#[derive(Clone, Debug)]
 pub struct Expect {
     pub dim: usize,
     pub vocab_size: usize,
+    pub pooling: String,
 }
 
 /// One remote replica; its health check stops when it is dropped.
@@ -330,13 +332,22 @@ async fn check_health(shared: Arc<Shared>, config: RemoteConfig, expect: Expect)
             {
                 Ok(Ok(info)) => {
                     let info = info.into_inner();
+                    // A replica of an older build says nothing of its pooling.
+                    let pools_alike = info.pooling.is_empty() || info.pooling == expect.pooling;
                     if info.dim as usize != expect.dim
                         || info.vocab_size as usize != expect.vocab_size
+                        || !pools_alike
                     {
                         eprintln!(
-                            "replica {}: serves a model of dimension {} and {} tokens, not the gateway's {} \
-                             and {}; it is not used",
-                            shared.addr, info.dim, info.vocab_size, expect.dim, expect.vocab_size
+                            "replica {}: serves a model of dimension {} and {} tokens pooled by {}, not the \
+                             gateway's {} and {} pooled by {}; it is not used",
+                            shared.addr,
+                            info.dim,
+                            info.vocab_size,
+                            info.pooling,
+                            expect.dim,
+                            expect.vocab_size,
+                            expect.pooling
                         );
                         return;
                     }

@@ -129,6 +129,7 @@ impl proto::replica_server::Replica for Service {
             max_seq_length: info.max_seq_length as u32,
             normalize: info.normalize,
             max_batch_tokens: front.config().max_batch_tokens as u32,
+            pooling: info.pooling_name(),
         }))
     }
 }

@@ -53,7 +53,7 @@ impl Replicas {
         }
         let list = Arc::new(RwLock::new(List::default()));
         let mut resolved = HashMap::new();
-        resolve(&targets, &mut resolved, &list, &config, expect).await;
+        resolve(&targets, &mut resolved, &list, &config, &expect).await;
         let task = {
             let list = list.clone();
             async move {
@@ -61,7 +61,7 @@ impl Replicas {
                 ticks.tick().await;
                 loop {
                     ticks.tick().await;
-                    resolve(&targets, &mut resolved, &list, &config, expect).await;
+                    resolve(&targets, &mut resolved, &list, &config, &expect).await;
                 }
             }
         };
@@ -101,7 +101,7 @@ async fn resolve(
     resolved: &mut HashMap<String, Vec<SocketAddr>>,
     list: &RwLock<List>,
     config: &RemoteConfig,
-    expect: Expect,
+    expect: &Expect,
 ) {
     for target in targets {
         match tokio::net::lookup_host(target.as_str()).await {
@@ -129,7 +129,7 @@ async fn resolve(
         .map(|addr| {
             known(addr).unwrap_or_else(|| {
                 eprintln!("replica {addr}: added");
-                Arc::new(Replica::Remote(Remote::new(*addr, config, expect)))
+                Arc::new(Replica::Remote(Remote::new(*addr, config, expect.clone())))
             })
         })
         .collect();

@@ -50,7 +50,17 @@ impl Setup {
                 TargetKind::Serve { api } => Some(api),
                 _ => None,
             };
-            check_model_kind(dir, base.pooling, c.workload, http)?;
+            // Each combination's pooling (a knob may set it): what it makes of the model decides its route.
+            let mut poolings = Vec::new();
+            for set in &combos {
+                poolings.push(knobs::apply(set, base.clone())?.pooling);
+            }
+            if poolings.is_empty() {
+                poolings.push(base.pooling);
+            }
+            for pooling in poolings {
+                check_model_kind(dir, pooling, c.workload, http)?;
+            }
         }
         let model_name = c.model_name.clone().unwrap_or_else(|| {
             model_dir

@@ -29,7 +29,7 @@ pub use modernbert::ModernBertConfig;
 pub use rope::{Rope, RopeScaling};
 use rotary_bert::read_rotary_bert;
 pub use rotary_bert::{RotaryBertConfig, RotaryBertFamily, RotaryBertMlp};
-pub use static_embedding::StaticConfig;
+pub use static_embedding::{StaticConfig, WORD_EMBEDDINGS_TABLE};
 use t5::read_t5;
 pub use t5::{T5Config, T5FeedForward};
 

@@ -24,7 +24,16 @@ pub struct StaticConfig {
     pub token_weights: bool,
 }
 
+/// Where a WordEmbeddings module keeps its table (a StaticEmbedding's names differ).
+pub const WORD_EMBEDDINGS_TABLE: &str = "emb_layer.weight";
+
 impl StaticConfig {
+    /// Whether the table is a WordEmbeddings module's, whose token rows a Pooling module pools (a StaticEmbedding
+    /// averages its own).
+    pub fn is_word_embeddings(&self) -> bool {
+        self.table == WORD_EMBEDDINGS_TABLE
+    }
+
     /// The table's shape in the module's weights at `path` (the first of `tables`, the names the module may
     /// store it under, that the file holds), and the token count its `mapping` gives if any.
     pub fn read(path: &Path, tables: &[&'static str]) -> Result<Self> {

@@ -19,7 +19,7 @@ use self::limits::{sentence_max_length, tokenizer_truncation};
 use self::modules::read_pooling;
 pub use self::modules::{DenseModule, HeadNorm, Pooling, PoolingModule};
 pub use self::sparse::SparseModule;
-use super::config::{read_json, ModelConfig, StaticConfig};
+use super::config::{read_json, ModelConfig, StaticConfig, WORD_EMBEDDINGS_TABLE};
 use crate::config::PoolingChoice;
 use crate::error::{Error, Result};
 
@@ -189,7 +189,7 @@ impl ModelDir {
                     ),
                     false => {
                         let (path, limit) = word_embeddings(folder)?;
-                        (path, limit, &["emb_layer.weight"][..])
+                        (path, limit, &[WORD_EMBEDDINGS_TABLE][..])
                     }
                 };
                 let config = ModelConfig::Static(StaticConfig::read(&weights_path, tables)?);
@@ -355,12 +355,9 @@ impl ModelDir {
         let Some(choice) = choice else {
             return Ok(self);
         };
-        let refuse = |why: &str| {
-            Err(Error::model(
-                &self.root,
-                format!("--pooling {choice:?}: {why}"),
-            ))
-        };
+        let name = clap::ValueEnum::to_possible_value(&choice)
+            .map_or_else(|| format!("{choice:?}"), |v| v.get_name().to_owned());
+        let refuse = |why: &str| Err(Error::model(&self.root, format!("--pooling {name}: {why}")));
         if self.classifier.is_some() {
             return refuse("a cross-encoder pools as its classification head does");
         }
@@ -374,6 +371,11 @@ impl ModelDir {
         };
         if self.sparse.is_some() {
             return refuse("a sparse model pools by its SpladePooling module");
+        }
+        // A StaticEmbedding's mean is the model itself (an EmbeddingBag), not a Pooling module's to change.
+        let bag = matches!(&self.config, ModelConfig::Static(c) if !c.is_word_embeddings());
+        if bag && mode != Some(Pooling::Mean) {
+            return refuse("a StaticEmbedding averages its tokens' rows itself");
         }
         if !self.dense.is_empty() && (mode.is_none() || self.pooling.modes.len() != 1) {
             return refuse("the model's Dense modules read what its own Pooling module gives");

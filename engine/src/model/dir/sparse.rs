@@ -143,6 +143,13 @@ pub(super) fn read(
     let ModelConfig::Bert(c) = config else {
         return Err(unsupported("this architecture".into()));
     };
+    // A checkpoint without its MLM head (a bare BertModel) would fail only at load, naming a tensor.
+    if !c.architectures.is_empty() && !c.architectures.iter().any(|a| a.ends_with("ForMaskedLM")) {
+        return Err(unsupported(format!(
+            "{}, which holds no MLM head",
+            c.architectures.join(", ")
+        )));
+    }
     let Some([dense, norm, own, own_bias, embeddings, bias]) = head_names(c.family()) else {
         return Err(unsupported(format!("{:?}", c.family())));
     };
