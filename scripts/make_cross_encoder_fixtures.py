@@ -147,11 +147,7 @@ FIXTURES = [bert_cross_encoder, xlmr_cross_encoder, distilbert_nli, electra_cros
 
 
 def main():
-    torch.set_num_threads(2)
-    names = sys.argv[1:] or [f.__name__ for f in FIXTURES]
-    for f in FIXTURES:
-        if f.__name__ in names:
-            f()
+    enc.make_named(FIXTURES)
 
 
 if __name__ == "__main__":

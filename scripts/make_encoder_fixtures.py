@@ -645,6 +645,16 @@ def assert_rope_scaling_shows(name):
     assert_shows(name, without_rope_scaling, "rotary scaling")
 
 
+def make_named(fixtures):
+    """Makes those of `fixtures` (functions named as their fixtures) the command line names, all when it names
+    none, on 2 threads."""
+    torch.set_num_threads(2)
+    names = sys.argv[1:] or [f.__name__ for f in fixtures]
+    for f in fixtures:
+        if f.__name__ in names:
+            f()
+
+
 def main():
     torch.set_num_threads(2)
     only = set(sys.argv[1:])  # names to make; all when none are given

@@ -114,11 +114,7 @@ FIXTURES = [bert_splade, distilbert_splade_log1p, xlmr_splade]
 
 
 def main():
-    torch.set_num_threads(2)
-    names = sys.argv[1:] or [f.__name__ for f in FIXTURES]
-    for f in FIXTURES:
-        if f.__name__ in names:
-            f()
+    enc.make_named(FIXTURES)
 
 
 if __name__ == "__main__":

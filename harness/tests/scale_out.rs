@@ -63,6 +63,11 @@ fn replica(model: &Path, port: u16) -> Server {
 
 /// A gateway in front of `replicas`, checking them every 100 ms, splitting requests into pieces of 2 inputs.
 fn gateway(model: &Path, replicas: &[&Server]) -> Server {
+    gateway_with(model, replicas, &[])
+}
+
+/// [`gateway`] with `extra` arguments of its own.
+fn gateway_with(model: &Path, replicas: &[&Server], extra: &[&str]) -> Server {
     let mut args = vec![
         "--role",
         "gateway",
@@ -78,6 +83,7 @@ fn gateway(model: &Path, replicas: &[&Server]) -> Server {
     for r in replicas {
         args.extend(["--replica", &r.addr]);
     }
+    args.extend_from_slice(extra);
     serve(model, &args)
 }
 
@@ -492,25 +498,7 @@ fn a_replica_pooling_otherwise_than_its_gateway_is_not_used() {
             &["--role", "replica", "--port", "0", "--pooling", "cls"],
         ),
     );
-    let gw = serve(
-        &model,
-        &[
-            "--role",
-            "gateway",
-            "--port",
-            "0",
-            "--health-interval-ms",
-            "100",
-            "--health-timeout-ms",
-            "300",
-            "--pooling",
-            "cls",
-            "--replica",
-            &plain.addr,
-            "--replica",
-            &cls.addr,
-        ],
-    );
+    let gw = gateway_with(&model, &[&plain, &cls], &["--pooling", "cls"]);
     wait_up(&gw.addr, 1);
     // Past a few more health checks, the other is still out.
     std::thread::sleep(Duration::from_millis(500));

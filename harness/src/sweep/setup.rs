@@ -53,13 +53,21 @@ impl Setup {
             // Each combination's pooling (a knob may set it): what it makes of the model decides its route.
             let mut poolings = Vec::new();
             for set in &combos {
-                poolings.push(knobs::apply(set, base.clone())?.pooling);
+                let pooling = knobs::apply(set, base.clone())?.pooling;
+                if !poolings.contains(&pooling) {
+                    poolings.push(pooling);
+                }
             }
             if poolings.is_empty() {
                 poolings.push(base.pooling);
             }
-            for pooling in poolings {
-                check_model_kind(dir, pooling, c.workload, http)?;
+            // A directory that cannot be read is reported when the engine loads it, after the run's own settings.
+            if let Ok(opened) = engine::model::ModelDir::open(dir) {
+                for pooling in poolings {
+                    if let Ok(model) = opened.clone().pooled_by(pooling) {
+                        check_model_kind(dir, &model, c.workload, http)?;
+                    }
+                }
             }
         }
         let model_name = c.model_name.clone().unwrap_or_else(|| {
@@ -183,14 +191,10 @@ fn load_corpus(path: &str, limit: Option<usize>) -> Result<Arc<Corpus>> {
 /// embedded, or scores read as embeddings, not the traffic asked for.
 fn check_model_kind(
     dir: &std::path::Path,
-    pooling: Option<engine::PoolingChoice>,
+    model: &engine::model::ModelDir,
     workload: WorkloadKind,
     http: Option<Api>,
 ) -> Result<()> {
-    // A directory that cannot be read is reported when the engine loads it, after the run's own settings.
-    let Ok(model) = engine::model::ModelDir::open(dir).and_then(|d| d.pooled_by(pooling)) else {
-        return Ok(());
-    };
     // Over HTTP a sparse model has its own route, and only it has; in-process its vector is embedded whole.
     if workload != WorkloadKind::Rerank && model.classifier.is_none() {
         match (model.sparse.is_some(), http) {
