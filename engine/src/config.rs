@@ -35,6 +35,10 @@ pub struct EngineConfig {
     /// sentence-transformers' files (mean otherwise), or `splade` for a bare `*ForMaskedLM` one.
     #[arg(long, value_enum)]
     pub pooling: Option<PoolingChoice>,
+    /// Keep each sparse embedding's this many largest weights and zero the rest (sentence-transformers'
+    /// `max_active_dims`, which a SparseEncoder's `config_sentence_transformers.json` may set; this replaces it).
+    #[arg(long)]
+    pub max_active_dims: Option<usize>,
     /// Which tokenizer implementation reads the model's `tokenizer.json` (`hf`, `fast`, or `auto`: `fast` where it
     /// reproduces the file, else `hf`; the same ids).
     #[arg(long, value_enum, default_value_t = EngineConfig::default().tokenizer)]
@@ -158,6 +162,7 @@ impl Default for EngineConfig {
             max_batch_seqs: 512,
             max_seq_length: None,
             pooling: None,
+            max_active_dims: None,
             tokenizer: TokenizerKind::Auto,
             max_wait_ms: 0,
             overlap: true,
@@ -231,6 +236,12 @@ impl EngineConfig {
             return Err(Error::Config {
                 name: "max_seq_length",
                 message: "must be at least 1 (it includes the special tokens)".into(),
+            });
+        }
+        if self.max_active_dims == Some(0) {
+            return Err(Error::Config {
+                name: "max_active_dims",
+                message: "must be at least 1".into(),
             });
         }
         self.ladder().validate()

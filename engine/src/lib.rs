@@ -101,6 +101,9 @@ pub struct ModelInfo {
     /// Whether it is a sparse (SPLADE) model ([`model::ModelDir::sparse`]): its embedding is one weight per
     /// vocabulary entry, most of them 0, which `/embed_sparse` answers as the entries that are not.
     pub sparse: bool,
+    /// A sparse model's top-k ([`model::SparseModule::max_active_dims`]): each embedding keeps its this many
+    /// largest weights.
+    pub max_active_dims: Option<usize>,
     /// The architecture and its settings, as read from config.json.
     #[serde(skip)]
     pub config: model::ModelConfig,
@@ -119,11 +122,15 @@ impl ModelInfo {
         self.config.flops_per_token(len) + head
     }
 
-    /// How it pools, as one name: `splade` for a sparse model, else its modes' names joined by `+`
-    /// (`mean`, `cls+mean`). A gateway and its replicas compare it: they must pool alike.
+    /// How it pools, as one name: `splade` for a sparse model (`splade, max_active_dims 64` where it prunes),
+    /// else its modes' names joined by `+` (`mean`, `cls+mean`). A gateway and its replicas compare it: they must
+    /// pool alike.
     pub fn pooling_name(&self) -> String {
         if self.sparse {
-            return "splade".into();
+            return match self.max_active_dims {
+                Some(k) => format!("splade, max_active_dims {k}"),
+                None => "splade".into(),
+            };
         }
         let names: Vec<String> = self
             .pooling
@@ -152,7 +159,12 @@ impl ModelFront {
     /// Reads the model directory's settings and tokenizer; loads no weights.
     pub fn load(dir: impl AsRef<Path>, config: EngineConfig) -> Result<Self> {
         config.validate()?;
-        Self::open(&ModelDir::open(dir)?.pooled_by(config.pooling)?, config)
+        Self::open(
+            &ModelDir::open(dir)?
+                .pooled_by(config.pooling)?
+                .pruned_to(config.max_active_dims)?,
+            config,
+        )
     }
 
     fn open(dir: &ModelDir, config: EngineConfig) -> Result<Self> {
@@ -206,6 +218,7 @@ impl ModelFront {
             default_prompt: dir.default_prompt.clone(),
             classifier: dir.classifier.clone(),
             sparse: dir.sparse.is_some(),
+            max_active_dims: dir.sparse.as_ref().and_then(|s| s.max_active_dims),
             config: dir.config.clone(),
         };
         Ok(ModelFront {
@@ -343,7 +356,9 @@ impl Engine {
     /// Loads the model directory onto the backend `config.backend` names.
     pub fn load(dir: impl AsRef<Path>, config: EngineConfig) -> Result<Self> {
         config.validate()?;
-        let dir = ModelDir::open(dir)?.pooled_by(config.pooling)?;
+        let dir = ModelDir::open(dir)?
+            .pooled_by(config.pooling)?
+            .pruned_to(config.max_active_dims)?;
         let mut front = ModelFront::open(&dir, config)?;
         let dir = dir.serving(front.info.max_seq_length);
         let backend = backend::start(&dir, &front.config)?;

@@ -12,7 +12,8 @@ common::models::fixture_tests!(MODELS);
 
 use common::http::{get, post, with_gateway};
 use common::models::{dir, fixtures, load};
-use engine::{CaptureMode, Dtype, Engine};
+use engine::gateway::{Gateway, GatewayConfig};
+use engine::{CaptureMode, Dtype, Engine, EngineConfig};
 use serde_json::{json, Value};
 
 /// The engine's embeddings of `texts`, off the runtime's threads.
@@ -222,4 +223,86 @@ fn a_sparse_models_flops_count_its_head_over_every_token() {
     let dense = load("bert_max", Dtype::F32, CaptureMode::Off);
     let info = dense.info();
     assert_eq!(info.flops_per_token(16), info.config.flops_per_token(16));
+}
+
+/// `max_active_dims` in `config_sentence_transformers.json` keeps each embedding's largest weights, as
+/// sentence-transformers' SparseEncoder applies it by default (`select_max_active_dims`: the top k by magnitude);
+/// `--max-active-dims` replaces the file's; `/embed_sparse` answers at most that many entries; 0 is refused, and so
+/// is the flag for a dense model.
+#[test]
+fn max_active_dims_keeps_each_embeddings_largest_weights() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let weights = common::models::copy_all_but_weights("bert_splade", tmp.path());
+    std::fs::write(tmp.path().join("model.safetensors"), weights).expect("weights");
+    let st_path = tmp.path().join("config_sentence_transformers.json");
+    let set_file = |k: Value| {
+        let mut st: Value =
+            serde_json::from_slice(&std::fs::read(&st_path).expect("read")).expect("JSON");
+        st["max_active_dims"] = k;
+        std::fs::write(&st_path, st.to_string()).expect("write");
+    };
+    let fx: Vec<_> = fixtures("bert_splade")
+        .into_iter()
+        .filter(|f| !f.text.is_empty())
+        .collect();
+    let texts: Vec<String> = fx.iter().map(|f| f.text.clone()).collect();
+    let config = |k: Option<usize>| EngineConfig {
+        threads: 2,
+        max_active_dims: k,
+        ..Default::default()
+    };
+    for (file, flag, k) in [(5, None, 5), (5, Some(9), 9)] {
+        set_file(json!(file));
+        let engine = Engine::load(tmp.path(), config(flag)).expect("load");
+        assert_eq!(engine.info().max_active_dims, Some(k));
+        let got = embed(&engine, &texts);
+        let mut pruned = 0;
+        for (row, f) in got.iter().zip(&fx) {
+            // The reference's k largest weights (sentence-transformers' rule), the rest 0.
+            let mut order: Vec<usize> = (0..f.embedding.len()).collect();
+            order.sort_by(|&a, &b| f.embedding[b].abs().total_cmp(&f.embedding[a].abs()));
+            let active = f.embedding.iter().filter(|v| **v != 0.0).count();
+            pruned += usize::from(active > k);
+            let kept: std::collections::BTreeSet<usize> =
+                order[..k.min(active)].iter().copied().collect();
+            for (i, (&mine, &theirs)) in row.iter().zip(&f.embedding).enumerate() {
+                let want = if kept.contains(&i) { theirs } else { 0.0 };
+                assert!(
+                    (mine - want).abs() <= 1e-5,
+                    "k {k}, {:?}, entry {i}: {mine} vs {want}",
+                    f.text
+                );
+            }
+            assert!(row.iter().filter(|v| **v != 0.0).count() <= k);
+        }
+        assert!(pruned > 0, "k {k}: no text had more active dims than k");
+        let served = Engine::load(tmp.path(), config(flag)).expect("load");
+        let runtime = tokio::runtime::Runtime::new().expect("runtime");
+        runtime.block_on(async {
+            let gateway = Gateway::new(vec![served], GatewayConfig::default()).expect("gateway");
+            let (status, got) = post(
+                &gateway.router(),
+                "/embed_sparse",
+                json!({ "inputs": texts, "truncate": true }),
+            )
+            .await;
+            assert_eq!(status, 200, "{got}");
+            for answer in got.as_array().expect("lists") {
+                assert!(entries(answer).len() <= k, "{answer}");
+            }
+        });
+    }
+    set_file(json!(0));
+    let Err(e) = Engine::load(tmp.path(), config(None)) else {
+        panic!("max_active_dims 0 loaded");
+    };
+    assert!(e.to_string().contains("max_active_dims 0"), "{e}");
+    let Err(e) = Engine::load(dir("bert_max"), config(Some(4))) else {
+        panic!("a dense model took --max-active-dims");
+    };
+    assert!(e.to_string().contains("only a sparse model"), "{e}");
+    let Err(e) = Engine::load(dir("bert_splade"), config(Some(0))) else {
+        panic!("--max-active-dims 0 loaded");
+    };
+    assert!(e.to_string().contains("max_active_dims"), "{e}");
 }

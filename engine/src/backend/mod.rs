@@ -301,6 +301,43 @@ impl Embeddings {
             });
         }
     }
+
+    /// Keeps each pooled row's `k` entries of largest magnitude and zeroes the rest (sentence-transformers'
+    /// `select_max_active_dims`, a SparseEncoder's `max_active_dims`); of entries tied at the cut, those first
+    /// in the row are kept. Token states are left whole.
+    pub(crate) fn keep_largest(&mut self, batch: &Batch, k: usize) {
+        let mut magnitudes = Vec::new();
+        for i in 0..self.len() {
+            if let crate::Readout::Tokens = batch.readout(i) {
+                continue;
+            }
+            let row = &mut self.data[self.offsets[i] * self.dim..self.offsets[i + 1] * self.dim];
+            keep_largest(row, k, &mut magnitudes);
+        }
+    }
+}
+
+/// Zeroes all but `row`'s `k` entries of largest magnitude (the first of those tied at the cut), using `scratch`.
+/// A row with at most `k` entries that are not 0 is left as it is.
+fn keep_largest(row: &mut [f32], k: usize, scratch: &mut Vec<f32>) {
+    if k == 0 || row.iter().filter(|v| **v != 0.0).count() <= k {
+        return;
+    }
+    scratch.clear();
+    scratch.extend(row.iter().map(|v| v.abs()));
+    // The k-th largest magnitude: what is above it stays, and what equals it as long as room is left.
+    let (_, &mut cut, _) = scratch.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
+    let mut room = k - row
+        .iter()
+        .filter(|v| v.abs().total_cmp(&cut).is_gt())
+        .count();
+    for v in row.iter_mut() {
+        match v.abs().total_cmp(&cut) {
+            std::cmp::Ordering::Greater => {}
+            std::cmp::Ordering::Equal if room > 0 => room -= 1,
+            _ => *v = 0.0,
+        }
+    }
 }
 
 impl Embeddings {
@@ -481,4 +518,26 @@ impl Embeddings {
 /// Scales a host vector (a result row) to unit L2 norm, as sentence-transformers' Normalize does.
 pub fn l2_normalize(v: &mut [f32]) {
     cpu::kernels::l2_normalize(v, &mut 0.0);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::keep_largest;
+
+    #[test]
+    fn keep_largest_keeps_the_largest_magnitudes_and_the_first_of_a_tie() {
+        let mut scratch = Vec::new();
+        let mut row = [0.5, -3.0, 0.0, 2.0, 1.0, 2.0, 0.0];
+        keep_largest(&mut row, 2, &mut scratch);
+        assert_eq!(row, [0.0, -3.0, 0.0, 2.0, 0.0, 0.0, 0.0]);
+        let mut row = [0.5, -3.0, 0.0, 2.0];
+        keep_largest(&mut row, 3, &mut scratch);
+        assert_eq!(
+            row,
+            [0.5, -3.0, 0.0, 2.0],
+            "no more than k active: left as it is"
+        );
+        keep_largest(&mut row, 1, &mut scratch);
+        assert_eq!(row, [0.0, -3.0, 0.0, 0.0]);
+    }
 }

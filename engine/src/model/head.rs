@@ -126,6 +126,8 @@ pub struct Head<D: Device> {
     /// The Pooling module's modes, concatenated in order.
     pub modes: Vec<Pooling>,
     pub normalize: bool,
+    /// A sparse model's top-k, which the backend applies as it hands the rows over ([`Architecture::max_active_dims`]).
+    pub max_active_dims: Option<usize>,
     pools_last: bool,
     hidden: usize,
     dense: Vec<Dense<D>>,
@@ -147,6 +149,7 @@ impl<D: Device> Head<D> {
                 .transpose()?,
             modes: dir.pooling.modes.clone(),
             normalize: dir.normalize,
+            max_active_dims: dir.sparse.as_ref().and_then(|s| s.max_active_dims),
             pools_last: dir.pools_last(),
             hidden: dir.config.hidden_size(),
             dense,

@@ -332,6 +332,10 @@ impl<D: Device> Architecture<D> for Model<D> {
         self.head.normalize
     }
 
+    fn max_active_dims(&self) -> Option<usize> {
+        self.head.max_active_dims
+    }
+
     fn pools_last(&self) -> bool {
         self.head.pools_last()
     }

@@ -110,6 +110,9 @@ pub(crate) fn start<M: Architecture<Cpu> + 'static>(
                 if compute.model.normalizes() {
                     emb.normalize(&job.batch);
                 }
+                if let Some(k) = compute.model.max_active_dims() {
+                    emb.keep_largest(&job.batch, k);
+                }
                 job.resolver.resolve(Ok(Output {
                     embeddings: emb,
                     queued: start - job.submitted,

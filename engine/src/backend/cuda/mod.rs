@@ -479,11 +479,12 @@ impl Compute {
             (true, true) => Normalize::InPooling,
             (true, false) => Normalize::OnHost,
         };
+        let max_active_dims = self.model.max_active_dims();
         let completion = std::thread::Builder::new()
             .name("engine-cuda-done".into())
             .spawn(move || {
                 for (job, f) in done_rx {
-                    complete(job, f, dim, normalize, &results, &pinned);
+                    complete(job, f, dim, normalize, max_active_dims, &results, &pinned);
                 }
             });
         if let Err(e) = completion {
@@ -526,11 +527,13 @@ enum Normalize {
     OnHost,
 }
 
+/// Normalizes as `normalize` says, then keeps a sparse model's `max_active_dims` largest entries per row.
 fn complete(
     job: Job,
     f: InFlight,
     dim: usize,
     normalize: Normalize,
+    max_active_dims: Option<usize>,
     results: &Arc<BufferPool>,
     pinned: &Mutex<Pool<Pinned>>,
 ) {
@@ -556,6 +559,9 @@ fn complete(
                     emb.set_norms(norms.iter().map(|&n| (n >= 0.0).then_some(n)).collect());
                 }
                 Normalize::OnHost => emb.normalize(&job.batch),
+            }
+            if let Some(k) = max_active_dims {
+                emb.keep_largest(&job.batch, k);
             }
             Ok(emb)
         });

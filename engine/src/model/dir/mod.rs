@@ -84,6 +84,8 @@ struct SentenceTransformersFile {
     #[serde(default)]
     prompts: std::collections::BTreeMap<String, Option<String>>,
     default_prompt_name: Option<String>,
+    /// A SparseEncoder's top-k ([`SparseModule::max_active_dims`]); a SentenceTransformer ignores it.
+    max_active_dims: Option<usize>,
 }
 
 /// sentence-transformers' `wordembedding_config.json` (a WordEmbeddings module's).
@@ -306,6 +308,17 @@ impl ModelDir {
                 ),
             ));
         }
+        if let Some(sparse) = sparse.as_mut() {
+            sparse.max_active_dims = match st.max_active_dims {
+                Some(0) => {
+                    return Err(Error::model(
+                        &st_path,
+                        "max_active_dims 0: sentence-transformers wants a positive number",
+                    ))
+                }
+                k => k,
+            };
+        }
         let prompts = st
             .prompts
             .into_iter()
@@ -396,6 +409,27 @@ impl ModelDir {
                     &self.weights_path,
                 )?);
                 self.pooling = PoolingModule::single(Pooling::Max);
+            }
+        }
+        Ok(self)
+    }
+
+    /// The sparse model keeping each embedding's `k` largest weights (none: as its files say), as
+    /// sentence-transformers' `SparseEncoder(max_active_dims=k)` does; a dense model has no such output.
+    pub fn pruned_to(mut self, k: Option<usize>) -> Result<Self> {
+        let Some(k) = k else {
+            return Ok(self);
+        };
+        match self.sparse.as_mut() {
+            Some(sparse) => sparse.max_active_dims = Some(k),
+            None => {
+                return Err(Error::model(
+                    &self.root,
+                    format!(
+                        "--max-active-dims {k}: only a sparse model's embedding is pruned (a SparseEncoder, \
+                         or --pooling splade)"
+                    ),
+                ))
             }
         }
         Ok(self)

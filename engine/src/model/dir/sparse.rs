@@ -25,6 +25,9 @@ pub struct SparseModule {
     pub decoder_bias: Vec<String>,
     pub vocab: usize,
     pub activation: Activation,
+    /// sentence-transformers' `max_active_dims`: each embedding keeps its this many largest weights, the rest
+    /// zeroed (`config_sentence_transformers.json`'s, or `--max-active-dims`); `None` keeps them all.
+    pub max_active_dims: Option<usize>,
 }
 
 /// SpladePooling's `config.json`.
@@ -177,6 +180,7 @@ pub(super) fn read(
         decoder_bias: names(own_bias, bias, tie.tie_word_embeddings),
         vocab: c.vocab_size,
         activation,
+        max_active_dims: None,
     })
 }
 
