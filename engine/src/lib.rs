@@ -104,6 +104,9 @@ pub struct ModelInfo {
     /// A sparse model's top-k ([`model::SparseModule::max_active_dims`]): each embedding keeps its this many
     /// largest weights.
     pub max_active_dims: Option<usize>,
+    /// A Router's routes by name ([`model::ModelDir::routes`]): the one the engine runs, its default, first, then
+    /// the one answered by lookup ([`ModelFront::lookup`]); empty for a model without a Router.
+    pub routes: Vec<String>,
     /// The architecture and its settings, as read from config.json.
     #[serde(skip)]
     pub config: model::ModelConfig,
@@ -153,6 +156,7 @@ pub struct ModelFront {
     config: EngineConfig,
     tokenizer: Box<dyn Tokenizer>,
     info: ModelInfo,
+    lookup: Option<model::SparseLookup>,
 }
 
 impl ModelFront {
@@ -219,12 +223,22 @@ impl ModelFront {
             classifier: dir.classifier.clone(),
             sparse: dir.sparse.is_some(),
             max_active_dims: dir.sparse.as_ref().and_then(|s| s.max_active_dims),
+            routes: dir
+                .routes
+                .as_ref()
+                .map(model::Routes::names)
+                .unwrap_or_default(),
             config: dir.config.clone(),
         };
+        let lookup = dir.routes.as_ref().and_then(|r| r.lookup.as_ref());
+        let lookup = lookup
+            .map(|route| model::SparseLookup::load(route, config.tokenizer, info.max_active_dims))
+            .transpose()?;
         Ok(ModelFront {
             config,
             tokenizer,
             info,
+            lookup,
         })
     }
 
@@ -247,6 +261,12 @@ impl ModelFront {
 
     pub fn tokenizer(&self) -> &dyn Tokenizer {
         self.tokenizer.as_ref()
+    }
+
+    /// A Router model's lookup route if `route` names it (sentence-transformers' `encode_query` for an
+    /// inference-free SPLADE model: `Some("query")`); `None` for the route the engine runs.
+    pub fn lookup(&self, route: Option<&str>) -> Option<&model::SparseLookup> {
+        self.lookup.as_ref().filter(|l| route == Some(l.route()))
     }
 
     /// Token ids of `text`, with the special tokens its tokenizer adds, truncated to the model's max sequence

@@ -2,17 +2,29 @@
 //! `scripts/make_sparse_fixtures.py` made: BertForMaskedLM with its decoder tied to the word embeddings (which
 //! the checkpoint does not hold) and modules.json in sentence-transformers 5's names; DistilBertForMaskedLM with an
 //! untied vocab projector and SpladePooling's `log1p_relu`; XLMRobertaForMaskedLM (RobertaLMHead). Each embedding is
-//! one weight per vocabulary entry, the max over the tokens of log(1 + ReLU) of the MLM logits.
+//! one weight per vocabulary entry, the max over the tokens of log(1 + ReLU) of the MLM logits. mpnet_splade and
+//! modernbert_splade read MPNetLMHead and ModernBertForMaskedLM's head (ModernBertPredictionHead with the config's
+//! biases and activation, the decoder tied to the token embeddings with a bias of its own).
+//! distilbert_router_splade is an inference-free SPLADE model: a Router whose document route (the default) is such
+//! a model and whose query route a SparseStaticEmbedding, a weight per distinct token of the query.
 
 mod common;
 
-const MODELS: [&str; 3] = ["bert_splade", "distilbert_splade_log1p", "xlmr_splade"];
+const MODELS: [&str; 6] = [
+    "bert_splade",
+    "distilbert_splade_log1p",
+    "xlmr_splade",
+    "mpnet_splade",
+    "modernbert_splade",
+    "distilbert_router_splade",
+];
 
 common::models::fixture_tests!(MODELS);
 
 use common::http::{get, post, with_gateway};
 use common::models::{dir, fixtures, load};
 use engine::gateway::{Gateway, GatewayConfig};
+use engine::tokenizer::TruncationSide;
 use engine::{CaptureMode, Dtype, Engine, EngineConfig};
 use serde_json::{json, Value};
 
@@ -81,10 +93,20 @@ fn embed_sparse_answers_the_engines_nonzero_entries() {
                     );
                 }
             }
-            let (status, one) = post(&router, "/embed_sparse", json!({ "inputs": texts[0] })).await;
+            let (status, one) = post(
+                &router,
+                "/embed_sparse",
+                json!({ "inputs": texts[0], "truncate": true }),
+            )
+            .await;
             assert_eq!(status, 200, "{one}");
             assert_eq!(entries(&one[0]), entries(&got[0]), "{name}: a single input");
-            let (status, root) = post(&router, "/", json!({ "inputs": [texts[1]] })).await;
+            let (status, root) = post(
+                &router,
+                "/",
+                json!({ "inputs": [texts[1]], "truncate": true }),
+            )
+            .await;
             assert_eq!(status, 200, "{root}");
             assert_eq!(entries(&root[0]), entries(&got[1]), "{name}: POST /");
             let (status, info) = get(&router, "/info").await;
@@ -182,8 +204,8 @@ fn a_sparse_encoder_it_cannot_run_is_refused_naming_why() {
         (
             "config.json",
             "model_type",
-            json!("mpnet"),
-            "SparseEncoder over Mpnet",
+            json!("electra"),
+            "SparseEncoder over Electra",
         ),
     ];
     for (file, key, value, says) in edits {
@@ -305,4 +327,297 @@ fn max_active_dims_keeps_each_embeddings_largest_weights() {
         panic!("--max-active-dims 0 loaded");
     };
     assert!(e.to_string().contains("max_active_dims"), "{e}");
+}
+
+/// The query route's reference (sentence-transformers' `encode_query`).
+fn query_fixtures() -> Vec<common::Fixture> {
+    common::read(
+        &dir("distilbert_router_splade").join("query_reference.jsonl"),
+        "embedding",
+    )
+}
+
+/// A Router model's query route, named as the request's `prompt_name` (as `encode_query` names the task and the
+/// prompt), answers each distinct token's weight, exactly sentence-transformers' `encode_query`, from the route's
+/// own tokenizer (no special tokens); naming the document route, or none, is the engine's forward pass
+/// (`encode_document`); token ids are looked up as they are; a text of whitespace alone is all 0; a query over the
+/// route's limit is refused unless `truncate`, and cut from the side asked.
+#[test]
+fn a_routers_query_route_is_looked_up_and_its_document_route_run() {
+    let name = "distilbert_router_splade";
+    let fx = query_fixtures();
+    let docs = fixtures(name);
+    with_gateway(name, async |router, engine| {
+        assert_eq!(engine.info().routes, ["document", "query"]);
+        let lookup = engine
+            .front()
+            .lookup(Some("query"))
+            .expect("a lookup route");
+        for f in &fx {
+            let (ids, _) = lookup
+                .encode(&f.text, TruncationSide::Right)
+                .expect("encode");
+            assert_eq!(ids, f.ids, "{:?}", f.text);
+            assert_eq!(lookup.embed(&ids), f.embedding, "{:?}", f.text);
+        }
+        let texts: Vec<&str> = fx
+            .iter()
+            .map(|f| f.text.as_str())
+            .filter(|t| !t.is_empty())
+            .collect();
+        let body = |route: Option<&str>| json!({ "inputs": texts, "truncate": true, "prompt_name": route });
+        let (status, queries) = post(&router, "/embed_sparse", body(Some("query"))).await;
+        assert_eq!(status, 200, "{queries}");
+        let (status, default) = post(&router, "/embed_sparse", body(None)).await;
+        assert_eq!(status, 200, "{default}");
+        let (status, documents) = post(&router, "/embed_sparse", body(Some("document"))).await;
+        assert_eq!(status, 200, "{documents}");
+        assert_eq!(documents, default, "the document route is the default");
+        for (i, text) in texts.iter().enumerate() {
+            let want = |fx: &[common::Fixture]| -> Vec<(usize, f32)> {
+                let f = fx.iter().find(|f| f.text == *text).expect("a reference");
+                f.embedding
+                    .iter()
+                    .copied()
+                    .enumerate()
+                    .filter(|&(_, v)| v != 0.0)
+                    .collect()
+            };
+            assert_eq!(entries(&queries[i]), want(&fx), "query {text:?}");
+            let got = entries(&documents[i]);
+            let doc = want(&docs);
+            assert_eq!(got.len(), doc.len(), "document {text:?}");
+            for ((gi, gv), (wi, wv)) in got.iter().zip(&doc) {
+                assert!(
+                    gi == wi && (gv - wv).abs() <= 1e-5,
+                    "document {text:?}: {gi} {gv} vs {wi} {wv}"
+                );
+            }
+        }
+        // Ids as they are; whitespace alone (no tokens without special ones) all 0.
+        let ids = &fx.iter().find(|f| f.ids.len() > 3).expect("a query").ids;
+        let (status, by_ids) = post(
+            &router,
+            "/embed_sparse",
+            json!({ "inputs": [ids], "prompt_name": "query" }),
+        )
+        .await;
+        assert_eq!(status, 200, "{by_ids}");
+        let f = fx.iter().find(|f| &f.ids == ids).expect("its text");
+        let nonzero = f.embedding.iter().filter(|v| **v != 0.0).count();
+        assert_eq!(entries(&by_ids[0]).len(), nonzero);
+        let (status, blank) = post(
+            &router,
+            "/embed_sparse",
+            json!({ "inputs": "   ", "prompt_name": "query" }),
+        )
+        .await;
+        assert_eq!((status, blank), (axum::http::StatusCode::OK, json!([[]])));
+        // Over the limit (48 tokens): refused, or cut from the side asked.
+        // One token repeated, then other tokens: each side's cut keeps other weights.
+        let long = format!("{}{}", "a ".repeat(50), fx[0].text);
+        let ask = |extra: Value| {
+            let mut body = json!({ "inputs": [long], "prompt_name": "query" });
+            body.as_object_mut()
+                .expect("object")
+                .extend(extra.as_object().expect("object").clone());
+            body
+        };
+        let (status, refused) =
+            post(&router, "/embed_sparse", ask(json!({ "truncate": false }))).await;
+        assert_eq!(status, 422, "{refused}");
+        assert!(
+            refused["error"]
+                .as_str()
+                .expect("message")
+                .contains("limit of 48"),
+            "{refused}"
+        );
+        let (_, right) = post(&router, "/embed_sparse", ask(json!({ "truncate": true }))).await;
+        let (_, left) = post(
+            &router,
+            "/embed_sparse",
+            ask(json!({ "truncate": true, "truncation_direction": "Left" })),
+        )
+        .await;
+        // The route's tokenizer uncut: the ids each side's cut keeps 48 of.
+        let uncut = engine::tokenizer::load(
+            &dir(name).join("query_0_SparseStaticEmbedding/tokenizer.json"),
+            engine::tokenizer::TokenizerKind::Hf,
+            None,
+            false,
+        )
+        .expect("tokenizer");
+        let mut full = Vec::new();
+        uncut.encode(&long, &mut full).expect("encode");
+        assert!(full.len() > 48);
+        for (answer, kept) in [(&right, &full[..48]), (&left, &full[full.len() - 48..])] {
+            let want: Vec<(usize, f32)> = lookup
+                .embed(kept)
+                .into_iter()
+                .enumerate()
+                .filter(|&(_, v)| v != 0.0)
+                .collect();
+            assert_eq!(entries(&answer[0]), want);
+        }
+        assert_ne!(right, left);
+    });
+}
+
+/// What a Router model is served as is read from its files or refused naming why: route_mappings, a default route
+/// that is not the Transformer's, a route of other modules, a module after the Router, a table of the wrong size.
+#[test]
+fn a_router_it_cannot_serve_is_refused_naming_why() {
+    let name = "distilbert_router_splade";
+    // A file, its edit, and what the refusal says.
+    type Case = (&'static str, fn(&mut Value), &'static str);
+    let cases: [Case; 4] = [
+        (
+            "router_config.json",
+            |v| v["parameters"]["route_mappings"] = json!({ "('query', None)": "query" }),
+            "route_mappings",
+        ),
+        (
+            "router_config.json",
+            |v| v["parameters"]["default_route"] = json!("query"),
+            "default route \"query\"",
+        ),
+        (
+            "router_config.json",
+            |v| v["structure"]["query"] = json!(["document_1_SpladePooling"]),
+            "unsupported route \"query\"",
+        ),
+        (
+            "modules.json",
+            |v| {
+                v.as_array_mut().expect("list").push(json!({
+                    "idx": 1, "name": "1", "path": "1_Normalize",
+                    "type": "sentence_transformers.models.Normalize"
+                }))
+            },
+            "\"Normalize\" after a Router",
+        ),
+    ];
+    for (file, change, says) in cases {
+        let tmp = copy(name);
+        edit(&tmp.path().join(file), &change);
+        let Err(e) = Engine::load(tmp.path(), Default::default()) else {
+            panic!("{file} edited ({says}): loaded");
+        };
+        assert!(e.to_string().contains(says), "{says}: {e}");
+    }
+    let tmp = copy(name);
+    let table = tmp
+        .path()
+        .join("query_0_SparseStaticEmbedding/model.safetensors");
+    let short = safetensors::serialize(
+        [(
+            "weight",
+            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![3], &[0u8; 12])
+                .expect("view"),
+        )],
+        None,
+    )
+    .expect("serialize");
+    std::fs::write(table, short).expect("write");
+    let Err(e) = Engine::load(tmp.path(), Default::default()) else {
+        panic!("a table of 3 weights loaded");
+    };
+    assert!(e.to_string().contains("has shape Some([3])"), "{e}");
+}
+
+/// Fixture `name`'s directory, copied where a test may edit it.
+fn copy(name: &str) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let status = std::process::Command::new("cp")
+        .arg("-r")
+        .arg(format!("{}/.", dir(name).display()))
+        .arg(tmp.path())
+        .status()
+        .expect("cp");
+    assert!(status.success());
+    tmp
+}
+
+fn edit(path: &std::path::Path, f: &dyn Fn(&mut Value)) {
+    let mut v: Value = serde_json::from_slice(&std::fs::read(path).expect("read")).expect("JSON");
+    f(&mut v);
+    std::fs::write(path, v.to_string()).expect("write");
+}
+
+/// A Router's routes as sentence-transformers' SparseEncoder resolves them: a route named takes no default prompt
+/// (a SparseEncoder always has prompts `query` and `document`, of no text, which `encode_query` and
+/// `encode_document` name), while a request naming none gets the server's default; a Router without a
+/// `default_route` takes its first route; `max_active_dims` prunes the looked-up vectors too.
+#[test]
+fn a_routers_routes_resolve_as_sentence_transformers_does() {
+    let name = "distilbert_router_splade";
+    let tmp = copy(name);
+    edit(
+        &tmp.path().join("config_sentence_transformers.json"),
+        &|c| {
+            c["prompts"] = json!({ "hint": "passage: " });
+            c["default_prompt_name"] = json!("hint");
+            c["max_active_dims"] = json!(3);
+        },
+    );
+    edit(&tmp.path().join("router_config.json"), &|c| {
+        c["parameters"]["default_route"] = Value::Null;
+        // The file's first route is the default: the document route put first.
+        let structure = c["structure"].as_object().expect("routes").clone();
+        let mut ordered = serde_json::Map::new();
+        ordered.insert("document".into(), structure["document"].clone());
+        ordered.insert("query".into(), structure["query"].clone());
+        c["structure"] = Value::Object(ordered);
+    });
+    let queries = query_fixtures();
+    let docs = fixtures(name);
+    let text = &queries
+        .iter()
+        .find(|f| f.ids.len() > 5)
+        .expect("a query")
+        .text;
+    let top = |f: &[common::Fixture], k: usize| -> Vec<(usize, f32)> {
+        let row = &f
+            .iter()
+            .find(|f| &f.text == text)
+            .expect("reference")
+            .embedding;
+        let mut order: Vec<usize> = (0..row.len()).filter(|&i| row[i] != 0.0).collect();
+        order.sort_by(|&a, &b| row[b].abs().total_cmp(&row[a].abs()));
+        order.truncate(k);
+        order.sort();
+        order.into_iter().map(|i| (i, row[i])).collect()
+    };
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let served = Engine::load(tmp.path(), Default::default()).expect("load");
+        assert_eq!(served.info().routes, ["document", "query"]);
+        let gateway = Gateway::new(vec![served], GatewayConfig::default()).expect("gateway");
+        let router = gateway.router();
+        let ask = |route: Option<&str>| json!({ "inputs": [text], "prompt_name": route });
+        let (status, query) = post(&router, "/embed_sparse", ask(Some("query"))).await;
+        assert_eq!(status, 200, "{query}");
+        assert_eq!(entries(&query[0]), top(&queries, 3));
+        let (_, document) = post(&router, "/embed_sparse", ask(Some("document"))).await;
+        let got = entries(&document[0]);
+        let want = top(&docs, 3);
+        assert_eq!(got.len(), 3);
+        for ((gi, gv), (wi, wv)) in got.iter().zip(&want) {
+            assert!(gi == wi && (gv - wv).abs() <= 1e-5, "{got:?} vs {want:?}");
+        }
+        // No route named: the default route, with the default prompt before the text.
+        let (_, default) = post(&router, "/embed_sparse", ask(None)).await;
+        assert_ne!(
+            default, document,
+            "the default prompt was put before the text"
+        );
+        let (_, hinted) = post(
+            &router,
+            "/embed_sparse",
+            json!({ "inputs": [format!("passage: {text}")], "prompt_name": "document" }),
+        )
+        .await;
+        assert_eq!(default, hinted);
+    });
 }

@@ -119,6 +119,15 @@ impl Reading<'_> {
 
 pub fn run(args: EmbedArgs) -> Result<()> {
     let engine = args.engine.load()?;
+    if let Some(lookup) = engine.front().lookup(args.prompt_name.as_deref()) {
+        anyhow::bail!(
+            "--prompt-name {0}: that names the model's {0} route, whose vectors are looked up without the model; \
+             bench embed runs the model's route ({1}): serve the model and post /embed_sparse with \
+             `\"prompt_name\": \"{0}\"` instead",
+            lookup.route(),
+            engine.info().routes[0]
+        );
+    }
     let total = match args.input.as_deref() {
         Some(p) if p.as_os_str() != "-" => Some(count_inputs(p)?),
         _ => None,

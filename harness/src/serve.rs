@@ -208,6 +208,13 @@ fn announce(front: &ModelFront) {
             front.info().dim
         );
     }
+    if let Some(lookup) = front.info().routes.get(1) {
+        eprintln!(
+            "model: a Router: `\"prompt_name\": \"{lookup}\"` asks for its {lookup} route, each token's weight looked \
+             up without the model; the {} route, the default, runs the model",
+            front.info().routes[0]
+        );
+    }
     if let Some(c) = &front.info().classifier {
         let rerank = if c.labels.len() == 1 {
             "/rerank, /v1/rerank, /v2/rerank, "

@@ -294,6 +294,25 @@ fn a_sparse_model_embeds_through_replicas_as_one_process_does() {
     );
 }
 
+/// An inference-free sparse model through replicas: its document route runs on them, its query route is looked up
+/// at the gateway; both answer as one process does.
+#[test]
+fn an_inference_free_sparse_model_answers_through_replicas_as_one_process_does() {
+    answers_through_replicas_as_one_process(
+        "distilbert_router_splade",
+        &[
+            (
+                "/embed_sparse",
+                serde_json::json!({ "inputs": TEXTS, "truncate": true }),
+            ),
+            (
+                "/embed_sparse",
+                serde_json::json!({ "inputs": TEXTS, "truncate": true, "prompt_name": "query" }),
+            ),
+        ],
+    );
+}
+
 /// What became of one request of the burst.
 #[derive(Debug)]
 enum Outcome {

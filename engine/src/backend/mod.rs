@@ -319,7 +319,7 @@ impl Embeddings {
 
 /// Zeroes all but `row`'s `k` entries of largest magnitude (the first of those tied at the cut), using `scratch`.
 /// A row with at most `k` entries that are not 0 is left as it is.
-fn keep_largest(row: &mut [f32], k: usize, scratch: &mut Vec<f32>) {
+pub(crate) fn keep_largest(row: &mut [f32], k: usize, scratch: &mut Vec<f32>) {
     if k == 0 || row.iter().filter(|v| **v != 0.0).count() <= k {
         return;
     }

@@ -388,8 +388,7 @@ pub trait Architecture<D: Device>: Send + Sync {
     /// before Normalize back (TEI's `normalize: false`).
     fn normalizes(&self) -> bool;
     /// A sparse model's top-k (sentence-transformers' `max_active_dims`): the backend keeps each pooled row's this
-    /// many largest entries as it hands the rows over, after Normalize, and zeroes the rest
-    /// ([`crate::backend::Embeddings::keep_largest`]).
+    /// many largest entries as it hands the rows over, after Normalize, and zeroes the rest.
     fn max_active_dims(&self) -> Option<usize>;
     /// Whether the pooled rows are the embedding (no sentence-transformers Dense module after pooling): only then
     /// may a backend normalize them as it pools (the GPU's pooling kernel); otherwise it normalizes the output.

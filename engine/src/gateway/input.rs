@@ -215,6 +215,75 @@ impl Tokenization {
         }
     }
 
+    /// A Router model's lookup route `route` ([`ModelFront::lookup`]) over `inputs` (texts or token ids): each
+    /// input's vector, one after another, and the tokens looked up. Texts are templated and tokenized as any
+    /// text (without special tokens, as the route's tokenizer runs); an input over the route's limit is refused
+    /// unless `options.truncate`. A text that gives no tokens is all 0, as sentence-transformers gives it.
+    pub fn look_up(
+        &self,
+        front: &ModelFront,
+        route: &str,
+        inputs: Inputs,
+        options: &Options,
+    ) -> Result<(Vec<f32>, usize), ApiError> {
+        let lookup = front
+            .lookup(Some(route))
+            .ok_or_else(|| ApiError::internal(format!("no lookup route {route:?}")))?;
+        let prompt = self.prompt(options.prompt_name.as_deref())?;
+        let side = match options.direction {
+            Direction::Right => TruncationSide::Right,
+            Direction::Left => TruncationSide::Left,
+        };
+        let seqs: Vec<(Vec<u32>, bool)> = match inputs {
+            Inputs::Texts(texts) if !texts.is_empty() => texts
+                .iter()
+                .enumerate()
+                .map(|(i, text)| {
+                    non_empty(i, text)?;
+                    lookup
+                        .encode(&Prompt::template(prompt, text), side)
+                        .map_err(|e| {
+                            ApiError::unprocessable(
+                                "tokenization_failed",
+                                format!("input {i}: {e}"),
+                            )
+                        })
+                })
+                .collect::<Result<_, ApiError>>()?,
+            Inputs::Ids(seqs) if !seqs.is_empty() => seqs
+                .into_iter()
+                .enumerate()
+                .map(|(i, mut ids)| {
+                    self.check_vocab(i, &ids)?;
+                    let cut = lookup.cut(&mut ids, side);
+                    Ok((ids, cut))
+                })
+                .collect::<Result<_, ApiError>>()?,
+            Inputs::Pairs(_) => {
+                return Err(ApiError::bad_request(
+                    "invalid_input",
+                    "a sparse model embeds texts, not pairs of texts",
+                ))
+            }
+            _ => {
+                return Err(ApiError::bad_request(
+                    "empty_input",
+                    "the input list is empty",
+                ))
+            }
+        };
+        let (mut data, mut tokens) = (Vec::new(), 0);
+        for (i, (ids, cut)) in seqs.into_iter().enumerate() {
+            if cut && !options.truncate {
+                let max = lookup.limit().unwrap_or(ids.len());
+                return Err(Self::too_long(max, i, None, options.api));
+            }
+            tokens += ids.len();
+            data.extend(lookup.embed(&ids));
+        }
+        Ok((data, tokens))
+    }
+
     /// TEI's `/tokenize`: each text's tokens, with their offsets into the templated text, after truncation.
     pub fn tokens(
         &self,
@@ -254,7 +323,7 @@ impl Tokenization {
                         ApiError::unprocessable("tokenization_failed", format!("input {i}: {e}"))
                     })?;
                 if cut && !options.truncate {
-                    return Err(self.too_long(i, None, options.api));
+                    return Err(Self::too_long(self.max_len, i, None, options.api));
                 }
                 Ok(tokens)
             })
@@ -354,7 +423,7 @@ impl Tokenization {
                 ApiError::unprocessable("tokenization_failed", format!("input {i}: {e}"))
             })?;
         if cut && !options.truncate {
-            return Err(self.too_long(i, None, options.api));
+            return Err(Self::too_long(self.max_len, i, None, options.api));
         }
         // A tokenizer that adds no special tokens (a StaticEmbedding's, one without a post-processor) gives none
         // for a text of whitespace or of what its normaliser drops, a word list (WordEmbeddings') none for a text
@@ -406,7 +475,7 @@ impl Tokenization {
                 ApiError::unprocessable("tokenization_failed", format!("input {i}: {e}"))
             })?;
         if encoded.cut && !options.truncate {
-            return Err(self.too_long(i, None, options.api));
+            return Err(Self::too_long(self.max_len, i, None, options.api));
         }
         if ids.is_empty() {
             return Err(ApiError::bad_request(
@@ -463,7 +532,7 @@ impl Tokenization {
     ) -> Result<Vec<u32>, ApiError> {
         let (n, max) = (full.len(), self.max_len);
         if !options.truncate {
-            return Err(self.too_long(i, Some(n), options.api));
+            return Err(Self::too_long(self.max_len, i, Some(n), options.api));
         }
         let (before, after) = match self.specials {
             (b, a) if b + a <= max => (b, a),
@@ -477,10 +546,9 @@ impl Tokenization {
         Ok([&full[..before], &full[text], &full[n - after..]].concat())
     }
 
-    /// The refusal of input `i`, over the limit (by `n` tokens when counted: a text is encoded only up to it),
-    /// saying how to have it cut instead on the request's surface.
-    fn too_long(&self, i: usize, n: Option<usize>, api: Api) -> ApiError {
-        let max = self.max_len;
+    /// The refusal of input `i`, over the limit `max` (by `n` tokens when counted: a text is encoded only up to
+    /// it), saying how to have it cut instead on the request's surface.
+    fn too_long(max: usize, i: usize, n: Option<usize>, api: Api) -> ApiError {
         let what = match n {
             Some(n) => format!("input {i} has {n} tokens, over the model's limit of {max}"),
             None => format!("input {i} is over the model's limit of {max} tokens"),

@@ -11,13 +11,16 @@ use hdrhistogram::Histogram;
 
 use crate::scheduler::{BatchStats, ClassLoad, Load, Priority};
 
-/// Where a request's time went, as carried in the response headers.
+/// Where a request's time went, and the tokens it computed, as carried in the response headers (TEI's
+/// `x-*-time` and `x-compute-tokens`).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Times {
     pub tokenization: Duration,
     pub queue: Duration,
     pub inference: Duration,
     pub total: Duration,
+    /// Tokens embedded (none for a request that embeds nothing, as `/tokenize`).
+    pub tokens: usize,
 }
 
 impl Times {

@@ -335,8 +335,12 @@ impl Gateway {
     /// queues as they drain, so a request larger than a queue's bounds is served, not refused for its own size.
     /// A sub-batch whose replica fails (a remote one: died, stalled, cut off) is sent to another, within the retry
     /// budget; when none is left the request is refused (503). Pairs of texts (a cross-encoder's) are scored the
-    /// same way, a sub-batch never spanning pairs whose tokens of type 1 start at different places.
-    pub async fn embed(&self, inputs: Inputs, options: Options) -> Result<Embedded, ApiError> {
+    /// same way, a sub-batch never spanning pairs whose tokens of type 1 start at different places. A Router
+    /// model's lookup route, where `options` names it, is answered without the engine.
+    pub async fn embed(&self, inputs: Inputs, mut options: Options) -> Result<Embedded, ApiError> {
+        if let Some(route) = self.route(&mut options) {
+            return self.look_up(route, inputs, options).await;
+        }
         let start = Instant::now();
         let readout = self.inner.tokenization.readout(&inputs, &options)?;
         let priority = options.priority;
@@ -394,6 +398,7 @@ impl Gateway {
                 queue: stages.queue,
                 inference: stages.inference,
                 total: start.elapsed(),
+                tokens,
             },
         })
     }

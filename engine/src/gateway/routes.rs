@@ -127,6 +127,11 @@ pub(super) fn respond(
                     response.headers_mut().insert(name, value);
                 }
             }
+            if times.tokens > 0 {
+                response
+                    .headers_mut()
+                    .insert("x-compute-tokens", HeaderValue::from(times.tokens));
+            }
             response
         }
         Err(e) => {

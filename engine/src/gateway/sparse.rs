@@ -1,6 +1,7 @@
 //! A sparse (SPLADE) model's route: TEI's `/embed_sparse`, each input's weights per vocabulary entry as the
 //! entries that are not 0 (`[{index, value}]`, by index). Its dense routes refuse it, as TEI's do, but for `/embed`
-//! with `normalize: false` (the whole vector, a weight per entry).
+//! with `normalize: false` (the whole vector, a weight per entry). A Router model's lookup route (an inference-free
+//! SPLADE model's queries), which a request names as its `prompt_name`, is answered here, without the engine.
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -12,7 +13,9 @@ use serde::Serialize;
 
 use super::requests::{parse, EmbedSparseRequest};
 use super::routes::{priority, respond};
-use super::{Api, ApiError, Embedded, Gateway, Options, Times};
+use super::{Api, ApiError, Embedded, Gateway, Inputs, Options, Times};
+use crate::backend::Embeddings;
+use std::time::Instant;
 
 /// One vocabulary entry's weight (TEI's `SparseValue`).
 #[derive(Serialize)]
@@ -79,4 +82,52 @@ pub(super) async fn embed_sparse_of(
         })
         .collect();
     Ok((times, Json(sparse).into_response()))
+}
+
+impl Gateway {
+    /// A Router model's route, which a request names as its `prompt_name` (sentence-transformers'
+    /// `encode_query` and `encode_document` name both the task and the prompt): the lookup route's name where
+    /// the request names it, its inputs then answered without the engine ([`Gateway::look_up`]). A route's
+    /// name that is no prompt's names the route alone: no prompt is put before the text.
+    pub(super) fn route(&self, options: &mut Options) -> Option<String> {
+        let front = self.front();
+        let name = options.prompt_name.clone()?;
+        if !front.info().routes.contains(&name) {
+            return None;
+        }
+        // sentence-transformers' route by name puts no prompt before the text, not the default one.
+        if !front.info().prompts.iter().any(|p| p.name == name) {
+            options.prompt_name = Some(String::new());
+        }
+        front.lookup(Some(&name)).map(|_| name)
+    }
+
+    /// `inputs` through the lookup route `route`: no queue and no forward pass, each input's vector made where
+    /// it is tokenized.
+    pub(super) async fn look_up(
+        &self,
+        route: String,
+        inputs: Inputs,
+        options: Options,
+    ) -> Result<Embedded, ApiError> {
+        let start = Instant::now();
+        let n = inputs.len();
+        let ((data, tokens), tokenization) = self
+            .tokenize_with(inputs, move |t, front, inputs| {
+                t.look_up(front, &route, inputs, &options)
+            })
+            .await?;
+        let embeddings = Embeddings::from_parts(data, self.front().dim(), &vec![1; n], Vec::new())
+            .ok_or_else(|| ApiError::internal("a lookup gave vectors of another width"))?;
+        Ok(Embedded {
+            vectors: embeddings.into_rows().collect(),
+            tokens,
+            times: Times {
+                tokenization,
+                total: start.elapsed(),
+                tokens,
+                ..Times::default()
+            },
+        })
+    }
 }

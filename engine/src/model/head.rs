@@ -73,14 +73,17 @@ impl<D: Device> Sparse<D> {
         // The first name the checkpoint holds; with none, the first's absence is the error.
         let held = |names: &[String]| names.iter().find(|n| w.has(n)).unwrap_or(&names[0]).clone();
         let weight = w.get(&held(&s.decoder), &[s.vocab, hidden])?;
-        let bias = w.get(&held(&s.decoder_bias), &[s.vocab])?;
+        let bias = match s.decoder_bias.is_empty() {
+            true => None,
+            false => Some(w.get(&held(&s.decoder_bias), &[s.vocab])?),
+        };
         let blocks = (0..s.vocab)
             .step_by(VOCAB_BLOCK)
             .map(|start| {
                 let cols = start..(start + VOCAB_BLOCK).min(s.vocab);
                 let linear = device.linear(
                     &weight.data()[cols.start * hidden..cols.end * hidden],
-                    Some(&bias.data()[cols.clone()]),
+                    bias.as_ref().map(|b| &b.data()[cols.clone()]),
                     cols.len(),
                     hidden,
                 )?;
@@ -126,7 +129,8 @@ pub struct Head<D: Device> {
     /// The Pooling module's modes, concatenated in order.
     pub modes: Vec<Pooling>,
     pub normalize: bool,
-    /// A sparse model's top-k, which the backend applies as it hands the rows over ([`Architecture::max_active_dims`]).
+    /// A sparse model's top-k, which the backend applies as it hands the rows over
+    /// ([`Architecture::max_active_dims`](crate::backend::ops::Architecture::max_active_dims)).
     pub max_active_dims: Option<usize>,
     pools_last: bool,
     hidden: usize,

@@ -13,6 +13,7 @@ pub mod modernbert;
 mod operand_slots;
 mod relative;
 pub mod rotary_bert;
+mod sparse_lookup;
 pub mod static_embedding;
 pub mod synthetic;
 pub mod t5;
@@ -26,9 +27,11 @@ pub use config::{
     StaticConfig, T5Config, T5FeedForward,
 };
 pub use dir::{
-    Classifier, DenseModule, ModelDir, Pooling, PoolingModule, SparseModule, MAX_POSITIONS,
+    Classifier, DenseModule, LookupRoute, ModelDir, Pooling, PoolingModule, Routes, SparseModule,
+    LOOKUP_TABLE, MAX_POSITIONS,
 };
 pub use head::Head;
+pub use sparse_lookup::SparseLookup;
 pub use weights::{Tensor, Weights};
 
 use crate::backend::ops::{

@@ -136,6 +136,17 @@ fn modernbert(config_path: &Path, f: &HeadFile) -> Result<(Vec<Layer>, Pooling)>
             ))
         }
     };
+    Ok((
+        vec![
+            prediction_head(config_path, f)?,
+            Layer::plain(&("classifier", Activation::None)),
+        ],
+        pooling,
+    ))
+}
+
+/// ModernBertPredictionHead (`head.dense`, its activation, `head.norm`) as the config sets it.
+fn prediction_head(config_path: &Path, f: &HeadFile) -> Result<Layer> {
     let activation = match f.classifier_activation.as_str() {
         "gelu" => Activation::Gelu,
         "gelu_new" | "gelu_pytorch_tanh" => Activation::GeluTanh,
@@ -149,7 +160,7 @@ fn modernbert(config_path: &Path, f: &HeadFile) -> Result<(Vec<Layer>, Pooling)>
             ))
         }
     };
-    let head = Layer {
+    Ok(Layer {
         name: "head.dense",
         activation,
         bias: f.classifier_bias,
@@ -158,11 +169,27 @@ fn modernbert(config_path: &Path, f: &HeadFile) -> Result<(Vec<Layer>, Pooling)>
             eps: f.norm_eps,
             bias: f.norm_bias,
         }),
-    };
-    Ok((
-        vec![head, Layer::plain(&("classifier", Activation::None))],
-        pooling,
-    ))
+    })
+}
+
+/// A ModernBertForMaskedLM's transform (its ModernBertPredictionHead, as a sequence classifier's) over `hidden`
+/// columns of `weights_path`, as the config at `config_path` sets it: a SPLADE head's ([`super::sparse`]).
+pub(super) fn modernbert_transform(
+    config_path: &Path,
+    weights_path: &Path,
+    hidden: usize,
+) -> Result<DenseModule> {
+    let f: HeadFile = read_json(config_path)?;
+    let layer = prediction_head(config_path, &f)?;
+    Ok(DenseModule {
+        weights_path: weights_path.to_owned(),
+        name: layer.name.into(),
+        in_features: hidden,
+        out_features: hidden,
+        bias: layer.bias,
+        activation: layer.activation,
+        norm: layer.norm,
+    })
 }
 
 /// The classification head of the checkpoint `config_path` describes, as Dense modules over rows of `hidden`

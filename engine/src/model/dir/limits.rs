@@ -91,7 +91,7 @@ pub(super) fn tokenizer_truncation(path: &Path) -> Result<Option<usize>> {
 /// The tokenizer's `model_max_length` from `tokenizer_config.json`: where sentence-transformers takes the
 /// sequence limit from when its own config names none. transformers writes 10^30 for "no limit" (too big for an
 /// integer), read as unbounded; a whole number written as a float (`512.0`) is that number.
-fn tokenizer_max_length(root: &Path) -> Result<Option<usize>> {
+pub(super) fn tokenizer_max_length(root: &Path) -> Result<Option<usize>> {
     let path = root.join("tokenizer_config.json");
     if !path.is_file() {
         return Ok(None);

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::{DenseModule, HeadNorm};
+use super::{classifier, DenseModule, HeadNorm};
 use crate::backend::ops::Activation;
 use crate::error::{Error, Result};
 use crate::model::{read_json, BertFamily, ModelConfig};
@@ -20,7 +20,8 @@ pub struct SparseModule {
     pub transform: DenseModule,
     /// The projection's weight (`vocab` × hidden) and its bias, each the first of its names the checkpoint holds:
     /// the decoder's own, else (where the config ties them) what transformers ties it to, the word embeddings and
-    /// the head's bias. transformers 5 uses a decoder tensor the checkpoint holds even under a tying config.
+    /// the head's bias. transformers 5 uses a decoder tensor the checkpoint holds even under a tying config. No
+    /// bias names: the decoder has none (ModernBERT's `decoder_bias: false`).
     pub decoder: Vec<String>,
     pub decoder_bias: Vec<String>,
     pub vocab: usize,
@@ -56,21 +57,26 @@ fn relu() -> String {
     "relu".into()
 }
 
-/// Just enough of `config.json` to know whether the decoder may be the word embeddings.
+/// Just enough of `config.json` to know the checkpoint's head: whether the decoder may be the word embeddings, and
+/// whether it has a bias (ModernBERT's `decoder_bias`; the other families' always do).
 #[derive(Deserialize)]
-struct TieFile {
-    #[serde(default = "tied")]
+struct HeadFile {
+    #[serde(default)]
+    architectures: Vec<String>,
+    #[serde(default = "yes")]
     tie_word_embeddings: bool,
+    #[serde(default = "yes")]
+    decoder_bias: bool,
 }
 
-fn tied() -> bool {
+fn yes() -> bool {
     true
 }
 
 /// The MLM head of each family we read: the transform's and its LayerNorm's tensor names, the decoder's own
 /// weight and bias, and what transformers ties them to by default, the word embeddings and the head's bias
-/// (BertLMPredictionHead, DistilBertForMaskedLM's vocab_* layers, RobertaLMHead — XLM-R's and CamemBERT's —
-/// whose activation is always the exact GELU; DistilBERT's projector keeps its own bias).
+/// (BertLMPredictionHead, DistilBertForMaskedLM's vocab_* layers, RobertaLMHead — XLM-R's and CamemBERT's — and
+/// MPNetLMHead, whose activation is always the exact GELU; DistilBERT's projector keeps its own bias).
 fn head_names(family: BertFamily) -> Option<[&'static str; 6]> {
     Some(match family {
         BertFamily::Bert => [
@@ -97,7 +103,15 @@ fn head_names(family: BertFamily) -> Option<[&'static str; 6]> {
             "roberta.embeddings.word_embeddings.weight",
             "lm_head.bias",
         ],
-        BertFamily::Mpnet | BertFamily::Albert | BertFamily::Electra => return None,
+        BertFamily::Mpnet => [
+            "lm_head.dense",
+            "lm_head.layer_norm",
+            "lm_head.decoder.weight",
+            "lm_head.decoder.bias",
+            "mpnet.embeddings.word_embeddings.weight",
+            "lm_head.bias",
+        ],
+        BertFamily::Albert | BertFamily::Electra => return None,
     })
 }
 
@@ -138,47 +152,79 @@ pub(super) fn read(
         Error::model(
             config_path,
             format!(
-                "a SparseEncoder over {what}: SPLADE runs on BertForMaskedLM, DistilBertForMaskedLM and \
-                 RobertaForMaskedLM's heads (XLM-R's, CamemBERT's)"
+                "a SparseEncoder over {what}: SPLADE runs on BertForMaskedLM, DistilBertForMaskedLM, \
+                 RobertaForMaskedLM (XLM-R's, CamemBERT's), MPNetForMaskedLM and ModernBertForMaskedLM's heads"
             ),
         )
     };
-    let ModelConfig::Bert(c) = config else {
-        return Err(unsupported("this architecture".into()));
-    };
+    let head: HeadFile = read_json(config_path)?;
     // A checkpoint without its MLM head (a bare BertModel) would fail only at load, naming a tensor.
-    if !c.architectures.is_empty() && !c.architectures.iter().any(|a| a.ends_with("ForMaskedLM")) {
+    if !head.architectures.is_empty()
+        && !head
+            .architectures
+            .iter()
+            .any(|a| a.ends_with("ForMaskedLM"))
+    {
         return Err(unsupported(format!(
             "{}, which holds no MLM head",
-            c.architectures.join(", ")
+            head.architectures.join(", ")
         )));
     }
-    let Some([dense, norm, own, own_bias, embeddings, bias]) = head_names(c.family()) else {
-        return Err(unsupported(format!("{:?}", c.family())));
-    };
-    let tie: TieFile = read_json(config_path)?;
-    let h = c.hidden_size;
-    let activation_of_transform = match c.family() {
-        BertFamily::Roberta => Activation::Gelu,
-        _ => c.activation(),
+    let tied = head.tie_word_embeddings;
+    let (transform, decoder, decoder_bias, vocab) = match config {
+        ModelConfig::Bert(c) => {
+            let Some([dense, norm, own, own_bias, embeddings, bias]) = head_names(c.family())
+            else {
+                return Err(unsupported(format!("{:?}", c.family())));
+            };
+            let activation = match c.family() {
+                BertFamily::Roberta | BertFamily::Mpnet => Activation::Gelu,
+                _ => c.activation(),
+            };
+            let transform = DenseModule {
+                weights_path: weights_path.to_owned(),
+                name: dense.into(),
+                in_features: c.hidden_size,
+                out_features: c.hidden_size,
+                bias: true,
+                activation,
+                norm: Some(HeadNorm {
+                    name: norm.into(),
+                    eps: c.norm_eps(),
+                    bias: true,
+                }),
+            };
+            let decoder = names(own, embeddings, tied);
+            (
+                transform,
+                decoder,
+                names(own_bias, bias, tied),
+                c.vocab_size,
+            )
+        }
+        // ModernBertForMaskedLM: `head` (ModernBertPredictionHead), then `decoder`, tied to the token embeddings;
+        // its bias only where `decoder_bias`.
+        ModelConfig::ModernBert(c) => {
+            let transform =
+                classifier::modernbert_transform(config_path, weights_path, c.hidden_size)?;
+            let decoder = names(
+                "decoder.weight",
+                "model.embeddings.tok_embeddings.weight",
+                tied,
+            );
+            let bias = match head.decoder_bias {
+                true => vec!["decoder.bias".to_owned()],
+                false => Vec::new(),
+            };
+            (transform, decoder, bias, c.vocab_size)
+        }
+        _ => return Err(unsupported("this architecture".into())),
     };
     Ok(SparseModule {
-        transform: DenseModule {
-            weights_path: weights_path.to_owned(),
-            name: dense.into(),
-            in_features: h,
-            out_features: h,
-            bias: true,
-            activation: activation_of_transform,
-            norm: Some(HeadNorm {
-                name: norm.into(),
-                eps: c.norm_eps(),
-                bias: true,
-            }),
-        },
-        decoder: names(own, embeddings, tie.tie_word_embeddings),
-        decoder_bias: names(own_bias, bias, tie.tie_word_embeddings),
-        vocab: c.vocab_size,
+        transform,
+        decoder,
+        decoder_bias,
+        vocab,
         activation,
         max_active_dims: None,
     })
