@@ -11,6 +11,12 @@ machine. Two tasks:
   vocabulary) with SpladePooling (max, log(1 + ReLU)), its decoder bias set so that about as many entries are
   active as a trained SPLADE model's document has (the 99.5th percentile of the max-pooled logits, measured on
   the passages, becomes 0).
+- inference-free: --texts queries (of workloads/text/queries_multilingual.jsonl) through /embed_sparse with
+  `"prompt_name": "query"`, against SparseEncoder.encode_query; the model a Router of
+  opensearch-neural-sparse-encoding-doc-v3-distill's shape: a `query` route of a SparseStaticEmbedding (random
+  weights over the 30,522-entry vocabulary, as its IDF table is) and a `document` route of a random-weight
+  DistilBertForMaskedLM (6 layers, 768 wide, 12 heads) with SpladePooling (max, log1p_relu), its bias set as
+  sparse's. `--task sparse --model-dir` that model's folder times its document route against encode_document.
 
 Each model (the Hub is not reachable here, and speed does not depend on the weights' values) takes
 all-MiniLM-L6-v2's uncased WordPiece tokenizer and is written once into --model-dir. Figures: p50/p90 of the
@@ -21,6 +27,7 @@ sparse weights, every vocabulary entry) — a speed figure from a wrong engine i
 Needs the peers venv (bash scripts/setup_peers.sh) and a release build (cargo build --release --bin bench).
     ~/.cache/embedding-workbench/peers-venv/bin/python scripts/serve_vs_pytorch.py --task rerank --json results/X/rerank.json
     ~/.cache/embedding-workbench/peers-venv/bin/python scripts/serve_vs_pytorch.py --task sparse --texts 32 --json results/X/sparse.json
+    ~/.cache/embedding-workbench/peers-venv/bin/python scripts/serve_vs_pytorch.py --task inference-free --texts 1 --json results/X/query.json
 """
 import argparse
 import http.client
@@ -96,39 +103,55 @@ class Rerank:
                                                        convert_to_numpy=True).reshape(-1)]
 
 
+def mlm_transformer(d: Path, model):
+    """`model` (a random-weight *ForMaskedLM) with all-MiniLM-L6-v2's tokenizer as a fill-mask Transformer module
+    saved under d/_hf, its vocabulary bias lowered so that about as many entries are active as a trained SPLADE
+    model's document has (the 99.5th percentile of the max-pooled logits over the passages becomes 0)."""
+    import torch
+    from sentence_transformers.base.modules import Transformer
+    from transformers import AutoTokenizer
+
+    tok_dir = d / "_tokenizer"
+    save_tokenizer(tok_dir)
+    tok = AutoTokenizer.from_pretrained(str(tok_dir))
+    with torch.no_grad():
+        feats = tok(passages(64), padding=True, truncation=True, return_tensors="pt")
+        feats.pop("token_type_ids", None)
+        logits = model(**feats).logits.masked_fill(~feats["attention_mask"].bool()[..., None], -1e9)
+        pooled = logits.max(dim=1).values.flatten()
+        model.get_output_embeddings().bias -= torch.quantile(pooled, 0.995)
+    work = d / "_hf"
+    model.save_pretrained(str(work))
+    tok.save_pretrained(str(work))
+    return Transformer(str(work), transformer_task="fill-mask", max_seq_length=512)
+
+
+def remove_work(d: Path):
+    for tmp in [d / "_hf", d / "_tokenizer"]:
+        for f in tmp.iterdir():
+            f.unlink()
+        tmp.rmdir()
+
+
 class Sparse:
     path = "/embed_sparse"
     model_dir = MODELS / "splade-bert-base-random"
     ours_name = "ours (bench serve /embed_sparse, HTTP)"
     theirs_name = "PyTorch (SparseEncoder.encode)"
+    encode = "encode"
 
     @staticmethod
     def make_model(d: Path):
         import torch
         from sentence_transformers import SparseEncoder
-        from sentence_transformers.base.modules import Transformer
         from sentence_transformers.sparse_encoder.modules import SpladePooling
-        from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
+        from transformers import BertConfig, BertForMaskedLM
 
         torch.manual_seed(0)
         model = BertForMaskedLM(BertConfig(vocab_size=30522, max_position_embeddings=512)).eval()
-        tok_dir = d / "_tokenizer"
-        save_tokenizer(tok_dir)
-        tok = AutoTokenizer.from_pretrained(str(tok_dir))
-        with torch.no_grad():
-            feats = tok(passages(64), padding=True, truncation=True, return_tensors="pt")
-            logits = model(**feats).logits.masked_fill(~feats["attention_mask"].bool()[..., None], -1e9)
-            pooled = logits.max(dim=1).values.flatten()
-            model.cls.predictions.bias -= torch.quantile(pooled, 0.995)
-        work = d / "_hf"
-        model.save_pretrained(str(work))
-        tok.save_pretrained(str(work))
-        transformer = Transformer(str(work), transformer_task="fill-mask", max_seq_length=512)
+        transformer = mlm_transformer(d, model)
         SparseEncoder(modules=[transformer, SpladePooling("max", "relu")], device="cpu").save(str(d))
-        for tmp in [work, tok_dir]:
-            for f in tmp.iterdir():
-                f.unlink()
-            tmp.rmdir()
+        remove_work(d)
 
     @staticmethod
     def body(texts):
@@ -142,15 +165,49 @@ class Sparse:
                 row[e["index"]] = e["value"]
         return [x for row in dense for x in row]
 
-    @staticmethod
-    def theirs(model_dir: Path, texts):
+    @classmethod
+    def theirs(cls, model_dir: Path, texts):
         from sentence_transformers import SparseEncoder
 
-        se = SparseEncoder(str(model_dir), device="cpu")
-        return lambda: se.encode(texts, batch_size=len(texts), convert_to_tensor=True).to_dense().flatten().tolist()
+        encode = getattr(SparseEncoder(str(model_dir), device="cpu"), cls.encode)
+        return lambda: encode(texts, batch_size=len(texts), convert_to_tensor=True).to_dense().flatten().tolist()
 
 
-TASKS = {"rerank": Rerank, "sparse": Sparse}
+class InferenceFree(Sparse):
+    model_dir = MODELS / "inference-free-distilbert-random"
+    ours_name = "ours (bench serve /embed_sparse, prompt_name query, HTTP)"
+    theirs_name = "PyTorch (SparseEncoder.encode_query)"
+    encode = "encode_query"
+
+    @staticmethod
+    def texts(n: int):
+        lines = (REPO / "workloads/text/queries_multilingual.jsonl").read_text().splitlines()
+        return [json.loads(l)["text"] for l in lines[:n]]
+
+    @staticmethod
+    def make_model(d: Path):
+        import torch
+        from sentence_transformers import SparseEncoder
+        from sentence_transformers.base.modules import Router
+        from sentence_transformers.sparse_encoder.modules import SparseStaticEmbedding, SpladePooling
+        from transformers import DistilBertConfig, DistilBertForMaskedLM
+
+        torch.manual_seed(0)
+        model = DistilBertForMaskedLM(DistilBertConfig(vocab_size=30522, tie_word_embeddings=False)).eval()
+        transformer = mlm_transformer(d, model)
+        idf = torch.rand(30522) * 8.0
+        query = SparseStaticEmbedding(tokenizer=transformer.tokenizer, weight=idf, frozen=True)
+        router = Router.for_query_document(query_modules=[query],
+                                           document_modules=[transformer, SpladePooling("max", "log1p_relu")])
+        SparseEncoder(modules=[router], device="cpu").save(str(d))
+        remove_work(d)
+
+    @staticmethod
+    def body(texts):
+        return {"inputs": texts, "prompt_name": "query"}
+
+
+TASKS = {"rerank": Rerank, "sparse": Sparse, "inference-free": InferenceFree}
 
 
 def pct(xs, q):
@@ -214,10 +271,11 @@ def main():
     args = ap.parse_args()
     task = TASKS[args.task]
     model_dir = Path(args.model_dir or task.model_dir)
-    if not (model_dir / "model.safetensors").is_file():
+    # A Router's root holds no weights of its own, only modules.json.
+    if not any((model_dir / f).is_file() for f in ("model.safetensors", "modules.json")):
         model_dir.mkdir(parents=True, exist_ok=True)
         task.make_model(model_dir)
-    texts = passages(args.texts)
+    texts = getattr(task, "texts", passages)(args.texts)
     import torch
 
     torch.set_num_threads(args.threads)
@@ -232,7 +290,7 @@ def main():
     worst = max(abs(x - y) for x, y in zip(a, b))
     spread = max(abs(y) for y in b)
     ratio = rows[task.theirs_name]["p50_ms"] / rows[task.ours_name]["p50_ms"]
-    active = sum(1 for y in b if y != 0) / args.texts if args.task == "sparse" else None
+    active = sum(1 for y in b if y != 0) / args.texts if args.task != "rerank" else None
     print(f"largest difference {worst:.2e} (largest |value| {spread:.3f}); PyTorch p50 / ours p50 = {ratio:.2f}"
           + (f"; {active:.0f} active entries per text" if active is not None else ""))
     if args.json:

@@ -65,6 +65,8 @@ pub struct Timing {
     pub timeouts: Vec<Duration>,
     /// Per class (online when left out).
     pub priorities: Vec<Priority>,
+    /// Per class: the prompt its requests name (none when left out).
+    pub prompt_names: Vec<Option<Arc<str>>>,
 }
 
 /// A step that runs until its work is done (a corpus pass) has an unbounded duration: it ends here.
@@ -183,6 +185,7 @@ pub async fn run(
             rec: rec.clone(),
             class,
             priority: timing.priorities.get(class).copied().unwrap_or_default(),
+            prompt_name: timing.prompt_names.get(class).cloned().flatten(),
             start,
             timeout,
         };
@@ -292,6 +295,7 @@ pub struct Ctx {
     pub rec: Arc<Recorder>,
     pub class: usize,
     pub priority: Priority,
+    pub prompt_name: Option<Arc<str>>,
     /// Samples' times count from here.
     pub start: Instant,
     pub timeout: Duration,
@@ -327,7 +331,8 @@ const RETRY_WITHOUT_HINT: Duration = Duration::from_millis(100);
 
 /// Sends one request, due at `due` (its latency counts from there), and records how it went. A refused request
 /// gives how long its client should wait before the next.
-pub async fn send(ctx: Ctx, request: Request, due: Instant) -> Option<Duration> {
+pub async fn send(ctx: Ctx, mut request: Request, due: Instant) -> Option<Duration> {
+    request.prompt_name = ctx.prompt_name.clone();
     let sent = Instant::now();
     ctx.rec.sent.fetch_add(1, Ordering::Relaxed);
     let (inputs, est) = (request.texts.len() as u32, request.est_tokens);
@@ -391,6 +396,7 @@ mod tests {
             texts: vec![Arc::from("q")].into(),
             query: None,
             est_tokens: 3,
+            prompt_name: None,
         }
     }
 
@@ -429,6 +435,7 @@ mod tests {
             warmup_s: 0.0,
             timeouts: vec![Duration::from_secs(10)],
             priorities: Vec::new(),
+            prompt_names: Vec::new(),
         }
     }
 

@@ -93,6 +93,9 @@ pub struct ClassInfo {
     pub load: String,
     pub slo: crate::workload::Slo,
     pub timeout_s: f64,
+    /// The `prompt_name` its requests were sent with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_name: Option<String>,
 }
 
 /// One knob combination: its engine, its steps, and what was found.
@@ -567,6 +570,7 @@ pub(crate) mod tests {
                         load: String::new(),
                         slo: SLO,
                         timeout_s: 1.0,
+                        prompt_name: None,
                     })
                     .to_vec(),
             },

@@ -124,6 +124,8 @@ pub struct Request {
     pub query: Option<Arc<str>>,
     /// Tokens the corpus counts for these texts; the target's own count is preferred when it reports one.
     pub est_tokens: u32,
+    /// The model's prompt to put before each text (`prompt_name`), its class's ([`Class::prompt_name`]).
+    pub prompt_name: Option<Arc<str>>,
 }
 
 /// Where a closed-loop class's requests come from: the corpus in order, chunk after chunk (a re-index), or
@@ -215,6 +217,7 @@ fn request(corpus: &Corpus, picks: &[usize]) -> Request {
         est_tokens: picks
             .iter()
             .fold(0u32, |sum, &i| sum.saturating_add(corpus.tokens[i])),
+        prompt_name: None,
     }
 }
 
@@ -325,6 +328,9 @@ pub struct Class {
     pub timeout: Duration,
     /// Each request a query of `corpus` against passages (a reranker's), instead of texts to embed.
     pub rerank: Option<Rerank>,
+    /// The model's prompt its texts are sent with (`--query-prompt-name`, `--passage-prompt-name`): e5's
+    /// `query`, Qwen3-Embedding's instruction, an inference-free sparse model's query route.
+    pub prompt_name: Option<Arc<str>>,
 }
 
 /// The classes of one workload; the first is the one a sweep steps.
@@ -475,6 +481,7 @@ fn requests(
                     texts: a.texts.iter().map(|t| Arc::from(t.as_str())).collect(),
                     query: None,
                     est_tokens: est,
+                    prompt_name: None,
                 }
             };
             (a.at, request)
@@ -571,6 +578,7 @@ mod tests {
             priority: engine::Priority::Online,
             timeout: Duration::from_secs(1),
             rerank,
+            prompt_name: None,
         }
     }
 

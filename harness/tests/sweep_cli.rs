@@ -613,3 +613,57 @@ fn a_sparse_model_is_swept_through_embed_sparse() {
         assert!(stderr.contains(says), "{name} over {api}: {stderr}");
     }
 }
+
+/// `--query-prompt-name` sends the online class's texts with that `prompt_name`, in-process and over HTTP: an
+/// inference-free sparse model's `query` route looks each query up without special tokens, so its requests count
+/// fewer tokens per input than the same queries through the model's route; a name the model has neither as a prompt
+/// nor as a route is refused before anything runs, and so is a prompt on rerank pairs.
+#[test]
+fn a_prompt_name_rides_with_each_request_of_its_class() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../engine/tests/fixtures");
+    let model = fixtures
+        .join("distilbert_router_splade")
+        .display()
+        .to_string();
+    let per_input = |extra: &[&str], target: &str, api: &[&str]| -> f64 {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut args = vec!["--workload", "online"];
+        args.extend_from_slice(extra);
+        every_request_answered(tmp.path(), &model, &args, &[(target, api)], "online");
+        let result = json(&tmp.path().join("results/online0/result.json"));
+        let step = &result["configs"][0]["steps"][0]["classes"][0];
+        step["tokens_per_s"].as_f64().unwrap() / step["inputs_per_s"].as_f64().unwrap()
+    };
+    for (target, api) in [
+        ("in-process", &[][..]),
+        ("serve", &["--api", "tei-sparse"][..]),
+    ] {
+        let documents = per_input(&[], target, api);
+        let queries = per_input(&["--query-prompt-name", "query"], target, api);
+        // Less [CLS] and [SEP]: about 2 tokens fewer per query (fewer where a long query is cut at the limit).
+        assert!(
+            queries < documents - 1.0 && queries > documents - 2.5,
+            "{target}: {queries} tokens per query looked up, {documents} through the model"
+        );
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    for (args, says) in [
+        (
+            &["--query-prompt-name", "nope"][..],
+            "--query-prompt-name nope",
+        ),
+        (
+            &["--workload", "rerank", "--query-prompt-name", "query"][..],
+            "take no prompt",
+        ),
+    ] {
+        let mut all = vec!["sweep", "--model", &model];
+        all.extend_from_slice(args);
+        let out = bench(&all, tmp.path());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains(says),
+            "{says}: {stderr}"
+        );
+    }
+}

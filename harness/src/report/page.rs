@@ -57,10 +57,13 @@ pub(super) fn html(result: &RunResult, charts: &[Chart]) -> String {
     }
     for c in &result.workload.classes {
         out.push_str(&format!(
-            "<tr><th>class {}</th><td style=\"text-align:left\">{}; corpus {}; SLO {}; timeout {} s</td></tr>",
+            "<tr><th>class {}</th><td style=\"text-align:left\">{}; corpus {}{}; SLO {}; timeout {} s</td></tr>",
             escape(&c.name),
             escape(&c.load),
             escape(&c.corpus),
+            c.prompt_name
+                .as_ref()
+                .map_or_else(String::new, |p| format!(", prompt_name {}", escape(p))),
             escape(&c.slo.describe()),
             c.timeout_s
         ));

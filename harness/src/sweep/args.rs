@@ -46,6 +46,14 @@ pub struct Common {
     /// Passages per rerank request (a search's candidates).
     #[arg(long, default_value_t = 16)]
     pub rerank_passages: usize,
+    /// Send the online class's texts (the queries) with this `prompt_name`: a prompt of the model's
+    /// `config_sentence_transformers.json` (e5's `query`, Qwen3-Embedding's instruction), or an inference-free
+    /// sparse model's `query` route. Over OpenAI's API it rides as the body's `prompt_name` (ours reads it).
+    #[arg(long)]
+    pub query_prompt_name: Option<String>,
+    /// Send the batch class's texts (the passages) with this `prompt_name`, as `--query-prompt-name`.
+    #[arg(long)]
+    pub passage_prompt_name: Option<String>,
     /// Use only the first N texts of each corpus.
     #[arg(long)]
     pub corpus_limit: Option<usize>,

@@ -353,6 +353,7 @@ fn execute(
                     },
                     slo: class.slo,
                     timeout_s: class.timeout.as_secs_f64(),
+                    prompt_name: class.prompt_name.as_deref().map(str::to_owned),
                 })
                 .collect(),
         },

@@ -113,6 +113,7 @@ impl Runner<'_> {
         bar.set_prefix(spec.index.to_string());
         let timing = Timing {
             priorities: w.classes.iter().map(|c| c.priority).collect(),
+            prompt_names: w.classes.iter().map(|c| c.prompt_name.clone()).collect(),
             duration_s: spec.duration_s,
             warmup_s: spec.warmup_s,
             timeouts: w
@@ -320,6 +321,7 @@ mod tests {
                 priority: engine::Priority::Online,
                 timeout: Duration::from_secs(2),
                 rerank: None,
+                prompt_name: None,
             }],
             seed: 1,
             corpus_pass: false,

@@ -63,6 +63,7 @@ impl Setup {
             }
             // A directory that cannot be read is reported when the engine loads it, after the run's own settings.
             if let Ok(opened) = engine::model::ModelDir::open(dir) {
+                check_prompt_names(dir, &opened, c)?;
                 for pooling in poolings {
                     if let Ok(model) = opened.clone().pooled_by(pooling) {
                         check_model_kind(dir, &model, c.workload, http)?;
@@ -187,6 +188,40 @@ fn load_corpus(path: &str, limit: Option<usize>) -> Result<Arc<Corpus>> {
     }))
 }
 
+/// The prompt names a run sends must be the model's (its prompts, or a Router's routes): each request would
+/// otherwise be refused.
+fn check_prompt_names(
+    dir: &std::path::Path,
+    model: &engine::model::ModelDir,
+    c: &Common,
+) -> Result<()> {
+    let routes = model.routes.as_ref().map(engine::model::Routes::names);
+    let known: Vec<String> = model
+        .prompts
+        .iter()
+        .map(|(name, _)| name.clone())
+        .chain(routes.into_iter().flatten())
+        .collect();
+    for (flag, name) in [
+        ("--query-prompt-name", &c.query_prompt_name),
+        ("--passage-prompt-name", &c.passage_prompt_name),
+    ] {
+        match name {
+            Some(name) if !name.is_empty() && !known.contains(name) => bail!(
+                "{flag} {name}: {} has no prompt of that name (it has: {})",
+                dir.display(),
+                if known.is_empty() {
+                    "none".into()
+                } else {
+                    known.join(", ")
+                }
+            ),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// A rerank workload needs a cross-encoder, the others an embedding model: the wrong kind would measure pairs
 /// embedded, or scores read as embeddings, not the traffic asked for.
 fn check_model_kind(
@@ -271,6 +306,7 @@ fn workload(c: &Common, corpus_pass: bool) -> Result<Workload> {
             priority: engine::Priority::Online,
             timeout: timeout(c.slo_ms)?,
             rerank,
+            prompt_name: c.query_prompt_name.as_deref().map(Arc::from),
         })
     };
     let batch = |concurrency| -> Result<Class> {
@@ -288,11 +324,15 @@ fn workload(c: &Common, corpus_pass: bool) -> Result<Workload> {
             priority: engine::Priority::Batch,
             timeout: timeout(c.batch_slo_ms)?,
             rerank: None,
+            prompt_name: c.passage_prompt_name.as_deref().map(Arc::from),
         })
     };
     let classes = match c.workload {
         WorkloadKind::Online => vec![online(None)?],
         WorkloadKind::Rerank => {
+            if c.query_prompt_name.is_some() || c.passage_prompt_name.is_some() {
+                bail!("--workload rerank sends pairs of texts, which take no prompt: leave out --*-prompt-name");
+            }
             if c.rerank_passages == 0 {
                 bail!("--rerank-passages must be at least 1");
             }

@@ -302,6 +302,7 @@ impl Target for InProcess {
             let options = Options {
                 truncate: true,
                 priority,
+                prompt_name: request.prompt_name.as_deref().map(str::to_owned),
                 ..Options::default()
             };
             match gateway.embed(inputs, options).await {
@@ -426,6 +427,10 @@ impl Target for Http {
                 serde_json::json!({ "query": &**query, "texts": texts, "truncate": true }),
             ),
         };
+        let mut body = body;
+        if let (Some(name), Some(fields)) = (&request.prompt_name, body.as_object_mut()) {
+            fields.insert("prompt_name".into(), serde_json::json!(&**name));
+        }
         let uri = format!("{}{path}", self.url);
         let n = request.texts.len();
         Box::pin(async move {

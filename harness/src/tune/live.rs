@@ -48,6 +48,7 @@ pub fn start(
             rec: rec.clone(),
             class,
             priority: workload.classes[class].priority,
+            prompt_name: workload.classes[class].prompt_name.clone(),
             start,
             timeout: workload.classes[class].timeout,
         };
