@@ -524,6 +524,38 @@ fn a_router_it_cannot_serve_is_refused_naming_why() {
         panic!("a table of 3 weights loaded");
     };
     assert!(e.to_string().contains("has shape Some([3])"), "{e}");
+    // No default route, the query route first in the file: that one would be the default, which is refused.
+    let tmp = copy(name);
+    std::fs::write(
+        tmp.path().join("router_config.json"),
+        router_config(&["query", "document"]),
+    )
+    .expect("write");
+    let Err(e) = Engine::load(tmp.path(), Default::default()) else {
+        panic!("the query route as the default loaded");
+    };
+    assert!(e.to_string().contains("default route \"query\""), "{e}");
+}
+
+/// The fixture's `router_config.json` with its routes in `order` and no default route.
+fn router_config(order: &[&str]) -> String {
+    let modules = |route: &str| match route {
+        "query" => r#"["query_0_SparseStaticEmbedding"]"#,
+        _ => r#"["document_0_Transformer", "document_1_SpladePooling"]"#,
+    };
+    let structure: Vec<String> = order
+        .iter()
+        .map(|r| format!("\"{r}\": {}", modules(r)))
+        .collect();
+    format!(
+        r#"{{"types": {{
+            "query_0_SparseStaticEmbedding": "sentence_transformers.sparse_encoder.modules.sparse_static_embedding.SparseStaticEmbedding",
+            "document_0_Transformer": "sentence_transformers.base.modules.transformer.Transformer",
+            "document_1_SpladePooling": "sentence_transformers.sparse_encoder.modules.splade_pooling.SpladePooling"}},
+          "structure": {{{}}},
+          "parameters": {{"default_route": null, "allow_empty_key": true}}}}"#,
+        structure.join(", ")
+    )
 }
 
 /// Fixture `name`'s directory, copied where a test may edit it.
@@ -561,15 +593,12 @@ fn a_routers_routes_resolve_as_sentence_transformers_does() {
             c["max_active_dims"] = json!(3);
         },
     );
-    edit(&tmp.path().join("router_config.json"), &|c| {
-        c["parameters"]["default_route"] = Value::Null;
-        // The file's first route is the default: the document route put first.
-        let structure = c["structure"].as_object().expect("routes").clone();
-        let mut ordered = serde_json::Map::new();
-        ordered.insert("document".into(), structure["document"].clone());
-        ordered.insert("query".into(), structure["query"].clone());
-        c["structure"] = Value::Object(ordered);
-    });
+    // No default route: the file's first, written here as text (a JSON map re-serialized loses its order).
+    std::fs::write(
+        tmp.path().join("router_config.json"),
+        router_config(&["document", "query"]),
+    )
+    .expect("write");
     let queries = query_fixtures();
     let docs = fixtures(name);
     let text = &queries

@@ -616,8 +616,10 @@ fn a_sparse_model_is_swept_through_embed_sparse() {
 
 /// `--query-prompt-name` sends the online class's texts with that `prompt_name`, in-process and over HTTP: an
 /// inference-free sparse model's `query` route looks each query up without special tokens, so its requests count
-/// fewer tokens per input than the same queries through the model's route; a name the model has neither as a prompt
-/// nor as a route is refused before anything runs, and so is a prompt on rerank pairs.
+/// fewer tokens per input than the same queries through the model's route; route names are taken where the model
+/// has no prompts, `--passage-prompt-name` names the batch class's, and result.json records each class's; a name
+/// the model has neither as a prompt nor as a route is refused before anything runs, and so is a prompt on rerank
+/// pairs or for a class the workload does not have.
 #[test]
 fn a_prompt_name_rides_with_each_request_of_its_class() {
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../engine/tests/fixtures");
@@ -646,11 +648,49 @@ fn a_prompt_name_rides_with_each_request_of_its_class() {
             "{target}: {queries} tokens per query looked up, {documents} through the model"
         );
     }
+    // Route names alone (a save without prompts), both classes of a mixed workload, recorded in result.json.
+    let routes_only = tempfile::tempdir().unwrap();
+    let copied = std::process::Command::new("cp")
+        .arg("-r")
+        .arg(format!("{model}/."))
+        .arg(routes_only.path())
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let st = routes_only.path().join("config_sentence_transformers.json");
+    let mut config = json(&st);
+    config["prompts"] = serde_json::json!({});
+    std::fs::write(&st, config.to_string()).unwrap();
+    let runs = tempfile::tempdir().unwrap();
+    every_request_answered(
+        runs.path(),
+        &routes_only.path().display().to_string(),
+        &[
+            "--workload",
+            "mixed",
+            "--batch-size",
+            "4",
+            "--query-prompt-name",
+            "query",
+            "--passage-prompt-name",
+            "document",
+        ],
+        &[("in-process", &[])],
+        "online",
+    );
+    let result = json(&runs.path().join("results/online0/result.json"));
+    let classes = &result["workload"]["classes"];
+    assert_eq!(classes[0]["prompt_name"], "query", "{classes}");
+    assert_eq!(classes[1]["prompt_name"], "document", "{classes}");
     let tmp = tempfile::tempdir().unwrap();
     for (args, says) in [
         (
             &["--query-prompt-name", "nope"][..],
             "--query-prompt-name nope",
+        ),
+        (
+            &["--workload", "online", "--passage-prompt-name", "document"][..],
+            "does not have",
         ),
         (
             &["--workload", "rerank", "--query-prompt-name", "query"][..],

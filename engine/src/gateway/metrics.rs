@@ -19,8 +19,8 @@ pub struct Times {
     pub queue: Duration,
     pub inference: Duration,
     pub total: Duration,
-    /// Tokens embedded (none for a request that embeds nothing, as `/tokenize`).
-    pub tokens: usize,
+    /// Tokens embedded; `None` for a request that embeds nothing (`/tokenize`, `/decode`).
+    pub tokens: Option<usize>,
 }
 
 impl Times {

@@ -398,7 +398,7 @@ impl Gateway {
                 queue: stages.queue,
                 inference: stages.inference,
                 total: start.elapsed(),
-                tokens,
+                tokens: Some(tokens),
             },
         })
     }

@@ -127,10 +127,10 @@ pub(super) fn respond(
                     response.headers_mut().insert(name, value);
                 }
             }
-            if times.tokens > 0 {
+            if let Some(tokens) = times.tokens {
                 response
                     .headers_mut()
-                    .insert("x-compute-tokens", HeaderValue::from(times.tokens));
+                    .insert("x-compute-tokens", HeaderValue::from(tokens));
             }
             response
         }
@@ -403,10 +403,12 @@ async fn tokenize(
             req.truncation_direction,
             Default::default(),
         );
-        let options = Options {
+        let mut options = Options {
             prompt_name: req.prompt_name,
             ..tei
         };
+        // A Router's route name is taken as `/embed_sparse` takes it; the tokens shown are the model route's.
+        gw.route(&mut options);
         let special = req.add_special_tokens;
         tokenizer_answer(&gw, start, req.inputs.0, move |t, _, inputs| {
             t.tokens(inputs, &options, special)

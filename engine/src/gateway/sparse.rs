@@ -125,7 +125,7 @@ impl Gateway {
             times: Times {
                 tokenization,
                 total: start.elapsed(),
-                tokens,
+                tokens: Some(tokens),
                 ..Times::default()
             },
         })

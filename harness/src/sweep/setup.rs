@@ -327,6 +327,21 @@ fn workload(c: &Common, corpus_pass: bool) -> Result<Workload> {
             prompt_name: c.passage_prompt_name.as_deref().map(Arc::from),
         })
     };
+    // A prompt for a class the workload does not have would be silently unused.
+    let unused = match c.workload {
+        WorkloadKind::Online => c
+            .passage_prompt_name
+            .as_ref()
+            .map(|_| "--passage-prompt-name"),
+        WorkloadKind::Batch => c.query_prompt_name.as_ref().map(|_| "--query-prompt-name"),
+        WorkloadKind::Mixed | WorkloadKind::Rerank => None,
+    };
+    if let Some(flag) = unused {
+        bail!(
+            "{flag} names the prompt of a class --workload {} does not have",
+            c.workload
+        );
+    }
     let classes = match c.workload {
         WorkloadKind::Online => vec![online(None)?],
         WorkloadKind::Rerank => {
