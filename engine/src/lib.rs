@@ -233,7 +233,9 @@ impl ModelFront {
         };
         let lookup = dir.routes.as_ref().and_then(|r| r.lookup.as_ref());
         let lookup = lookup
-            .map(|route| model::SparseLookup::load(route, config.tokenizer, info.max_active_dims))
+            .map(|route| {
+                model::SparseLookup::load(route, config.tokenizer, info.dim, info.max_active_dims)
+            })
             .transpose()?;
         Ok(ModelFront {
             config,

@@ -158,9 +158,7 @@ fn an_embedding_model_is_not_scored() {
 /// embedding model (its encoder alone, its head ignored).
 #[test]
 fn an_unsupported_classification_head_is_refused_by_name() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let weights = common::models::copy_all_but_weights("bert_cross_encoder", tmp.path());
-    std::fs::write(tmp.path().join("model.safetensors"), weights).expect("weights");
+    let tmp = common::models::copied("bert_cross_encoder");
     let config = tmp.path().join("config.json");
     let mut json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&config).expect("config")).expect("JSON");

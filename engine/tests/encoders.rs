@@ -81,9 +81,7 @@ common::models::fixture_tests!(MODELS);
 /// it runs.
 #[test]
 fn jina_v3_remote_code_checkpoint_is_refused_naming_the_hf_one() {
-    let tmp = tempfile::tempdir().expect("temp dir");
-    let bytes = common::models::copy_all_but_weights("jina_v3_mean", tmp.path());
-    std::fs::write(tmp.path().join("model.safetensors"), bytes).expect("weights");
+    let tmp = common::models::copied("jina_v3_mean");
     let path = tmp.path().join("config.json");
     let mut config: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&path).expect("config")).expect("json");
@@ -113,9 +111,7 @@ fn jina_v3_remote_code_checkpoint_is_refused_naming_the_hf_one() {
 /// the GeGLU feed-forward: a config saying otherwise is refused by name, not run with half the layer misread.
 #[test]
 fn jinabert_qk_post_norm_without_geglu_is_refused() {
-    let tmp = tempfile::tempdir().expect("temp dir");
-    let bytes = common::models::copy_all_but_weights("jinabert_qk_mean", tmp.path());
-    std::fs::write(tmp.path().join("model.safetensors"), bytes).expect("weights");
+    let tmp = common::models::copied("jinabert_qk_mean");
     let path = tmp.path().join("config.json");
     let mut config: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&path).expect("config")).expect("json");
@@ -163,9 +159,7 @@ fn a_prompts_trailing_separator_counts_unless_the_tokenizer_config_names_it_spec
         ),
     ];
     for (what, edit, map, skip) in edits {
-        let tmp = tempfile::tempdir().expect("temp dir");
-        let bytes = common::models::copy_all_but_weights("bert_six_modes", tmp.path());
-        std::fs::write(tmp.path().join("model.safetensors"), bytes).expect("weights");
+        let tmp = common::models::copied("bert_six_modes");
         let path = tmp.path().join("tokenizer_config.json");
         let mut config: Value =
             serde_json::from_slice(&std::fs::read(&path).expect("config")).expect("json");

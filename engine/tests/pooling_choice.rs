@@ -6,13 +6,12 @@ mod common;
 
 use std::path::Path;
 
-use common::models::{copy_all_but_weights, fixtures};
+use common::models::{copy_into, fixtures};
 use engine::{Engine, EngineConfig, PoolingChoice};
 
 /// Fixture `name` copied into `to`, weights included, without the files named in `leave_out`.
 fn copy(name: &str, to: &Path, leave_out: &[&str]) {
-    let weights = copy_all_but_weights(name, to);
-    std::fs::write(to.join("model.safetensors"), weights).expect("weights");
+    copy_into(name, to);
     for file in leave_out {
         let path = to.join(file);
         match path.is_dir() {

@@ -22,7 +22,7 @@ const MODELS: [&str; 6] = [
 common::models::fixture_tests!(MODELS);
 
 use common::http::{get, post, with_gateway};
-use common::models::{dir, fixtures, load};
+use common::models::{copied, dir, edit_json, fixtures, load};
 use engine::gateway::{Gateway, GatewayConfig};
 use engine::tokenizer::TruncationSide;
 use engine::{CaptureMode, Dtype, Engine, EngineConfig};
@@ -209,21 +209,14 @@ fn a_sparse_encoder_it_cannot_run_is_refused_naming_why() {
         ),
     ];
     for (file, key, value, says) in edits {
-        let tmp = tempfile::tempdir().expect("tmp");
-        let weights = common::models::copy_all_but_weights("bert_splade", tmp.path());
-        std::fs::write(tmp.path().join("model.safetensors"), weights).expect("weights");
-        let path = tmp.path().join(file);
-        let edited = match key {
-            "" => value,
+        let tmp = copied("bert_splade");
+        edit_json(&tmp.path().join(file), |config| match key {
+            "" => *config = value,
             key => {
-                let mut config: Value =
-                    serde_json::from_slice(&std::fs::read(&path).expect("read")).expect("JSON");
                 config[key] = value;
                 config["architectures"] = json!([]);
-                config
             }
-        };
-        std::fs::write(&path, edited.to_string()).expect("write");
+        });
         let Err(e) = Engine::load(tmp.path(), Default::default()) else {
             panic!("{file} edited to {says:?}: loaded");
         };
@@ -253,16 +246,9 @@ fn a_sparse_models_flops_count_its_head_over_every_token() {
 /// is the flag for a dense model.
 #[test]
 fn max_active_dims_keeps_each_embeddings_largest_weights() {
-    let tmp = tempfile::tempdir().expect("tmp");
-    let weights = common::models::copy_all_but_weights("bert_splade", tmp.path());
-    std::fs::write(tmp.path().join("model.safetensors"), weights).expect("weights");
+    let tmp = copied("bert_splade");
     let st_path = tmp.path().join("config_sentence_transformers.json");
-    let set_file = |k: Value| {
-        let mut st: Value =
-            serde_json::from_slice(&std::fs::read(&st_path).expect("read")).expect("JSON");
-        st["max_active_dims"] = k;
-        std::fs::write(&st_path, st.to_string()).expect("write");
-    };
+    let set_file = |k: Value| edit_json(&st_path, |st| st["max_active_dims"] = k);
     let fx: Vec<_> = fixtures("bert_splade")
         .into_iter()
         .filter(|f| !f.text.is_empty())
@@ -499,14 +485,14 @@ fn a_router_it_cannot_serve_is_refused_naming_why() {
         ),
     ];
     for (file, change, says) in cases {
-        let tmp = copy(name);
-        edit(&tmp.path().join(file), &change);
+        let tmp = copied(name);
+        edit_json(&tmp.path().join(file), change);
         let Err(e) = Engine::load(tmp.path(), Default::default()) else {
             panic!("{file} edited ({says}): loaded");
         };
         assert!(e.to_string().contains(says), "{says}: {e}");
     }
-    let tmp = copy(name);
+    let tmp = copied(name);
     let table = tmp
         .path()
         .join("query_0_SparseStaticEmbedding/model.safetensors");
@@ -525,7 +511,7 @@ fn a_router_it_cannot_serve_is_refused_naming_why() {
     };
     assert!(e.to_string().contains("has shape Some([3])"), "{e}");
     // No default route, the query route first in the file: that one would be the default, which is refused.
-    let tmp = copy(name);
+    let tmp = copied(name);
     std::fs::write(
         tmp.path().join("router_config.json"),
         router_config(&["query", "document"]),
@@ -558,25 +544,6 @@ fn router_config(order: &[&str]) -> String {
     )
 }
 
-/// Fixture `name`'s directory, copied where a test may edit it.
-fn copy(name: &str) -> tempfile::TempDir {
-    let tmp = tempfile::tempdir().expect("tmp");
-    let status = std::process::Command::new("cp")
-        .arg("-r")
-        .arg(format!("{}/.", dir(name).display()))
-        .arg(tmp.path())
-        .status()
-        .expect("cp");
-    assert!(status.success());
-    tmp
-}
-
-fn edit(path: &std::path::Path, f: &dyn Fn(&mut Value)) {
-    let mut v: Value = serde_json::from_slice(&std::fs::read(path).expect("read")).expect("JSON");
-    f(&mut v);
-    std::fs::write(path, v.to_string()).expect("write");
-}
-
 /// A Router's routes as sentence-transformers' SparseEncoder resolves them: a route named takes no default prompt
 /// (a SparseEncoder always has prompts `query` and `document`, of no text, which `encode_query` and
 /// `encode_document` name), while a request naming none gets the server's default; a Router without a
@@ -584,15 +551,12 @@ fn edit(path: &std::path::Path, f: &dyn Fn(&mut Value)) {
 #[test]
 fn a_routers_routes_resolve_as_sentence_transformers_does() {
     let name = "distilbert_router_splade";
-    let tmp = copy(name);
-    edit(
-        &tmp.path().join("config_sentence_transformers.json"),
-        &|c| {
-            c["prompts"] = json!({ "hint": "passage: " });
-            c["default_prompt_name"] = json!("hint");
-            c["max_active_dims"] = json!(3);
-        },
-    );
+    let tmp = copied(name);
+    edit_json(&tmp.path().join("config_sentence_transformers.json"), |c| {
+        c["prompts"] = json!({ "hint": "passage: " });
+        c["default_prompt_name"] = json!("hint");
+        c["max_active_dims"] = json!(3);
+    });
     // No default route: the file's first, written here as text (a JSON map re-serialized loses its order).
     std::fs::write(
         tmp.path().join("router_config.json"),

@@ -91,10 +91,12 @@ impl Gateway {
     /// name that is no prompt's names the route alone: no prompt is put before the text.
     pub(super) fn route(&self, options: &mut Options) -> Option<String> {
         let front = self.front();
-        let name = options.prompt_name.clone()?;
-        if !front.info().routes.contains(&name) {
-            return None;
-        }
+        let routes = &front.info().routes;
+        let name = options
+            .prompt_name
+            .as_ref()
+            .filter(|n| routes.contains(n))?
+            .clone();
         // sentence-transformers' route by name puts no prompt before the text, not the default one.
         if !front.info().prompts.iter().any(|p| p.name == name) {
             options.prompt_name = Some(String::new());

@@ -22,9 +22,11 @@ pub struct SparseLookup {
 }
 
 impl SparseLookup {
+    /// The route's tokenizer and table, which must hold one weight per entry of the model route's `vocab`.
     pub fn load(
         route: &LookupRoute,
         kind: TokenizerKind,
+        vocab: usize,
         max_active_dims: Option<usize>,
     ) -> Result<Self> {
         let cutting = |side| {
@@ -38,14 +40,20 @@ impl SparseLookup {
             cutting(TruncationSide::Left)?,
         ];
         let tokenizer = &tokenizers[0];
-        let table = Weights::open(&route.weights_path, LOOKUP_TABLE)?;
+        let table = Weights::open(&route.weights_path, LOOKUP_TABLE).map_err(|e| {
+            Error::model(
+                &route.weights_path,
+                format!("the SparseStaticEmbedding's table `{LOOKUP_TABLE}`: {e}"),
+            )
+        })?;
         let n = match table.shape(LOOKUP_TABLE) {
-            Some(&[n]) => n,
+            Some(&[n]) if n == vocab => n,
             other => {
                 return Err(Error::model(
                     &route.weights_path,
                     format!(
-                        "`{LOOKUP_TABLE}` has shape {other:?}: expected one weight per token id"
+                        "`{LOOKUP_TABLE}` has shape {other:?}: expected one weight per entry of the document \
+                         route's vocabulary of {vocab}"
                     ),
                 ))
             }

@@ -16,21 +16,42 @@ pub fn dir(name: &str) -> std::path::PathBuf {
 /// Copies fixture `name`'s directory into `to`, all but its weights (which a test writes as it needs them), and
 /// returns its `model.safetensors` bytes.
 pub fn copy_all_but_weights(name: &str, to: &std::path::Path) -> Vec<u8> {
-    let from = dir(name);
-    for entry in std::fs::read_dir(&from).expect("fixture") {
+    copy_tree(&dir(name), to, true);
+    std::fs::read(dir(name).join("model.safetensors")).expect("weights")
+}
+
+/// Fixture `name`'s directory, copied whole (its module folders too) where a test may edit it.
+pub fn copied(name: &str) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().expect("tmp");
+    copy_into(name, tmp.path());
+    tmp
+}
+
+/// Copies fixture `name`'s directory whole into `to`.
+pub fn copy_into(name: &str, to: &std::path::Path) {
+    copy_tree(&dir(name), to, false);
+}
+
+/// Copies `from`'s files and its folders' into `to`, all but its own `model.safetensors` when `but_weights`.
+fn copy_tree(from: &std::path::Path, to: &std::path::Path, but_weights: bool) {
+    for entry in std::fs::read_dir(from).expect("fixture") {
         let path = entry.expect("entry").path();
-        if path.is_file() && path.file_name() != Some("model.safetensors".as_ref()) {
-            std::fs::copy(&path, to.join(path.file_name().expect("name"))).expect("copy");
-        } else if path.is_dir() {
-            let sub = to.join(path.file_name().expect("name"));
-            std::fs::create_dir(&sub).expect("mkdir");
-            for f in std::fs::read_dir(&path).expect("module") {
-                let f = f.expect("entry").path();
-                std::fs::copy(&f, sub.join(f.file_name().expect("name"))).expect("copy");
-            }
+        let target = to.join(path.file_name().expect("name"));
+        if path.is_dir() {
+            std::fs::create_dir(&target).expect("mkdir");
+            copy_tree(&path, &target, false);
+        } else if !(but_weights && path.file_name() == Some("model.safetensors".as_ref())) {
+            std::fs::copy(&path, &target).expect("copy");
         }
     }
-    std::fs::read(from.join("model.safetensors")).expect("weights")
+}
+
+/// Rewrites the JSON file at `path` as `f` changes it.
+pub fn edit_json(path: &std::path::Path, f: impl FnOnce(&mut serde_json::Value)) {
+    let mut json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(path).expect("read")).expect("JSON");
+    f(&mut json);
+    std::fs::write(path, json.to_string()).expect("write");
 }
 
 pub fn fixtures(name: &str) -> Vec<Fixture> {

@@ -403,7 +403,7 @@ impl Target for Http {
         let (client, api) = (self.client.clone(), self.api);
         let texts: Vec<&str> = request.texts.iter().map(|t| &**t).collect();
         let rerank = request.query.is_some();
-        let (path, body) = match (api, &request.query) {
+        let (path, mut body) = match (api, &request.query) {
             // Base64 keeps the response small, as the official client asks for it.
             (Api::Openai, None) => (
                 "/v1/embeddings",
@@ -427,7 +427,6 @@ impl Target for Http {
                 serde_json::json!({ "query": &**query, "texts": texts, "truncate": true }),
             ),
         };
-        let mut body = body;
         if let (Some(name), Some(fields)) = (&request.prompt_name, body.as_object_mut()) {
             fields.insert("prompt_name".into(), serde_json::json!(&**name));
         }

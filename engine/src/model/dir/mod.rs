@@ -299,31 +299,14 @@ impl ModelDir {
                 classifier = Some(labels);
             }
         }
-        if let Some(lookup) = routes.as_ref().and_then(|r| r.lookup.as_ref()) {
-            // The lookup's weights must be the same vocabulary's as the sparse route's.
-            let vocab = sparse.as_ref().map(|s| s.vocab).ok_or_else(|| {
-                Error::model(
-                    &modules_path,
-                    "unsupported: a SparseStaticEmbedding route beside a dense one (its weights are a sparse \
-                     model's vocabulary)",
-                )
-            })?;
-            let table = super::Weights::open(&lookup.weights_path, LOOKUP_TABLE).map_err(|e| {
-                Error::model(
-                    &lookup.weights_path,
-                    format!("the SparseStaticEmbedding's table `{LOOKUP_TABLE}`: {e}"),
-                )
-            })?;
-            if table.shape(LOOKUP_TABLE) != Some(&[vocab][..]) {
-                return Err(Error::model(
-                    &lookup.weights_path,
-                    format!(
-                        "`{LOOKUP_TABLE}` has shape {:?}: expected one weight per entry of the document route's \
-                         vocabulary of {vocab}",
-                        table.shape(LOOKUP_TABLE)
-                    ),
-                ));
-            }
+        // A lookup's weights are a sparse model's vocabulary (its table's width is checked where it is loaded,
+        // `SparseLookup::load`).
+        if routes.as_ref().is_some_and(|r| r.lookup.is_some()) && sparse.is_none() {
+            return Err(Error::model(
+                &modules_path,
+                "unsupported: a SparseStaticEmbedding route beside a dense one (its weights are a sparse \
+                 model's vocabulary)",
+            ));
         }
         if has_table && !pooled {
             return Err(Error::model(

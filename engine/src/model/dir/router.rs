@@ -139,26 +139,22 @@ pub(super) fn read(folder: &Path, path: &str) -> Result<(Vec<Module>, Routes)> {
             )
         }
     };
-    let class = |id: &str| -> Result<&str> {
+    let module = |id: &String| -> Result<Module> {
         let kind = file.types.get(id).ok_or_else(|| {
             Error::model(&config_path, format!("module {id:?} has no entry in types"))
         })?;
-        Ok(kind.rsplit('.').next().unwrap_or_default())
+        Ok(Module {
+            path: Path::new(path).join(id).to_string_lossy().into_owned(),
+            kind: kind.clone(),
+        })
     };
     let mut model = None;
     let mut lookup = None;
     for (name, ids) in &file.structure.0 {
-        let classes = ids.iter().map(|id| class(id)).collect::<Result<Vec<_>>>()?;
+        let modules = ids.iter().map(module).collect::<Result<Vec<_>>>()?;
+        let classes: Vec<&str> = modules.iter().map(Module::class).collect();
         match classes.as_slice() {
             ["Transformer" | "MLMTransformer", ..] if model.is_none() => {
-                let modules = ids
-                    .iter()
-                    .zip(&classes)
-                    .map(|(id, class)| Module {
-                        path: Path::new(path).join(id).to_string_lossy().into_owned(),
-                        kind: (*class).to_owned(),
-                    })
-                    .collect();
                 model = Some((name.clone(), modules));
             }
             ["SparseStaticEmbedding"] if lookup.is_none() => {
