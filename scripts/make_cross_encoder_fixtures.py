@@ -74,21 +74,29 @@ def make(name, model, tok, specials, model_input_names, seed):
     ce = CrossEncoder(str(d), device="cpu", max_length=MAX_LEN)
     batch = pairs()
     logits = ce.predict(batch, batch_size=4, activation_fn=torch.nn.Identity(), convert_to_numpy=True)
-    cut = typed = 0
+    rows = []
+    for (q, p), row in zip(batch, logits):
+        feats = ce.tokenizer(q, p, truncation=True, max_length=MAX_LEN)
+        ids = feats["input_ids"]
+        types = feats.get("token_type_ids") or [0] * len(ids)
+        rows.append((q, p, ids, next((i for i, t in enumerate(types) if t), None), row))
+    typed = sum(r[3] is not None for r in rows)
+    cut = write_reference(d, rows, MAX_LEN)
+    print(f"{d}: {len(batch)} pairs, {cut} at the limit, {typed} with type-1 tokens, {logits.shape[-1] if logits.ndim > 1 else 1} labels")
+
+
+def write_reference(d, rows, max_len):
+    """reference.jsonl of (query, passage, ids, type1_from, logits) rows; asserts more than 3 reach `max_len`."""
+    cut = 0
     with open(d / "reference.jsonl", "w", encoding="utf-8") as f:
-        for (q, p), row in zip(batch, logits):
-            feats = ce.tokenizer(q, p, truncation=True, max_length=MAX_LEN)
-            ids = feats["input_ids"]
-            types = feats.get("token_type_ids") or [0] * len(ids)
-            from_ = next((i for i, t in enumerate(types) if t), None)
-            cut += len(ids) == MAX_LEN
-            typed += from_ is not None
+        for q, p, ids, from_, row in rows:
+            cut += len(ids) == max_len
             row = row.reshape(-1)
             b64 = base64.b64encode(struct.pack(f"<{len(row)}f", *row.tolist())).decode()
             f.write(json.dumps({"query": q, "passage": p, "ids": ids, "type1_from": from_, "logits": b64},
                                ensure_ascii=False) + "\n")
-    assert cut > 3, f"{name}: only {cut} pairs reach the limit"
-    print(f"{d}: {len(batch)} pairs, {cut} at the limit, {typed} with type-1 tokens, {logits.shape[-1] if logits.ndim > 1 else 1} labels")
+    assert cut > 3, f"{d.name}: only {cut} pairs reach the limit"
+    return cut
 
 
 BERT_INPUTS = ["input_ids", "token_type_ids", "attention_mask"]

@@ -158,6 +158,8 @@ pub struct ModelFront {
     tokenizer: Box<dyn Tokenizer>,
     info: ModelInfo,
     lookup: Option<model::SparseLookup>,
+    /// A cross-encoder's pairs through its chat template, where its Transformer module takes messages.
+    chat_pairs: Option<tokenizer::ChatPairs>,
 }
 
 impl ModelFront {
@@ -237,11 +239,26 @@ impl ModelFront {
                 model::SparseLookup::load(route, config.tokenizer, info.dim, info.max_active_dims)
             })
             .transpose()?;
+        let chat_pairs = dir
+            .chat_template
+            .as_ref()
+            .map(|file| {
+                let dir_of_tokenizer = dir.tokenizer_path.parent().unwrap_or(&dir.root);
+                let plain = tokenizer::load(&dir.tokenizer_path, config.tokenizer, None, false)?;
+                tokenizer::ChatPairs::new(
+                    file,
+                    &tokenizer::named_tokens(dir_of_tokenizer)?,
+                    plain,
+                    max_seq_length,
+                )
+            })
+            .transpose()?;
         Ok(ModelFront {
             config,
             tokenizer,
             info,
             lookup,
+            chat_pairs,
         })
     }
 
@@ -264,6 +281,26 @@ impl ModelFront {
 
     pub fn tokenizer(&self) -> &dyn Tokenizer {
         self.tokenizer.as_ref()
+    }
+
+    /// A cross-encoder's pair encoder through its chat template, if its module takes messages.
+    pub fn chat_pairs(&self) -> Option<&tokenizer::ChatPairs> {
+        self.chat_pairs.as_ref()
+    }
+
+    /// The ids of the pair `a`, `b` as the cross-encoder reads it, cut from the right at the model's limit: through
+    /// its chat template where it has one ([`tokenizer::ChatPairs`]), else the tokenizer's pair template.
+    pub fn encode_pair(
+        &self,
+        a: &str,
+        b: &str,
+        scratch: &mut tokenizer::Scratch,
+        ids: &mut Vec<u32>,
+    ) -> Result<tokenizer::PairEncoding> {
+        match &self.chat_pairs {
+            Some(chat) => chat.encode(a, b, false, scratch, ids),
+            None => self.tokenizer.encode_pair(a, b, scratch, ids),
+        }
     }
 
     /// A Router model's lookup route if `route` names it (sentence-transformers' `encode_query` for an
@@ -460,7 +497,8 @@ impl Engine {
     /// Scores each pair of texts with a cross-encoder ([`ModelInfo::classifier`]): one logit per label, in order,
     /// as sentence-transformers' `CrossEncoder.predict` with an identity activation gives them. Each pair is
     /// tokenized with the tokenizer's pair template, both texts truncated longest first to the model's limit, and
-    /// its second text's tokens of type 1 where the template types them. Blocking, as [`Engine::embed`].
+    /// its second text's tokens of type 1 where the template types them; or, for a model that takes messages,
+    /// through its chat template ([`ModelFront::encode_pair`]). Blocking, as [`Engine::embed`].
     pub fn score<A: AsRef<str>, B: AsRef<str>>(&self, pairs: &[(A, B)]) -> Result<Vec<Vec<f32>>> {
         if self.info().classifier.is_none() {
             return Err(Error::Config {
@@ -477,7 +515,7 @@ impl Engine {
             for (a, b) in pairs {
                 let mut ids = Vec::new();
                 let from = self
-                    .tokenizer()
+                    .front
                     .encode_pair(a.as_ref(), b.as_ref(), scratch, &mut ids)?
                     .type1_from;
                 match runs.last_mut() {

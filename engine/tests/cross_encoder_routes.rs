@@ -79,6 +79,30 @@ fn assert_ranked(ranks: &[Value], score: &str, want: impl Fn(usize) -> f32) {
     }
 }
 
+/// Two passages over the limit that differ only in their first words (`tail` long enough): cut from the left they
+/// are the same pair (equal scores), from the right they are not.
+async fn assert_cut_by_side(router: &axum::Router, tail: &str) {
+    let two = [format!("alpha beta {tail}"), format!("gamma delta {tail}")];
+    let mut gaps = Vec::new();
+    for side in ["left", "right"] {
+        let body = json!({ "query": "q", "texts": two, "truncate": true, "raw_scores": true,
+                           "truncation_direction": side });
+        let (status, ranks) = post(router, "/rerank", body).await;
+        assert_eq!(status, StatusCode::OK, "{ranks}");
+        let scores: Vec<f32> = ranks
+            .as_array()
+            .expect("a list")
+            .iter()
+            .map(|r| f(&r["score"]))
+            .collect();
+        gaps.push((scores[0] - scores[1]).abs());
+    }
+    assert!(
+        gaps[0] < 1e-6 && gaps[1] > 1e-4,
+        "score gaps left, right: {gaps:?}"
+    );
+}
+
 #[test]
 fn rerank_answers_the_engines_scores_ranked() {
     let texts = passages("bert_cross_encoder");
@@ -114,28 +138,8 @@ fn rerank_answers_the_engines_scores_ranked() {
         for r in ranks {
             let i = r["index"].as_u64().expect("index") as usize;
             assert_eq!(r["text"], texts[i].as_str());
-        } // Cut from the left, two passages that differ only in their first words are the same pair; from the right,
-          // they are not.
-        let tail = texts.concat();
-        let two = [format!("alpha beta {tail}"), format!("gamma delta {tail}")];
-        let mut by_side = Vec::new();
-        for side in ["left", "right"] {
-            let body = json!({ "query": "q", "texts": two, "truncate": true, "raw_scores": true,
-                               "truncation_direction": side });
-            let (status, ranks) = post(&router, "/rerank", body).await;
-            assert_eq!(status, StatusCode::OK, "{ranks}");
-            let scores: Vec<f32> = ranks
-                .as_array()
-                .expect("a list")
-                .iter()
-                .map(|r| f(&r["score"]))
-                .collect();
-            by_side.push((scores[0] - scores[1]).abs());
         }
-        assert!(
-            by_side[0] < 1e-6 && by_side[1] > 1e-4,
-            "score gaps left, right: {by_side:?}"
-        );
+        assert_cut_by_side(&router, &texts.concat()).await;
 
         // `POST /` with a query is a rerank.
         let body = json!({ "query": QUERY, "texts": texts, "truncate": true });
@@ -422,5 +426,58 @@ fn scoring_routes_refuse_what_they_cannot_score() {
         assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{e}");
         let (_, info) = get(&router, "/info").await;
         assert_eq!(info["model_type"]["embedding"]["pooling"], "max");
+    });
+}
+
+/// A decoder reranker over HTTP (Qwen3-Reranker's way: a chat template, then LogitScore): `/rerank` answers the
+/// CrossEncoder's reference scores, the pairs rendered through the template at the gateway; a pair over the limit
+/// is refused unless `truncate`, and cut from the left two passages that differ only in their first words are one
+/// pair (the template's tail kept), from the right (the suffix written back) they are not.
+#[test]
+fn a_decoder_reranker_answers_through_its_chat_template() {
+    let name = "qwen3_reranker_logit_score";
+    let reference: Vec<(String, String, f32)> =
+        std::fs::read_to_string(dir(name).join("reference.jsonl"))
+            .expect("reference")
+            .lines()
+            .map(|l| {
+                let v: Value = serde_json::from_str(l).expect("JSON");
+                let bytes = base64::Engine::decode(
+                    &base64::engine::general_purpose::STANDARD,
+                    v["logits"].as_str().expect("logits"),
+                )
+                .expect("base64");
+                let logit = f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+                let text = |k: &str| v[k].as_str().expect("text").to_owned();
+                (text("query"), text("passage"), logit)
+            })
+            .collect();
+    with_gateway(name, async |router, _engine| {
+        let (query, _, _) = &reference[1];
+        let same: Vec<&(String, String, f32)> =
+            reference.iter().filter(|(q, _, _)| q == query).collect();
+        let texts: Vec<&str> = same.iter().map(|(_, p, _)| p.as_str()).collect();
+        let body = json!({ "query": query, "texts": texts, "truncate": true, "raw_scores": true });
+        let (status, ranks) = post(&router, "/rerank", body).await;
+        assert_eq!(status, StatusCode::OK, "{ranks}");
+        let ranks = ranks.as_array().expect("a list");
+        let spread = reference.iter().fold(0f32, |m, r| m.max(r.2.abs()));
+        let mut last = f32::INFINITY;
+        for r in ranks {
+            let (i, got) = (r["index"].as_u64().expect("index") as usize, f(&r["score"]));
+            assert!(
+                (got - same[i].2).abs() <= 1e-5 * spread,
+                "{got} against {}",
+                same[i].2
+            );
+            assert!(got <= last, "not ranked: {ranks:?}");
+            last = got;
+        }
+
+        let tail = texts.concat().repeat(20);
+        let body = json!({ "query": "q", "texts": [tail] });
+        let (status, refused) = post(&router, "/rerank", body).await;
+        assert!(status.is_client_error(), "{status} {refused}");
+        assert_cut_by_side(&router, &tail).await;
     });
 }

@@ -48,7 +48,7 @@ fn pairs(name: &str) -> Vec<Pair> {
 
 /// Each fixture, its labels, and whether its model reads token types (the others' tokenizers give no
 /// `token_type_ids`, whatever their template says, so the reference has no type-1 boundary for them).
-const FIXTURES: [(&str, &[&str], bool); 5] = [
+const FIXTURES: [(&str, &[&str], bool); 8] = [
     ("bert_cross_encoder", &["LABEL_0"], true),
     ("xlmr_cross_encoder", &["LABEL_0"], false),
     (
@@ -58,21 +58,30 @@ const FIXTURES: [(&str, &[&str], bool); 5] = [
     ),
     ("electra_cross_encoder", &["LABEL_0"], true),
     ("modernbert_cross_encoder", &["LABEL_0"], false),
+    ("qwen3_reranker_seq_cls", &["LABEL_0"], false),
+    ("qwen3_reranker_logit_score", &["LABEL_0"], false),
+    ("qwen3_reranker_true_logit", &["LABEL_0"], false),
 ];
 
 /// Ids as the reference's, and where the tokens of type 1 start where the model reads token types; every logit
 /// within `tolerance` of the reference's spread (its largest magnitude); the labels the config names.
 fn check(fixture: usize, dtype: Dtype, tolerance: f32) {
+    let engine = load(FIXTURES[fixture].0, dtype, CaptureMode::Lazy);
+    check_engine(fixture, &engine, tolerance);
+}
+
+/// [`check`] of an engine loaded otherwise: fixture `fixture`'s reference pairs, ids and logits.
+fn check_engine(fixture: usize, engine: &engine::Engine, tolerance: f32) {
     let (name, labels, typed) = FIXTURES[fixture];
+    let dtype = engine.config().dtype;
     let fx = pairs(name);
-    let engine = load(name, dtype, CaptureMode::Lazy);
     let classifier = engine.info().classifier.clone().expect("a cross-encoder");
     assert_eq!(classifier.labels, labels, "{name}: labels");
     let mut scratch = Scratch::default();
     for p in &fx {
         let mut ids = Vec::new();
         let from = engine
-            .tokenizer()
+            .front()
             .encode_pair(&p.query, &p.passage, &mut scratch, &mut ids)
             .expect("pair")
             .type1_from;
@@ -135,6 +144,28 @@ fn modernbert_cross_encoder_pools_the_mean_and_norms_its_head() {
     check(4, Dtype::F32, 1e-5);
 }
 
+/// tomaarsen/Qwen3-Reranker-0.6B-seq-cls's shape: a bare Qwen3ForSequenceClassification, its `score` row over the
+/// last token; each pair rendered through the tokenizer's ChatML template as `query` and `document` messages (as
+/// sentence-transformers 6 infers for a bare checkpoint with a template), a cut pair's last tokens the template's.
+#[test]
+fn qwen3_seq_cls_reranker_renders_pairs_through_its_chat_template() {
+    check(5, Dtype::F32, 1e-5);
+}
+
+/// Qwen3-Reranker's way as sentence-transformers 6 saves it: a causal LM, its `chat_template.jinja` with the
+/// generation prompt, then LogitScore: the logit of "yes" less that of "no" at the last token (the LM head tied to
+/// the embeddings); a pair cut at the limit still ends in the template's suffix.
+#[test]
+fn qwen3_reranker_scores_yes_less_no_after_its_template() {
+    check(6, Dtype::F32, 1e-5);
+}
+
+/// zerank-2's LogitScore: a true token alone, over an untied `lm_head`; a template calling Python's `.strip()`.
+#[test]
+fn a_true_token_alone_scores_its_logit_over_an_untied_head() {
+    check(7, Dtype::F32, 1e-5);
+}
+
 #[test]
 fn cross_encoders_in_bf16() {
     if !bf16_runs(FIXTURES[0].0) {
@@ -172,4 +203,141 @@ fn an_unsupported_classification_head_is_refused_by_name() {
         refused.contains("unsupported cross-encoder DebertaV2ForSequenceClassification"),
         "{refused}"
     );
+}
+
+/// Fixture `name`'s reference pairs, ids and logits, from the model in `dir` (f32), as [`check`] has them.
+fn scores_as_reference(name: &str, dir: &std::path::Path) {
+    let fixture = FIXTURES
+        .iter()
+        .position(|f| f.0 == name)
+        .expect("a fixture");
+    let config = engine::EngineConfig {
+        threads: 2,
+        ..Default::default()
+    };
+    check_engine(
+        fixture,
+        &engine::Engine::load(dir, config).expect("load"),
+        1e-5,
+    );
+}
+
+/// The bug: a CrossEncoder saved by sentence-transformers 6 (`modules.json` naming one Transformer module, whose
+/// `sentence_bert_config.json` says `transformer_task: sequence-classification`) was served as an embedding model
+/// (its encoder mean-pooled, its head ignored). It is the same cross-encoder as the bare checkpoint.
+#[test]
+fn a_cross_encoder_saved_by_sentence_transformers_6_is_scored_not_embedded() {
+    let tmp = common::models::copied("bert_cross_encoder");
+    let write = |name: &str, json: serde_json::Value| {
+        std::fs::write(tmp.path().join(name), json.to_string()).expect("write")
+    };
+    write(
+        "modules.json",
+        serde_json::json!([{"idx": 0, "name": "0", "path": "",
+            "type": "sentence_transformers.base.modules.transformer.Transformer"}]),
+    );
+    write(
+        "sentence_bert_config.json",
+        serde_json::json!({"transformer_task": "sequence-classification",
+            "modality_config": {"text": {"method": "forward", "method_output_name": "logits"}},
+            "module_output_name": "scores"}),
+    );
+    write(
+        "config_sentence_transformers.json",
+        serde_json::json!({"model_type": "CrossEncoder", "prompts": {}, "default_prompt_name": null,
+            "activation_fn": "torch.nn.modules.activation.Sigmoid"}),
+    );
+    scores_as_reference("bert_cross_encoder", tmp.path());
+    // The task without a classifier's architecture is refused, not embedded.
+    common::models::edit_json(&tmp.path().join("config.json"), |c| {
+        c["architectures"] = serde_json::json!(["BertModel"])
+    });
+    let refused = engine::Engine::load(tmp.path(), Default::default())
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(refused.contains("sequence-classification"), "{refused}");
+}
+
+/// An older save keeps its chat template in `tokenizer_config.json` (a string, or named templates of which the
+/// `default`): the pairs render through it as through `chat_template.jinja`.
+#[test]
+fn a_chat_template_in_tokenizer_config_is_read_as_the_file() {
+    for named in [false, true] {
+        let tmp = common::models::copied("qwen3_reranker_seq_cls");
+        let file = tmp.path().join("chat_template.jinja");
+        let source = std::fs::read_to_string(&file).expect("template");
+        std::fs::remove_file(&file).expect("remove");
+        common::models::edit_json(&tmp.path().join("tokenizer_config.json"), |c| {
+            c["chat_template"] = match named {
+                false => serde_json::json!(source),
+                true => serde_json::json!([{"name": "tool_use", "template": "{{ nothing }}"},
+                    {"name": "default", "template": source}]),
+            };
+        });
+        scores_as_reference("qwen3_reranker_seq_cls", tmp.path());
+    }
+}
+
+/// With `restore_suffix: false` a pair cut at the limit keeps its first tokens as they are (the template's tail
+/// is lost); the reference's cut pairs end in the suffix, so their ids now differ there, and only there.
+#[test]
+fn restore_suffix_off_leaves_a_cut_pair_as_cut() {
+    let tmp = common::models::copied("qwen3_reranker_logit_score");
+    common::models::edit_json(&tmp.path().join("sentence_bert_config.json"), |c| {
+        c["processing_kwargs"]["chat_template"]["restore_suffix"] = serde_json::json!(false)
+    });
+    let engine = engine::Engine::load(tmp.path(), Default::default()).expect("load");
+    let max_len = engine.info().max_seq_length;
+    let mut scratch = Scratch::default();
+    let mut differ = 0;
+    for p in pairs("qwen3_reranker_logit_score") {
+        let mut ids = Vec::new();
+        let cut = engine
+            .front()
+            .encode_pair(&p.query, &p.passage, &mut scratch, &mut ids)
+            .expect("pair")
+            .cut;
+        assert_eq!(ids.len(), p.ids.len());
+        match cut {
+            false => assert_eq!(ids, p.ids),
+            true => {
+                assert_eq!(ids.len(), max_len);
+                differ += usize::from(ids != p.ids);
+                let same = ids.iter().zip(&p.ids).take_while(|(a, b)| a == b).count();
+                // The template's tail after the document (`<|im_end|>`, the assistant's turn, an empty think
+                // block) is 23 of this tiny vocabulary's tokens.
+                assert!(same >= max_len - 23, "differ from token {same}");
+            }
+        }
+    }
+    assert!(differ > 3, "{differ} cut pairs differ");
+}
+
+/// What the engine cannot run as sentence-transformers would is refused: an embedding model whose Transformer
+/// module takes chat messages (sentence-transformers renders each text through the template), a text-generation
+/// module without LogitScore, a LogitScore token outside the vocabulary.
+#[test]
+fn modules_that_would_run_otherwise_are_refused() {
+    let refused = |tmp: &tempfile::TempDir| {
+        engine::Engine::load(tmp.path(), Default::default())
+            .err()
+            .expect("refused")
+            .to_string()
+    };
+    let tmp = common::models::copied("qwen3_causal");
+    common::models::edit_json(&tmp.path().join("sentence_bert_config.json"), |c| {
+        c["modality_config"] = serde_json::json!({"text": {}, "message": {}})
+    });
+    assert!(refused(&tmp).contains("chat messages"), "{}", refused(&tmp));
+
+    let tmp = common::models::copied("qwen3_reranker_logit_score");
+    common::models::edit_json(&tmp.path().join("1_LogitScore/config.json"), |c| {
+        c["true_token_id"] = serde_json::json!(100_000)
+    });
+    assert!(refused(&tmp).contains("100000"), "{}", refused(&tmp));
+    common::models::edit_json(&tmp.path().join("modules.json"), |m| {
+        m.as_array_mut().expect("modules").truncate(1)
+    });
+    assert!(refused(&tmp).contains("LogitScore"), "{}", refused(&tmp));
 }

@@ -226,6 +226,12 @@ fn announce(front: &ModelFront) {
             if c.labels.len() == 1 { "one label".to_owned() } else { format!("{} labels", c.labels.len()) },
             c.labels.join(", ")
         );
+        if front.chat_pairs().is_some() {
+            eprintln!(
+                "model: each (query, document) pair is rendered through its chat template as `query` and `document` \
+                 messages, then tokenized"
+            );
+        }
     }
 }
 

@@ -451,7 +451,8 @@ impl Tokenization {
         }
         Ok(ids)
     }
-    /// A pair's ids as the tokenizer of the request's direction joins them, and where its tokens of type 1 start.
+    /// A pair's ids as the tokenizer of the request's direction joins them (or the model's chat template renders
+    /// them, cut from that direction), and where its tokens of type 1 start.
     fn encode_pair(
         &self,
         front: &ModelFront,
@@ -468,12 +469,20 @@ impl Tokenization {
                 ));
             }
         }
-        let tokenizer = self.tokenizer(front, options.direction);
         let mut ids = Vec::new();
-        let encoded = with_thread_scratch(|scratch| tokenizer.encode_pair(a, b, scratch, &mut ids))
-            .map_err(|e| {
-                ApiError::unprocessable("tokenization_failed", format!("input {i}: {e}"))
-            })?;
+        let encoded = with_thread_scratch(|scratch| match front.chat_pairs() {
+            Some(chat) => chat.encode(
+                a,
+                b,
+                options.direction == Direction::Left,
+                scratch,
+                &mut ids,
+            ),
+            None => self
+                .tokenizer(front, options.direction)
+                .encode_pair(a, b, scratch, &mut ids),
+        })
+        .map_err(|e| ApiError::unprocessable("tokenization_failed", format!("input {i}: {e}")))?;
         if encoded.cut && !options.truncate {
             return Err(Self::too_long(self.max_len, i, None, options.api));
         }

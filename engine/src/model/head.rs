@@ -32,8 +32,25 @@ impl<D: Device> Dense<D> {
             .as_ref()
             .map(|n| layer_norm(&w, device, &n.name, m.out_features, n.eps, n.bias))
             .transpose()?;
+        let linear = match m.logit_rows {
+            // LogitScore: one row, the true token's less the false one's, in f32 before any rounding.
+            Some(rows) => {
+                let head = w.get(&format!("{}.weight", m.name), &[rows.vocab, m.in_features])?;
+                let row = |id: usize| &head.data()[id * m.in_features..(id + 1) * m.in_features];
+                let weight: Vec<f32> = match rows.false_id {
+                    Some(f) => row(rows.true_id)
+                        .iter()
+                        .zip(row(f))
+                        .map(|(t, f)| t - f)
+                        .collect(),
+                    None => row(rows.true_id).to_vec(),
+                };
+                device.linear(&weight, None, 1, m.in_features)?
+            }
+            None => stacked_linear(&w, device, &names, m.in_features, m.bias)?,
+        };
         Ok(Dense {
-            linear: stacked_linear(&w, device, &names, m.in_features, m.bias)?,
+            linear,
             act: m.activation,
             norm,
             out: m.out_features,

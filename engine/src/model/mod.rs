@@ -27,8 +27,8 @@ pub use config::{
     StaticConfig, T5Config, T5FeedForward,
 };
 pub use dir::{
-    Classifier, DenseModule, LookupRoute, ModelDir, Pooling, PoolingModule, Routes, SparseModule,
-    LOOKUP_TABLE, MAX_POSITIONS,
+    ChatTemplateFile, Classifier, DenseModule, LookupRoute, ModelDir, Pooling, PoolingModule,
+    Routes, SparseModule, LOOKUP_TABLE, MAX_POSITIONS,
 };
 pub use head::Head;
 pub use sparse_lookup::SparseLookup;

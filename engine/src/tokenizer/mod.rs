@@ -4,6 +4,7 @@
 //! A sentence-transformers `WordEmbeddings` model has no `tokenizer.json` but a word list, which
 //! [`WhitespaceTokenizer`] reads whatever the kind.
 
+mod chat;
 pub mod fast;
 mod hf;
 mod special;
@@ -14,9 +15,10 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+pub use chat::ChatPairs;
 pub use fast::FastTokenizer;
 pub use hf::{HfTokenizer, TokenDetail};
-pub use special::special_tokens;
+pub use special::{named_tokens, special_tokens};
 pub use whitespace::WhitespaceTokenizer;
 
 /// The file of sentence-transformers' `WhitespaceTokenizer` (a `WordEmbeddings` model's tokenizer).

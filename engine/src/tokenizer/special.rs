@@ -147,6 +147,23 @@ fn custom_tokens(kw: &mut Map<String, Value>) -> Map<String, Value> {
         .collect()
 }
 
+/// transformers' `special_tokens_map` as a chat template sees it: each of the seven named tokens that
+/// `tokenizer_config.json` (else a legacy `special_tokens_map.json`) sets, by its attribute's name.
+pub fn named_tokens(dir: &Path) -> Result<Vec<(&'static str, String)>> {
+    let config = read(&dir.join("tokenizer_config.json"))?;
+    let map = read(&dir.join("special_tokens_map.json"))?;
+    Ok(NAMED
+        .iter()
+        .filter_map(|&name| {
+            let token = config
+                .get(name)
+                .and_then(content)
+                .or_else(|| map.get(name).and_then(content))?;
+            Some((name, token))
+        })
+        .collect())
+}
+
 /// A token as these files write it: a string, or an `AddedToken`'s object.
 fn content(v: &Value) -> Option<String> {
     match v {

@@ -1,6 +1,6 @@
 //! A cross-encoder: transformers' `*ForSequenceClassification` checkpoint (what sentence-transformers' CrossEncoder
-//! loads), read as the first token's hidden state (ModernBERT's: or the tokens' mean, as its config says) through
-//! the architecture's classification head, one score per label. The head's layers are Dense modules over that row.
+//! loads), read as the first token's hidden state (ModernBERT's: or the tokens' mean, as its config says; a
+//! decoder's: its last token's) through the architecture's classification head, one score per label. The head's layers are Dense modules over that row.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -123,6 +123,16 @@ const HEADS: [(&[&str], Layers); 5] = [
     ),
 ];
 
+/// The decoders' sequence classifiers (tomaarsen/Qwen3-Reranker-0.6B-seq-cls's shape): `score`, without a bias,
+/// over the last token's final state (transformers reads the last token that is not padding; a sequence here has
+/// none).
+const DECODER_HEADS: [&str; 4] = [
+    "LlamaForSequenceClassification",
+    "MistralForSequenceClassification",
+    "Qwen2ForSequenceClassification",
+    "Qwen3ForSequenceClassification",
+];
+
 /// ModernBertForSequenceClassification's head, as its config sets it: ModernBertPredictionHead (`head.dense`, its
 /// activation, `head.norm`), then the classifier; over the first token or the tokens' mean.
 fn modernbert(config_path: &Path, f: &HeadFile) -> Result<(Vec<Layer>, Pooling)> {
@@ -189,6 +199,7 @@ pub(super) fn modernbert_transform(
         bias: layer.bias,
         activation: layer.activation,
         norm: layer.norm,
+        logit_rows: None,
     })
 }
 
@@ -214,17 +225,25 @@ pub(super) fn read(
     {
         Some((_, layers)) => (layers.iter().map(Layer::plain).collect(), Pooling::Cls),
         None if arch == "ModernBertForSequenceClassification" => modernbert(config_path, &f)?,
+        None if DECODER_HEADS.contains(&arch.as_str()) => (
+            vec![Layer {
+                bias: false,
+                ..Layer::plain(&("score", Activation::None))
+            }],
+            Pooling::LastToken,
+        ),
         None => {
             return Err(Error::model(
                 config_path,
                 format!(
                     "unsupported cross-encoder {arch}: expected a classification head of {}, \
-                     ModernBertForSequenceClassification",
+                     ModernBertForSequenceClassification, {}",
                     HEADS
                         .iter()
                         .flat_map(|(names, _)| names.iter().copied())
                         .collect::<Vec<_>>()
-                        .join(", ")
+                        .join(", "),
+                    DECODER_HEADS.join(", ")
                 ),
             ));
         }
@@ -270,6 +289,7 @@ pub(super) fn read(
             bias: layer.bias,
             activation: layer.activation,
             norm: layer.norm,
+            logit_rows: None,
         })
         .collect();
     Ok(Some((dense, pooling, Classifier { labels })))

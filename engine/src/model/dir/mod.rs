@@ -5,6 +5,7 @@
 //! `*ForSequenceClassification` checkpoint), `sparse` a SparseEncoder's SPLADE head (a Transformer and
 //! SpladePooling).
 
+mod chat;
 mod classifier;
 mod limits;
 mod modules;
@@ -15,6 +16,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+pub use self::chat::ChatTemplateFile;
+use self::chat::TransformerModule;
 pub use self::classifier::Classifier;
 use self::limits::{sentence_max_length, tokenizer_truncation};
 use self::modules::read_pooling;
@@ -51,9 +54,13 @@ pub struct ModelDir {
     pub default_prompt: Option<String>,
     /// sentence-transformers' Dense modules after pooling, in order; a cross-encoder's classification head.
     pub dense: Vec<DenseModule>,
-    /// A cross-encoder's labels (a bare `*ForSequenceClassification` checkpoint): its output is one logit per
-    /// label, from the first token through its head (`dense`).
+    /// A cross-encoder's labels (a `*ForSequenceClassification` checkpoint, bare or a sentence-transformers 6
+    /// CrossEncoder's; or a causal LM under LogitScore): its output is one logit per label, from the first token
+    /// (a decoder's: the last) through its head (`dense`).
     pub classifier: Option<Classifier>,
+    /// The chat template a cross-encoder renders each (query, document) pair through, where its Transformer module
+    /// takes messages.
+    pub chat_template: Option<ChatTemplateFile>,
     /// A sparse model's head (a SparseEncoder's SpladePooling over its MLM head): its output is one weight per
     /// vocabulary entry.
     pub sparse: Option<SparseModule>,
@@ -227,12 +234,19 @@ impl ModelDir {
             }
         };
 
+        // sentence-transformers 6's task and modalities of the Transformer module.
+        let module = match table {
+            Some(_) => TransformerModule::default(),
+            None => TransformerModule::read(&transformer_root)?,
+        };
+        let task = module.transformer_task.as_deref();
         let is_static = table.as_ref().is_some_and(|&(_, s)| s);
         let has_table = table.is_some();
         let (mut pooling, mut normalize, mut pooled) =
             (PoolingModule::single(Pooling::Mean), false, is_static);
         let mut dense: Vec<DenseModule> = Vec::new();
         let mut sparse = None;
+        let mut classifier = None;
         for m in modules.iter().skip(usize::from(has_table)) {
             if sparse.is_some() {
                 return Err(Error::model(
@@ -272,6 +286,21 @@ impl ModelDir {
                     ))
                 }
                 "Normalize" => normalize = true,
+                // A causal LM's logits (`transformer_task` text-generation) scored by two of its tokens'.
+                "LogitScore" if task == Some("text-generation") && !pooled => {
+                    dense.push(chat::logit_score(
+                        &root.join(&m.path),
+                        &transformer_root.join("config.json"),
+                        &weights_path,
+                        config.hidden_size(),
+                        config.vocab_size(),
+                    )?);
+                    pooling = PoolingModule::single(Pooling::LastToken);
+                    pooled = true;
+                    classifier = Some(Classifier {
+                        labels: vec!["LABEL_0".into()],
+                    });
+                }
                 other => {
                     return Err(Error::model(
                         &modules_path,
@@ -285,20 +314,54 @@ impl ModelDir {
             }
         }
         // A bare checkpoint of a sequence classifier is a cross-encoder (sentence-transformers' CrossEncoder):
-        // the first token (ModernBERT's: or the mean) through its head. With modules.json it is a Transformer
-        // module like any other.
-        let mut classifier = None;
-        if modules.is_empty() {
-            if let Some((head, mode, labels)) = classifier::read(
+        // the first token (ModernBERT's: or the mean; a decoder's: the last) through its head; so is a Transformer
+        // module of task sequence-classification (a CrossEncoder's save in sentence-transformers 6). With
+        // modules.json and no such task it is a Transformer module like any other.
+        let classifies = task == Some("sequence-classification");
+        if modules.is_empty() || classifies {
+            match classifier::read(
                 &transformer_root.join("config.json"),
                 &weights_path,
                 config.hidden_size(),
             )? {
-                pooling = PoolingModule::single(mode);
-                dense = head;
-                classifier = Some(labels);
+                Some((head, mode, labels)) => {
+                    pooling = PoolingModule::single(mode);
+                    dense = head;
+                    classifier = Some(labels);
+                }
+                None if classifies => {
+                    return Err(Error::model(
+                        transformer_root.join("config.json"),
+                        "transformer_task sequence-classification, but the config names no \
+                         *ForSequenceClassification architecture",
+                    ))
+                }
+                None => {}
             }
         }
+        if task == Some("text-generation") && classifier.is_none() {
+            return Err(Error::model(
+                &modules_path,
+                "unsupported: a text-generation Transformer module without a LogitScore module after it",
+            ));
+        }
+        // Only a cross-encoder's pairs are rendered through a chat template; an embedding model whose module
+        // takes messages (its texts would be) is refused.
+        let chat_template = match &classifier {
+            Some(_) => chat::template(&transformer_root, &module, !modules.is_empty())?,
+            None if module
+                .modality_config
+                .as_ref()
+                .is_some_and(|m| m.contains_key("message")) =>
+            {
+                return Err(Error::model(
+                    transformer_root.join("sentence_bert_config.json"),
+                    "unsupported: an embedding model whose Transformer module takes chat messages \
+                     (modality_config names message), which would render each text through its chat template",
+                ))
+            }
+            None => None,
+        };
         // A lookup's weights are a sparse model's vocabulary (its table's width is checked where it is loaded,
         // `SparseLookup::load`).
         if routes.as_ref().is_some_and(|r| r.lookup.is_some()) && sparse.is_none() {
@@ -368,6 +431,7 @@ impl ModelDir {
             default_prompt,
             dense,
             classifier,
+            chat_template,
             sparse,
             routes,
             weights_path,

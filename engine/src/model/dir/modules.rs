@@ -85,6 +85,8 @@ pub struct DenseModule {
     pub activation: Activation,
     /// A LayerNorm after the activation (ModernBERT's classification head); sentence-transformers' Dense has none.
     pub norm: Option<HeadNorm>,
+    /// LogitScore's: the weight is one row made of two of the tensor `name` (a causal LM's head), not the tensor.
+    pub logit_rows: Option<super::chat::LogitRows>,
 }
 
 /// A LayerNorm's tensors' name (before `.weight` and `.bias`), its epsilon, and whether it has a bias.
@@ -177,6 +179,7 @@ impl DenseModule {
             bias: f.bias,
             activation,
             norm: None,
+            logit_rows: None,
         })
     }
 }

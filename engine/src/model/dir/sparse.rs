@@ -193,6 +193,7 @@ pub(super) fn read(
                     eps: c.norm_eps(),
                     bias: true,
                 }),
+                logit_rows: None,
             };
             let decoder = names(own, embeddings, tied);
             (
