@@ -6,6 +6,8 @@ machine. Two tasks:
 - rerank: a query against --texts passages through TEI's /rerank, against CrossEncoder.predict; the model a
   random-weight BertForSequenceClassification of cross-encoder/ms-marco-MiniLM-L-6-v2's shape (6 layers, 384 wide,
   12 heads, one label).
+- decoder-rerank: as rerank, the model a random-weight Qwen3ForCausalLM of Qwen/Qwen3-Reranker-0.6B's shape under
+  a chat template and LogitScore, as sentence-transformers 6 saves it (DecoderRerank below).
 - sparse: --texts passages through TEI's /embed_sparse, against SparseEncoder.encode; the model a random-weight
   BertForMaskedLM of naver/splade-v3's shape (BERT-base: 12 layers, 768 wide, 12 heads, the 30,522-entry
   vocabulary) with SpladePooling (max, log(1 + ReLU)), its decoder bias set so that about as many entries are
@@ -26,6 +28,7 @@ sparse weights, every vocabulary entry) — a speed figure from a wrong engine i
 
 Needs the peers venv (bash scripts/setup_peers.sh) and a release build (cargo build --release --bin bench).
     ~/.cache/embedding-workbench/peers-venv/bin/python scripts/serve_vs_pytorch.py --task rerank --json results/X/rerank.json
+    ~/.cache/embedding-workbench/peers-venv/bin/python scripts/serve_vs_pytorch.py --task decoder-rerank --texts 8 --n 5 --warmup 1 --json results/X/decoder-rerank.json
     ~/.cache/embedding-workbench/peers-venv/bin/python scripts/serve_vs_pytorch.py --task sparse --texts 32 --json results/X/sparse.json
     ~/.cache/embedding-workbench/peers-venv/bin/python scripts/serve_vs_pytorch.py --task inference-free --texts 1 --json results/X/query.json
 """
@@ -207,7 +210,50 @@ class InferenceFree(Sparse):
         return {"inputs": texts, "prompt_name": "query"}
 
 
-TASKS = {"rerank": Rerank, "sparse": Sparse, "inference-free": InferenceFree}
+class DecoderRerank(Rerank):
+    """Qwen3-Reranker-0.6B's shape as sentence-transformers 6 saves it: a random-weight Qwen3ForCausalLM (28 layers,
+    1,024 wide, 16 query and 8 key/value heads of 128, SwiGLU of 3,072, the 151,669-entry vocabulary tied to the
+    LM head), its pairs through a Qwen3-Reranker-style chat template with the generation prompt, then LogitScore
+    ("yes" less "no"). The template, LogitScore and byte-level BPE tokenizer are the qwen3_reranker_logit_score
+    fixture's (the Hub's Qwen tokenizer is not reachable here: its 602-entry vocabulary gives more tokens per text
+    than Qwen's, so the token count is printed)."""
+    model_dir = MODELS / "qwen3-reranker-0.6b-random"
+    fixture = REPO / "engine/tests/fixtures/qwen3_reranker_logit_score"
+
+    @classmethod
+    def make_model(cls, d: Path):
+        import shutil
+
+        import torch
+        from transformers import Qwen3Config, Qwen3ForCausalLM
+
+        torch.manual_seed(0)
+        model = Qwen3ForCausalLM(Qwen3Config(
+            vocab_size=151669, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
+            num_key_value_heads=8, head_dim=128, max_position_embeddings=40960, rope_theta=1000000.0,
+            tie_word_embeddings=True, rms_norm_eps=1e-6))
+        model.eval().save_pretrained(str(d))
+        # modules.json last: its presence says the model is made.
+        for f in sorted(cls.fixture.iterdir(), key=lambda f: f.name == "modules.json"):
+            if f.name not in ["model.safetensors", "config.json", "reference.jsonl"]:
+                (shutil.copytree if f.is_dir() else shutil.copy)(f, d / f.name)
+        tok = json.loads((d / "tokenizer_config.json").read_text())
+        tok["model_max_length"] = 8192
+        (d / "tokenizer_config.json").write_text(json.dumps(tok))
+
+    @staticmethod
+    def theirs(model_dir: Path, texts):
+        import torch
+        from sentence_transformers import CrossEncoder
+
+        ce = CrossEncoder(str(model_dir), device="cpu")
+        batch = [(QUERY, p) for p in texts]
+        print("tokens per pair:", [len(ce.preprocess([pair])["input_ids"][0]) for pair in batch])
+        return lambda: [float(x) for x in ce.predict(batch, batch_size=len(batch), activation_fn=torch.nn.Identity(),
+                                                       convert_to_numpy=True).reshape(-1)]
+
+
+TASKS = {"rerank": Rerank, "sparse": Sparse, "inference-free": InferenceFree, "decoder-rerank": DecoderRerank}
 
 
 def pct(xs, q):

@@ -289,7 +289,8 @@ impl ModelFront {
     }
 
     /// The ids of the pair `a`, `b` as the cross-encoder reads it, cut from the right at the model's limit: through
-    /// its chat template where it has one ([`tokenizer::ChatPairs`]), else the tokenizer's pair template.
+    /// its chat template where it has one ([`tokenizer::ChatPairs`]), else the tokenizer's pair template; without
+    /// the trailing ids its head skips ([`ModelFront::trim_for_head`]).
     pub fn encode_pair(
         &self,
         a: &str,
@@ -297,9 +298,18 @@ impl ModelFront {
         scratch: &mut tokenizer::Scratch,
         ids: &mut Vec<u32>,
     ) -> Result<tokenizer::PairEncoding> {
-        match &self.chat_pairs {
-            Some(chat) => chat.encode(a, b, false, scratch, ids),
-            None => self.tokenizer.encode_pair(a, b, scratch, ids),
+        let encoded = match &self.chat_pairs {
+            Some(chat) => chat.encode(a, b, false, scratch, ids)?,
+            None => self.tokenizer.encode_pair(a, b, scratch, ids)?,
+        };
+        self.trim_for_head(ids);
+        Ok(encoded)
+    }
+
+    /// Drops the trailing ids a decoder's classification head skips ([`model::Classifier::trim`]).
+    pub fn trim_for_head(&self, ids: &mut Vec<u32>) {
+        if let Some(c) = &self.info.classifier {
+            c.trim(ids);
         }
     }
 

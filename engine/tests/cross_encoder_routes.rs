@@ -474,6 +474,10 @@ fn a_decoder_reranker_answers_through_its_chat_template() {
             last = got;
         }
 
+        // A text alone is not a pair: sentence-transformers would render it as a user's message.
+        let (status, refused) = post(&router, "/predict", json!({ "inputs": "a text" })).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{refused}");
+
         let tail = texts.concat().repeat(20);
         let body = json!({ "query": "q", "texts": [tail] });
         let (status, refused) = post(&router, "/rerank", body).await;

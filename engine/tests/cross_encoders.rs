@@ -314,9 +314,105 @@ fn restore_suffix_off_leaves_a_cut_pair_as_cut() {
     assert!(differ > 3, "{differ} cut pairs differ");
 }
 
+/// A template reading sentence-transformers' structured content (`content[0].text`, Gemma's way) gets each
+/// message's text as a typed item: the same prompt as the flat template's, so the reference's scores.
+#[test]
+fn a_structured_template_gets_typed_content() {
+    let tmp = common::models::copied("qwen3_reranker_true_logit");
+    let path = tmp.path().join("chat_template.jinja");
+    let flat = std::fs::read_to_string(&path).expect("template");
+    assert!(flat.contains("message.content.strip()"));
+    let structured = flat.replace("message.content.strip()", "message.content[0].text.strip()");
+    std::fs::write(&path, structured).expect("write");
+    // The format told from the template, as sentence-transformers infers it where the module says `auto`.
+    let config = tmp.path().join("sentence_bert_config.json");
+    common::models::edit_json(&config, |c| {
+        c["modality_config"]["message"]["format"] = serde_json::json!("auto")
+    });
+    scores_as_reference("qwen3_reranker_true_logit", tmp.path());
+    // Said by the module's format, it is that format whatever the template looks like.
+    common::models::edit_json(&config, |c| {
+        c["modality_config"]["message"]["format"] = serde_json::json!("flat")
+    });
+    let refused = engine::Engine::load(tmp.path(), Default::default())
+        .err()
+        .expect("a flat string has no content[0].text")
+        .to_string();
+    assert!(refused.contains("chat template"), "{refused}");
+}
+
+/// transformers' sequence classifiers read a decoder's last token that is not its `pad_token_id`: a pair ending in
+/// it scores as the pair without it (the model is causal), its trailing pads dropped.
+#[test]
+fn a_decoder_head_skips_trailing_padding() {
+    let tmp = common::models::copied("qwen3_reranker_seq_cls");
+    // Without a template, the tokenizer joins the pair (Qwen's: one text after the other).
+    std::fs::remove_file(tmp.path().join("chat_template.jinja")).expect("remove");
+    let engine = engine::Engine::load(tmp.path(), Default::default()).expect("load");
+    assert!(engine.front().chat_pairs().is_none());
+    let mut scratch = Scratch::default();
+    let mut ids = |b: &str| {
+        let mut ids = Vec::new();
+        engine
+            .front()
+            .encode_pair("a query", b, &mut scratch, &mut ids)
+            .expect("pair");
+        ids
+    };
+    let plain = ids("a document");
+    assert_eq!(ids("a document<|endoftext|><|endoftext|>"), plain);
+    assert_eq!(ids("<|endoftext|>"), ids(""));
+    // All padding: transformers reads the first token.
+    let mut only = Vec::new();
+    let pad = "<|endoftext|>";
+    engine
+        .front()
+        .encode_pair(pad, pad, &mut scratch, &mut only)
+        .expect("pair");
+    assert_eq!(only.len(), 1);
+    let scores = engine
+        .score(&[
+            ("a query", "a document"),
+            ("a query", "a document<|endoftext|>"),
+        ])
+        .expect("score");
+    assert_eq!(scores[0], scores[1]);
+}
+
+/// `processing_kwargs` as sentence-transformers reads them: the template's `max_length` takes the place of the
+/// tokenizer's limit; turning truncation off is refused (the engine cuts at the limit).
+#[test]
+fn processing_kwargs_set_the_limit() {
+    let tmp = common::models::copied("qwen3_reranker_logit_score");
+    let config = tmp.path().join("sentence_bert_config.json");
+    common::models::edit_json(&config, |c| {
+        c["processing_kwargs"]["chat_template"]["max_length"] = serde_json::json!(64);
+        c["processing_kwargs"]["text"] = serde_json::json!({"max_length": 100});
+    });
+    let engine = engine::Engine::load(tmp.path(), Default::default()).expect("load");
+    assert_eq!(engine.info().max_seq_length, 64);
+    let mut ids = Vec::new();
+    let long = "word ".repeat(200);
+    engine
+        .front()
+        .encode_pair("q", &long, &mut Scratch::default(), &mut ids)
+        .expect("pair");
+    assert_eq!(ids.len(), 64);
+    common::models::edit_json(&config, |c| {
+        c["processing_kwargs"]["text"]["truncation"] = serde_json::json!(false)
+    });
+    let refused = engine::Engine::load(tmp.path(), Default::default())
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(refused.contains("truncation"), "{refused}");
+}
+
 /// What the engine cannot run as sentence-transformers would is refused: an embedding model whose Transformer
 /// module takes chat messages (sentence-transformers renders each text through the template), a text-generation
-/// module without LogitScore, a LogitScore token outside the vocabulary.
+/// module without LogitScore, a LogitScore token outside the vocabulary or over a model that is not a causal
+/// decoder, a template that leaves a role's content out (one of system, user and assistant turns alone), named
+/// templates without a `default`, a cross-encoder with a default prompt.
 #[test]
 fn modules_that_would_run_otherwise_are_refused() {
     let refused = |tmp: &tempfile::TempDir| {
@@ -340,4 +436,38 @@ fn modules_that_would_run_otherwise_are_refused() {
         m.as_array_mut().expect("modules").truncate(1)
     });
     assert!(refused(&tmp).contains("LogitScore"), "{}", refused(&tmp));
+
+    let tmp = common::models::copied("qwen3_reranker_logit_score");
+    common::models::edit_json(&tmp.path().join("config.json"), |c| {
+        c["is_causal"] = serde_json::json!(false)
+    });
+    assert!(refused(&tmp).contains("causal"), "{}", refused(&tmp));
+
+    let tmp = common::models::copied("qwen3_reranker_logit_score");
+    let user_only =
+        "{% for m in messages %}{% if m.role == 'user' %}{{ m.content }}{% endif %}{% endfor %}ok";
+    std::fs::write(tmp.path().join("chat_template.jinja"), user_only).expect("write");
+    assert!(
+        refused(&tmp).contains("query's content"),
+        "{}",
+        refused(&tmp)
+    );
+
+    let tmp = common::models::copied("qwen3_reranker_seq_cls");
+    std::fs::remove_file(tmp.path().join("chat_template.jinja")).expect("remove");
+    common::models::edit_json(&tmp.path().join("tokenizer_config.json"), |c| {
+        c["chat_template"] = serde_json::json!([{"name": "tool_use", "template": "{{ messages }}"}])
+    });
+    assert!(refused(&tmp).contains("default"), "{}", refused(&tmp));
+
+    let tmp = common::models::copied("qwen3_reranker_logit_score");
+    common::models::edit_json(&tmp.path().join("config_sentence_transformers.json"), |c| {
+        c["prompts"] = serde_json::json!({"instruct": "Judge: "});
+        c["default_prompt_name"] = serde_json::json!("instruct");
+    });
+    assert!(
+        refused(&tmp).contains("default_prompt_name"),
+        "{}",
+        refused(&tmp)
+    );
 }

@@ -415,6 +415,16 @@ impl Tokenization {
         options: &Options,
     ) -> Result<Vec<u32>, ApiError> {
         non_empty(i, text)?;
+        // sentence-transformers would render a text alone as a user's message: not a pair's roles.
+        if front.chat_pairs().is_some() {
+            return Err(ApiError::unprocessable(
+                "unsupported_input",
+                format!(
+                    "input {i} is a text alone, but this cross-encoder scores pairs rendered through its chat \
+                     template"
+                ),
+            ));
+        }
         let text = Prompt::template(prompt, text);
         let tokenizer = self.tokenizer(front, options.direction);
         let mut ids = Vec::new();
@@ -449,6 +459,7 @@ impl Tokenization {
                 ),
             ));
         }
+        front.trim_for_head(&mut ids);
         Ok(ids)
     }
     /// A pair's ids as the tokenizer of the request's direction joins them (or the model's chat template renders
@@ -492,6 +503,7 @@ impl Tokenization {
                 format!("input {i} has no tokens for this model"),
             ));
         }
+        front.trim_for_head(&mut ids);
         Ok((ids, encoded.type1_from))
     }
 

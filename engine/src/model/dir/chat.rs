@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 use super::DenseModule;
 use crate::backend::ops::Activation;
 use crate::error::{Error, Result};
+use crate::model::config::ModelConfig;
 use crate::model::read_json;
 
 /// What `sentence_bert_config.json` says of the Transformer module beyond its length limit.
@@ -28,25 +29,100 @@ pub(super) struct TransformerModule {
     processing_kwargs: ProcessingKwargs,
 }
 
+/// `processing_kwargs`: the tokenizer's and the template's arguments, by bucket.
 #[derive(Debug, Default, Deserialize)]
 struct ProcessingKwargs {
     #[serde(default)]
     chat_template: Map<String, Value>,
+    #[serde(default)]
+    text: Map<String, Value>,
+    #[serde(default)]
+    common: Map<String, Value>,
 }
 
 impl TransformerModule {
     /// The module's `sentence_bert_config.json` in `folder`; an absent file is a default module.
     pub fn read(folder: &Path) -> Result<Self> {
         let path = folder.join("sentence_bert_config.json");
-        match path.is_file() {
-            true => read_json(&path),
-            false => Ok(Self::default()),
+        let module: Self = match path.is_file() {
+            true => read_json(&path)?,
+            false => Self::default(),
+        };
+        // Cutting is the engine's: a module that turns it off would be run otherwise.
+        let kwargs = &module.processing_kwargs;
+        for bucket in [&kwargs.chat_template, &kwargs.text, &kwargs.common] {
+            match bucket.get("truncation") {
+                None | Some(Value::Bool(true)) => {}
+                Some(Value::String(s)) if s != "do_not_truncate" => {}
+                Some(other) => {
+                    return Err(Error::model(
+                        &path,
+                        format!("unsupported processing_kwargs truncation {other}: the engine cuts at the limit"),
+                    ))
+                }
+            }
         }
+        Ok(module)
+    }
+
+    /// The length limit `processing_kwargs` set in place of `max_seq_length`, as sentence-transformers reads it:
+    /// the template's arguments' for messages, else the text tokenizer's, else the common ones.
+    pub fn max_length(&self, messages: bool) -> Result<Option<usize>> {
+        let kwargs = &self.processing_kwargs;
+        let chat = messages.then_some(&kwargs.chat_template);
+        for bucket in chat.into_iter().chain([&kwargs.text, &kwargs.common]) {
+            match bucket.get("max_length") {
+                None | Some(Value::Null) => {}
+                Some(v) => {
+                    return match v.as_u64() {
+                        Some(n) if n > 0 => Ok(usize::try_from(n).ok()),
+                        _ => Err(Error::model(
+                            "sentence_bert_config.json",
+                            format!("processing_kwargs max_length {v} is not a positive number"),
+                        )),
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Whether the module takes messages: with `modules.json` (`has_modules`), where `modality_config` names
+    /// `message`; for a bare checkpoint, wherever the tokenizer has a template (sentence-transformers then infers
+    /// the message modality).
+    fn takes_messages(&self, has_modules: bool) -> bool {
+        match &self.modality_config {
+            Some(modalities) => modalities.contains_key("message"),
+            None => !has_modules,
+        }
+    }
+
+    /// `modality_config.message.format`, where set to one.
+    fn message_format(&self) -> Option<&str> {
+        self.modality_config
+            .as_ref()?
+            .get("message")?
+            .get("format")?
+            .as_str()
+            .filter(|f| *f != "auto")
     }
 }
 
+/// sentence-transformers' message formats a model type is known to take whatever its template looks like.
+const KNOWN_FLAT: [&str; 5] = ["apertus", "deepseek_v3", "gpt_oss", "minicpm3", "seed_oss"];
+
+/// What in a template says its messages' content is a list of typed items (sentence-transformers' `_infer_format`).
+const STRUCTURED_PATTERNS: [&str; 6] = [
+    "content[0]",
+    ".type",
+    "'type'",
+    "\"type\"",
+    "item.type",
+    "message.content[",
+];
+
 /// `apply_chat_template`'s size arguments, which sentence-transformers routes to the tokenizer: the engine cuts at
-/// the model's limit itself.
+/// the limit itself ([`TransformerModule::max_length`] reads `max_length`).
 const SIZE_ARGUMENTS: [&str; 4] = ["padding", "truncation", "max_length", "return_tensors"];
 
 /// A chat template and what it is rendered with.
@@ -57,26 +133,31 @@ pub struct ChatTemplateFile {
     pub source: String,
     /// Variables beside `messages`: `add_generation_prompt` (false unless set) and any others the module passes.
     pub variables: Map<String, Value>,
+    /// Whether a message's content is a list of typed items (`[{"type": "text", "text": …}]`, sentence-transformers'
+    /// `structured` format) rather than the text itself (`flat`).
+    pub structured: bool,
     /// Whether a pair cut at the limit gets the template's suffix written back over its last tokens
     /// (sentence-transformers' `restore_suffix`, on by default): a causal reranker reads the last position.
     pub restore_suffix: bool,
 }
 
-/// The chat template a cross-encoder renders its pairs through, if it takes messages: with `modules.json`
-/// (`has_modules`), where `modality_config` names `message`; for a bare checkpoint, wherever the tokenizer has a
-/// template (sentence-transformers then infers the message modality). `folder` is the Transformer module's.
+/// The chat template a cross-encoder renders its pairs through, if it takes messages
+/// ([`TransformerModule::takes_messages`]); `folder` is the Transformer module's, `config_path` its config.json.
 pub(super) fn template(
     folder: &Path,
     module: &TransformerModule,
     has_modules: bool,
+    config_path: &Path,
 ) -> Result<Option<ChatTemplateFile>> {
-    let takes_messages = match &module.modality_config {
-        Some(modalities) => modalities.contains_key("message"),
-        None => !has_modules,
-    };
-    if !takes_messages {
+    if !module.takes_messages(has_modules) {
         return Ok(None);
     }
+    #[derive(Deserialize)]
+    struct Kind {
+        #[serde(default)]
+        model_type: String,
+    }
+    let model_type = read_json::<Kind>(config_path)?.model_type;
     let Some((path, source)) = template_source(folder)? else {
         return match module.modality_config.is_some() {
             true => Err(Error::model(
@@ -104,10 +185,32 @@ pub(super) fn template(
     variables
         .entry("add_generation_prompt")
         .or_insert(Value::Bool(false));
+    // transformers' own argument naming one of several templates is not a variable.
+    if variables.contains_key("chat_template") {
+        return Err(Error::model(
+            folder.join("sentence_bert_config.json"),
+            "unsupported processing_kwargs chat_template.chat_template (a template chosen by name)",
+        ));
+    }
+    let structured = match module.message_format() {
+        Some("flat") => false,
+        Some("structured") => true,
+        Some(other) => {
+            return Err(Error::model(
+                folder.join("sentence_bert_config.json"),
+                format!("unknown message format {other:?}: expected flat, structured or auto"),
+            ))
+        }
+        None => {
+            !KNOWN_FLAT.contains(&model_type.as_str())
+                && STRUCTURED_PATTERNS.iter().any(|p| source.contains(p))
+        }
+    };
     Ok(Some(ChatTemplateFile {
         path,
         source,
         variables,
+        structured,
         restore_suffix,
     }))
 }
@@ -129,15 +232,26 @@ fn template_source(folder: &Path) -> Result<Option<(PathBuf, String)>> {
     }
     let value: Value = read_json(&config)?;
     let source = match value.get("chat_template") {
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(Value::Array(named)) => named
-            .iter()
-            .find(|t| t.get("name").and_then(Value::as_str) == Some("default"))
-            .and_then(|t| t.get("template").and_then(Value::as_str))
-            .map(str::to_owned),
-        _ => None,
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(named)) => {
+            // As transformers: the `default` one, which a list without one lacks (an error, not no template).
+            let default = named
+                .iter()
+                .find(|t| t.get("name").and_then(Value::as_str) == Some("default"))
+                .and_then(|t| t.get("template").and_then(Value::as_str));
+            match default {
+                Some(s) => s.to_owned(),
+                None => {
+                    return Err(Error::model(
+                        &config,
+                        "chat_template names templates but none `default`",
+                    ))
+                }
+            }
+        }
+        _ => return Ok(None),
     };
-    Ok(source.map(|s| (config, s)))
+    Ok(Some((config, source)))
 }
 
 /// LogitScore's `config.json`.
@@ -162,18 +276,26 @@ pub struct LogitRows {
     pub vocab: usize,
 }
 
-/// LogitScore (in `folder`) over a causal LM of `hidden` columns and `vocab` entries whose `config.json` is
-/// `config_path`: one Dense row, `W[true] − W[false]` of the LM head (the token embeddings where the config ties
+/// LogitScore (in `folder`) over the causal LM `config` (read from `config_path`): one Dense row, `W[true] − W[false]` of the LM head (the token embeddings where the config ties
 /// them, as transformers does), over the last token's final state: the logit difference without the vocabulary's
 /// other logits.
 pub(super) fn logit_score(
     folder: &Path,
     config_path: &Path,
     weights_path: &Path,
-    hidden: usize,
-    vocab: usize,
+    config: &ModelConfig,
 ) -> Result<DenseModule> {
     let path = folder.join("config.json");
+    // The causal LMs whose logits are the head's alone and whose head is untied unless the config ties it
+    // (Gemma's would be capped, and tied by default; an encoder's are not a causal LM's).
+    let causal = matches!(config, ModelConfig::Decoder(c) if c.causal());
+    if !causal {
+        return Err(Error::model(
+            config_path,
+            "unsupported: LogitScore over a model other than a causal Llama, Mistral, Qwen2 or Qwen3",
+        ));
+    }
+    let (hidden, vocab) = (config.hidden_size(), config.vocab_size());
     let f: LogitScoreFile = read_json(&path)?;
     if f.module_input_name != "causal_logits" {
         return Err(Error::model(

@@ -16,6 +16,23 @@ use crate::model::read_json;
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Classifier {
     pub labels: Vec<String>,
+    /// A causal decoder's head reads the last token that is not this one (its config's `pad_token_id`, as
+    /// transformers pools): a sequence's trailing ones are dropped before the forward, which leaves the token read
+    /// as it was (it never sees those after it).
+    #[serde(skip)]
+    pub skips_trailing: Option<u32>,
+}
+
+impl Classifier {
+    /// Drops `ids`' trailing tokens the head skips, keeping the first however many there are (transformers then
+    /// reads position 0).
+    pub fn trim(&self, ids: &mut Vec<u32>) {
+        if let Some(pad) = self.skips_trailing {
+            while ids.len() > 1 && ids.last() == Some(&pad) {
+                ids.pop();
+            }
+        }
+    }
 }
 
 /// A head's layers: each one's tensor name and activation, in order.
@@ -42,6 +59,8 @@ struct HeadFile {
     norm_eps: f64,
     #[serde(default)]
     norm_bias: bool,
+    /// A decoder's padding, which its head's pooling skips at the end.
+    pad_token_id: Option<u32>,
 }
 
 fn cls() -> String {
@@ -124,8 +143,8 @@ const HEADS: [(&[&str], Layers); 5] = [
 ];
 
 /// The decoders' sequence classifiers (tomaarsen/Qwen3-Reranker-0.6B-seq-cls's shape): `score`, without a bias,
-/// over the last token's final state (transformers reads the last token that is not padding; a sequence here has
-/// none).
+/// over the last token's final state (transformers reads the last token that is not its `pad_token_id`:
+/// [`Classifier::skips_trailing`]).
 const DECODER_HEADS: [&str; 4] = [
     "LlamaForSequenceClassification",
     "MistralForSequenceClassification",
@@ -219,13 +238,14 @@ pub(super) fn read(
     else {
         return Ok(None);
     };
+    let decoder = DECODER_HEADS.contains(&arch.as_str());
     let (layers, pooling) = match HEADS
         .iter()
         .find(|(names, _)| names.contains(&arch.as_str()))
     {
         Some((_, layers)) => (layers.iter().map(Layer::plain).collect(), Pooling::Cls),
         None if arch == "ModernBertForSequenceClassification" => modernbert(config_path, &f)?,
-        None if DECODER_HEADS.contains(&arch.as_str()) => (
+        None if decoder => (
             vec![Layer {
                 bias: false,
                 ..Layer::plain(&("score", Activation::None))
@@ -292,7 +312,15 @@ pub(super) fn read(
             logit_rows: None,
         })
         .collect();
-    Ok(Some((dense, pooling, Classifier { labels })))
+    let skips_trailing = f.pad_token_id.filter(|_| decoder);
+    Ok(Some((
+        dense,
+        pooling,
+        Classifier {
+            labels,
+            skips_trailing,
+        },
+    )))
 }
 
 #[cfg(test)]

@@ -292,13 +292,13 @@ impl ModelDir {
                         &root.join(&m.path),
                         &transformer_root.join("config.json"),
                         &weights_path,
-                        config.hidden_size(),
-                        config.vocab_size(),
+                        &config,
                     )?);
                     pooling = PoolingModule::single(Pooling::LastToken);
                     pooled = true;
                     classifier = Some(Classifier {
                         labels: vec!["LABEL_0".into()],
+                        skips_trailing: None,
                     });
                 }
                 other => {
@@ -324,7 +324,11 @@ impl ModelDir {
                 &weights_path,
                 config.hidden_size(),
             )? {
-                Some((head, mode, labels)) => {
+                Some((head, mode, mut labels)) => {
+                    // Dropping the trailing padding leaves the token read as it was only under causal attention.
+                    if !matches!(&config, ModelConfig::Decoder(c) if c.causal()) {
+                        labels.skips_trailing = None;
+                    }
                     pooling = PoolingModule::single(mode);
                     dense = head;
                     classifier = Some(labels);
@@ -348,7 +352,12 @@ impl ModelDir {
         // Only a cross-encoder's pairs are rendered through a chat template; an embedding model whose module
         // takes messages (its texts would be) is refused.
         let chat_template = match &classifier {
-            Some(_) => chat::template(&transformer_root, &module, !modules.is_empty())?,
+            Some(_) => chat::template(
+                &transformer_root,
+                &module,
+                !modules.is_empty(),
+                &transformer_root.join("config.json"),
+            )?,
             None if module
                 .modality_config
                 .as_ref()
@@ -383,6 +392,11 @@ impl ModelDir {
             Some((_, false)) => word_limit,
             None => sentence_max_length(&transformer_root, &tokenizer_path)?,
         };
+        // `processing_kwargs`' max_length takes the place of max_seq_length, as sentence-transformers gives it.
+        let limit = match module.max_length(chat_template.is_some())? {
+            Some(n) => Some(n),
+            None => limit,
+        };
         let max_seq_length = limit.map_or(positions, |n| n.min(positions));
         let st_path = root.join("config_sentence_transformers.json");
         let st = if st_path.is_file() {
@@ -392,6 +406,14 @@ impl ModelDir {
         };
         // As sentence-transformers, which refuses a default that names no prompt.
         let default_prompt = st.default_prompt_name;
+        // A CrossEncoder puts its default prompt before the query (or as a system message): not done here.
+        if classifier.is_some() && default_prompt.is_some() {
+            return Err(Error::model(
+                &st_path,
+                "unsupported: a cross-encoder with a default_prompt_name (sentence-transformers puts the prompt \
+                 before each pair's query, or as a system message)",
+            ));
+        }
         if let Some(name) = default_prompt
             .as_ref()
             .filter(|n| !st.prompts.contains_key(*n))
