@@ -336,7 +336,7 @@ def main():
     worst = max(abs(x - y) for x, y in zip(a, b))
     spread = max(abs(y) for y in b)
     ratio = rows[task.theirs_name]["p50_ms"] / rows[task.ours_name]["p50_ms"]
-    active = sum(1 for y in b if y != 0) / args.texts if args.task != "rerank" else None
+    active = sum(1 for y in b if y != 0) / args.texts if not issubclass(task, Rerank) else None
     print(f"largest difference {worst:.2e} (largest |value| {spread:.3f}); PyTorch p50 / ours p50 = {ratio:.2f}"
           + (f"; {active:.0f} active entries per text" if active is not None else ""))
     if args.json:
