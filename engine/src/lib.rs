@@ -6,7 +6,8 @@
 //! - [`Engine`]: a loaded model (safetensors memory-mapped, linear layers packed once for the kernels,
 //!   tokenizer, pooling) behind a [`Backend`]. It tokenizes text; [`Engine::embed`] is the blocking convenience
 //!   on top, through a scheduler as serving is, and [`Engine::score`] its counterpart for a cross-encoder's
-//!   pairs of texts. A sparse (SPLADE) model's embedding is one weight per vocabulary entry; an inference-free
+//!   pairs of texts (a decoder reranker's rendered through its chat template, [`tokenizer::ChatPairs`], as
+//!   [`ModelFront::encode_pair`] gives them). A sparse (SPLADE) model's embedding is one weight per vocabulary entry; an inference-free
 //!   one's query route is a [`model::SparseLookup`] ([`ModelFront::lookup`]), which needs no backend.
 //! - [`Batch`]: a *ragged* batch — the token ids of several sequences concatenated with no padding, delimited by
 //!   cumulative offsets. This is what a backend runs.
