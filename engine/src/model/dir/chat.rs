@@ -27,6 +27,9 @@ pub(super) struct TransformerModule {
     /// own variables), and sentence-transformers' `restore_suffix`.
     #[serde(default)]
     processing_kwargs: ProcessingKwargs,
+    /// Where it was read, for errors.
+    #[serde(skip)]
+    path: PathBuf,
 }
 
 /// `processing_kwargs`: the tokenizer's and the template's arguments, by bucket.
@@ -44,10 +47,11 @@ impl TransformerModule {
     /// The module's `sentence_bert_config.json` in `folder`; an absent file is a default module.
     pub fn read(folder: &Path) -> Result<Self> {
         let path = folder.join("sentence_bert_config.json");
-        let module: Self = match path.is_file() {
+        let mut module: Self = match path.is_file() {
             true => read_json(&path)?,
             false => Self::default(),
         };
+        module.path = path;
         // Cutting is the engine's: a module that turns it off would be run otherwise.
         let kwargs = &module.processing_kwargs;
         for bucket in [&kwargs.chat_template, &kwargs.text, &kwargs.common] {
@@ -56,7 +60,7 @@ impl TransformerModule {
                 Some(Value::String(s)) if s != "do_not_truncate" => {}
                 Some(other) => {
                     return Err(Error::model(
-                        &path,
+                        &module.path,
                         format!("unsupported processing_kwargs truncation {other}: the engine cuts at the limit"),
                     ))
                 }
@@ -77,7 +81,7 @@ impl TransformerModule {
                     return match v.as_u64() {
                         Some(n) if n > 0 => Ok(usize::try_from(n).ok()),
                         _ => Err(Error::model(
-                            "sentence_bert_config.json",
+                            &self.path,
                             format!("processing_kwargs max_length {v} is not a positive number"),
                         )),
                     }
