@@ -299,9 +299,23 @@ impl ModelFront {
         scratch: &mut tokenizer::Scratch,
         ids: &mut Vec<u32>,
     ) -> Result<tokenizer::PairEncoding> {
+        self.encode_pair_cut(a, b, self.tokenizer(), false, scratch, ids)
+    }
+
+    /// [`ModelFront::encode_pair`] cut from either side: by `pair_tokenizer` (the model's, or one cutting from the
+    /// left), or, through a chat template, from the left where `cut_left`.
+    pub fn encode_pair_cut(
+        &self,
+        a: &str,
+        b: &str,
+        pair_tokenizer: &dyn Tokenizer,
+        cut_left: bool,
+        scratch: &mut tokenizer::Scratch,
+        ids: &mut Vec<u32>,
+    ) -> Result<tokenizer::PairEncoding> {
         let encoded = match &self.chat_pairs {
-            Some(chat) => chat.encode(a, b, false, scratch, ids)?,
-            None => self.tokenizer.encode_pair(a, b, scratch, ids)?,
+            Some(chat) => chat.encode(a, b, cut_left, scratch, ids)?,
+            None => pair_tokenizer.encode_pair(a, b, scratch, ids)?,
         };
         self.trim_for_head(ids);
         Ok(encoded)

@@ -481,17 +481,15 @@ impl Tokenization {
             }
         }
         let mut ids = Vec::new();
-        let encoded = with_thread_scratch(|scratch| match front.chat_pairs() {
-            Some(chat) => chat.encode(
+        let encoded = with_thread_scratch(|scratch| {
+            front.encode_pair_cut(
                 a,
                 b,
+                self.tokenizer(front, options.direction),
                 options.direction == Direction::Left,
                 scratch,
                 &mut ids,
-            ),
-            None => self
-                .tokenizer(front, options.direction)
-                .encode_pair(a, b, scratch, &mut ids),
+            )
         })
         .map_err(|e| ApiError::unprocessable("tokenization_failed", format!("input {i}: {e}")))?;
         if encoded.cut && !options.truncate {
@@ -503,7 +501,6 @@ impl Tokenization {
                 format!("input {i} has no tokens for this model"),
             ));
         }
-        front.trim_for_head(&mut ids);
         Ok((ids, encoded.type1_from))
     }
 

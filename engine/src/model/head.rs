@@ -33,18 +33,17 @@ impl<D: Device> Dense<D> {
             .map(|n| layer_norm(&w, device, &n.name, m.out_features, n.eps, n.bias))
             .transpose()?;
         let linear = match m.logit_rows {
-            // LogitScore: one row, the true token's less the false one's, in f32 before any rounding.
+            // LogitScore: one row, the true token's less the false one's, in f32 before any rounding; the two rows
+            // read alone, not the vocabulary-wide table.
             Some(rows) => {
-                let head = w.get(&format!("{}.weight", m.name), &[rows.vocab, m.in_features])?;
-                let row = |id: usize| &head.data()[id * m.in_features..(id + 1) * m.in_features];
-                let weight: Vec<f32> = match rows.false_id {
-                    Some(f) => row(rows.true_id)
-                        .iter()
-                        .zip(row(f))
-                        .map(|(t, f)| t - f)
-                        .collect(),
-                    None => row(rows.true_id).to_vec(),
-                };
+                let shape = [rows.vocab, m.in_features];
+                let name = format!("{}.weight", m.name);
+                let mut weight = w.row(&name, shape, rows.true_id)?;
+                if let Some(f) = rows.false_id {
+                    for (t, f) in weight.iter_mut().zip(w.row(&name, shape, f)?) {
+                        *t -= f;
+                    }
+                }
                 device.linear(&weight, None, 1, m.in_features)?
             }
             None => stacked_linear(&w, device, &names, m.in_features, m.bias)?,

@@ -52,6 +52,42 @@ impl Tensor {
     }
 }
 
+/// A tensor's bytes in its mapped file, checked ([`Weights::get`]).
+struct Raw<'a> {
+    map: &'a Arc<Mmap>,
+    /// Where the bytes start in the file.
+    start: usize,
+    data: &'a [u8],
+    dtype: Dtype,
+}
+
+/// Little-endian values of a floating `dtype` ([`Weights::raw`] checked it is one) widened to f32.
+fn widen(dtype: Dtype, data: &[u8]) -> Vec<f32> {
+    match dtype {
+        Dtype::F32 => data
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect(),
+        Dtype::F16 => data
+            .chunks_exact(2)
+            .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+        // model2vec's per-token weights may be numpy's default float64.
+        Dtype::F64 => data
+            .chunks_exact(8)
+            .map(|b| {
+                let bytes = [b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]];
+                f64::from_le_bytes(bytes) as f32
+            })
+            .collect(),
+        // BF16, the one width left.
+        _ => data
+            .chunks_exact(2)
+            .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+    }
+}
+
 fn bytemuck_f32(bytes: &[u8]) -> &[f32] {
     // SAFETY: every bit pattern is a valid f32; `align_to` only reinterprets the aligned middle.
     let (head, body, tail) = unsafe { bytes.align_to::<f32>() };
@@ -221,6 +257,35 @@ impl Weights {
 
     /// The tensor `name` (without the file's prefix), which must have exactly `shape`.
     pub fn get(&self, name: &str, shape: &[usize]) -> Result<Tensor> {
+        let raw = self.raw(name, shape)?;
+        let storage = match raw.dtype {
+            Dtype::F32 if raw.start % 4 == 0 => Storage::Mapped {
+                map: raw.map.clone(),
+                start: raw.start,
+                len: shape.iter().product(),
+            },
+            dtype => Storage::Owned(Arc::new(widen(dtype, raw.data))),
+        };
+        Ok(Tensor { storage })
+    }
+
+    /// Row `i` of the 2-D tensor `name` of `shape`, widened to f32 alone: a few rows of a vocabulary-wide table (a
+    /// LogitScore head's) without widening the table.
+    pub fn row(&self, name: &str, shape: [usize; 2], i: usize) -> Result<Vec<f32>> {
+        let raw = self.raw(name, &shape)?;
+        if i >= shape[0] {
+            return Err(Error::model(
+                &self.path,
+                format!("row {i} of tensor `{name}`, which has {}", shape[0]),
+            ));
+        }
+        let width = raw.data.len() / (shape[0] * shape[1]).max(1);
+        let row = shape[1] * width;
+        Ok(widen(raw.dtype, &raw.data[i * row..(i + 1) * row]))
+    }
+
+    /// Tensor `name`'s bytes in its file, checked to have exactly `shape` and a floating dtype.
+    fn raw(&self, name: &str, shape: &[usize]) -> Result<Raw<'_>> {
         let full = format!("{}{name}", self.prefix);
         let (shard, info) = self.find(&full).ok_or_else(|| {
             Error::model(
@@ -264,39 +329,12 @@ impl Weights {
                     format!("tensor `{full}`: data range does not match its shape"),
                 )
             })?;
-        let storage = match info.dtype {
-            Dtype::F32 if start % 4 == 0 => Storage::Mapped {
-                map: shard.map.clone(),
-                start,
-                len: n,
-            },
-            Dtype::F32 => Storage::Owned(Arc::new(
-                data.chunks_exact(4)
-                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                    .collect(),
-            )),
-            Dtype::F16 => Storage::Owned(Arc::new(
-                data.chunks_exact(2)
-                    .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
-                    .collect(),
-            )),
-            // model2vec's per-token weights may be numpy's default float64.
-            Dtype::F64 => Storage::Owned(Arc::new(
-                data.chunks_exact(8)
-                    .map(|b| {
-                        let bytes = [b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]];
-                        f64::from_le_bytes(bytes) as f32
-                    })
-                    .collect(),
-            )),
-            // BF16, the one width left.
-            _ => Storage::Owned(Arc::new(
-                data.chunks_exact(2)
-                    .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
-                    .collect(),
-            )),
-        };
-        Ok(Tensor { storage })
+        Ok(Raw {
+            map: &shard.map,
+            start,
+            data,
+            dtype: info.dtype,
+        })
     }
 }
 

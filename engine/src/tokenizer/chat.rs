@@ -21,7 +21,8 @@ use crate::model::ChatTemplateFile;
 /// A compiled chat template and the variables it is rendered with beside `messages`.
 struct ChatTemplate {
     env: Environment<'static>,
-    variables: BTreeMap<String, Value>,
+    /// Built once; each render's context is `messages` over it (a reference, not a copy).
+    variables: Value,
     /// sentence-transformers' `structured` message format: content as `[{"type": "text", "text": …}]`.
     structured: bool,
 }
@@ -78,7 +79,7 @@ impl ChatTemplate {
         }
         Ok(ChatTemplate {
             env,
-            variables,
+            variables: Value::from(variables),
             structured: file.structured,
         })
     }
@@ -96,12 +97,9 @@ impl ChatTemplate {
             };
             Value::from_pairs([("role", Value::from(role)), ("content", content)])
         };
-        let mut context = self.variables.clone();
-        context.insert(
-            "messages".into(),
-            Value::from(vec![message("query", query), message("document", document)]),
-        );
-        self.env.get_template(NAME)?.render(Value::from(context))
+        let messages = Value::from(vec![message("query", query), message("document", document)]);
+        let context = minijinja::context! { messages, ..self.variables.clone() };
+        self.env.get_template(NAME)?.render(context)
     }
 }
 
