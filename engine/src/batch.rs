@@ -2,8 +2,8 @@
 
 use crate::error::{Error, Result};
 
-/// What a sequence's answer is: one pooled embedding (the model's Pooling module), or the last hidden state of
-/// every token (TEI's `/embed_all`), unpooled and unnormalized.
+/// What a sequence's answer is: one pooled embedding (the model's Pooling module), the last hidden state of every
+/// token (TEI's `/embed_all`), unpooled and unnormalized, or a multi-vector model's vector per token.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Readout {
     /// Pooled over the tokens from the `skip`-th on: a prompt's tokens, left out where the model's Pooling module
@@ -13,6 +13,13 @@ pub enum Readout {
         skip: u32,
     },
     Tokens,
+    /// A multi-vector (late-interaction, ColBERT) model's answer: every token through the model's per-token
+    /// modules (Dense, Normalize). Where `expansion` names a token, the sequence's trailing run of it (ColBERT's
+    /// query expansion, sentence-transformers' `attend: false`) is attended to by no token: those positions read
+    /// the tokens before them and are read by none ([`Batch::keys`]).
+    Vectors {
+        expansion: Option<u32>,
+    },
 }
 
 impl Readout {
@@ -37,6 +44,8 @@ pub struct Batch {
     offsets: Vec<usize>,
     readouts: Vec<Readout>,
     type1_from: Vec<Option<u32>>,
+    /// How many leading tokens of each sequence are attended to ([`Batch::keys`]).
+    keys: Vec<usize>,
     out_offsets: Vec<usize>,
     max_len: usize,
 }
@@ -54,6 +63,7 @@ impl Batch {
             offsets: vec![0],
             readouts: Vec::new(),
             type1_from: Vec::new(),
+            keys: Vec::new(),
             out_offsets: vec![0],
             max_len: 0,
         }
@@ -86,8 +96,16 @@ impl Batch {
         self.max_len = self.max_len.max(seq.len());
         let rows = match readout {
             Readout::Pooled { .. } => 1,
-            Readout::Tokens => seq.len(),
+            Readout::Tokens | Readout::Vectors { .. } => seq.len(),
         };
+        // The first token is always a key, so that every token attends to something.
+        let unattended = match readout {
+            Readout::Vectors {
+                expansion: Some(id),
+            } => seq.iter().skip(1).rev().take_while(|&&t| t == id).count(),
+            _ => 0,
+        };
+        self.keys.push(seq.len() - unattended);
         self.readouts.push(readout);
         self.out_offsets.push(self.out_rows() + rows);
     }
@@ -131,6 +149,17 @@ impl Batch {
 
     pub fn readout(&self, i: usize) -> Readout {
         self.readouts[i]
+    }
+
+    /// How many leading tokens of each sequence its tokens attend to: all of them, but for a query's expansion
+    /// that is not attended ([`Readout::Vectors`]). At least one for a sequence that is not empty.
+    pub fn keys(&self) -> &[usize] {
+        &self.keys
+    }
+
+    /// Whether some sequence has tokens no token attends to ([`Batch::keys`]).
+    pub fn has_unattended(&self) -> bool {
+        (0..self.len()).any(|i| self.keys[i] < self.seq(i).len())
     }
 
     /// Where sequence `i`'s tokens of type 1 start; `None` where all are of type 0. A model without token types

@@ -55,6 +55,7 @@ mod dtype;
 mod error;
 pub mod gateway;
 pub mod model;
+pub mod multi_vector;
 pub mod plan;
 pub mod replica;
 pub mod scheduler;
@@ -109,6 +110,9 @@ pub struct ModelInfo {
     /// A Router's routes by name ([`model::ModelDir::routes`]): the one the engine runs, its default, first, then
     /// the one answered by lookup ([`ModelFront::lookup`]); empty for a model without a Router.
     pub routes: Vec<String>,
+    /// Whether it is a multi-vector (ColBERT) model ([`model::ModelDir::multi_vector`]): its answer is a vector per
+    /// token ([`Engine::embed_vectors`]).
+    pub multi_vector: bool,
     /// The architecture and its settings, as read from config.json.
     #[serde(skip)]
     pub config: model::ModelConfig,
@@ -116,13 +120,21 @@ pub struct ModelInfo {
 
 impl ModelInfo {
     /// The forward pass's FLOPs per token in sequences of `len` ([`model::ModelConfig::flops_per_token`]), with a
-    /// sparse model's head, which runs over every token (its transform and vocabulary projection); Dense modules
-    /// run once per sequence and are left out.
+    /// sparse model's head, which runs over every token (its transform and vocabulary projection), and a
+    /// multi-vector model's Dense modules, which do too; other Dense modules run once per sequence and are left
+    /// out.
     pub fn flops_per_token(&self, len: usize) -> f64 {
         let h = self.config.hidden_size() as f64;
-        let head = match self.sparse {
-            true => 2.0 * h * (h + self.dim as f64),
-            false => 0.0,
+        let head = match (self.sparse, self.multi_vector) {
+            (true, _) => 2.0 * h * (h + self.dim as f64),
+            (false, true) => {
+                let inputs = std::iter::once(self.config.hidden_size()).chain(self.dense.clone());
+                inputs
+                    .zip(&self.dense)
+                    .map(|(i, o)| 2.0 * (i * o) as f64)
+                    .sum()
+            }
+            (false, false) => 0.0,
         };
         self.config.flops_per_token(len) + head
     }
@@ -131,6 +143,9 @@ impl ModelInfo {
     /// else its modes' names joined by `+` (`mean`, `cls+mean`). A gateway and its replicas compare it: they must
     /// pool alike.
     pub fn pooling_name(&self) -> String {
+        if self.multi_vector {
+            return "multi-vector".into();
+        }
         if self.sparse {
             return match self.max_active_dims {
                 Some(k) => format!("splade, max_active_dims {k}"),
@@ -161,6 +176,7 @@ pub struct ModelFront {
     lookup: Option<model::SparseLookup>,
     /// A cross-encoder's pairs through its chat template, where its Transformer module takes messages.
     chat_pairs: Option<tokenizer::ChatPairs>,
+    multi_vector: Option<multi_vector::MultiVector>,
 }
 
 impl ModelFront {
@@ -232,6 +248,7 @@ impl ModelFront {
                 .as_ref()
                 .map(model::Routes::names)
                 .unwrap_or_default(),
+            multi_vector: dir.multi_vector.is_some(),
             config: dir.config.clone(),
         };
         let lookup = dir.routes.as_ref().and_then(|r| r.lookup.as_ref());
@@ -254,12 +271,34 @@ impl ModelFront {
                 )
             })
             .transpose()?;
+        let multi_vector = dir
+            .multi_vector
+            .as_ref()
+            .map(|module| {
+                let file = (
+                    dir.tokenizer_path.as_path(),
+                    config.tokenizer,
+                    dir.add_special_tokens,
+                );
+                multi_vector::MultiVector::new(
+                    module,
+                    file,
+                    tokenizer.as_ref(),
+                    max_seq_length,
+                    config
+                        .max_seq_length
+                        .unwrap_or(dir.positions)
+                        .min(dir.positions),
+                )
+            })
+            .transpose()?;
         Ok(ModelFront {
             config,
             tokenizer,
             info,
             lookup,
             chat_pairs,
+            multi_vector,
         })
     }
 
@@ -319,6 +358,18 @@ impl ModelFront {
         };
         self.trim_for_head(ids);
         Ok(encoded)
+    }
+
+    /// A multi-vector model's tasks, expansion and mask ([`multi_vector::MultiVector`]).
+    pub fn multi_vector(&self) -> Option<&multi_vector::MultiVector> {
+        self.multi_vector.as_ref()
+    }
+
+    /// The longest input the engine serves: the model's limit, or a multi-vector model's task's where longer.
+    pub fn longest_input(&self) -> usize {
+        self.multi_vector
+            .as_ref()
+            .map_or(self.info.max_seq_length, multi_vector::MultiVector::longest)
     }
 
     /// Drops the trailing ids a decoder's classification head skips ([`model::Classifier::trim`]).
@@ -445,7 +496,7 @@ impl Engine {
             .pooled_by(config.pooling)?
             .pruned_to(config.max_active_dims)?;
         let mut front = ModelFront::open(&dir, config)?;
-        let dir = dir.serving(front.info.max_seq_length);
+        let dir = dir.serving(front.longest_input());
         let backend = backend::start(&dir, &front.config)?;
         if front.config.auto_budget() {
             // The engine's config holds the budget measured, so everything downstream sees a number.
@@ -514,6 +565,55 @@ impl Engine {
                     out.push(e.embedding.to_vec());
                     Ok(())
                 })
+                .await
+        })?;
+        Ok(out)
+    }
+
+    /// A multi-vector (ColBERT) model's vectors of each text: one per token it keeps, in order, as
+    /// sentence-transformers' MultiVectorEncoder gives them (`encode_query` where `prompt_name` is `query`,
+    /// `encode_document` where it is `document`: the prompt of that name, the task's limit and, for a query, its
+    /// expansion; else `encode` with the model's default prompt). Blocking, as [`Engine::embed`].
+    pub fn embed_vectors<S: AsRef<str>>(
+        &self,
+        texts: &[S],
+        prompt_name: Option<&str>,
+    ) -> Result<Vec<Vec<Vec<f32>>>> {
+        let Some(mv) = self.front.multi_vector() else {
+            return Err(Error::Config {
+                name: "model",
+                message:
+                    "not a multi-vector model: vectors per token come from a MultiVectorEncoder"
+                        .into(),
+            });
+        };
+        let task = multi_vector::Task::named(prompt_name);
+        let prompt = self.front.prompt_or_default(prompt_name, "prompt_name")?;
+        let tokenizer = mv.tokenizer(task, self.tokenizer());
+        let seqs = texts
+            .iter()
+            .map(|t| {
+                let mut ids = Vec::new();
+                tokenizer.encode(&Prompt::template(prompt, t.as_ref()), &mut ids)?;
+                mv.expand(task, &mut ids);
+                Ok(ids)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let runtime = self.runtime("Engine::embed_vectors")?;
+        let dim = self.dim();
+        let mut out = Vec::with_capacity(texts.len());
+        runtime.block_on(async {
+            let scheduler =
+                scheduler::Scheduler::start(self.backend.clone(), &self.bulk_config(), |_| {});
+            let mut ids = seqs.iter();
+            let each = |e: scheduler::Embedded| {
+                let ids = ids.next().map_or(&[][..], Vec::as_slice);
+                let rows = e.embedding.chunks_exact(dim).zip(mv.kept(task, ids));
+                out.push(rows.filter(|(_, k)| *k).map(|(v, _)| v.to_vec()).collect());
+                Ok::<_, Error>(())
+            };
+            scheduler
+                .embed_all(seqs.iter().cloned().map(Ok), mv.readout(task), each)
                 .await
         })?;
         Ok(out)

@@ -198,13 +198,20 @@ impl GatewayArgs {
     }
 }
 
-/// Says which routes a cross-encoder or a sparse model answers: the dense embedding routes refuse them, and a
+/// Says which routes a cross-encoder, a sparse or a multi-vector model answers: the dense embedding routes refuse them, and a
 /// client pointed at those would otherwise learn that only from its first 422.
 fn announce(front: &ModelFront) {
     if front.info().sparse {
         eprintln!(
             "model: a sparse (SPLADE) model of {} vocabulary entries: served on /embed_sparse and POST / (and /embed \
              with normalize: false), not on the dense embedding routes",
+            front.info().dim
+        );
+    }
+    if front.info().multi_vector {
+        eprintln!(
+            "model: a multi-vector (ColBERT) model of {}-wide vectors: served on /embed_multi (`\"prompt_name\": \
+             \"query\"` or `\"document\"` names the task), not on the dense embedding routes",
             front.info().dim
         );
     }

@@ -59,6 +59,17 @@ impl Backend for Threaded {
         if let Err(e) = batch.validate(self.info.vocab_size, self.info.max_positions) {
             return Handle::ready(Err(e));
         }
+        let vectors = |i| matches!(batch.readout(i), Readout::Vectors { .. });
+        if let Some(i) = (0..batch.len()).find(|&i| vectors(i) != self.info.multi_vector) {
+            return Handle::ready(Err(Error::Batch(match self.info.multi_vector {
+                true => format!(
+                    "sequence {i}: a multi-vector model answers a vector per token, nothing else"
+                ),
+                false => {
+                    format!("sequence {i}: a vector per token is a multi-vector model's answer")
+                }
+            })));
+        }
         if !self.info.token_states && (0..batch.len()).any(|i| batch.readout(i) == Readout::Tokens)
         {
             return Handle::ready(Err(Error::Batch(
@@ -133,6 +144,8 @@ pub struct BackendInfo {
     /// Whether it serves token states ([`crate::Readout::Tokens`]): not for a model with Dense modules after
     /// pooling, whose embedding is not the hidden states' width or space.
     pub token_states: bool,
+    /// Whether it is a multi-vector model, which answers [`crate::Readout::Vectors`] and nothing else.
+    pub multi_vector: bool,
     /// Precision the weights run in (bf16 falls back to f32 where the device cannot run it).
     pub dtype: crate::dtype::Dtype,
     /// Why `dtype` differs from the configured one, in words (`None`: it runs what was asked).
@@ -286,7 +299,9 @@ impl Embeddings {
 
     /// Scales every pooled row to unit length (sentence-transformers' Normalize), keeping the norms they had, so
     /// the pooled vectors can be had back ([`Row::unnormalized`]). Bitwise what normalizing in the forward gave.
-    /// Token states are the model's output before its Pooling module, so Normalize never applies to them.
+    /// Token states are the model's output before its Pooling module, so Normalize never applies to them; a
+    /// multi-vector model's vectors are each normalized (their norms not kept: no route serves them
+    /// unnormalized).
     pub(crate) fn normalize(&mut self, batch: &Batch) {
         self.norms.clear();
         for i in 0..self.len() {
@@ -296,6 +311,13 @@ impl Embeddings {
                     let mut norm = 0.0;
                     cpu::kernels::l2_normalize(&mut self.data[start..end], &mut norm);
                     Some(norm)
+                }
+                crate::Readout::Vectors { .. } => {
+                    let mut norm = 0.0;
+                    for row in self.data[start..end].chunks_exact_mut(self.dim) {
+                        cpu::kernels::l2_normalize(row, &mut norm);
+                    }
+                    None
                 }
                 crate::Readout::Tokens => None,
             });
@@ -308,7 +330,7 @@ impl Embeddings {
     pub(crate) fn keep_largest(&mut self, batch: &Batch, k: usize) {
         let mut magnitudes = Vec::new();
         for i in 0..self.len() {
-            if let crate::Readout::Tokens = batch.readout(i) {
+            if let crate::Readout::Tokens | crate::Readout::Vectors { .. } = batch.readout(i) {
                 continue;
             }
             let row = &mut self.data[self.offsets[i] * self.dim..self.offsets[i + 1] * self.dim];

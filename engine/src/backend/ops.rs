@@ -105,12 +105,16 @@ impl AttentionShape {
         (self.heads + 2 * self.kv_heads) * self.head_dim
     }
 
-    /// The keys query `q` of a `len`-token sequence sees: never empty (a token sees itself), and both ends
-    /// ascend with `q`.
-    pub fn keys(&self, q: usize, len: usize) -> Range<usize> {
-        let end = if self.causal { q + 1 } else { len };
+    /// The keys query `q` of a sequence sees, of the sequence's first `keys` tokens (all of them, but for a query's
+    /// unattended expansion: [`crate::Batch::keys`]). Both ends ascend with `q`; never empty where `q < keys` (a
+    /// token sees itself), nor past it without a window or where `q` is within the window of key `keys − 1`.
+    pub fn keys(&self, q: usize, keys: usize) -> Range<usize> {
+        let end = if self.causal { (q + 1).min(keys) } else { keys };
         match self.window {
-            Some(w) => q.saturating_sub(w)..end.min(q.saturating_add(w).saturating_add(1)),
+            Some(w) => {
+                let end = end.min(q.saturating_add(w).saturating_add(1));
+                q.saturating_sub(w).min(end)..end
+            }
             None => 0..end,
         }
     }
@@ -393,6 +397,9 @@ pub trait Architecture<D: Device>: Send + Sync {
     /// Whether the pooled rows are the embedding (no sentence-transformers Dense module after pooling): only then
     /// may a backend normalize them as it pools (the GPU's pooling kernel); otherwise it normalizes the output.
     fn pools_last(&self) -> bool;
+    /// Whether it is a multi-vector model: its answer a vector per token ([`crate::Readout::Vectors`]), which it
+    /// gives for nothing else.
+    fn multi_vector(&self) -> bool;
     /// Runs `batch` and writes each sequence's answer (its pooled embedding, or its token states when its readout
     /// asks) into its rows of `out` ([`Batch::out_offsets`]). `acts` holds one view per
     /// slot of [`Architecture::layout`], each with at least `batch.tokens()` rows. The batch has passed

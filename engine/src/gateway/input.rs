@@ -402,7 +402,7 @@ impl Tokenization {
             (crate::Readout::Pooled { .. }, Inputs::Ids(_) | Inputs::Pairs(_)) => {
                 crate::Readout::POOLED
             }
-            (crate::Readout::Tokens, _) => crate::Readout::Tokens,
+            (readout @ (crate::Readout::Tokens | crate::Readout::Vectors { .. }), _) => readout,
         })
     }
 
@@ -426,14 +426,25 @@ impl Tokenization {
             ));
         }
         let text = Prompt::template(prompt, text);
-        let tokenizer = self.tokenizer(front, options.direction);
+        // A multi-vector model's query or document is cut at its task's limit (its route cuts from the right).
+        let task = crate::multi_vector::Task::named(options.prompt_name.as_deref());
+        let multi_vector = front
+            .multi_vector()
+            .filter(|_| matches!(options.readout, crate::Readout::Vectors { .. }));
+        let tokenizer = match multi_vector {
+            Some(mv) => mv.tokenizer(task, front.tokenizer()),
+            None => self.tokenizer(front, options.direction),
+        };
         let mut ids = Vec::new();
         let cut = with_thread_scratch(|scratch| tokenizer.encode_cut(&text, scratch, &mut ids))
             .map_err(|e| {
                 ApiError::unprocessable("tokenization_failed", format!("input {i}: {e}"))
             })?;
         if cut && !options.truncate {
-            return Err(Self::too_long(self.max_len, i, None, options.api));
+            return Err(Self::too_long(tokenizer.max_length(), i, None, options.api));
+        }
+        if let Some(mv) = multi_vector {
+            mv.expand(task, &mut ids);
         }
         // A tokenizer that adds no special tokens (a StaticEmbedding's, one without a post-processor) gives none
         // for a text of whitespace or of what its normaliser drops, a word list (WordEmbeddings') none for a text

@@ -20,6 +20,7 @@ mod format;
 mod input;
 mod metrics;
 mod more_routes;
+mod multi_vector;
 mod requests;
 mod routes;
 mod scores;
@@ -129,6 +130,9 @@ struct Inner {
 /// the JSON writer reads them where the forward pass wrote them.
 pub struct Embedded {
     pub vectors: Vec<Row>,
+    /// A multi-vector model's answers: for each input, whether each token's vector is returned
+    /// ([`crate::multi_vector::MultiVector::kept`]); empty otherwise.
+    pub kept: Vec<Vec<bool>>,
     pub tokens: usize,
     pub times: Times,
 }
@@ -344,8 +348,16 @@ impl Gateway {
         let start = Instant::now();
         let readout = self.inner.tokenization.readout(&inputs, &options)?;
         let priority = options.priority;
+        let task = crate::multi_vector::Task::named(options.prompt_name.as_deref());
         let (prepared, tokenization) = self.tokenize(inputs, options).await?;
         let Prepared { seqs, type1_from } = prepared;
+        let kept = match (readout, self.front().multi_vector()) {
+            (crate::Readout::Vectors { .. }, Some(mv)) => seqs
+                .iter()
+                .map(|ids| mv.kept(task, ids).collect())
+                .collect(),
+            _ => Vec::new(),
+        };
         let (n, tokens) = (seqs.len(), seqs.iter().map(Vec::len).sum());
         let request = self.inner.requests.fetch_add(1, Ordering::Relaxed);
         let mut pieces = Vec::new();
@@ -392,6 +404,7 @@ impl Gateway {
         self.inner.retries.deposit();
         Ok(Embedded {
             vectors,
+            kept,
             tokens,
             times: Times {
                 tokenization,

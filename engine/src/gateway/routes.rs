@@ -16,7 +16,7 @@ use sha2::Digest;
 use subtle::ConstantTimeEq;
 
 use super::requests::{parse, OpenAiRequest, TeiRequest, TokenizeRequest};
-use super::{more_routes, scores, serve, sparse};
+use super::{more_routes, multi_vector, scores, serve, sparse};
 use super::{
     Api, ApiError, Embedded, Encoded, EncodingFormat, Gateway, Inputs, Options, Precision, Times,
     Tokenization,
@@ -34,6 +34,7 @@ pub(super) fn router(gateway: Gateway) -> Router {
         .route("/embed", post(tei_embed))
         .route("/embed_all", post(more_routes::embed_all))
         .route("/embed_sparse", post(sparse::embed_sparse))
+        .route("/embed_multi", post(multi_vector::embed_multi))
         .route("/similarity", post(more_routes::similarity))
         .route("/tokenize", post(tokenize))
         .route("/decode", post(more_routes::decode))
@@ -300,6 +301,7 @@ async fn openai_embeddings(
             vectors,
             tokens,
             times,
+            ..
         } = gw.embed(req.input.0, options).await?;
         let data = encode(&vectors, dims, true, false, req.encoding_format)
             .into_iter()

@@ -31,13 +31,15 @@ fn classifier(gw: &Gateway) -> Result<&Classifier, ApiError> {
     })
 }
 
-/// `/info`'s `model_type`, in TEI's shape: `{"embedding": {"pooling": …}}` (`"splade"` for a sparse model), or a cross-encoder's labels as
+/// `/info`'s `model_type`, in TEI's shape: `{"embedding": {"pooling": …}}` (`"splade"` for a sparse model,
+/// `"multi-vector"` for a ColBERT one), or a cross-encoder's labels as
 /// `{"reranker": …}` (one label) or `{"classifier": …}` with `id2label` and `label2id`.
 pub(super) fn model_type(info: &crate::ModelInfo) -> serde_json::Value {
     let Some(classifier) = &info.classifier else {
         // TEI names one mode; sentence-transformers may concatenate several.
         let pooling = match info.pooling.modes.as_slice() {
             _ if info.sparse => serde_json::json!("splade"),
+            _ if info.multi_vector => serde_json::json!("multi-vector"),
             [one] => serde_json::json!(one),
             many => serde_json::json!(many),
         };
@@ -58,7 +60,8 @@ pub(super) fn model_type(info: &crate::ModelInfo) -> serde_json::Value {
 }
 
 /// Refuses the dense embedding routes for a cross-encoder, whose output is a score per label, not an embedding,
-/// and for a sparse model, whose output is a weight per vocabulary entry.
+/// for a sparse model, whose output is a weight per vocabulary entry, and for a multi-vector model, whose output
+/// is a vector per token.
 pub(super) fn embedder(gw: &Gateway) -> Result<(), ApiError> {
     let info = gw.front().info();
     match info.classifier {
@@ -71,6 +74,11 @@ pub(super) fn embedder(gw: &Gateway) -> Result<(), ApiError> {
             "wrong_model_type",
             "this model is a sparse (SPLADE) model: /embed_sparse gives its weights per vocabulary entry (TEI's \
              /embed the whole vector with normalize: false); it has no dense embedding",
+        )),
+        None if info.multi_vector => Err(ApiError::unprocessable(
+            "wrong_model_type",
+            "this model is a multi-vector (ColBERT) model: /embed_multi gives its vectors per token; it has no \
+             single embedding",
         )),
         None => Ok(()),
     }
@@ -311,6 +319,7 @@ pub(super) async fn cohere_rerank(
             vectors,
             tokens,
             times,
+            ..
         } = rank_pairs(&gw, &req.query, documents, options).await?;
         let mut ranks = ranked(&vectors, false)?;
         ranks.truncate(req.top_n.unwrap_or(usize::MAX));

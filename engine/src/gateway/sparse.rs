@@ -123,6 +123,7 @@ impl Gateway {
             .ok_or_else(|| ApiError::internal("a lookup gave vectors of another width"))?;
         Ok(Embedded {
             vectors: embeddings.into_rows().collect(),
+            kept: Vec::new(),
             tokens,
             times: Times {
                 tokenization,

@@ -149,6 +149,8 @@ pub struct Head<D: Device> {
     /// ([`Architecture::max_active_dims`](crate::backend::ops::Architecture::max_active_dims)).
     pub max_active_dims: Option<usize>,
     pools_last: bool,
+    /// A multi-vector model's: the Dense modules run on every token, nothing pooled.
+    per_token: bool,
     hidden: usize,
     dense: Vec<Dense<D>>,
     sparse: Option<Sparse<D>>,
@@ -171,6 +173,7 @@ impl<D: Device> Head<D> {
             normalize: dir.normalize,
             max_active_dims: dir.sparse.as_ref().and_then(|s| s.max_active_dims),
             pools_last: dir.pools_last(),
+            per_token: dir.multi_vector.is_some(),
             hidden: dir.config.hidden_size(),
             dense,
         })
@@ -197,6 +200,11 @@ impl<D: Device> Head<D> {
         self.pools_last
     }
 
+    /// Whether the Dense modules run on every token (a multi-vector model's head).
+    pub fn per_token(&self) -> bool {
+        self.per_token
+    }
+
     /// Appends the slots the Dense modules read and write (the pooled rows, and each output but the last's, which
     /// is the embedding) to an architecture's layout, in a region of their own.
     pub fn extend(&self, layout: &mut Layout) {
@@ -205,6 +213,11 @@ impl<D: Device> Head<D> {
         let inputs = std::iter::once(self.pooled()).chain(self.dense.iter().map(|d| d.out));
         let widths: Vec<usize> = match &self.sparse {
             Some(s) => s.widths().to_vec(),
+            // Every token's row is its own input: nothing pooled to hold.
+            None if self.per_token => inputs
+                .skip(1)
+                .take(self.dense.len().saturating_sub(1))
+                .collect(),
             None => inputs.take(self.dense.len()).collect(),
         };
         for width in widths {
@@ -227,6 +240,16 @@ impl<D: Device> Head<D> {
         let rows = batch.out_rows();
         if let Some(sparse) = &self.sparse {
             sparse.forward(ops, batch, x, acts, out.top(rows));
+            return;
+        }
+        // A multi-vector model's batch asks every token's vector (`Readout::Vectors`): its rows are the tokens'.
+        if let (true, Some((last, inner))) = (self.per_token, self.dense.split_last()) {
+            let mut input = x.top(rows);
+            for (d, act) in inner.iter().zip(acts) {
+                d.forward(ops, input, act.top(rows));
+                input = act.top(rows);
+            }
+            last.forward(ops, input, out.top(rows));
             return;
         }
         let pool = |into: O::Mat| {

@@ -27,8 +27,8 @@ pub use config::{
     StaticConfig, T5Config, T5FeedForward,
 };
 pub use dir::{
-    ChatTemplateFile, Classifier, DenseModule, LookupRoute, ModelDir, Pooling, PoolingModule,
-    Routes, SparseModule, LOOKUP_TABLE, MAX_POSITIONS,
+    ChatTemplateFile, Classifier, DenseModule, LookupRoute, ModelDir, MultiVectorModule, Pooling,
+    PoolingModule, QueryExpansion, Routes, SparseModule, LOOKUP_TABLE, MAX_POSITIONS,
 };
 pub use head::Head;
 pub use sparse_lookup::SparseLookup;
@@ -341,6 +341,10 @@ impl<D: Device> Architecture<D> for Model<D> {
 
     fn pools_last(&self) -> bool {
         self.head.pools_last()
+    }
+
+    fn multi_vector(&self) -> bool {
+        self.head.per_token()
     }
 
     fn forward<O: Ops<Device = D>>(&self, ops: &O, batch: &Batch, acts: &[O::Mat], out: O::Mat) {

@@ -148,10 +148,15 @@ impl Remote {
             readout: match work.readout {
                 Readout::Pooled { .. } => proto::Readout::Pooled,
                 Readout::Tokens => proto::Readout::Tokens,
+                Readout::Vectors { .. } => proto::Readout::Vectors,
             } as i32,
             skip: match work.readout {
                 Readout::Pooled { skip } => skip,
-                Readout::Tokens => 0,
+                Readout::Tokens | Readout::Vectors { .. } => 0,
+            },
+            expansion: match work.readout {
+                Readout::Vectors { expansion } => expansion,
+                Readout::Pooled { .. } | Readout::Tokens => None,
             },
             admitted_elsewhere: admitted,
             type1_from: work.type1_from,

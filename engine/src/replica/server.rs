@@ -48,6 +48,9 @@ impl proto::replica_server::Replica for Service {
             readout: match request.readout() {
                 proto::Readout::Pooled => Readout::Pooled { skip: request.skip },
                 proto::Readout::Tokens => Readout::Tokens,
+                proto::Readout::Vectors => Readout::Vectors {
+                    expansion: request.expansion,
+                },
             },
             type1_from: request.type1_from,
         };

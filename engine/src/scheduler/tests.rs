@@ -35,6 +35,7 @@ impl Backend for Manual {
             vocab_size: 100,
             max_positions: 100,
             token_states: true,
+            multi_vector: false,
             dtype: crate::Dtype::F32,
             dtype_note: None,
             capture: crate::CaptureMode::Off,

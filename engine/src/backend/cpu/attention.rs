@@ -50,11 +50,13 @@ impl<'a> Bias<'a> {
 /// `shape` says, from the fused `[Q | K | V]`
 /// projection `qkv` in f32, or (`qkv16`) rounded to bf16 for the bf16 tiles. One task per (sequence, key/value
 /// head) packs that head's keys and values once and serves every query head of its group (grouped-query
-/// attention).
+/// attention). Sequence `s`'s keys are its first `keys[s]` tokens (all of them but for ColBERT's unattended query
+/// expansion, [`crate::Batch::keys`]); every token is a query.
 #[allow(clippy::too_many_arguments)]
 pub fn attention(
     par: &dyn Par,
     offsets: &[usize],
+    keys: &[usize],
     qkv: Mat,
     qkv16: Option<Mat<u16>>,
     shape: AttentionShape,
@@ -77,6 +79,12 @@ pub fn attention(
     assert!(
         offsets.first() == Some(&0) && offsets.windows(2).all(|w| w[0] <= w[1]),
         "attention: offsets must start at 0 and ascend"
+    );
+    assert!(
+        keys.len() + 1 == offsets.len()
+            && (0..keys.len()).all(|s| keys[s] <= offsets[s + 1] - offsets[s]
+                && (keys[s] > 0 || offsets[s + 1] == offsets[s])),
+        "attention: each sequence's keys must be among its tokens, one at least"
     );
     assert!(
         qkv.rows >= tokens
@@ -111,7 +119,7 @@ pub fn attention(
                 "attention: scratch too small"
             );
             to_bf16_rows(par, qkv, q16);
-            attention_bf16(par, offsets, q16, shape, bias, ctx, scratch)
+            attention_bf16(par, offsets, keys, q16, shape, bias, ctx, scratch)
         }
         #[cfg(not(target_arch = "x86_64"))]
         Some(_) => unreachable!("bf16 operands are only made where AVX512-BF16 exists"),
@@ -120,7 +128,7 @@ pub fn attention(
                 scratch.floats_per_slab() >= scratch_floats(Isa::detect(), max_len, d, false),
                 "attention: scratch too small"
             );
-            attention_f32(par, offsets, qkv, shape, bias, ctx, scratch)
+            attention_f32(par, offsets, keys, qkv, shape, bias, ctx, scratch)
         }
     }
 }
@@ -147,9 +155,11 @@ fn columns(shape: AttentionShape, head: usize) -> (usize, usize, usize) {
     (head * d, k0 + kv * d, k0 + (shape.kv_heads + kv) * d)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn attention_f32(
     par: &dyn Par,
     offsets: &[usize],
+    key_counts: &[usize],
     qkv: Mat,
     shape: AttentionShape,
     bias: Option<Bias>,
@@ -165,37 +175,37 @@ fn attention_f32(
     let seqs = offsets.len() - 1;
     par.run(seqs * shape.kv_heads, &|task, worker| {
         let (s, kv) = (task / shape.kv_heads, task % shape.kv_heads);
-        let (start, len) = (offsets[s], offsets[s + 1] - offsets[s]);
-        let keys = len.div_ceil(nr) * nr;
+        let (start, len, kl) = (offsets[s], offsets[s + 1] - offsets[s], key_counts[s]);
+        let keys = kl.div_ceil(nr) * nr;
         // SAFETY: the slab is this worker's, sized by `scratch_floats` for the longest sequence (checked by the
-        // caller); the task reads rows start..start+len of qkv (read-only during this operation; the caller
-        // checked they exist) and writes only its own heads' columns of those rows in ctx.
+        // caller; `kl` ≤ `len`); the task reads rows start..start+len of qkv (read-only during this operation; the
+        // caller checked they exist) and writes only its own heads' columns of those rows in ctx.
         unsafe {
             let slab = scratch.slab(worker);
             let (kt, rest) = slab.split_at_mut(keys * d);
-            let (v, rest) = rest.split_at_mut(d.div_ceil(nr) * nr * len);
+            let (v, rest) = rest.split_at_mut(d.div_ceil(nr) * nr * kl);
             let scores = Mat::new(&mut rest[..mr * keys], mr, keys);
             let (_, kc, vc) = columns(shape, kv * group);
-            gemm::pack_rows(qkv.at(start, kc), qkv.ld, len, d, nr, kt);
-            gemm::pack_cols(qkv.at(start, vc), qkv.ld, len, d, nr, v);
+            gemm::pack_rows(qkv.at(start, kc), qkv.ld, kl, d, nr, kt);
+            gemm::pack_cols(qkv.at(start, vc), qkv.ld, kl, d, nr, v);
             for head in kv * group..(kv + 1) * group {
                 let (qc, _, _) = columns(shape, head);
                 for q0 in (0..len).step_by(mr) {
                     let rows = mr.min(len - q0);
-                    let (first, seen) = tile_keys(shape, q0, rows, len, nr);
+                    let (first, seen) = tile_keys(shape, q0, rows, kl, nr);
                     let q = qkv.at(start + q0, qc);
                     for p in first / nr..seen.div_ceil(nr) {
-                        let out = Out::plain(scores, 0, p * nr, nr.min(len - p * nr));
+                        let out = Out::plain(scores, 0, p * nr, nr.min(kl - p * nr));
                         gemm::tile_f32(isa, q, qkv.ld, rows, kt.as_ptr().add(p * nr * d), d, &out);
                     }
                     for r in 0..rows {
                         let b = bias.map(|b| b.row(head, q0 + r));
-                        let (row, q) = (scores.row_mut(r), (q0 + r, len));
+                        let (row, q) = (scores.row_mut(r), (q0 + r, kl));
                         softmax_row(row, shape, all, q, first..seen, b);
                     }
                     for p in 0..d.div_ceil(nr) {
                         // Value rows `first..seen` of the panel (`nr` floats per row).
-                        let panel = v.as_ptr().add(p * nr * len + first * nr);
+                        let panel = v.as_ptr().add(p * nr * kl + first * nr);
                         let out = Out::plain(ctx, start + q0, qc + p * nr, nr.min(d - p * nr));
                         let probs = scores.ptr().add(first);
                         gemm::tile_f32(isa, probs, scores.ld, rows, panel, seen - first, &out);
@@ -237,7 +247,7 @@ fn scaled_softmax(keys: &mut [f32], scale: f32, bias: Option<&[f32]>) {
     }
 }
 
-/// The probabilities of query row `q` of a `len`-token sequence over the tile's `seen` keys: all of them when
+/// The probabilities of query row `q` over the tile's `seen` keys, of the sequence's `len`: all of them when
 /// every query sees every key (`all`), else its own keys' softmax and zeros for the rest. Inlined: it runs per
 /// query row, and a call with its arguments costs as much as the rest of the row's bookkeeping.
 #[inline(always)]
@@ -282,9 +292,11 @@ fn to_bf16_rows(par: &dyn Par, x: Mat, out: Mat<u16>) {
 /// carved from f32 memory (4-aligned), and its row stride and every head's column are multiples of the head
 /// width, which is even (checked by [`attention`]): every pair starts at an even u16 offset.
 #[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
 fn attention_bf16(
     par: &dyn Par,
     offsets: &[usize],
+    key_counts: &[usize],
     qkv: Mat<u16>,
     shape: AttentionShape,
     bias: Option<Bias>,
@@ -300,8 +312,8 @@ fn attention_bf16(
     let seqs = offsets.len() - 1;
     par.run(seqs * shape.kv_heads, &|task, worker| {
         let (s, kv) = (task / shape.kv_heads, task % shape.kv_heads);
-        let (start, len) = (offsets[s], offsets[s + 1] - offsets[s]);
-        let (keys, lp) = (len.div_ceil(nr) * nr, len.div_ceil(2));
+        let (start, len, kl) = (offsets[s], offsets[s + 1] - offsets[s], key_counts[s]);
+        let (keys, lp) = (kl.div_ceil(nr) * nr, kl.div_ceil(2));
         // SAFETY: as in `attention_f32`; the slices are carved from this worker's slab, sized by `scratch_floats`
         // (checked by the caller); pairs are 4-byte aligned (see above).
         unsafe {
@@ -313,7 +325,7 @@ fn attention_bf16(
             let (scores, rest) = rest.split_at_mut(mr * keys);
             let p_tile = std::slice::from_raw_parts_mut(rest.as_mut_ptr() as *mut u16, 2 * mr * lp);
             // A key's bf16 pairs are 32-bit values: packing them is the f32 transpose.
-            gemm::pack_rows(at(0, kc) as *const f32, qkv.ld / 2, len, dp, nr, k_panels);
+            gemm::pack_rows(at(0, kc) as *const f32, qkv.ld / 2, kl, dp, nr, k_panels);
             let v16 = std::slice::from_raw_parts_mut(
                 v_panels.as_mut_ptr() as *mut u16,
                 2 * v_panels.len(),
@@ -321,7 +333,7 @@ fn attention_bf16(
             for p in 0..d.div_ceil(nr) {
                 let cols = nr.min(d - p * nr);
                 for kp in 0..lp {
-                    let second = (2 * kp + 1 < len).then(|| at(2 * kp + 1, vc + p * nr));
+                    let second = (2 * kp + 1 < kl).then(|| at(2 * kp + 1, vc + p * nr));
                     let dst = &mut v16[(p * lp + kp) * 2 * nr..(p * lp + kp + 1) * 2 * nr];
                     gemm::interleave_bf16(at(2 * kp, vc + p * nr), second, cols, dst);
                 }
@@ -332,16 +344,16 @@ fn attention_bf16(
                 for q0 in (0..len).step_by(mr) {
                     let rows = mr.min(len - q0);
                     // `first` is a multiple of the (even) panel width: it starts a value pair.
-                    let (first, seen) = tile_keys(shape, q0, rows, len, nr);
+                    let (first, seen) = tile_keys(shape, q0, rows, kl, nr);
                     for p in first / nr..seen.div_ceil(nr) {
-                        let out = Out::plain(scores, 0, p * nr, nr.min(len - p * nr));
+                        let out = Out::plain(scores, 0, p * nr, nr.min(kl - p * nr));
                         let panel = (k_panels.as_ptr() as *const u16).add(p * nr * d);
                         gemm::tile_bf16(at(q0, qc), qkv.ld, rows, panel, dp, &out);
                     }
                     for r in 0..rows {
                         let probs = scores.row_mut(r);
                         let b = bias.map(|b| b.row(head, q0 + r));
-                        softmax_row(probs, shape, all, (q0 + r, len), first..seen, b);
+                        softmax_row(probs, shape, all, (q0 + r, kl), first..seen, b);
                         let dst = &mut p_tile[r * 2 * lp..(r + 1) * 2 * lp];
                         gemm::to_bf16(&probs[first..seen], dst);
                     }
@@ -373,6 +385,7 @@ mod tests {
     /// Attention by its definition, in f64, one sequence and query head at a time.
     fn reference(
         offsets: &[usize],
+        keys: &[usize],
         qkv: &[f32],
         shape: AttentionShape,
         bias: Option<Bias>,
@@ -380,12 +393,13 @@ mod tests {
         let (d, w) = (shape.head_dim, shape.qkv_width());
         let h = shape.heads * d;
         let mut out = vec![0.0; offsets[offsets.len() - 1] * h];
-        for win in offsets.windows(2) {
+        for (win, &kl) in offsets.windows(2).zip(keys) {
             let (s, len) = (win[0], win[1] - win[0]);
             for head in 0..shape.heads {
                 let (qc, kc, vc) = columns(shape, head);
                 for i in 0..len {
-                    let seen = shape.keys(i, len);
+                    let seen = shape.keys(i, kl);
+                    assert!(!seen.is_empty(), "query {i} sees no key of {kl}");
                     let scores: Vec<f64> = seen
                         .clone()
                         .map(|k| {
@@ -461,6 +475,18 @@ mod tests {
                 for l in &lens {
                     offsets.push(offsets.last().unwrap() + l);
                 }
+                // Every token a key, or (ColBERT's unattended query expansion) the last quarter of each sequence
+                // none's, where every query still sees a key.
+                let some_keys: Vec<usize> = lens
+                    .iter()
+                    .map(|&l| {
+                        let k = (l - l / 4).max(1);
+                        match window.is_none_or(|w| l <= k + w) {
+                            true => k,
+                            false => l,
+                        }
+                    })
+                    .collect();
                 let t = *offsets.last().unwrap();
                 let w = shape.qkv_width();
                 let mut qkv: Vec<f32> = (0..t * w).map(|_| rng.gen_range(-2.0..2.0)).collect();
@@ -475,13 +501,15 @@ mod tests {
                     reach,
                 };
                 // bf16 rounds Q, K, V and the probabilities to 8 significant bits; f32 only reorders sums.
-                for (bf16, tolerance, bias) in [
-                    (false, 1e-5, None),
-                    (true, 3e-2, None),
-                    (false, 1e-5, Some(bias)),
-                    (true, 3e-2, Some(bias)),
+                for (bf16, tolerance, bias, keys) in [
+                    (false, 1e-5, None, &lens),
+                    (true, 3e-2, None, &lens),
+                    (false, 1e-5, Some(bias), &lens),
+                    (true, 3e-2, Some(bias), &lens),
+                    (false, 1e-5, None, &some_keys),
+                    (true, 3e-2, Some(bias), &some_keys),
                 ] {
-                    let expect = reference(&offsets, &qkv, shape, bias);
+                    let expect = reference(&offsets, keys, &qkv, shape, bias);
                     if bf16 && !gemm::bf16_supported() {
                         eprintln!("SKIPPED: bf16 attention (this CPU has no AVX512-BF16)");
                         continue;
@@ -494,11 +522,11 @@ mod tests {
                     let c = Mat::new(&mut ctx, t, heads * head_dim);
                     let q = Mat::new(&mut qkv, t, w);
                     let par = Eager { pool: &pool };
-                    attention(&par, &offsets, q, q16, shape, bias, c, &scratch);
+                    attention(&par, &offsets, keys, q, q16, shape, bias, c, &scratch);
                     for (i, (a, e)) in ctx.iter().zip(&expect).enumerate() {
                         assert!(
                             (a - e).abs() < tolerance,
-                            "bf16={bf16} bias={} {shape:?} [{i}]: {a} vs {e}",
+                            "bf16={bf16} bias={} keys {keys:?} {shape:?} [{i}]: {a} vs {e}",
                             bias.is_some()
                         );
                     }
@@ -525,6 +553,7 @@ mod tests {
         attention(
             &Eager { pool: &pool },
             &[0, 1],
+            &[1],
             q,
             None,
             shape,

@@ -90,6 +90,7 @@ pub(crate) fn start<M: Architecture<Cpu> + 'static>(
         vocab_size: compute.model.vocab_size(),
         max_positions: compute.layout.max_positions,
         token_states: compute.model.pools_last(),
+        multi_vector: compute.model.multi_vector(),
         dtype,
         dtype_note: (dtype != config.dtype).then_some("this CPU lacks AVX512-BF16"),
         capture: config.capture,

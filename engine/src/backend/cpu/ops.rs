@@ -352,6 +352,7 @@ impl<'a> Ops for CpuPass<'a> {
         attention::attention(
             self.par,
             batch.offsets(),
+            batch.keys(),
             qkv,
             qkv16,
             shape,
@@ -373,7 +374,7 @@ impl<'a> Ops for CpuPass<'a> {
             let token = |t: usize| unsafe { x.row(t) };
             let skip = match batch.readout(s) {
                 Readout::Pooled { skip } => skip as usize,
-                Readout::Tokens => {
+                Readout::Tokens | Readout::Vectors { .. } => {
                     for (r, t) in (rows[s]..rows[s + 1]).zip(first..end) {
                         // SAFETY: each task owns its sequence's output rows.
                         unsafe { out.row_mut(r) }.copy_from_slice(token(t));

@@ -98,10 +98,10 @@ impl InputLayout {
             host[self.out_offsets + i] = int(r);
         }
         for i in 0..seqs {
-            // The pool kernel's readout code: -1 for token states, else the leading tokens pooling leaves out.
+            // The pool kernel's readout code: -1 for a row per token, else the leading tokens pooling leaves out.
             host[self.readouts + i] = match batch.readout(i) {
                 Readout::Pooled { skip } => i32::try_from(skip).unwrap_or(i32::MAX),
-                Readout::Tokens => -1,
+                Readout::Tokens | Readout::Vectors { .. } => -1,
             };
             host[self.type1_from + i] = batch
                 .type1_from(i)

@@ -49,6 +49,15 @@ use pinned::{Capacity, Pool};
 /// Loads the model in `dir` onto GPU `config.device` and starts the backend. Everything CUDA lives on the compute
 /// thread (a CUDA graph may not move between threads); start-up errors come back from it.
 pub fn start(dir: &ModelDir, config: &EngineConfig) -> Result<Arc<dyn Backend>> {
+    // The attention kernels give every token of a sequence the same keys.
+    let expansion = dir.multi_vector.as_ref().and_then(|m| m.expansion.as_ref());
+    if expansion.is_some_and(|e| !e.attend) {
+        return Err(Error::model(
+            &dir.root,
+            "unsupported on the CUDA backend: query expansion that no token attends to (query_expansion's \
+             attend false, PyLate's attend_to_expansion_tokens false); the CPU backend runs it",
+        ));
+    }
     let (ready_tx, ready_rx) = mpsc::sync_channel(1);
     let (tx, rx) = mpsc::channel::<Job>();
     let results = Arc::new(BufferPool::default());
@@ -273,6 +282,7 @@ impl Compute {
             vocab_size: compute.model.vocab_size(),
             max_positions: compute.layout.max_positions,
             token_states: compute.model.pools_last(),
+            multi_vector: compute.model.multi_vector(),
             dtype: crate::dtype::Dtype::Bf16,
             dtype_note: (config.dtype != crate::dtype::Dtype::Bf16)
                 .then_some("the CUDA backend's GEMMs run in bf16"),

@@ -27,6 +27,9 @@ pub(super) struct TransformerModule {
     /// own variables), and sentence-transformers' `restore_suffix`.
     #[serde(default)]
     processing_kwargs: ProcessingKwargs,
+    /// A multi-vector model's `query_length`, `document_length` and `query_expansion`.
+    #[serde(flatten)]
+    pub multi_vector: super::multi_vector::TransformerKnobs,
     /// Where it was read, for errors.
     #[serde(skip)]
     path: PathBuf,

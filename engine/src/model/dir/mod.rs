@@ -9,6 +9,7 @@ mod chat;
 mod classifier;
 mod limits;
 mod modules;
+mod multi_vector;
 mod router;
 mod sparse;
 
@@ -22,6 +23,7 @@ pub use self::classifier::Classifier;
 use self::limits::{sentence_max_length, tokenizer_truncation};
 use self::modules::read_pooling;
 pub use self::modules::{DenseModule, HeadNorm, Pooling, PoolingModule};
+pub use self::multi_vector::{MultiVectorModule, QueryExpansion};
 pub use self::router::{LookupRoute, Routes, LOOKUP_TABLE};
 pub use self::sparse::SparseModule;
 use super::config::{read_json, ModelConfig, StaticConfig, WORD_EMBEDDINGS_TABLE};
@@ -67,6 +69,9 @@ pub struct ModelDir {
     /// A Router's routes (an inference-free SPLADE model's): the engine runs the Transformer's, the default; a
     /// SparseStaticEmbedding's is answered by lookup.
     pub routes: Option<Routes>,
+    /// A multi-vector (ColBERT) model's knobs: its output is a vector per token, `dense` and Normalize applied to
+    /// each.
+    pub multi_vector: Option<MultiVectorModule>,
     pub weights_path: PathBuf,
     /// The `tokenizer.json`, or a WordEmbeddings module's word list ([`crate::tokenizer::WHITESPACE_CONFIG`]).
     pub tokenizer_path: PathBuf,
@@ -98,6 +103,11 @@ struct SentenceTransformersFile {
     default_prompt_name: Option<String>,
     /// A SparseEncoder's top-k ([`SparseModule::max_active_dims`]); a SentenceTransformer ignores it.
     max_active_dims: Option<usize>,
+    /// `MultiVectorEncoder`, or a PyLate 3 save's `ColBERT`: a multi-vector model.
+    model_type: Option<String>,
+    /// The other keys (a PyLate save's multi-vector knobs).
+    #[serde(flatten)]
+    rest: serde_json::Map<String, serde_json::Value>,
 }
 
 /// sentence-transformers' `wordembedding_config.json` (a WordEmbeddings module's).
@@ -240,6 +250,18 @@ impl ModelDir {
             None => TransformerModule::read(&transformer_root)?,
         };
         let task = module.transformer_task.as_deref();
+        let st_path = root.join("config_sentence_transformers.json");
+        let mut st = if st_path.is_file() {
+            read_json::<SentenceTransformersFile>(&st_path)?
+        } else {
+            SentenceTransformersFile::default()
+        };
+        // A MultiVectorEncoder's save, or PyLate 3's (its modules the Transformer and Dense alone).
+        let pylate = st.model_type.as_deref() == Some("ColBERT");
+        let multi = pylate
+            || st.model_type.as_deref() == Some("MultiVectorEncoder")
+            || modules.iter().any(|m| m.class() == "MultiVectorMask");
+        let mut mask_folder = None;
         let is_static = table.as_ref().is_some_and(|&(_, s)| s);
         let has_table = table.is_some();
         let (mut pooling, mut normalize, mut pooled) =
@@ -268,16 +290,24 @@ impl ModelDir {
                     pooling = PoolingModule::single(Pooling::Max);
                     pooled = true;
                 }
-                "Pooling" if !is_static => {
+                "Pooling" if !is_static && !multi => {
                     pooling = read_pooling(&root.join(&m.path).join("config.json"))?;
                     pooled = true;
+                }
+                // A multi-vector model's Dense modules run on every token.
+                "Dense" if multi && !has_table && mask_folder.is_none() && !normalize => {
+                    let inp = dense.last().map_or(config.hidden_size(), |d| d.out_features);
+                    dense.push(DenseModule::read(&root.join(&m.path), inp, "token_embeddings")?);
+                }
+                "MultiVectorMask" if multi && !has_table => {
+                    mask_folder = Some(root.join(&m.path));
                 }
                 "Dense" if pooled && !normalize => {
                     let inp = dense.last().map_or_else(
                         || pooling.width(config.hidden_size()),
                         |d| d.out_features,
                     );
-                    dense.push(DenseModule::read(&root.join(&m.path), inp)?);
+                    dense.push(DenseModule::read(&root.join(&m.path), inp, "sentence_embedding")?);
                 }
                 "Dense" => {
                     return Err(Error::model(
@@ -343,6 +373,32 @@ impl ModelDir {
                 None => {}
             }
         }
+        let multi_vector =
+            match multi {
+                true => {
+                    // PyLate 3 normalized inline.
+                    normalize |= pylate;
+                    Some(multi_vector::read(
+                        &module.multi_vector,
+                        mask_folder.as_deref(),
+                        (&st.rest, pylate, &st_path),
+                        &mut st.prompts,
+                    )?)
+                }
+                false if module.multi_vector.any() => return Err(Error::model(
+                    transformer_root.join("sentence_bert_config.json"),
+                    "query_length, document_length or query_expansion on a model that is not a \
+                     MultiVectorEncoder",
+                )),
+                false => None,
+            };
+        if multi_vector.is_some() && (classifier.is_some() || sparse.is_some() || routes.is_some())
+        {
+            return Err(Error::model(
+                &modules_path,
+                "unsupported: a multi-vector model with a classifier, a sparse head or a Router",
+            ));
+        }
         if task == Some("text-generation") && classifier.is_none() {
             return Err(Error::model(
                 &modules_path,
@@ -398,12 +454,6 @@ impl ModelDir {
             None => limit,
         };
         let max_seq_length = limit.map_or(positions, |n| n.min(positions));
-        let st_path = root.join("config_sentence_transformers.json");
-        let st = if st_path.is_file() {
-            read_json::<SentenceTransformersFile>(&st_path)?
-        } else {
-            SentenceTransformersFile::default()
-        };
         // As sentence-transformers, which refuses a default that names no prompt.
         let default_prompt = st.default_prompt_name;
         // A CrossEncoder puts its default prompt before the query (or as a system message): not done here.
@@ -456,6 +506,7 @@ impl ModelDir {
             chat_template,
             sparse,
             routes,
+            multi_vector,
             weights_path,
             tokenizer_path,
             add_special_tokens: !has_table,
@@ -477,7 +528,10 @@ impl ModelDir {
     /// SPLADE head before it): then a sequence's token states are in the embedding's space (served by
     /// `/embed_all`), and a backend may normalize rows as it pools them.
     pub fn pools_last(&self) -> bool {
-        self.dense.is_empty() && self.pooling.modes.len() == 1 && self.sparse.is_none()
+        self.dense.is_empty()
+            && self.pooling.modes.len() == 1
+            && self.sparse.is_none()
+            && self.multi_vector.is_none()
     }
 
     /// The directory pooled as `choice` says instead of as its files do (none: as they do). A cross-encoder's

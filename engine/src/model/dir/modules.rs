@@ -120,8 +120,10 @@ fn default_dense_activation() -> String {
 }
 
 impl DenseModule {
-    /// Reads the module in `folder`, whose input must be `inp` wide (the previous module's output).
-    pub(super) fn read(folder: &Path, inp: usize) -> Result<Self> {
+    /// Reads the module in `folder`, whose input must be `inp` wide (the previous module's output) and named `on`
+    /// (`sentence_embedding`; a multi-vector model's `token_embeddings`, what a Dense module without names reads
+    /// there, as sentence-transformers' MultiVectorEncoder loads PyLate's).
+    pub(super) fn read(folder: &Path, inp: usize, on: &str) -> Result<Self> {
         let config_path = folder.join("config.json");
         let f: DenseFile = read_json(&config_path)?;
         // As sentence-transformers: a class outside torch is not imported (without trust_remote_code), tanh runs.
@@ -149,14 +151,10 @@ impl DenseModule {
             ));
         }
         let names = [&f.module_input_name, &f.module_output_name];
-        if let Some(name) = names
-            .into_iter()
-            .flatten()
-            .find(|n| *n != "sentence_embedding")
-        {
+        if let Some(name) = names.into_iter().flatten().find(|n| *n != on) {
             return Err(Error::model(
                 &config_path,
-                format!("unsupported: a Dense module on {name:?} (on the sentence embedding only)"),
+                format!("unsupported: a Dense module on {name:?} here (on {on:?} only)"),
             ));
         }
         if f.in_features != inp || f.out_features == 0 {

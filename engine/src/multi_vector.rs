@@ -1,0 +1,200 @@
+//! A multi-vector (late-interaction, ColBERT) model around the engine, as sentence-transformers 6's
+//! MultiVectorEncoder runs one: a text is a query or a document ([`Task`], which a request names as its prompt's
+//! name, as `encode_query` and `encode_document` name both), each with its token limit; a query shorter than the
+//! expansion length is padded with the expansion token ([`MultiVector::expand`]); the engine answers a vector per
+//! token ([`crate::Readout::Vectors`]), and the vectors of the tokens MultiVectorMask leaves out are dropped
+//! ([`MultiVector::kept`]).
+
+use std::path::Path;
+
+use crate::error::{Error, Result};
+use crate::model::MultiVectorModule;
+use crate::tokenizer::{self, TokenizerKind, Truncation};
+use crate::{Readout, Tokenizer};
+
+/// Which side of a late-interaction search a text is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Task {
+    Query,
+    Document,
+}
+
+impl Task {
+    /// The task a prompt name asks (`query`, `document`); another name, or none, asks none: the model's limit,
+    /// no expansion, and the skiplist as for a document, as sentence-transformers' `encode` without a task.
+    pub fn named(prompt_name: Option<&str>) -> Option<Task> {
+        match prompt_name {
+            Some("query") => Some(Task::Query),
+            Some("document") => Some(Task::Document),
+            _ => None,
+        }
+    }
+}
+
+/// The expansion of a query: padded to `length` with `id`.
+#[derive(Clone, Copy, Debug)]
+struct Expansion {
+    id: u32,
+    length: usize,
+    attend: bool,
+}
+
+/// What the front of a multi-vector model needs besides the model's tokenizer.
+pub struct MultiVector {
+    /// A query's and a document's tokenizers, where their limit is not the model's.
+    query: Option<Box<dyn Tokenizer>>,
+    document: Option<Box<dyn Tokenizer>>,
+    expansion: Option<Expansion>,
+    /// The skiplist's ids, and whether it applies to queries and to documents.
+    skip: Vec<u32>,
+    skip_tasks: [bool; 2],
+    keep_only: Option<Vec<u32>>,
+    /// The longest limit of the two tasks and the model's: what the engine serves.
+    longest: usize,
+}
+
+impl MultiVector {
+    /// The front of `module` over the tokenizer at `path` (`model`, cutting at `limit`, the model's), tasks' limits
+    /// capped at `positions`. Refuses a PyLate prefix that is not one token of the tokenizer's and an expansion
+    /// token it does not have.
+    pub(crate) fn new(
+        module: &MultiVectorModule,
+        (path, kind, add_special_tokens): (&Path, TokenizerKind, bool),
+        model: &dyn Tokenizer,
+        limit: usize,
+        positions: usize,
+    ) -> Result<Self> {
+        let refuse = |why: String| Err(Error::model(path, why));
+        let plain = tokenizer::load(path, kind, None, false)?;
+        for prefix in &module.prefixes {
+            let mut ids = Vec::new();
+            plain.encode(prefix, &mut ids)?;
+            if ids.len() != 1 {
+                return refuse(format!(
+                    "unsupported: the prefix {prefix:?} is {} tokens of this tokenizer's (sentence-transformers \
+                     registers it as a special token)",
+                    ids.len()
+                ));
+            }
+        }
+        let expansion = match &module.expansion {
+            Some(e) => {
+                let dir = path.parent().unwrap_or(Path::new("."));
+                let token = match &e.token {
+                    Some(t) => t.clone(),
+                    None => match tokenizer::named_tokens(dir)?
+                        .into_iter()
+                        .find(|(name, _)| *name == "mask_token")
+                    {
+                        Some((_, t)) => t,
+                        None => return refuse("query expansion without a token, and the tokenizer names no mask_token".into()),
+                    },
+                };
+                let Some(id) = model.token_id(&token) else {
+                    return refuse(format!(
+                        "the query expansion token {token:?} is not in the vocabulary"
+                    ));
+                };
+                Some(Expansion {
+                    id,
+                    length: e.length.min(positions),
+                    attend: e.attend,
+                })
+            }
+            None => None,
+        };
+        // A query's limit: the expansion's length where it is fixed, at least it otherwise.
+        let query_limit = match (&module.expansion, module.query_length) {
+            (Some(e), _) if e.fixed => Some(e.length),
+            (Some(e), q) => Some(q.unwrap_or(limit).max(e.length)),
+            (None, q) => q,
+        };
+        let cut = |n: Option<usize>| {
+            n.map(|n| n.min(positions))
+                .filter(|&n| n != limit)
+                .map(|n| {
+                    tokenizer::load(path, kind, Some(Truncation::right(n)), add_special_tokens)
+                })
+                .transpose()
+        };
+        let skip = module
+            .skiplist_words
+            .iter()
+            // As sentence-transformers: a word that is no single token would skip the unknown token.
+            .filter_map(|w| plain.token_id(w))
+            .collect();
+        let query = cut(query_limit)?;
+        let document = cut(module.document_length)?;
+        let longest = [&query, &document]
+            .into_iter()
+            .flatten()
+            .map(|t| t.max_length())
+            .fold(limit, usize::max);
+        Ok(MultiVector {
+            query,
+            document,
+            expansion,
+            skip,
+            skip_tasks: ["query", "document"].map(|t| module.skiplist_tasks.iter().any(|s| s == t)),
+            keep_only: module.keep_only_token_ids.clone(),
+            longest,
+        })
+    }
+
+    /// The tokenizer a text of `task` is cut by: its own where its limit is not the model's (`model`).
+    pub fn tokenizer<'a>(
+        &'a self,
+        task: Option<Task>,
+        model: &'a dyn Tokenizer,
+    ) -> &'a dyn Tokenizer {
+        let own = match task {
+            Some(Task::Query) => &self.query,
+            Some(Task::Document) => &self.document,
+            None => &None,
+        };
+        own.as_deref().unwrap_or(model)
+    }
+
+    /// Pads a query's ids with the expansion token up to the expansion's length.
+    pub fn expand(&self, task: Option<Task>, ids: &mut Vec<u32>) {
+        if let (Some(Task::Query), Some(e)) = (task, self.expansion) {
+            if ids.len() < e.length {
+                ids.resize(e.length, e.id);
+            }
+        }
+    }
+
+    /// The answer a text of `task` asks: a vector per token, a query's expansion unattended where the model says.
+    pub fn readout(&self, task: Option<Task>) -> Readout {
+        let expansion = match (task, self.expansion) {
+            (Some(Task::Query), Some(e)) if !e.attend => Some(e.id),
+            _ => None,
+        };
+        Readout::Vectors { expansion }
+    }
+
+    /// Whether each token's vector of a text of `task` (its ids, expanded) is returned: not a skiplist token's
+    /// (documents', unless the model says otherwise), and a document's only where it is one of `keep_only`'s.
+    pub fn kept<'a>(
+        &'a self,
+        task: Option<Task>,
+        ids: &'a [u32],
+    ) -> impl Iterator<Item = bool> + 'a {
+        let skips = match task {
+            Some(Task::Query) => self.skip_tasks[0],
+            _ => self.skip_tasks[1],
+        };
+        let keep_only = self
+            .keep_only
+            .as_deref()
+            .filter(|_| task != Some(Task::Query));
+        ids.iter().map(move |id| {
+            !(skips && self.skip.contains(id)) && keep_only.is_none_or(|k| k.contains(id))
+        })
+    }
+
+    /// The longest input the engine must serve: a task's limit may pass the model's.
+    pub fn longest(&self) -> usize {
+        self.longest
+    }
+}

@@ -1,0 +1,200 @@
+//! Multi-vector (late-interaction, ColBERT) models against sentence-transformers 6's MultiVectorEncoder, on the
+//! tiny random-weight checkpoints `scripts/make_colbert_fixtures.py` made: bert_colbert (a native save: `[Q] ` and
+//! `[D] ` prompts, a fixed query expansion of 16 that no token attends to, documents cut at 40, a token-level Dense
+//! and Normalize, the punctuation skiplist on documents) and modernbert_colbert_pylate (a PyLate 3 save: its
+//! prefixes, lengths and expansion at the top of `config_sentence_transformers.json`, modules Transformer and
+//! Dense only, over ModernBERT's global and sliding-window layers). Each task's reference is
+//! `encode_query` / `encode_document` of the fixture texts: the ids the encoder ran, the positions whose vectors
+//! were kept, and those vectors.
+
+mod common;
+
+use common::models::{dir, load};
+use engine::multi_vector::Task;
+use engine::{CaptureMode, Dtype, Engine};
+
+const MODELS: [&str; 2] = ["bert_colbert", "modernbert_colbert_pylate"];
+const TASKS: [(&str, Task); 2] = [("query", Task::Query), ("document", Task::Document)];
+
+/// One text's reference: the ids the encoder ran, the positions whose vectors were kept, and those vectors.
+struct Reference {
+    text: String,
+    ids: Vec<u32>,
+    kept: Vec<usize>,
+    vectors: Vec<f32>,
+}
+
+/// The reference of `model`'s `task`.
+fn reference(model: &str, task: &str) -> Vec<Reference> {
+    let path = dir(model).join(format!("{task}_reference.jsonl"));
+    common::read(&path, "vectors")
+        .into_iter()
+        .map(|f| {
+            let kept = f.record["kept"].as_array().expect("kept").iter();
+            Reference {
+                kept: kept.map(|k| k.as_u64().expect("index") as usize).collect(),
+                text: f.text,
+                ids: f.ids,
+                vectors: f.embedding,
+            }
+        })
+        .collect()
+}
+
+/// The engine's vectors of `texts` as `task`, off any runtime.
+fn vectors(engine: &Engine, texts: &[String], task: &str) -> Vec<Vec<Vec<f32>>> {
+    engine
+        .embed_vectors(texts, Some(task))
+        .unwrap_or_else(|e| panic!("{task}: {e}"))
+}
+
+/// Ids as the engine runs them (the task's prompt, limit and expansion), the kept positions, and each kept vector
+/// within float rounding of the reference's in f32 (cosine ≥ 0.999 in bf16).
+fn check(model: &str, dtype: Dtype) {
+    let engine = load(model, dtype, CaptureMode::Lazy);
+    let front = engine.front();
+    let mv = front.multi_vector().expect("a multi-vector model");
+    for (name, task) in TASKS {
+        let fx = reference(model, name);
+        let texts: Vec<String> = fx.iter().map(|f| f.text.clone()).collect();
+        let got = vectors(&engine, &texts, name);
+        let prompt = front
+            .prompt_or_default(Some(name), "prompt")
+            .expect("prompt");
+        let dim = engine.dim();
+        for (
+            Reference {
+                text,
+                ids,
+                kept,
+                vectors: want,
+            },
+            got,
+        ) in fx.iter().zip(&got)
+        {
+            let mut ours = Vec::new();
+            let templated = engine::Prompt::template(prompt, text);
+            mv.tokenizer(Some(task), engine.tokenizer())
+                .encode(&templated, &mut ours)
+                .expect("encode");
+            mv.expand(Some(task), &mut ours);
+            assert_eq!(&ours, ids, "{model} {name} {text:?}: ids");
+            let ours_kept: Vec<usize> = (0..ours.len())
+                .zip(mv.kept(Some(task), &ours))
+                .filter_map(|(i, k)| k.then_some(i))
+                .collect();
+            assert_eq!(&ours_kept, kept, "{model} {name} {text:?}: kept positions");
+            assert_eq!(got.len(), kept.len(), "{model} {name} {text:?}: vectors");
+            for (i, (g, w)) in got.iter().zip(want.chunks_exact(dim)).enumerate() {
+                match dtype {
+                    Dtype::F32 => {
+                        for (a, b) in g.iter().zip(w) {
+                            assert!(
+                                (a - b).abs() <= 2e-5,
+                                "{model} {name} {text:?} vector {i}: {a} vs {b}"
+                            );
+                        }
+                    }
+                    Dtype::Bf16 => {
+                        let cos = common::cosine(g, w);
+                        assert!(
+                            cos >= 0.999,
+                            "{model} {name} {text:?} vector {i}: cosine {cos}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn f32_vectors_match_the_multi_vector_encoder() {
+    for model in MODELS {
+        check(model, Dtype::F32);
+    }
+}
+
+#[test]
+fn bf16_vectors_reach_0_999() {
+    if common::models::bf16_runs(MODELS[0]) {
+        for model in MODELS {
+            check(model, Dtype::Bf16);
+        }
+    }
+}
+
+/// A query's vectors are the same alone as among others of other lengths (its unattended expansion is its own),
+/// and a second run (a replayed plan) gives them bitwise.
+#[test]
+fn a_querys_vectors_do_not_depend_on_its_batch() {
+    for model in MODELS {
+        let engine = load(model, Dtype::F32, CaptureMode::Lazy);
+        let texts: Vec<String> = reference(model, "query")
+            .into_iter()
+            .map(|f| f.text)
+            .collect();
+        let together = vectors(&engine, &texts, "query");
+        for _ in 0..2 {
+            for (text, want) in texts.iter().zip(&together) {
+                let alone = vectors(&engine, std::slice::from_ref(text), "query");
+                assert_eq!(&alone[0], want, "{model}: {text:?}");
+            }
+        }
+    }
+}
+
+/// `/embed_multi` answers each input's kept vectors, as `Engine::embed_vectors` gives them, for each task (a
+/// request of more inputs than the gateway's split size); the dense routes refuse the model; a query over its
+/// limit is refused unless `truncate`, and so is a cut from the left; `/info` says what the model is.
+#[test]
+fn embed_multi_answers_the_engines_vectors() {
+    use common::http::{get, post, with_gateway};
+    use serde_json::json;
+    for model in MODELS {
+        // A server refuses an empty text (TEI's `empty` error), which sentence-transformers embeds.
+        let mut texts: Vec<String> = reference(model, "document")
+            .into_iter()
+            .map(|f| f.text)
+            .collect();
+        texts.retain(|t| !t.is_empty());
+        with_gateway(model, async |router, engine| {
+            for (task, _) in TASKS {
+                let want = std::thread::scope(|s| {
+                    s.spawn(|| vectors(&engine, &texts, task))
+                        .join()
+                        .expect("join")
+                });
+                let body = json!({ "inputs": texts, "prompt_name": task, "truncate": true });
+                let (status, got) = post(&router, "/embed_multi", body).await;
+                assert_eq!(status, 200, "{model} {task}: {got}");
+                let got: Vec<Vec<Vec<f32>>> = serde_json::from_value(got).expect("vectors");
+                assert_eq!(got, want, "{model} {task}");
+            }
+            let long = texts.iter().max_by_key(|t| t.len()).expect("a text");
+            let (status, got) = post(
+                &router,
+                "/embed_multi",
+                json!({ "inputs": long, "prompt_name": "query" }),
+            )
+            .await;
+            assert_eq!(status, 422, "{model}: a long query without truncate: {got}");
+            for (route, body) in [
+                ("/embed", json!({ "inputs": "a" })),
+                ("/v1/embeddings", json!({ "input": "a", "model": model })),
+                (
+                    "/embed_multi",
+                    json!({ "inputs": "a", "truncation_direction": "left" }),
+                ),
+            ] {
+                let (status, got) = post(&router, route, body).await;
+                assert_eq!(status, 422, "{model} {route}: {got}");
+            }
+            let (_, info) = get(&router, "/info").await;
+            assert_eq!(
+                info["model_type"]["embedding"]["pooling"], "multi-vector",
+                "{info}"
+            );
+        });
+    }
+}
