@@ -2,7 +2,8 @@
 // head, S being Q K^T times `scale`, soft-capped where `softcap` > 0, plus `bias` (attention_score), from the fused
 // [Q | K | V] projection; query head h reads key/value head h / (heads / kv_heads); causal: query i sees keys 0..=i
 // of its own sequence; window >= 0: only keys at most `window` from it (a sliding window, ModernBERT's local
-// layers). Sequences never see each other.
+// layers); the keys of sequence s are its first keys[s] tokens (all of them but for a query's unattended expansion,
+// Batch::keys), every token a query. Sequences never see each other.
 //
 // `shadow` (may be null): ctx's bf16 rounding for the output projection (common.cuh).
 //
@@ -35,10 +36,11 @@ template <int D_MAX>
 __device__ __forceinline__ void attention_body(ATTENTION_PARAMS, float* smem) {
     constexpr int COLS_MAX = D_MAX / 32;
     AttentionTile tile;
-    if (!attention_tile(offsets, tiles, meta, heads, kv_heads, head_dim, &tile)) {
+    if (!attention_tile(offsets, keys, tiles, meta, heads, kv_heads, head_dim, &tile)) {
         return;
     }
-    const int start = tile.start, len = tile.len, q0 = tile.q0, qc = tile.qc, kc = tile.kc, vc = tile.vc;
+    const int start = tile.start, len = tile.len, keys_seen = tile.keys, q0 = tile.q0, qc = tile.qc, kc = tile.kc,
+              vc = tile.vc;
     const int d = head_dim, cols = d / 32;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int row0 = q0 + warp * QPW;  // the warp's first query row
@@ -70,12 +72,12 @@ __device__ __forceinline__ void attention_body(ATTENTION_PARAMS, float* smem) {
 
     // Keys any query row of this tile sees.
     int key_begin, key_end;
-    tile_keys(q0, min(len, q0 + QUERIES) - 1, len, causal, window, KEYS, &key_begin, &key_end);
+    tile_keys(q0, min(len, q0 + QUERIES) - 1, keys_seen, causal, window, KEYS, &key_begin, &key_end);
     const float* qw = qs + warp * QPW * d;
     for (int k0 = key_begin; k0 < key_end; k0 += KEYS) {
         __syncthreads();
         for (int j = warp; j < KEYS; j += WARPS) {
-            const bool in = k0 + j < len;
+            const bool in = k0 + j < keys_seen;
             const float* row = qkv + (size_t)(start + k0 + j) * ld_qkv;
             for (int e = lane; e < d; e += 32) {
                 ks[j * (d + 1) + e] = in ? row[kc + e] : 0.0f;
@@ -103,7 +105,7 @@ __device__ __forceinline__ void attention_body(ATTENTION_PARAMS, float* smem) {
 #pragma unroll
         for (int i = 0; i < QPW; i++) {
             const int row = row0 + i;
-            const bool visible = key_visible(row, key, len, causal, window);
+            const bool visible = key_visible(row, key, len, keys_seen, causal, window);
             score[i] = visible ? attention_score(score[i], scale, softcap, relative_bias(bias, reach, row, key))
                                : NEG_INF;
             tile_max[i] = score[i];

@@ -45,10 +45,11 @@ __device__ __forceinline__ void attention_mma_body(ATTENTION_PARAMS, float* smem
     constexpr int K_STEPS_MAX = D_MAX / 16, N_BLOCKS_MAX = D_MAX / 8;
     constexpr bool STAGE_Q = D_MAX > HEAD_DIM_NARROW;
     AttentionTile tile;
-    if (!attention_tile(offsets, tiles, meta, heads, kv_heads, head_dim, &tile)) {
+    if (!attention_tile(offsets, keys, tiles, meta, heads, kv_heads, head_dim, &tile)) {
         return;
     }
-    const int start = tile.start, len = tile.len, q0 = tile.q0, qc = tile.qc, kc = tile.kc, vc = tile.vc;
+    const int start = tile.start, len = tile.len, keys_seen = tile.keys, q0 = tile.q0, qc = tile.qc, kc = tile.kc,
+              vc = tile.vc;
     const int d = head_dim, k_steps = d / 16, n_blocks = d / 8;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, tq = lane & 3;
@@ -97,7 +98,7 @@ __device__ __forceinline__ void attention_mma_body(ATTENTION_PARAMS, float* smem
     }
 
     int key_begin, key_end;
-    tile_keys(q0, min(len, q0 + QUERIES) - 1, len, causal, window, MMA_KEYS, &key_begin, &key_end);
+    tile_keys(q0, min(len, q0 + QUERIES) - 1, keys_seen, causal, window, MMA_KEYS, &key_begin, &key_end);
     for (int k0 = key_begin + warp * MMA_KEYS; k0 < key_end; k0 += MMA_WARPS * MMA_KEYS) {
         // Stage the tile; keys past the sequence are zeros (a probability of 0 times a stale NaN would be NaN).
         // Lane e takes head column e (then e + 32, ...) of all MMA_KEYS keys: the tile's 2 x MMA_KEYS loads are
@@ -111,7 +112,7 @@ __device__ __forceinline__ void attention_mma_body(ATTENTION_PARAMS, float* smem
                 float kf[MMA_KEYS], vf[MMA_KEYS];
 #pragma unroll
                 for (int j = 0; j < MMA_KEYS; j++) {
-                    const bool in = k0 + j < len;
+                    const bool in = k0 + j < keys_seen;
                     const float* row = qkv + (size_t)(start + (in ? k0 + j : 0)) * ld_qkv;
                     kf[j] = in ? row[kc + e] : 0.0f;
                     vf[j] = in ? row[vc + e] : 0.0f;
@@ -156,7 +157,7 @@ __device__ __forceinline__ void attention_mma_body(ATTENTION_PARAMS, float* smem
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 const int row = q0 + g + 8 * (i >> 1), key = k0 + 8 * nb + 2 * tq + (i & 1);
-                const bool visible = key_visible(row, key, len, causal, window);
+                const bool visible = key_visible(row, key, len, keys_seen, causal, window);
                 sc[nb][i] = visible ? attention_score(sc[nb][i], scale, softcap, relative_bias(bias, reach, row, key))
                                     : NEG_INF;
                 tile_max[i >> 1] = fmaxf(tile_max[i >> 1], sc[nb][i]);

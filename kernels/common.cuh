@@ -68,22 +68,24 @@ __device__ __forceinline__ void shadow_store(unsigned short* shadow, int cols, i
 // the query heads): its sequence's first token and length, its first query row, and the columns of its query head
 // and of the key and value heads that head reads in the fused [Q | K | V] rows. False for a block past the batch's
 // tiles (a bucket's grid is larger than most batches), which returns at once.
+// A block's query tile: its sequence's first row and length, the keys its tokens attend to (the first `keys` of
+// them: all but an unattended query expansion, Batch::keys), its first query row and its head's Q, K, V columns.
 struct AttentionTile {
-    int start, len, q0, qc, kc, vc;
+    int start, len, keys, q0, qc, kc, vc;
 };
 
 // The parameters of every attention entry point (attention.cu's header has the contract), and an entry point that
 // runs `body`, templated on the widest head it holds, with the block's dynamic shared memory: each kernel file has
 // one for heads up to HEAD_DIM_NARROW and a `_wide` one up to HEAD_DIM_MAX.
 #define ATTENTION_PARAMS                                                                                          \
-    const float *qkv, int ld_qkv, float *ctx, int ld_ctx, const int *offsets, const int *tiles, const int *meta,  \
-        int heads, int kv_heads, int head_dim, int causal, int window, float scale, float softcap,                \
+    const float *qkv, int ld_qkv, float *ctx, int ld_ctx, const int *offsets, const int *keys, const int *tiles,  \
+        const int *meta, int heads, int kv_heads, int head_dim, int causal, int window, float scale, float softcap, \
         const float *bias, int reach, unsigned short *shadow
 #define ATTENTION_ENTRY(name, threads, body, d_max)                                                            \
     extern "C" __global__ void __launch_bounds__(threads) name(ATTENTION_PARAMS) {                             \
         DYNAMIC_SMEM(float, smem);                                                                             \
-        body<d_max>(qkv, ld_qkv, ctx, ld_ctx, offsets, tiles, meta, heads, kv_heads, head_dim, causal, window, \
-                    scale, softcap, bias, reach, shadow, smem);                                                \
+        body<d_max>(qkv, ld_qkv, ctx, ld_ctx, offsets, keys, tiles, meta, heads, kv_heads, head_dim, causal,  \
+                    window, scale, softcap, bias, reach, shadow, smem);                                        \
     }
 
 // A visible key's score q.k as Ops::attention takes it into the softmax (AttentionShape): scaled, soft-capped into
@@ -100,26 +102,28 @@ __device__ __forceinline__ float relative_bias(const float* bias, int reach, int
     return bias ? bias[(size_t)blockIdx.y * (2 * reach - 1) + (key - row) + reach - 1] : 0.0f;
 }
 
-// Whether query `row` of a `len`-token sequence sees `key` (Ops::attention, AttentionShape::keys): within the
-// sequence, not after the row when causal, at most `window` away when window >= 0 (a sliding window).
-__device__ __forceinline__ bool key_visible(int row, int key, int len, int causal, int window) {
-    return key < len && row < len && (!causal || key <= row) && (window < 0 || abs(key - row) <= window);
+// Whether query `row` of a `len`-token sequence whose tokens attend to its first `keys` sees `key` (Ops::attention,
+// AttentionShape::keys): among those keys, not after the row when causal, at most `window` away when window >= 0 (a
+// sliding window).
+__device__ __forceinline__ bool key_visible(int row, int key, int len, int keys, int causal, int window) {
+    return key < keys && row < len && (!causal || key <= row) && (window < 0 || abs(key - row) <= window);
 }
 
-// The keys the query rows q0 .. last of a `len`-token sequence see, from `*begin` (rounded down to a multiple of
-// `align`, the key tile) to `*end`: a row's first and last visible keys ascend with the row.
-__device__ __forceinline__ void tile_keys(int q0, int last, int len, int causal, int window, int align, int* begin,
+// The keys the query rows q0 .. last of a sequence whose tokens attend to its first `keys` see, from `*begin`
+// (rounded down to a multiple of `align`, the key tile) to `*end`: a row's first and last visible keys ascend with
+// the row.
+__device__ __forceinline__ void tile_keys(int q0, int last, int keys, int causal, int window, int align, int* begin,
                                           int* end) {
     *begin = window < 0 ? 0 : max(0, q0 - window) / align * align;
-    *end = causal ? last + 1 : len;
+    *end = causal ? min(last + 1, keys) : keys;
     if (window >= 0) {
         // Clamped so that a window wider than any sequence (up to INT_MAX from the host) cannot overflow.
-        *end = min(*end, last + min(window, len) + 1);
+        *end = min(*end, last + min(window, keys) + 1);
     }
 }
 
-__device__ __forceinline__ bool attention_tile(const int* offsets, const int* tiles, const int* meta, int heads,
-                                               int kv_heads, int d, AttentionTile* tile) {
+__device__ __forceinline__ bool attention_tile(const int* offsets, const int* keys, const int* tiles,
+                                               const int* meta, int heads, int kv_heads, int d, AttentionTile* tile) {
     const int t = blockIdx.x, h = blockIdx.y;
     if (t >= META_TILES(meta)) {
         return false;
@@ -127,6 +131,7 @@ __device__ __forceinline__ bool attention_tile(const int* offsets, const int* ti
     const int s = tiles[2 * t], kv = h / (heads / kv_heads);
     tile->start = offsets[s];
     tile->len = offsets[s + 1] - tile->start;
+    tile->keys = keys[s];
     tile->q0 = tiles[2 * t + 1];
     tile->qc = h * d;
     tile->kc = heads * d + kv * d;

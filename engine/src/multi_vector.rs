@@ -55,8 +55,8 @@ pub struct MultiVector {
 
 impl MultiVector {
     /// The front of `module` over the tokenizer at `path` (`model`, cutting at `limit`, the model's), tasks' limits
-    /// capped at `positions`. Refuses a PyLate prefix that is not one token of the tokenizer's and an expansion
-    /// token it does not have.
+    /// capped at `positions`. Refuses a PyLate prefix that sentence-transformers would register as a special token
+    /// (one the tokenizer knows but splits) and an expansion token it does not have.
     pub(crate) fn new(
         module: &MultiVectorModule,
         (path, kind, add_special_tokens): (&Path, TokenizerKind, bool),
@@ -66,13 +66,22 @@ impl MultiVector {
     ) -> Result<Self> {
         let refuse = |why: String| Err(Error::model(path, why));
         let plain = tokenizer::load(path, kind, None, false)?;
-        for prefix in &module.prefixes {
+        // sentence-transformers' `_register_prefix_tokens`: the prompt, else its first word, where the tokenizer
+        // knows it; one it knows not is text.
+        for prompt in &module.prefixes {
+            let first = prompt.split_whitespace().next().unwrap_or_default();
+            let Some((prefix, id)) = [prompt.as_str(), first]
+                .into_iter()
+                .find_map(|p| plain.token_id(p).map(|id| (p, id)))
+            else {
+                continue;
+            };
             let mut ids = Vec::new();
             plain.encode(prefix, &mut ids)?;
-            if ids.len() != 1 {
+            if ids != [id] {
                 return refuse(format!(
-                    "unsupported: the prefix {prefix:?} is {} tokens of this tokenizer's (sentence-transformers \
-                     registers it as a special token)",
+                    "unsupported: the prefix {prefix:?} is a token of this tokenizer's that it splits into {} \
+                     (sentence-transformers registers it as a special token)",
                     ids.len()
                 ));
             }

@@ -198,3 +198,62 @@ fn embed_multi_answers_the_engines_vectors() {
         });
     }
 }
+
+/// What the engine does not run is refused at load, by name: an unattended expansion past a sliding window (its
+/// last positions would see no key), `truncate_dim`, and a PyLate prefix that is not one token of the tokenizer's.
+#[test]
+fn what_is_not_run_is_refused_at_load() {
+    use common::models::{copied, edit_json};
+    let refused = |model: &str, file: &str, edit: &dyn Fn(&mut serde_json::Value), why: &str| {
+        let tmp = copied(model);
+        edit_json(&tmp.path().join(file), |v| edit(v));
+        let config = engine::EngineConfig {
+            threads: 1,
+            ..Default::default()
+        };
+        match Engine::load(tmp.path(), config) {
+            Ok(_) => panic!("{model}: loaded with {file} edited"),
+            Err(e) => assert!(e.to_string().contains(why), "{model}: {e}"),
+        }
+    };
+    let st = "config_sentence_transformers.json";
+    // Its window is 4 positions each way; its queries are 12 tokens. Its byte-level vocabulary has no `[unused0]`
+    // (which would then be text, as sentence-transformers leaves it); BERT's has, and splits it.
+    refused(
+        "modernbert_colbert_pylate",
+        st,
+        &|v| v["attend_to_expansion_tokens"] = false.into(),
+        "sliding window",
+    );
+    // BERT's vocabulary has `[unused0]` (answerai-colbert-small's prefix), which its pre-tokenizer splits: the
+    // fixture's last entry renamed so.
+    let tmp = copied("bert_colbert");
+    edit_json(&tmp.path().join("tokenizer.json"), |v| {
+        let vocab = v["model"]["vocab"].as_object_mut().expect("vocab");
+        let last = vocab
+            .iter()
+            .max_by_key(|(_, id)| id.as_u64())
+            .map(|(t, _)| t.clone());
+        let id = vocab.remove(&last.expect("an entry")).expect("its id");
+        vocab.insert("[unused0]".into(), id);
+    });
+    edit_json(&tmp.path().join(st), |v| {
+        v["query_prefix"] = "[unused0]".into();
+        v["prompts"]["query"] = "".into();
+    });
+    let config = engine::EngineConfig {
+        threads: 1,
+        ..Default::default()
+    };
+    let e = Engine::load(tmp.path(), config).err().expect("refused");
+    assert!(
+        e.to_string().contains("registers it as a special token"),
+        "{e}"
+    );
+    refused(
+        "bert_colbert",
+        st,
+        &|v| v["truncate_dim"] = 8.into(),
+        "truncate_dim",
+    );
+}

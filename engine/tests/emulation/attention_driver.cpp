@@ -2,7 +2,7 @@
 // under the host emulation, for engine/tests/kernels_on_host/. Compiled after cuda_host.h and the kernel's NVRTC program text.
 //
 // argv[1], the input, all 32-bit little-endian: ints {heads, kv_heads, head_dim, causal, window (-1: none),
-// threads, smem_bytes, grid_x, seqs, tokens, ld_qkv, ld_ctx}, meta[3], offsets[seqs + 1], tiles[2 * grid_x], then
+// threads, smem_bytes, grid_x, seqs, tokens, ld_qkv, ld_ctx}, meta[3], offsets[seqs + 1], keys[seqs], tiles[2 * grid_x], then
 // floats {scale, softcap (0: none)}, int reach (0: no relative bias), floats {bias[heads * (2 reach - 1)],
 // qkv[tokens * ld_qkv]}. argv[2], the output: ctx[tokens * ld_ctx] floats, NaN where the kernel wrote nothing, then
 // the shadow (ctx's bf16 rounding, dense: tokens * heads * head_dim 16-bit values, 0xffff where not written).
@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
     const int tokens = r.next<int>(), ld_qkv = r.next<int>(), ld_ctx = r.next<int>();
     const auto meta = r.many<int>(3);
     const auto offsets = r.many<int>(seqs + 1);
+    const auto keys = r.many<int>(seqs);
     const auto tiles = r.many<int>(2 * grid_x);
     const float scale = r.next<float>(), softcap = r.next<float>();
     const int reach = r.next<int>();
@@ -27,7 +28,7 @@ int main(int argc, char** argv) {
     auto shadow = unwritten((size_t)tokens * heads * d);
 
     emu::launch(dim3{(unsigned)grid_x, (unsigned)heads, 1}, (unsigned)threads, (size_t)smem, [&] {
-        KERNEL(qkv.data(), ld_qkv, ctx.data(), ld_ctx, offsets.data(), tiles.data(), meta.data(), heads, kv_heads, d,
+        KERNEL(qkv.data(), ld_qkv, ctx.data(), ld_ctx, offsets.data(), keys.data(), tiles.data(), meta.data(), heads, kv_heads, d,
                causal, window, scale, softcap, reach > 0 ? bias.data() : nullptr, reach, shadow.data());
     });
 

@@ -6,7 +6,7 @@ use engine::backend::cuda::inputs::{Extent, InputLayout};
 use engine::backend::cuda::ops::attention_launch;
 use engine::backend::ops::AttentionShape;
 use engine::config::GpuAttention;
-use engine::Batch;
+use engine::{Batch, Readout};
 use rand::{Rng, SeedableRng};
 
 use super::{bf16, bf16_bits, build, execute, Output};
@@ -41,6 +41,9 @@ struct Case {
     bias: bool,
     /// Scores scaled by 2/√d (not 1/√d) and soft-capped at 1.5, well inside their range (Gemma 2's cap).
     capped: bool,
+    /// Trailing tokens of each sequence (all but its first, at most) no token attends to: ColBERT's unattended
+    /// query expansion ([`Batch::keys`]).
+    unattended: usize,
 }
 
 /// Runs `kernel` on `case` under the emulation and checks every output against an f64 reference (of Q, K and V
@@ -55,6 +58,7 @@ fn check(binary: &Path, kernel: Kernel, case: &Case, seed: u64) -> f64 {
         ref lens,
         bias,
         capped,
+        unattended,
     } = *case;
     let root = (d as f32).sqrt();
     let shape = AttentionShape {
@@ -65,8 +69,14 @@ fn check(binary: &Path, kernel: Kernel, case: &Case, seed: u64) -> f64 {
         ..AttentionShape::new(heads, kv_heads, d)
     };
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let seqs: Vec<Vec<u32>> = lens.iter().map(|&n| vec![7; n]).collect();
-    let batch = Batch::from_sequences(seqs.iter().map(|s| s.as_slice()));
+    // The unattended tail is a run of the expansion token (9) after the other tokens (7).
+    let mut batch = Batch::new();
+    for &n in lens {
+        let tail = unattended.min(n.saturating_sub(1));
+        let mut seq = vec![7; n - tail];
+        seq.resize(n, 9);
+        batch.push_as(&seq, Readout::Vectors { expansion: Some(9) });
+    }
     let tokens = batch.tokens();
     // A bucket larger than the batch, as a captured graph's: its grid has blocks past the batch's tiles.
     let extent = Extent {
@@ -79,6 +89,7 @@ fn check(binary: &Path, kernel: Kernel, case: &Case, seed: u64) -> f64 {
     let grid_x = extent.tiles();
     let meta = &host[..3];
     let offsets = &host[layout.offsets..layout.offsets + lens.len() + 1];
+    let keys = &host[layout.keys..layout.keys + lens.len()];
     let tiles = &host[layout.tiles..layout.tiles + 2 * grid_x];
 
     // Strided views: qkv and ctx are columns of wider matrices, whose other columns the kernel must not touch.
@@ -120,7 +131,7 @@ fn check(binary: &Path, kernel: Kernel, case: &Case, seed: u64) -> f64 {
     ] {
         int(v);
     }
-    for &v in meta.iter().chain(offsets).chain(tiles) {
+    for &v in meta.iter().chain(offsets).chain(keys).chain(tiles) {
         input.extend_from_slice(&v.to_le_bytes());
     }
     input.extend_from_slice(&shape.scale.to_le_bytes());
@@ -154,13 +165,13 @@ fn check(binary: &Path, kernel: Kernel, case: &Case, seed: u64) -> f64 {
     };
     let mut worst = 0.0f64;
     let mut start = 0;
-    for &len in lens {
+    for (&len, &kl) in lens.iter().zip(batch.keys()) {
         for h in 0..heads {
             let kv = h / (heads / kv_heads);
             let (qc, kc, vc) = (h * d, heads * d + kv * d, (heads + kv_heads) * d + kv * d);
             for i in 0..len {
                 let at = |t: usize, c: usize| operand(qkv[(start + t) * ld_qkv + c]);
-                let visible = shape.keys(i, len);
+                let visible = shape.keys(i, kl);
                 let scores: Vec<f64> = visible
                     .clone()
                     .map(|j| {
@@ -224,7 +235,10 @@ fn describe(c: &Case) -> String {
         if c.bias { ", relative bias" } else { "" },
         if c.capped { ", soft-capped" } else { "" },
         c.lens
-    )
+    ) + &match c.unattended {
+        0 => String::new(),
+        n => format!(", the last {n} tokens unattended"),
+    }
 }
 
 fn cases() -> Vec<Case> {
@@ -239,6 +253,7 @@ fn cases() -> Vec<Case> {
             lens: vec![1, 12, 17, 40, 5],
             bias: false,
             capped: false,
+            unattended: 0,
         },
         // Qwen3-like: causal, two query heads per key/value head.
         Case {
@@ -250,6 +265,7 @@ fn cases() -> Vec<Case> {
             lens: vec![3, 33, 16, 70],
             bias: false,
             capped: false,
+            unattended: 0,
         },
         // A head of 96: three warps' columns, six k-steps of Q Kᵀ, twelve n-blocks of P V.
         Case {
@@ -261,6 +277,7 @@ fn cases() -> Vec<Case> {
             lens: vec![20, 9],
             bias: false,
             capped: false,
+            unattended: 0,
         },
         // The widest head, both ways, one key/value head for two query heads; 70 keys span several warps' tiles.
         Case {
@@ -272,6 +289,7 @@ fn cases() -> Vec<Case> {
             lens: vec![70, 2],
             bias: false,
             capped: false,
+            unattended: 0,
         },
         Case {
             heads: 2,
@@ -282,6 +300,7 @@ fn cases() -> Vec<Case> {
             lens: vec![2, 70],
             bias: false,
             capped: false,
+            unattended: 0,
         },
         // The wide entry points: EmbeddingGemma's heads of 256 (three query heads over one key/value head,
         // bidirectional, a sliding window on its local layers), the wide tensor-core kernel's Q fragments staged in
@@ -295,6 +314,7 @@ fn cases() -> Vec<Case> {
             lens: vec![37, 1, 18],
             bias: false,
             capped: false,
+            unattended: 0,
         },
         Case {
             heads: 3,
@@ -305,6 +325,7 @@ fn cases() -> Vec<Case> {
             lens: vec![37, 1, 18],
             bias: false,
             capped: false,
+            unattended: 0,
         },
         Case {
             heads: 2,
@@ -315,6 +336,7 @@ fn cases() -> Vec<Case> {
             lens: vec![40, 3],
             bias: false,
             capped: false,
+            unattended: 0,
         },
     ];
     // MPNet's relative position bias on the BERT-like case, and with the Qwen3-like causal mask and grouped heads
@@ -328,6 +350,28 @@ fn cases() -> Vec<Case> {
         })
         .collect();
     cases.extend(biased);
+    // ColBERT's unattended query expansion: each sequence's last tokens read the others and are read by none;
+    // bidirectional, causal with grouped heads, and under a sliding window that still reaches a key from each.
+    let expanded: Vec<Case> = [&cases[0], &cases[1]]
+        .into_iter()
+        .map(|c| Case {
+            lens: c.lens.clone(),
+            unattended: 6,
+            ..*c
+        })
+        .chain(std::iter::once(Case {
+            heads: 4,
+            kv_heads: 4,
+            d: 64,
+            causal: false,
+            window: Some(20),
+            lens: vec![1, 12, 150, 5, 77],
+            bias: false,
+            capped: false,
+            unattended: 8,
+        }))
+        .collect();
+    cases.extend(expanded);
     // Gemma 2's soft-capped scores: its heads of 256 (the wide entry points), causal, global and sliding-window
     // layers, grouped heads; and a narrow head.
     for (d, window) in [(256, None), (256, Some(7)), (64, None)] {
@@ -340,6 +384,7 @@ fn cases() -> Vec<Case> {
             lens: vec![37, 1, 18],
             bias: false,
             capped: true,
+            unattended: 0,
         });
     }
     // ModernBERT's local layers: windows narrower than a key tile and wider than one, over sequences many windows
@@ -362,6 +407,7 @@ fn cases() -> Vec<Case> {
             lens: vec![1, 12, 150, 5, 77],
             bias: false,
             capped: false,
+            unattended: 0,
         });
     }
     cases

@@ -43,6 +43,8 @@ pub struct InputLayout {
     pub readouts: usize,
     /// Where each sequence's tokens of type 1 start (`i32::MAX` for none: [`Batch::type1_from`]).
     pub type1_from: usize,
+    /// How many leading tokens of each sequence its tokens attend to ([`Batch::keys`]).
+    pub keys: usize,
     pub tiles: usize,
     pub ids: usize,
     pub tok_pos: usize,
@@ -59,7 +61,8 @@ impl InputLayout {
         let out_offsets = offsets + e.seqs + 1;
         let readouts = out_offsets + e.seqs + 1;
         let type1_from = readouts + e.seqs;
-        let tiles = type1_from + e.seqs;
+        let keys = type1_from + e.seqs;
+        let tiles = keys + e.seqs;
         let ids = tiles + 2 * e.tiles();
         let tok_pos = ids + e.tokens;
         InputLayout {
@@ -67,6 +70,7 @@ impl InputLayout {
             out_offsets,
             readouts,
             type1_from,
+            keys,
             tiles,
             ids,
             tok_pos,
@@ -106,6 +110,7 @@ impl InputLayout {
             host[self.type1_from + i] = batch
                 .type1_from(i)
                 .map_or(i32::MAX, |from| i32::try_from(from).unwrap_or(i32::MAX));
+            host[self.keys + i] = int(batch.keys()[i]);
         }
         let mut tile = self.tiles;
         for (s, w) in batch.offsets().windows(2).enumerate() {

@@ -49,15 +49,6 @@ use pinned::{Capacity, Pool};
 /// Loads the model in `dir` onto GPU `config.device` and starts the backend. Everything CUDA lives on the compute
 /// thread (a CUDA graph may not move between threads); start-up errors come back from it.
 pub fn start(dir: &ModelDir, config: &EngineConfig) -> Result<Arc<dyn Backend>> {
-    // The attention kernels give every token of a sequence the same keys.
-    let expansion = dir.multi_vector.as_ref().and_then(|m| m.expansion.as_ref());
-    if expansion.is_some_and(|e| !e.attend) {
-        return Err(Error::model(
-            &dir.root,
-            "unsupported on the CUDA backend: query expansion that no token attends to (query_expansion's \
-             attend false, PyLate's attend_to_expansion_tokens false); the CPU backend runs it",
-        ));
-    }
     let (ready_tx, ready_rx) = mpsc::sync_channel(1);
     let (tx, rx) = mpsc::channel::<Job>();
     let results = Arc::new(BufferPool::default());
@@ -145,6 +136,7 @@ impl Buffers {
             out_offsets: p(l.out_offsets),
             readouts: p(l.readouts),
             type1_from: p(l.type1_from),
+            keys: p(l.keys),
             tiles: p(l.tiles),
             meta: p(0),
             tokens: self.extent.tokens,
@@ -596,8 +588,8 @@ mod tests {
         // MiniLM-like: 384 + 1152 + 1536 floats per token of regions, 384-dim output, GEMM inputs up to 1536.
         let small = plan_bytes(3072, 384, 1536, e(16, 1));
         let f = 4;
-        // meta, offsets, out_offsets, readouts, type1_from, tiles, ids, positions.
-        let inputs = 3 + 2 + 2 + 1 + 1 + 2 * (1 + 1) + 16 + 16;
+        // meta, offsets, out_offsets, readouts, type1_from, keys, tiles, ids, positions.
+        let inputs = 3 + 2 + 2 + 1 + 1 + 1 + 2 * (1 + 1) + 16 + 16;
         let want = 16 * (3072 + 384) * f + 16 * 1536 * 2 + 16 * 2 * f + inputs * f;
         assert_eq!(small, want);
         assert!(plan_bytes(3072, 384, 1536, e(32, 1)) > small);

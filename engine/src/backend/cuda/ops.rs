@@ -56,6 +56,8 @@ pub struct PassInputs {
     pub out_offsets: u64,
     pub readouts: u64,
     pub type1_from: u64,
+    /// Each sequence's attended prefix ([`Batch::keys`]).
+    pub keys: u64,
     /// The attention's query tiles ({sequence, first row} pairs).
     pub tiles: u64,
     pub meta: u64,
@@ -551,6 +553,7 @@ impl<'a> Ops for CudaPass<'a> {
                 Arg::Ptr(ctx.ptr),
                 Self::i(ctx.ld),
                 Arg::Ptr(self.inputs.offsets),
+                Arg::Ptr(self.inputs.keys),
                 Arg::Ptr(self.inputs.tiles),
                 Arg::Ptr(self.inputs.meta),
                 Self::i(heads),

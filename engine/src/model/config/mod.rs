@@ -223,8 +223,22 @@ impl ModelConfig {
     /// scores and weighted sum over the positions it sees (half of them on average when causal, a window's
     /// worth in a sliding-window layer). The figure to set measured tokens/s against the machine's GEMM peak.
     pub fn flops_per_token(&self, seq_len: usize) -> f64 {
-        // Each layer's weights (multiply-adds per token) and attention.
-        let layers: Vec<(usize, AttentionShape)> = match self {
+        // No layers: its token's row is added into the mean, one add a column.
+        if let ModelConfig::Static(c) = self {
+            return c.dim as f64;
+        }
+        self.layers_shapes()
+            .iter()
+            .map(|(weights, shape)| {
+                let width = (shape.heads * shape.head_dim) as f64;
+                2.0 * *weights as f64 + 4.0 * mean_keys(shape, seq_len) * width
+            })
+            .sum()
+    }
+
+    /// Each layer's weights (multiply-adds per token) and attention; none for a static model.
+    pub fn layers_shapes(&self) -> Vec<(usize, AttentionShape)> {
+        match self {
             ModelConfig::Bert(c) => {
                 let (h, f) = (c.hidden_size, c.intermediate_size);
                 vec![(4 * h * h + 2 * h * f, c.attention()); c.num_hidden_layers]
@@ -271,16 +285,8 @@ impl ModelConfig {
                 };
                 vec![(4 * h * inner + projections * h * f, c.attention()); c.num_layers]
             }
-            // No layers: its token's row is added into the mean, one add a column.
-            ModelConfig::Static(c) => return c.dim as f64,
-        };
-        layers
-            .iter()
-            .map(|(weights, shape)| {
-                let width = (shape.heads * shape.head_dim) as f64;
-                2.0 * *weights as f64 + 4.0 * mean_keys(shape, seq_len) * width
-            })
-            .sum()
+            ModelConfig::Static(_) => Vec::new(),
+        }
     }
 
     pub fn layers(&self) -> usize {

@@ -392,6 +392,26 @@ impl ModelDir {
                 )),
                 false => None,
             };
+        // An unattended expansion is read by none: each of its positions must still see a key of the query's.
+        let unattended = multi_vector
+            .as_ref()
+            .and_then(|m| m.expansion.as_ref())
+            .filter(|e| !e.attend);
+        if let Some(e) = unattended {
+            let shapes = config.layers_shapes();
+            if let Some(w) = shapes.iter().filter_map(|(_, s)| s.window).min() {
+                if e.length > w + 1 {
+                    return Err(Error::model(
+                        &modules_path,
+                        format!(
+                            "unsupported: a query expansion to {} tokens that no token attends to, past the \
+                             sliding window of {w} positions (its last positions would see no key)",
+                            e.length
+                        ),
+                    ));
+                }
+            }
+        }
         if multi_vector.is_some() && (classifier.is_some() || sparse.is_some() || routes.is_some())
         {
             return Err(Error::model(

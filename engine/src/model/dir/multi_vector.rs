@@ -26,8 +26,8 @@ pub struct MultiVectorModule {
     pub skiplist_tasks: Vec<String>,
     /// Where set, a document's vectors are only those of these tokens (ColPali's image patches).
     pub keep_only_token_ids: Option<Vec<u32>>,
-    /// A PyLate save's prefixes (`[Q] `, `[unused0]`): each must be one token of the tokenizer's, as
-    /// sentence-transformers registers it.
+    /// A PyLate save's prompts with its prefixes (`[Q] `, `[unused0]`): sentence-transformers registers such a
+    /// prompt (or its first word) as a special token where the tokenizer knows it but splits it.
     pub prefixes: Vec<String>,
 }
 
@@ -144,13 +144,14 @@ pub(super) fn read(
         if let Some(prefix) = prefix {
             let prompt = prompts.entry(task.into()).or_default();
             let rest = prompt.as_deref().unwrap_or_default();
-            *prompt = Some(format!(
+            let value = format!(
                 "{prefix}{}",
                 rest.strip_prefix(prefix.as_str()).unwrap_or(rest)
-            ));
-            if !prefix.is_empty() {
-                prefixes.push(prefix.clone());
+            );
+            if !value.trim().is_empty() {
+                prefixes.push(value.clone());
             }
+            *prompt = Some(value);
         }
     }
     // PyLate's flat keys, where the save has any, under the Transformer's own (which win).
