@@ -51,6 +51,7 @@ pub struct MultiVector {
     keep_only: Option<Vec<u32>>,
     /// The longest limit of the two tasks and the model's: what the engine serves.
     longest: usize,
+    mean_max_sim: bool,
 }
 
 impl MultiVector {
@@ -147,6 +148,7 @@ impl MultiVector {
             skip_tasks: ["query", "document"].map(|t| module.skiplist_tasks.iter().any(|s| s == t)),
             keep_only: module.keep_only_token_ids.clone(),
             longest,
+            mean_max_sim: module.mean_max_sim,
         })
     }
 
@@ -200,6 +202,30 @@ impl MultiVector {
         ids.iter().map(move |id| {
             !(skips && self.skip.contains(id)) && keep_only.is_none_or(|k| k.contains(id))
         })
+    }
+
+    /// The model's similarity of a query's vectors and a document's, as sentence-transformers' `similarity`: for
+    /// each query vector its largest dot product with a document vector, summed (MaxSim), or averaged over the
+    /// query's vectors (`meanmaxsim`). A document of no vectors adds 0 per query vector.
+    pub fn max_sim<'a>(
+        &self,
+        query: impl ExactSizeIterator<Item = &'a [f32]>,
+        document: &[&[f32]],
+    ) -> f32 {
+        let n = query.len();
+        let sum: f32 = query
+            .map(|q| {
+                let dots = document
+                    .iter()
+                    .map(|d| q.iter().zip(*d).map(|(a, b)| a * b).sum::<f32>());
+                dots.fold(None, |m: Option<f32>, x| Some(m.map_or(x, |m| m.max(x))))
+                    .unwrap_or(0.0)
+            })
+            .sum();
+        match self.mean_max_sim {
+            true if n > 0 => sum / n as f32,
+            _ => sum,
+        }
     }
 
     /// The longest input the engine must serve: a task's limit may pass the model's.

@@ -41,6 +41,13 @@ fn reference(model: &str, task: &str) -> Vec<Reference> {
         .collect()
 }
 
+/// The fixture texts a server takes: all but the empty one (TEI's `empty` error), which sentence-transformers
+/// embeds.
+fn served_texts(model: &str) -> Vec<String> {
+    let texts = reference(model, "document").into_iter().map(|f| f.text);
+    texts.filter(|t| !t.is_empty()).collect()
+}
+
 /// The engine's vectors of `texts` as `task`, off any runtime.
 fn vectors(engine: &Engine, texts: &[String], task: &str) -> Vec<Vec<Vec<f32>>> {
     engine
@@ -152,12 +159,7 @@ fn embed_multi_answers_the_engines_vectors() {
     use common::http::{get, post, with_gateway};
     use serde_json::json;
     for model in MODELS {
-        // A server refuses an empty text (TEI's `empty` error), which sentence-transformers embeds.
-        let mut texts: Vec<String> = reference(model, "document")
-            .into_iter()
-            .map(|f| f.text)
-            .collect();
-        texts.retain(|t| !t.is_empty());
+        let texts = served_texts(model);
         with_gateway(model, async |router, engine| {
             for (task, _) in TASKS {
                 let want = std::thread::scope(|s| {
@@ -255,5 +257,106 @@ fn what_is_not_run_is_refused_at_load() {
         st,
         &|v| v["truncate_dim"] = 8.into(),
         "truncate_dim",
+    );
+}
+
+/// `/rerank` and Cohere's `/v1/rerank` rank passages by the model's MaxSim of the query's vectors (as a query) over
+/// each passage's (as documents), the relevance computed from the engine's own vectors; a model without
+/// `query` and `document` prompts still has the tasks (sentence-transformers' default prompts, empty).
+#[test]
+fn rerank_ranks_by_max_sim() {
+    use common::http::{post, with_gateway};
+    use serde_json::json;
+    for model in MODELS {
+        let texts = served_texts(model);
+        let (query, passages) = (texts[0].clone(), texts[1..9].to_vec());
+        with_gateway(model, async |router, engine| {
+            let (q, d) = std::thread::scope(|s| {
+                s.spawn(|| {
+                    let q = vectors(&engine, std::slice::from_ref(&query), "query");
+                    (q, vectors(&engine, &passages, "document"))
+                })
+                .join()
+                .expect("join")
+            });
+            // MaxSim by its definition, in f64.
+            let want: Vec<f64> = d
+                .iter()
+                .map(|doc| {
+                    q[0].iter()
+                        .map(|qv| {
+                            doc.iter()
+                                .map(|dv| {
+                                    qv.iter().zip(dv).map(|(a, b)| (a * b) as f64).sum::<f64>()
+                                })
+                                .fold(f64::MIN, f64::max)
+                        })
+                        .sum()
+                })
+                .collect();
+            let body = json!({ "query": query, "texts": passages, "truncate": true });
+            let (status, got) = post(&router, "/rerank", body).await;
+            assert_eq!(status, 200, "{model}: {got}");
+            let ranks = got.as_array().expect("ranks");
+            assert_eq!(ranks.len(), passages.len());
+            let mut last = f64::INFINITY;
+            for r in ranks {
+                let (i, score) = (
+                    r["index"].as_u64().expect("index") as usize,
+                    r["score"].as_f64().expect("score"),
+                );
+                assert!(
+                    (score - want[i]).abs() < 1e-4,
+                    "{model}: passage {i}: {score} vs {}",
+                    want[i]
+                );
+                assert!(score <= last, "{model}: not most relevant first");
+                last = score;
+            }
+            let body = json!({ "query": query, "documents": passages, "top_n": 3, "model": model });
+            let (status, got) = post(&router, "/v1/rerank", body).await;
+            assert_eq!(status, 200, "{model}: {got}");
+            let top: Vec<u64> = got["results"]
+                .as_array()
+                .expect("results")
+                .iter()
+                .map(|r| r["index"].as_u64().expect("index"))
+                .collect();
+            let mut order: Vec<usize> = (0..want.len()).collect();
+            order.sort_by(|&a, &b| want[b].total_cmp(&want[a]));
+            assert_eq!(
+                top,
+                order[..3].iter().map(|&i| i as u64).collect::<Vec<_>>(),
+                "{model}"
+            );
+        });
+    }
+}
+
+/// A save that names no prompts still has the tasks, as sentence-transformers' MultiVectorEncoder's default
+/// prompts (empty) give them: a query is expanded to its length, with no prefix before it.
+#[test]
+fn a_model_without_prompts_still_has_its_tasks() {
+    use common::models::{copied, edit_json};
+    let tmp = copied("bert_colbert");
+    edit_json(&tmp.path().join("config_sentence_transformers.json"), |v| {
+        v["prompts"] = serde_json::json!({})
+    });
+    let config = engine::EngineConfig {
+        threads: 1,
+        ..Default::default()
+    };
+    let engine = Engine::load(tmp.path(), config).expect("load");
+    let text = ["a short query".to_owned()];
+    assert_eq!(
+        vectors(&engine, &text, "query")[0].len(),
+        16,
+        "expanded to 16"
+    );
+    let ids = engine.tokenize(&text[0]).expect("ids");
+    assert_eq!(
+        vectors(&engine, &text, "document")[0].len(),
+        ids.len(),
+        "no prefix"
     );
 }

@@ -119,6 +119,13 @@ impl Reading<'_> {
 
 pub fn run(args: EmbedArgs) -> Result<()> {
     let engine = args.engine.load()?;
+    if engine.info().multi_vector {
+        anyhow::bail!(
+            "{} is a multi-vector (ColBERT) model: bench embed writes one vector per input; serve the model and \
+             post /embed_multi (or call Engine::embed_vectors)",
+            engine.info().path.display()
+        );
+    }
     if let Some(lookup) = engine.front().lookup(args.prompt_name.as_deref()) {
         anyhow::bail!(
             "--prompt-name {0}: that names the model's {0} route, whose vectors are looked up without the model; \

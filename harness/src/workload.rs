@@ -255,8 +255,8 @@ impl Rerank {
 pub enum WorkloadKind {
     /// One query per request, open loop, arrivals from a trace or process; the sweep steps the rate.
     Online,
-    /// One query against `--rerank-passages` passages per request (a cross-encoder's, served on `/rerank`), open
-    /// loop as `online`; the sweep steps the rate.
+    /// One query against `--rerank-passages` passages per request (a cross-encoder's, or a multi-vector model's
+    /// by MaxSim, served on `/rerank`), open loop as `online`; the sweep steps the rate.
     Rerank,
     /// A corpus in large requests of many passages, closed loop; the sweep steps the concurrency.
     Batch,

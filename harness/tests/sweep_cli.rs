@@ -593,25 +593,77 @@ fn a_sparse_model_is_swept_through_embed_sparse() {
     let out = bench(&args, tmp.path());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("needs a sparse (SPLADE) model"), "{stderr}");
-    for (name, api, says) in [
-        ("bert_splade", "tei", "run it with --api tei-sparse"),
-        ("bert_splade", "openai", "run it with --api tei-sparse"),
-        ("bert_max", "tei-sparse", "needs a sparse (SPLADE) model"),
-    ] {
+    refused_over_http(
+        tmp.path(),
+        &[
+            ("bert_splade", "tei", "run it with --api tei-sparse"),
+            ("bert_splade", "openai", "run it with --api tei-sparse"),
+            ("bert_max", "tei-sparse", "needs a sparse (SPLADE) model"),
+        ],
+    );
+}
+
+/// `bench sweep --target serve --api API --model` each (fixture, API) fails before anything runs, saying `says`.
+fn refused_over_http(tmp: &Path, cases: &[(&str, &str, &str)]) {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../engine/tests/fixtures");
+    for &(name, api, says) in cases {
+        let model = fixtures.join(name).display().to_string();
         let args = [
-            "sweep",
-            "--target",
-            "serve",
-            "--api",
-            api,
-            "--model",
-            &model(name),
+            "sweep", "--target", "serve", "--api", api, "--model", &model,
         ];
-        let out = bench(&args, tmp.path());
+        let out = bench(&args, tmp);
         assert!(!out.status.success(), "{name} over {api}");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains(says), "{name} over {api}: {stderr}");
     }
+}
+
+/// A multi-vector (ColBERT) model swept in-process and over HTTP through `/embed_multi` (`--api tei-multi`), its
+/// queries (`--query-prompt-name query`) each run as 16 tokens (the fixture's fixed expansion: cut to it or padded
+/// up to it), every request answered; the rerank workload ranks by its MaxSim; over HTTP it needs that API, which
+/// a dense model refuses, before anything runs.
+#[test]
+fn a_multi_vector_model_is_swept_through_embed_multi() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../engine/tests/fixtures");
+    let model = |name: &str| fixtures.join(name).display().to_string();
+    let colbert = model("bert_colbert");
+    let targets: [(&str, &[&str]); 2] = [("in-process", &[]), ("serve", &["--api", "tei-multi"])];
+    every_request_answered(
+        tmp.path(),
+        &colbert,
+        &["--workload", "online", "--query-prompt-name", "query"],
+        &targets,
+        "online",
+    );
+    for (i, (target, _)) in targets.iter().enumerate() {
+        let result = json(&tmp.path().join(format!("results/online{i}/result.json")));
+        let step = &result["configs"][0]["steps"][0]["classes"][0];
+        let per_input =
+            step["tokens_per_s"].as_f64().unwrap() / step["inputs_per_s"].as_f64().unwrap();
+        assert!(
+            (per_input - 16.0).abs() < 1e-6,
+            "{target}: {per_input} tokens per query"
+        );
+    }
+    every_request_answered(
+        tmp.path(),
+        &colbert,
+        &["--workload", "rerank"],
+        &[("in-process", &[]), ("serve", &["--api", "tei"])],
+        "rerank",
+    );
+    refused_over_http(
+        tmp.path(),
+        &[
+            ("bert_colbert", "tei", "run it with --api tei-multi"),
+            (
+                "bert_max",
+                "tei-multi",
+                "needs a multi-vector (ColBERT) model",
+            ),
+        ],
+    );
 }
 
 /// `--query-prompt-name` sends the online class's texts with that `prompt_name`, in-process and over HTTP: an

@@ -16,7 +16,7 @@ use super::requests::{
     parse, CohereRerankRequest, Listed, PredictInputs, PredictRequest, RerankRequest,
 };
 use super::routes::{check_model, priority, respond};
-use super::{Api, ApiError, Embedded, Gateway, Inputs, Options, Times};
+use super::{multi_vector, Api, ApiError, Embedded, Gateway, Inputs, Options, Times};
 use crate::model::Classifier;
 use crate::Row;
 
@@ -84,8 +84,12 @@ pub(super) fn embedder(gw: &Gateway) -> Result<(), ApiError> {
     }
 }
 
-/// A ranker is a cross-encoder of one label, its logit the relevance (TEI serves `/rerank` for those only).
+/// A ranker is a cross-encoder of one label, its logit the relevance (TEI serves `/rerank` for those only), or a
+/// multi-vector model (its MaxSim).
 fn ranker(gw: &Gateway) -> Result<(), ApiError> {
+    if gw.front().info().multi_vector {
+        return Ok(());
+    }
     let labels = &classifier(gw)?.labels;
     if labels.len() != 1 {
         return Err(ApiError::unprocessable(
@@ -133,15 +137,43 @@ fn logits(rows: &[Row], labels: usize) -> Result<impl Iterator<Item = &[f32]>, A
     Ok(rows.iter().map(|r| &r[..]))
 }
 
-/// Each input's index and relevance (its one label's score), most relevant first; ties keep input order (TEI's
-/// come in reverse).
-fn ranked(rows: &[Row], raw: bool) -> Result<Vec<(usize, f32)>, ApiError> {
-    let mut ranked: Vec<(usize, f32)> = logits(rows, 1)?
-        .map(|l| scores(l, raw)[0])
-        .enumerate()
-        .collect();
+/// Each input's index and relevance, most relevant first; ties keep input order (TEI's come in reverse).
+fn ranked(relevance: Vec<f32>) -> Vec<(usize, f32)> {
+    let mut ranked: Vec<(usize, f32)> = relevance.into_iter().enumerate().collect();
     ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
-    Ok(ranked)
+    ranked
+}
+
+impl Gateway {
+    /// Each passage's relevance to `query`, in order, with the tokens run and the stages' times: a cross-encoder's
+    /// score of each pair (its one label's: the logit's sigmoid, the logit where `raw`), or a multi-vector model's
+    /// MaxSim of the query's vectors over the passage's. What the rerank routes rank.
+    pub async fn relevance(
+        &self,
+        query: &str,
+        passages: Vec<String>,
+        options: Options,
+        raw: bool,
+    ) -> Result<(Vec<f32>, usize, Times), ApiError> {
+        ranker(self)?;
+        if passages.is_empty() {
+            return Err(ApiError::bad_request(
+                "empty_input",
+                "there are no texts to rank",
+            ));
+        }
+        if self.front().info().multi_vector {
+            return multi_vector::max_sim(self, query, passages, options).await;
+        }
+        let Embedded {
+            vectors,
+            tokens,
+            times,
+            ..
+        } = rank_pairs(self, query, passages, options).await?;
+        let relevance = logits(&vectors, 1)?.map(|l| scores(l, raw)[0]).collect();
+        Ok((relevance, tokens, times))
+    }
 }
 
 /// Scores a query against each passage: one sub-batch path with the embeddings, pairs in place of texts.
@@ -151,12 +183,6 @@ async fn rank_pairs(
     passages: Vec<String>,
     options: Options,
 ) -> Result<Embedded, ApiError> {
-    if passages.is_empty() {
-        return Err(ApiError::bad_request(
-            "empty_input",
-            "there are no texts to rank",
-        ));
-    }
     let pairs = passages.into_iter().map(|p| (query.to_owned(), Some(p)));
     gw.embed(Inputs::Pairs(pairs.collect()), options).await
 }
@@ -186,7 +212,6 @@ pub(super) async fn rerank_of(
     headers: &HeaderMap,
     req: RerankRequest,
 ) -> Result<(Times, Response), ApiError> {
-    ranker(gw)?;
     let options = Options::tei(
         req.truncate,
         gw.config().auto_truncate,
@@ -194,8 +219,10 @@ pub(super) async fn rerank_of(
         priority(headers, req.priority)?,
     );
     let texts = req.return_text.then(|| req.texts.clone());
-    let Embedded { vectors, times, .. } = rank_pairs(gw, &req.query, req.texts, options).await?;
-    let ranks: Vec<Rank> = ranked(&vectors, req.raw_scores)?
+    let (relevance, _, times) = gw
+        .relevance(&req.query, req.texts, options, req.raw_scores)
+        .await?;
+    let ranks: Vec<Rank> = ranked(relevance)
         .into_iter()
         .map(|(index, score)| Rank {
             index,
@@ -300,7 +327,6 @@ pub(super) async fn cohere_rerank(
     let result = async {
         let req: CohereRerankRequest = parse(&headers, body)?;
         check_model(&gw, req.model.as_deref())?;
-        ranker(&gw)?;
         if req.top_n == Some(0) {
             return Err(ApiError::bad_request(
                 "invalid_top_n",
@@ -315,13 +341,9 @@ pub(super) async fn cohere_rerank(
         };
         let documents: Vec<String> = req.documents.into_iter().map(|d| d.into_text()).collect();
         let kept = req.return_documents.then(|| documents.clone());
-        let Embedded {
-            vectors,
-            tokens,
-            times,
-            ..
-        } = rank_pairs(&gw, &req.query, documents, options).await?;
-        let mut ranks = ranked(&vectors, false)?;
+        let (relevance, tokens, times) =
+            gw.relevance(&req.query, documents, options, false).await?;
+        let mut ranks = ranked(relevance);
         ranks.truncate(req.top_n.unwrap_or(usize::MAX));
         let results = ranks
             .into_iter()

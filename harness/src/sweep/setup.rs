@@ -230,15 +230,25 @@ fn check_model_kind(
     workload: WorkloadKind,
     http: Option<Api>,
 ) -> Result<()> {
-    // Over HTTP a sparse model has its own route, and only it has; in-process its vector is embedded whole.
+    // Over HTTP a sparse model and a multi-vector one have their own routes, and only they have; in-process a
+    // sparse model's vector is embedded whole, a multi-vector model's vectors per token.
     if workload != WorkloadKind::Rerank && model.classifier.is_none() {
-        match (model.sparse.is_some(), http) {
-            (true, Some(api)) if api != Api::TeiSparse => bail!(
+        let (sparse, multi) = (model.sparse.is_some(), model.multi_vector.is_some());
+        match (sparse, multi, http) {
+            (true, _, Some(api)) if api != Api::TeiSparse => bail!(
                 "{} is a sparse (SPLADE) model, served by /embed_sparse: run it with --api tei-sparse",
                 dir.display()
             ),
-            (false, Some(Api::TeiSparse)) => bail!(
-                "--api tei-sparse needs a sparse (SPLADE) model, and {} is a dense one",
+            (false, _, Some(Api::TeiSparse)) => bail!(
+                "--api tei-sparse needs a sparse (SPLADE) model, and {} is not one",
+                dir.display()
+            ),
+            (_, true, Some(api)) if api != Api::TeiMulti => bail!(
+                "{} is a multi-vector (ColBERT) model, served by /embed_multi: run it with --api tei-multi",
+                dir.display()
+            ),
+            (_, false, Some(Api::TeiMulti)) => bail!(
+                "--api tei-multi needs a multi-vector (ColBERT) model, and {} is not one",
                 dir.display()
             ),
             _ => {}
@@ -246,9 +256,11 @@ fn check_model_kind(
     }
     let labels = model.classifier.as_ref().map(|c| c.labels.len());
     match (workload == WorkloadKind::Rerank, labels) {
+        // A multi-vector model ranks by its MaxSim.
+        (true, None) if model.multi_vector.is_some() => Ok(()),
         (true, None) => bail!(
-            "--workload rerank needs a cross-encoder (a *ForSequenceClassification checkpoint), and {} is an \
-             embedding model",
+            "--workload rerank needs a cross-encoder (a *ForSequenceClassification checkpoint) or a multi-vector \
+             (ColBERT) model, and {} is an embedding model",
             dir.display()
         ),
         (true, Some(n)) if n != 1 => bail!(

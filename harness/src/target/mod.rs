@@ -152,6 +152,10 @@ pub enum Api {
     #[value(name = "tei-sparse")]
     #[serde(rename = "tei-sparse")]
     TeiSparse,
+    /// `POST /embed_multi` with `{"inputs": [...]}`: a multi-vector (ColBERT) model's vectors per token, ours.
+    #[value(name = "tei-multi")]
+    #[serde(rename = "tei-multi")]
+    TeiMulti,
 }
 
 impl Api {
@@ -161,6 +165,7 @@ impl Api {
             Api::Openai => "OpenAI",
             Api::Tei => "TEI",
             Api::TeiSparse => "TEI sparse",
+            Api::TeiMulti => "TEI multi-vector",
         }
     }
 }
@@ -293,19 +298,35 @@ impl Target for InProcess {
         let gateway = self.gateway();
         Box::pin(async move {
             let want = request.texts.len();
-            let texts = request.texts.iter().map(|t| t.to_string());
-            let inputs = match &request.query {
-                // A cross-encoder's pairs, as `/rerank` makes them.
-                Some(q) => Inputs::Pairs(texts.map(|t| (q.to_string(), Some(t))).collect()),
-                None => Inputs::Texts(texts.collect()),
-            };
+            let texts: Vec<String> = request.texts.iter().map(|t| t.to_string()).collect();
+            let prompt_name = request.prompt_name.as_deref();
+            // A multi-vector model answers a vector per token, for the task its prompt names.
+            let readout = gateway
+                .front()
+                .multi_vector()
+                .map_or(engine::Readout::POOLED, |mv| {
+                    mv.readout(engine::multi_vector::Task::named(prompt_name))
+                });
             let options = Options {
                 truncate: true,
                 priority,
-                prompt_name: request.prompt_name.as_deref().map(str::to_owned),
+                prompt_name: prompt_name.map(str::to_owned),
+                readout,
                 ..Options::default()
             };
-            match gateway.embed(inputs, options).await {
+            // A query against passages, ranked as `/rerank` ranks them.
+            if let Some(q) = &request.query {
+                return match gateway.relevance(q, texts, options, false).await {
+                    Ok((r, _, _)) if r.len() != want => Err(Failure::Rows { got: r.len(), want }),
+                    Ok((_, tokens, times)) => Ok(Reply {
+                        tokens: Some(tokens as u32),
+                        queue: Some(times.queue),
+                        inference: Some(times.inference),
+                    }),
+                    Err(e) => Err(failure(e.status, e.message, e.retry_after)),
+                };
+            }
+            match gateway.embed(Inputs::Texts(texts), options).await {
                 Ok(e) if e.vectors.len() != want => Err(Failure::Rows {
                     got: e.vectors.len(),
                     want,
@@ -417,12 +438,16 @@ impl Target for Http {
                 "/embed_sparse",
                 serde_json::json!({ "inputs": texts, "truncate": true }),
             ),
+            (Api::TeiMulti, None) => (
+                "/embed_multi",
+                serde_json::json!({ "inputs": texts, "truncate": true }),
+            ),
             // OpenAI has no reranking: Cohere's route is the one such servers share.
             (Api::Openai, Some(query)) => (
                 "/v1/rerank",
                 serde_json::json!({ "query": &**query, "documents": texts, "model": self.model_name }),
             ),
-            (Api::Tei | Api::TeiSparse, Some(query)) => (
+            (Api::Tei | Api::TeiSparse | Api::TeiMulti, Some(query)) => (
                 "/rerank",
                 serde_json::json!({ "query": &**query, "texts": texts, "truncate": true }),
             ),
@@ -481,7 +506,7 @@ impl Target for Http {
                         r.usage.map(|u| u.total_tokens).or(header_tokens),
                     )
                 }
-                (Api::Tei | Api::TeiSparse, true) => {
+                (Api::Tei | Api::TeiSparse | Api::TeiMulti, true) => {
                     let r: Vec<serde::de::IgnoredAny> = serde_json::from_slice(&body)
                         .map_err(|e| Failure::Error(format!("not a TEI /rerank response: {e}")))?;
                     (r.len(), header_tokens)
@@ -495,7 +520,7 @@ impl Target for Http {
                         r.usage.map(|u| u.prompt_tokens).or(header_tokens),
                     )
                 }
-                (Api::Tei | Api::TeiSparse, false) => {
+                (Api::Tei | Api::TeiSparse | Api::TeiMulti, false) => {
                     let r: Vec<serde::de::IgnoredAny> = serde_json::from_slice(&body)
                         .map_err(|e| Failure::Error(format!("not a TEI {path} response: {e}")))?;
                     (r.len(), header_tokens)
@@ -650,6 +675,7 @@ mod tests {
             (Api::Openai, "OpenAI API"),
             (Api::Tei, "TEI API"),
             (Api::TeiSparse, "TEI sparse API"),
+            (Api::TeiMulti, "TEI multi-vector API"),
         ] {
             let kind = TargetKind::Url {
                 url: url.clone(),

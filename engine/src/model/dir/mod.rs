@@ -378,6 +378,10 @@ impl ModelDir {
                 true => {
                     // PyLate 3 normalized inline.
                     normalize |= pylate;
+                    // A MultiVectorEncoder's default prompts, empty where the save names none: the tasks'.
+                    for task in ["query", "document"] {
+                        st.prompts.entry(task.into()).or_insert(None);
+                    }
                     Some(multi_vector::read(
                         &module.multi_vector,
                         mask_folder.as_deref(),

@@ -29,6 +29,8 @@ pub struct MultiVectorModule {
     /// A PyLate save's prompts with its prefixes (`[Q] `, `[unused0]`): sentence-transformers registers such a
     /// prompt (or its first word) as a special token where the tokenizer knows it but splits it.
     pub prefixes: Vec<String>,
+    /// Its similarity (`similarity_fn_name`): MaxSim, or (`meanmaxsim`) MaxSim over the query's vector count.
+    pub mean_max_sim: bool,
 }
 
 /// ColBERT's query expansion (sentence-transformers' `QueryExpansionConfig`): a query shorter than `length` tokens
@@ -232,5 +234,7 @@ pub(super) fn read(
         skiplist_tasks,
         keep_only_token_ids,
         prefixes,
+        // PyLate's `MaxSim`, like any name sentence-transformers does not know, is MaxSim.
+        mean_max_sim: st.get("similarity_fn_name").and_then(Value::as_str) == Some("meanmaxsim"),
     })
 }
