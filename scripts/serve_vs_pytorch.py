@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """One request served by `bench serve` over loopback HTTP against what a Python service would run on PyTorch CPU
 in-process (sentence-transformers), same inputs, same thread count, one after the other on an otherwise idle
-machine. Two tasks:
+machine. The tasks:
 
 - rerank: a query against --texts passages through TEI's /rerank, against CrossEncoder.predict; the model a
   random-weight BertForSequenceClassification of cross-encoder/ms-marco-MiniLM-L-6-v2's shape (6 layers, 384 wide,
@@ -19,6 +19,13 @@ machine. Two tasks:
   weights over the 30,522-entry vocabulary, as its IDF table is) and a `document` route of a random-weight
   DistilBertForMaskedLM (6 layers, 768 wide, 12 heads) with SpladePooling (max, log1p_relu), its bias set as
   sparse's. `--task sparse --model-dir` that model's folder times its document route against encode_document.
+- colbert: --texts passages through /embed_multi with `"prompt_name": "document"`, against
+  MultiVectorEncoder.encode_document; the model a random-weight ModernBertModel of lightonai/GTE-ModernColBERT-v1's
+  shape (ModernBERT-base: 22 layers, 768 wide, 12 heads, GeGLU of 1,152, a global layer every third, windows of
+  128) saved as sentence-transformers 6 saves a MultiVectorEncoder: documents cut at 300 tokens, queries expanded
+  to 32 unattended, Dense 768 -> 128 without bias on every token, MultiVectorMask's punctuation skiplist,
+  Normalize; "[Q] " and "[D] " special tokens before the texts. colbert-query: --texts queries (as inference-free's)
+  through `"prompt_name": "query"` against encode_query.
 
 Each model (the Hub is not reachable here, and speed does not depend on the weights' values) takes
 all-MiniLM-L6-v2's uncased WordPiece tokenizer and is written once into --model-dir. Figures: p50/p90 of the
@@ -31,6 +38,7 @@ Needs the peers venv (bash scripts/setup_peers.sh) and a release build (cargo bu
     ~/.cache/embedding-workbench/peers-venv/bin/python scripts/serve_vs_pytorch.py --task decoder-rerank --texts 8 --n 5 --warmup 1 --json results/X/decoder-rerank.json
     ~/.cache/embedding-workbench/peers-venv/bin/python scripts/serve_vs_pytorch.py --task sparse --texts 32 --json results/X/sparse.json
     ~/.cache/embedding-workbench/peers-venv/bin/python scripts/serve_vs_pytorch.py --task inference-free --texts 1 --json results/X/query.json
+    ~/.cache/embedding-workbench/peers-venv/bin/python scripts/serve_vs_pytorch.py --task colbert --texts 32 --json results/X/colbert.json
 """
 import argparse
 import http.client
@@ -253,7 +261,75 @@ class DecoderRerank(Rerank):
                                                        convert_to_numpy=True).reshape(-1)]
 
 
-TASKS = {"rerank": Rerank, "sparse": Sparse, "inference-free": InferenceFree, "decoder-rerank": DecoderRerank}
+class Colbert:
+    path = "/embed_multi"
+    model_dir = MODELS / "colbert-modernbert-base-random"
+    ours_name = "ours (bench serve /embed_multi, prompt_name document, HTTP)"
+    theirs_name = "PyTorch (MultiVectorEncoder.encode_document)"
+    task = "document"
+
+    @staticmethod
+    def make_model(d: Path):
+        import shutil
+        import string
+
+        import torch
+        from sentence_transformers import MultiVectorEncoder
+        from sentence_transformers.base.modules import Dense, Normalize, Transformer
+        from sentence_transformers.multi_vector_encoder.modules import MultiVectorMask
+        from tokenizers import AddedToken
+        from transformers import ModernBertConfig, ModernBertModel, PreTrainedTokenizerFast
+
+        work = d / "_hf"
+        work.mkdir()
+        save_tokenizer(work)
+        tok = PreTrainedTokenizerFast.from_pretrained(str(work))
+        tok.add_special_tokens({"additional_special_tokens": [
+            AddedToken(p, normalized=False, special=True) for p in ["[Q] ", "[D] "]]})
+        tok.save_pretrained(str(work))
+        torch.manual_seed(0)
+        ModernBertModel(ModernBertConfig(
+            vocab_size=len(tok), hidden_size=768, intermediate_size=1152, num_hidden_layers=22,
+            num_attention_heads=12, global_attn_every_n_layers=3, local_attention=128, max_position_embeddings=8192,
+            pad_token_id=tok.pad_token_id, cls_token_id=tok.cls_token_id, sep_token_id=tok.sep_token_id,
+            bos_token_id=tok.cls_token_id, eos_token_id=tok.sep_token_id)).eval().save_pretrained(str(work))
+        transformer = Transformer(str(work), document_length=300,
+                                  query_expansion={"strategy": "fixed", "attend": False, "length": 32})
+        dense = Dense(768, 128, bias=False, activation_function=torch.nn.Identity(),
+                      module_input_name="token_embeddings")
+        modules = [transformer, dense, MultiVectorMask(skiplist_words=list(string.punctuation)),
+                   Normalize(module_input_name="token_embeddings")]
+        MultiVectorEncoder(modules=modules, prompts={"query": "[Q] ", "document": "[D] "}, device="cpu").save(str(d))
+        shutil.rmtree(work)
+
+    @classmethod
+    def body(cls, texts):
+        return {"inputs": texts, "prompt_name": cls.task, "truncate": True}
+
+    @staticmethod
+    def answer(data, texts):
+        return [x for vectors in data for v in vectors for x in v]
+
+    @classmethod
+    def theirs(cls, model_dir: Path, texts):
+        from sentence_transformers import MultiVectorEncoder
+
+        encode = getattr(MultiVectorEncoder(str(model_dir), device="cpu").eval(), f"encode_{cls.task}")
+        return lambda: [x for t in encode(texts, batch_size=len(texts)) for x in t.flatten().tolist()]
+
+
+class ColbertQuery(Colbert):
+    ours_name = "ours (bench serve /embed_multi, prompt_name query, HTTP)"
+    theirs_name = "PyTorch (MultiVectorEncoder.encode_query)"
+    task = "query"
+
+    @staticmethod
+    def texts(n: int):
+        return InferenceFree.texts(n)
+
+
+TASKS = {"rerank": Rerank, "sparse": Sparse, "inference-free": InferenceFree, "decoder-rerank": DecoderRerank,
+         "colbert": Colbert, "colbert-query": ColbertQuery}
 
 
 def pct(xs, q):
@@ -336,7 +412,7 @@ def main():
     worst = max(abs(x - y) for x, y in zip(a, b))
     spread = max(abs(y) for y in b)
     ratio = rows[task.theirs_name]["p50_ms"] / rows[task.ours_name]["p50_ms"]
-    active = sum(1 for y in b if y != 0) / args.texts if not issubclass(task, Rerank) else None
+    active = sum(1 for y in b if y != 0) / args.texts if issubclass(task, Sparse) else None
     print(f"largest difference {worst:.2e} (largest |value| {spread:.3f}); PyTorch p50 / ours p50 = {ratio:.2f}"
           + (f"; {active:.0f} active entries per text" if active is not None else ""))
     if args.json:
@@ -346,8 +422,10 @@ def main():
                "pytorch_over_ours_p50": ratio, "rows": rows}
         if active is not None:
             out["active_entries_per_text"] = active
-        else:
+        if issubclass(task, Rerank):
             out["query"] = QUERY
+        if issubclass(task, Colbert):
+            out["vectors"] = len(a) // 128
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
 
 
