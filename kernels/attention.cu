@@ -168,8 +168,8 @@ __device__ __forceinline__ void attention_body(ATTENTION_PARAMS, float* smem) {
     for (int i = 0; i < QPW; i++) {
         const int row = row0 + i;
         if (row < len) {
-            // Every row sees at least itself, so l > 0.
-            const float inv = 1.0f / l[i];
+            // A row sees a key (the batch's keys and the model's window see to it); one that sees none gets 0.
+            const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
             float* o = ctx + (size_t)(start + row) * ld_ctx + qc;
 #pragma unroll
             for (int c = 0; c < COLS_MAX; c++) {

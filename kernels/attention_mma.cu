@@ -247,7 +247,8 @@ __device__ __forceinline__ void attention_mma_body(ATTENTION_PARAMS, float* smem
             const float* p = (const float*)((const char*)smem + w * warp_bytes);
             top = fmaxf(top, p[16 * d + r]);
         }
-        // Every row sees at least itself, so top is finite and the sum positive.
+        // A row sees a key (the batch's keys and the model's window see to it), so top is finite and the sum
+        // positive; one that sees none gets 0.
         float sum = 0.0f, out = 0.0f;
         for (int w = 0; w < MMA_WARPS; w++) {
             const float* p = (const float*)((const char*)smem + w * warp_bytes);
@@ -258,7 +259,7 @@ __device__ __forceinline__ void attention_mma_body(ATTENTION_PARAMS, float* smem
                 out += p[r * d + c] * f;
             }
         }
-        const float v = out / sum;
+        const float v = sum > 0.0f ? out / sum : 0.0f;
         ctx[(size_t)(start + row) * ld_ctx + qc + c] = v;
         shadow_store(shadow, heads * d, start + row, qc + c, v);
     }

@@ -65,11 +65,10 @@ __device__ __forceinline__ void shadow_store(unsigned short* shadow, int cols, i
 }
 
 // The tile of an attention block (attention.cu, attention_mma.cu: grid x over the batch's query tiles, y over
-// the query heads): its sequence's first token and length, its first query row, and the columns of its query head
-// and of the key and value heads that head reads in the fused [Q | K | V] rows. False for a block past the batch's
-// tiles (a bucket's grid is larger than most batches), which returns at once.
-// A block's query tile: its sequence's first row and length, the keys its tokens attend to (the first `keys` of
-// them: all but an unattended query expansion, Batch::keys), its first query row and its head's Q, K, V columns.
+// the query heads): its sequence's first token and length, the keys its tokens attend to (its first `keys`: all but
+// an unattended query expansion, Batch::keys), its first query row, and the columns of its query head and of the
+// key and value heads that head reads in the fused [Q | K | V] rows. False for a block past the batch's tiles (a
+// bucket's grid is larger than most batches), which returns at once.
 struct AttentionTile {
     int start, len, keys, q0, qc, kc, vc;
 };

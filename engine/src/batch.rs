@@ -98,16 +98,26 @@ impl Batch {
             Readout::Pooled { .. } => 1,
             Readout::Tokens | Readout::Vectors { .. } => seq.len(),
         };
-        // The first token is always a key, so that every token attends to something.
-        let unattended = match readout {
+        self.keys.push(match readout {
             Readout::Vectors {
                 expansion: Some(id),
-            } => seq.iter().skip(1).rev().take_while(|&&t| t == id).count(),
-            _ => 0,
-        };
-        self.keys.push(seq.len() - unattended);
+            } => Batch::attended(seq, id),
+            _ => seq.len(),
+        });
         self.readouts.push(readout);
         self.out_offsets.push(self.out_rows() + rows);
+    }
+
+    /// How many leading tokens of `seq` are attended to where its trailing run of `expansion` is not: all but that
+    /// run, the first token always.
+    pub fn attended(seq: &[u32], expansion: u32) -> usize {
+        seq.len()
+            - seq
+                .iter()
+                .skip(1)
+                .rev()
+                .take_while(|&&t| t == expansion)
+                .count()
     }
 
     /// Number of sequences.
@@ -155,11 +165,6 @@ impl Batch {
     /// that is not attended ([`Readout::Vectors`]). At least one for a sequence that is not empty.
     pub fn keys(&self) -> &[usize] {
         &self.keys
-    }
-
-    /// Whether some sequence has tokens no token attends to ([`Batch::keys`]).
-    pub fn has_unattended(&self) -> bool {
-        (0..self.len()).any(|i| self.keys[i] < self.seq(i).len())
     }
 
     /// Where sequence `i`'s tokens of type 1 start; `None` where all are of type 0. A model without token types

@@ -49,6 +49,9 @@ pub struct MultiVector {
     skip: Vec<u32>,
     skip_tasks: [bool; 2],
     keep_only: Option<Vec<u32>>,
+    /// Whether the model's MultiVectorMask says which vectors are returned; without one, those the encoder
+    /// attends to.
+    masked: bool,
     /// The longest limit of the two tasks and the model's: what the engine serves.
     longest: usize,
     mean_max_sim: bool,
@@ -90,21 +93,38 @@ impl MultiVector {
         let expansion = match &module.expansion {
             Some(e) => {
                 let dir = path.parent().unwrap_or(Path::new("."));
-                let token = match &e.token {
-                    Some(t) => t.clone(),
-                    None => match tokenizer::named_tokens(dir)?
-                        .into_iter()
-                        .find(|(name, _)| *name == "mask_token")
-                    {
-                        Some((_, t)) => t,
-                        None => return refuse("query expansion without a token, and the tokenizer names no mask_token".into()),
-                    },
+                // The module's token, else the tokenizer's mask token, else its end-of-sequence one, as
+                // sentence-transformers picks it.
+                let named = tokenizer::named_tokens(dir)?;
+                let named = |n: &str| {
+                    named
+                        .iter()
+                        .find(|(name, _)| *name == n)
+                        .map(|(_, t)| t.clone())
+                };
+                let Some(token) = e
+                    .token
+                    .clone()
+                    .or_else(|| named("mask_token"))
+                    .or_else(|| named("eos_token"))
+                else {
+                    return refuse("query expansion without a token, and the tokenizer names no mask or end token".into());
                 };
                 let Some(id) = model.token_id(&token) else {
                     return refuse(format!(
                         "the query expansion token {token:?} is not in the vocabulary"
                     ));
                 };
+                // The engine tells the unattended expansion by the run of its token after the text: a token the
+                // tokenizer puts after every text would be taken for it.
+                let mut ids = Vec::new();
+                model.encode("a", &mut ids)?;
+                if !e.attend && ids.last() == Some(&id) {
+                    return refuse(format!(
+                        "unsupported: an unattended query expansion by {token:?}, which the tokenizer puts after \
+                         every text"
+                    ));
+                }
                 Some(Expansion {
                     id,
                     length: e.length.min(positions),
@@ -114,9 +134,10 @@ impl MultiVector {
             None => None,
         };
         // A query's limit: the expansion's length where it is fixed, at least it otherwise.
+        // (Without a query limit, `min` cuts at the model's and pads up to the expansion's.)
         let query_limit = match (&module.expansion, module.query_length) {
             (Some(e), _) if e.fixed => Some(e.length),
-            (Some(e), q) => Some(q.unwrap_or(limit).max(e.length)),
+            (Some(e), q) => q.map(|q| q.max(e.length)),
             (None, q) => q,
         };
         let cut = |n: Option<usize>| {
@@ -147,6 +168,7 @@ impl MultiVector {
             skip,
             skip_tasks: ["query", "document"].map(|t| module.skiplist_tasks.iter().any(|s| s == t)),
             keep_only: module.keep_only_token_ids.clone(),
+            masked: module.masked,
             longest,
             mean_max_sim: module.mean_max_sim,
         })
@@ -185,7 +207,8 @@ impl MultiVector {
     }
 
     /// Whether each token's vector of a text of `task` (its ids, expanded) is returned: not a skiplist token's
-    /// (documents', unless the model says otherwise), and a document's only where it is one of `keep_only`'s.
+    /// (documents', unless the model says otherwise), and a document's only where it is one of `keep_only`'s;
+    /// without a MultiVectorMask, not an unattended expansion's (what the encoder does not attend to).
     pub fn kept<'a>(
         &'a self,
         task: Option<Task>,
@@ -199,32 +222,43 @@ impl MultiVector {
             .keep_only
             .as_deref()
             .filter(|_| task != Some(Task::Query));
-        ids.iter().map(move |id| {
-            !(skips && self.skip.contains(id)) && keep_only.is_none_or(|k| k.contains(id))
+        let returned = match self.readout(task) {
+            Readout::Vectors {
+                expansion: Some(id),
+            } if !self.masked => crate::Batch::attended(ids, id),
+            _ => ids.len(),
+        };
+        ids.iter().enumerate().map(move |(i, id)| {
+            i < returned
+                && !(skips && self.skip.contains(id))
+                && keep_only.is_none_or(|k| k.contains(id))
         })
     }
 
     /// The model's similarity of a query's vectors and a document's, as sentence-transformers' `similarity`: for
     /// each query vector its largest dot product with a document vector, summed (MaxSim), or averaged over the
-    /// query's vectors (`meanmaxsim`). A document of no vectors adds 0 per query vector.
+    /// query's vectors (`meanmaxsim`). A document of no vectors (all left out by the mask) scores -1e9 (over the
+    /// query's vectors for `meanmaxsim`), below every document that has some, as sentence-transformers scores it.
     pub fn max_sim<'a>(
         &self,
         query: impl ExactSizeIterator<Item = &'a [f32]>,
         document: &[&[f32]],
     ) -> f32 {
         let n = query.len();
-        let sum: f32 = query
-            .map(|q| {
-                let dots = document
-                    .iter()
-                    .map(|d| q.iter().zip(*d).map(|(a, b)| a * b).sum::<f32>());
-                dots.fold(None, |m: Option<f32>, x| Some(m.map_or(x, |m| m.max(x))))
-                    .unwrap_or(0.0)
-            })
-            .sum();
+        let sum: f32 = match document.is_empty() {
+            true => -1e9,
+            false => query
+                .map(|q| {
+                    let dots = document
+                        .iter()
+                        .map(|d| q.iter().zip(*d).map(|(a, b)| a * b).sum::<f32>());
+                    dots.fold(f32::NEG_INFINITY, f32::max)
+                })
+                .sum(),
+        };
         match self.mean_max_sim {
-            true if n > 0 => sum / n as f32,
-            _ => sum,
+            true => sum / n.max(1) as f32,
+            false => sum,
         }
     }
 

@@ -258,6 +258,68 @@ fn what_is_not_run_is_refused_at_load() {
         &|v| v["truncate_dim"] = 8.into(),
         "truncate_dim",
     );
+    // An unattended expansion by the token the tokenizer ends every text with could not be told from the text.
+    refused(
+        "bert_colbert",
+        "sentence_bert_config.json",
+        &|v| v["query_expansion"]["token"] = "[SEP]".into(),
+        "puts after every text",
+    );
+    // Stanford's own checkpoint layout.
+    refused(
+        "bert_colbert",
+        "config.json",
+        &|v| v["architectures"] = serde_json::json!(["HF_ColBERT"]),
+        "Stanford ColBERT",
+    );
+    // Per-task limits on a dense model (sentence-transformers 6 would cut its encode_query texts there).
+    refused(
+        "bert_max",
+        "sentence_bert_config.json",
+        &|v| v["query_length"] = 8.into(),
+        "not multi-vector",
+    );
+}
+
+/// A multi-vector model's Normalize acts on what its config names: on the sentence embedding (the default), which
+/// such a model has not, it does nothing, as in sentence-transformers; an empty `keep_only_token_ids` keeps every
+/// vector; a document of no vectors scores -1e9, below every other.
+#[test]
+fn normalize_keep_only_and_empty_documents_as_sentence_transformers_reads_them() {
+    use common::models::{copied, edit_json};
+    let config = || engine::EngineConfig {
+        threads: 1,
+        ..Default::default()
+    };
+    let tmp = copied("bert_colbert");
+    edit_json(&tmp.path().join("3_Normalize/config.json"), |v| {
+        v["module_input_name"] = "sentence_embedding".into();
+        v["module_output_name"] = "sentence_embedding".into();
+    });
+    edit_json(&tmp.path().join("2_MultiVectorMask/config.json"), |v| {
+        v["keep_only_token_ids"] = serde_json::json!([]);
+    });
+    let plain = Engine::load(tmp.path(), config()).expect("load");
+    let normalized = Engine::load(dir("bert_colbert"), config()).expect("load");
+    let texts = served_texts("bert_colbert");
+    let (a, b) = (
+        vectors(&plain, &texts, "document"),
+        vectors(&normalized, &texts, "document"),
+    );
+    for (a, b) in a.iter().zip(&b) {
+        assert_eq!(a.len(), b.len(), "the same vectors kept");
+        for (a, b) in a.iter().zip(b) {
+            let norm = a.iter().map(|x| x * x).sum::<f32>().sqrt();
+            assert!((norm - 1.0).abs() > 1e-3, "not normalized: {norm}");
+            for (x, y) in a.iter().zip(b) {
+                assert!((x / norm - y).abs() < 1e-5, "the same direction");
+            }
+        }
+    }
+    let mv = normalized.front().multi_vector().expect("multi-vector");
+    let q = [1.0f32, 0.0];
+    assert_eq!(mv.max_sim([&q[..]].into_iter(), &[]), -1e9);
+    assert_eq!(mv.max_sim([&q[..]].into_iter(), &[&[-5.0, 0.0][..]]), -5.0);
 }
 
 /// `/rerank` and Cohere's `/v1/rerank` rank passages by the model's MaxSim of the query's vectors (as a query) over

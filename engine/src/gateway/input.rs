@@ -402,6 +402,10 @@ impl Tokenization {
             (crate::Readout::Pooled { .. }, Inputs::Ids(_) | Inputs::Pairs(_)) => {
                 crate::Readout::POOLED
             }
+            // Token ids are the whole input: any expansion in them is the client's, attended to.
+            (crate::Readout::Vectors { .. }, Inputs::Ids(_)) => {
+                crate::Readout::Vectors { expansion: None }
+            }
             (readout @ (crate::Readout::Tokens | crate::Readout::Vectors { .. }), _) => readout,
         })
     }

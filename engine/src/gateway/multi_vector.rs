@@ -16,6 +16,18 @@ use super::routes::{priority, respond};
 use super::{Api, ApiError, Embedded, Gateway, Inputs, Options, Times};
 use crate::multi_vector::Task;
 
+/// Each task has its own limit, and a query's expansion follows its text: a multi-vector model's inputs are cut
+/// from the right only, as sentence-transformers cuts them.
+fn right_cut(direction: Direction) -> Result<(), ApiError> {
+    match direction {
+        Direction::Right => Ok(()),
+        Direction::Left => Err(ApiError::unprocessable(
+            "unsupported",
+            "a multi-vector model's inputs are cut from the right only (truncation_direction: right)",
+        )),
+    }
+}
+
 pub(super) async fn embed_multi(
     State(gw): State<Gateway>,
     headers: HeaderMap,
@@ -30,14 +42,7 @@ pub(super) async fn embed_multi(
                  MultiVectorEncoder, or a PyLate save)",
             ));
         };
-        // Each task has its own limit, and a query's expansion follows its text: cut from the right only, as
-        // sentence-transformers cuts.
-        if req.truncation_direction == Direction::Left {
-            return Err(ApiError::unprocessable(
-                "unsupported",
-                "a multi-vector model's inputs are cut from the right only (truncation_direction: right)",
-            ));
-        }
+        right_cut(req.truncation_direction)?;
         let tei = Options::tei(
             req.truncate,
             gw.config().auto_truncate,
@@ -69,6 +74,7 @@ pub(super) async fn max_sim(
     passages: Vec<String>,
     options: Options,
 ) -> Result<(Vec<f32>, usize, Times), ApiError> {
+    right_cut(options.direction)?;
     let start = std::time::Instant::now();
     let mv = gw
         .front()

@@ -212,6 +212,7 @@ pub(super) async fn rerank_of(
     headers: &HeaderMap,
     req: RerankRequest,
 ) -> Result<(Times, Response), ApiError> {
+    ranker(gw)?;
     let options = Options::tei(
         req.truncate,
         gw.config().auto_truncate,
@@ -327,6 +328,7 @@ pub(super) async fn cohere_rerank(
     let result = async {
         let req: CohereRerankRequest = parse(&headers, body)?;
         check_model(&gw, req.model.as_deref())?;
+        ranker(&gw)?;
         if req.top_n == Some(0) {
             return Err(ApiError::bad_request(
                 "invalid_top_n",

@@ -263,6 +263,11 @@ fn softmax_row(
         return softmax_keys(&mut row[..len], shape, bias);
     }
     let visible = shape.keys(q, len);
+    // A row that sees no key (a batch built against its model's window) gets 0.
+    if visible.is_empty() {
+        row[seen].fill(0.0);
+        return;
+    }
     softmax_keys(
         &mut row[visible.clone()],
         shape,

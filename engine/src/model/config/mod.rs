@@ -154,6 +154,14 @@ impl ModelConfig {
                     .iter()
                     .any(|a| names.contains(&a.as_str()))
         };
+        // Stanford's ColBERT checkpoint: a BERT whose projection sits beside it, read from its artifact.metadata.
+        if names(&["HF_ColBERT"]) {
+            return Err(Error::model(
+                path,
+                "unsupported: a Stanford ColBERT checkpoint (HF_ColBERT, artifact.metadata); a \
+                 sentence-transformers MultiVectorEncoder or PyLate save of the model is read",
+            ));
+        }
         if BertFamily::of(&kind.model_type, &kind.architectures).is_some() {
             Ok(ModelConfig::Bert(read_bert(path)?))
         } else if let Some((family, _)) = DecoderFamily::NAMES.iter().find(|(_, n)| names(n)) {

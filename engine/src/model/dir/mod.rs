@@ -315,6 +315,11 @@ impl ModelDir {
                         "unsupported: a Dense module before Pooling or after Normalize",
                     ))
                 }
+                // A multi-vector model's Normalize acts on what its config names: the token vectors, or (the
+                // default) the sentence embedding, which such a model has not.
+                "Normalize" if multi => {
+                    normalize |= multi_vector::normalizes_tokens(&root.join(&m.path))?;
+                }
                 "Normalize" => normalize = true,
                 // A causal LM's logits (`transformer_task` text-generation) scored by two of its tokens'.
                 "LogitScore" if task == Some("text-generation") && !pooled => {
@@ -391,8 +396,9 @@ impl ModelDir {
                 }
                 false if module.multi_vector.any() => return Err(Error::model(
                     transformer_root.join("sentence_bert_config.json"),
-                    "query_length, document_length or query_expansion on a model that is not a \
-                     MultiVectorEncoder",
+                    "unsupported: query_length, document_length or query_expansion on a model that is not \
+                     multi-vector (sentence-transformers 6 cuts its encode_query and encode_document texts \
+                     there; the engine's per-task limits are a MultiVectorEncoder's only)",
                 )),
                 false => None,
             };

@@ -26,9 +26,12 @@ pub struct MultiVectorModule {
     pub skiplist_tasks: Vec<String>,
     /// Where set, a document's vectors are only those of these tokens (ColPali's image patches).
     pub keep_only_token_ids: Option<Vec<u32>>,
-    /// A PyLate save's prompts with its prefixes (`[Q] `, `[unused0]`): sentence-transformers registers such a
-    /// prompt (or its first word) as a special token where the tokenizer knows it but splits it.
+    /// A PyLate save's prefixes (`[Q] `, `[unused0]`): sentence-transformers registers such a prefix (or its
+    /// first word) as a special token where the tokenizer knows it but splits it.
     pub prefixes: Vec<String>,
+    /// Whether a MultiVectorMask says which vectors are returned (PyLate 3's implied); without one, those the
+    /// encoder attends to (an unattended expansion's are not).
+    pub masked: bool,
     /// Its similarity (`similarity_fn_name`): MaxSim, or (`meanmaxsim`) MaxSim over the query's vector count.
     pub mean_max_sim: bool,
 }
@@ -81,6 +84,31 @@ impl TransformerKnobs {
         self.query_length.is_some()
             || self.document_length.is_some()
             || matches!(self.query_expansion, Some(Some(_)))
+    }
+}
+
+/// A Normalize module's `config.json` (sentence-transformers ≥ 6).
+#[derive(Deserialize)]
+struct NormalizeFile {
+    module_input_name: Option<String>,
+}
+
+/// Whether the Normalize module in `folder` of a multi-vector model normalizes its token vectors
+/// (`module_input_name: token_embeddings`); on the default, the sentence embedding, which such a model has not, it
+/// does nothing, as in sentence-transformers.
+pub(super) fn normalizes_tokens(folder: &Path) -> Result<bool> {
+    let path = folder.join("config.json");
+    let name = match path.is_file() {
+        true => read_json::<NormalizeFile>(&path)?.module_input_name,
+        false => None,
+    };
+    match name.as_deref().unwrap_or("sentence_embedding") {
+        "token_embeddings" => Ok(true),
+        "sentence_embedding" => Ok(false),
+        other => Err(Error::model(
+            &path,
+            format!("unsupported: a Normalize module on {other:?}"),
+        )),
     }
 }
 
@@ -146,14 +174,13 @@ pub(super) fn read(
         if let Some(prefix) = prefix {
             let prompt = prompts.entry(task.into()).or_default();
             let rest = prompt.as_deref().unwrap_or_default();
-            let value = format!(
+            *prompt = Some(format!(
                 "{prefix}{}",
                 rest.strip_prefix(prefix.as_str()).unwrap_or(rest)
-            );
-            if !value.trim().is_empty() {
-                prefixes.push(value.clone());
+            ));
+            if !prefix.trim().is_empty() {
+                prefixes.push(prefix.clone());
             }
-            *prompt = Some(value);
         }
     }
     // PyLate's flat keys, where the save has any, under the Transformer's own (which win).
@@ -216,7 +243,8 @@ pub(super) fn read(
                 Some(SkiplistTasks::Several(t)) => t,
                 None => skiplist_tasks,
             };
-            keep_only_token_ids = file.keep_only_token_ids;
+            // An empty allowlist is none, as sentence-transformers reads it.
+            keep_only_token_ids = file.keep_only_token_ids.filter(|k| !k.is_empty());
         }
         // PyLate 3 masked inline: its skiplist, punctuation by default.
         None if pylate => {
@@ -234,6 +262,7 @@ pub(super) fn read(
         skiplist_tasks,
         keep_only_token_ids,
         prefixes,
+        masked: mask.is_some() || pylate,
         // PyLate's `MaxSim`, like any name sentence-transformers does not know, is MaxSim.
         mean_max_sim: st.get("similarity_fn_name").and_then(Value::as_str) == Some("meanmaxsim"),
     })
