@@ -30,9 +30,28 @@ reference.
   reference is made from the directory as loaded, and the script asserts those fixups. With attend true the
   [MASK] expansion tokens are attended to (attention_mask 1). The tokenizer as loaded keeps the prefixes as saved:
   "[Q] " already comes out as one piece (no lowercasing normaliser here), so nothing is re-registered.
+- bert_colbert_unused: answerai-colbert-small-v1's kind of PyLate v3 save, the same layout as
+  modernbert_colbert_pylate, over a BertModel (hidden 32, 2 layers, 4 heads, pooler saved) with bert_colbert's kind
+  of WordPiece laid out as bert-base-uncased's vocabulary: [PAD] 0, [unused0] 1, [unused1] 2, [UNK] 3, [CLS] 4,
+  [SEP] 5, [MASK] 6, then the trained pieces. [unused0] and [unused1] are ordinary vocabulary entries, not added
+  tokens: the saved tokenizer.json alone splits their text at the brackets ("[unused0]" -> "[", "un", ...,
+  "##0", "]"), so no text gives their ids. config_sentence_transformers.json: `query_prefix: "[unused0]"`,
+  `document_prefix: "[unused1]"` (no trailing space), `query_length: 16`, `document_length: 40`,
+  `attend_to_expansion_tokens: false`, `do_query_expansion: true`, no `skiplist_words`, `similarity_fn_name:
+  MaxSim`, empty query/document prompts. Loading it, sentence-transformers 6 does modernbert_colbert_pylate's
+  fixups (expansion `{strategy: fixed, attend: false, length: 16}`, the [MASK]s unattended; the MultiVectorMask
+  with PyLate's default skiplist, list(string.punctuation), less the characters not in the vocabulary) and, the
+  prefixes being vocabulary entries the tokenizer splits, registers each as a special, non-normalised added token
+  (MultiVectorEncoder._register_prefix_tokens): the prompts "[unused0]" / "[unused1]" then come out as ids 1 / 2
+  right after [CLS], and so does their exact text anywhere in a text ("x[unused1]y" -> "x", "[unused1]", "y"; an
+  upper-case "[UNUSED1]" is not matched, the match coming before the lowercasing normaliser). The registration is
+  the loaded tokenizer's only: the directory is saved from modules (no legacy load, nothing registered), the
+  reference made from it loaded afresh, and the script asserts that tokenizer.json's added_tokens stay [PAD],
+  [UNK], [CLS], [SEP], [MASK] before and after. Its texts are the others' plus one with the prefixes' text in it.
 
 Each fixture is checked to tell apart what it is for: bert_colbert's queries move with the expansion attended,
-modernbert_colbert_pylate's documents with the window past every text, its queries with the expansion unattended.
+modernbert_colbert_pylate's documents with the window past every text, its queries with the expansion unattended,
+bert_colbert_unused's queries with "[unused0]" left unregistered (the prefix moved into the prompt, split).
 
 Each directory holds query_reference.jsonl (MultiVectorEncoder.encode_query) and document_reference.jsonl
 (encode_document), a line per text: `text`; `ids`, the input_ids row the Transformer gave the encoder (prefix,
@@ -42,9 +61,9 @@ MultiVectorMask's scoring mask: every query position, expansion included; a docu
 [SEP] and the prefix among them); `vectors`, those rows (16 wide, unit length), row-major, base64 of little-endian
 f32. Similarity is MaxSim: a query's every vector's largest dot product with the document's vectors, summed.
 
-The WordPiece trainer breaks ties in hash order, so a rerun may give bert_colbert another vocabulary; a run's files
-always agree among themselves. Needs the peers venv (bash scripts/setup_peers.sh). Run from the repository root
-(naming fixtures makes only those):
+The WordPiece trainer breaks ties in hash order, so a rerun may give bert_colbert and bert_colbert_unused another
+vocabulary (bert_colbert_unused's past the ids above); a run's files always agree among themselves. Needs the peers
+venv (bash scripts/setup_peers.sh). Run from the repository root (naming fixtures makes only those):
   ~/.cache/embedding-workbench/peers-venv/bin/python scripts/make_colbert_fixtures.py [NAME ...]
 """
 import base64
@@ -60,7 +79,8 @@ import torch
 from sentence_transformers import MultiVectorEncoder
 from sentence_transformers.base.modules import Dense, Normalize, Transformer
 from sentence_transformers.multi_vector_encoder.modules import MultiVectorMask
-from tokenizers import AddedToken
+from tokenizers import AddedToken, Tokenizer, decoders, normalizers, pre_tokenizers, processors
+from tokenizers import models as tok_models
 from transformers import BertConfig, BertModel, ModernBertConfig, ModernBertModel, PreTrainedTokenizerFast
 
 sys.path.insert(0, "scripts")
@@ -71,6 +91,7 @@ HIDDEN = 32
 DIM = 16
 DOCUMENT_LENGTH = 40
 PREFIXES = {"query": "[Q] ", "document": "[D] "}
+UNUSED = {"query": "[unused0]", "document": "[unused1]"}  # answerai-colbert-small-v1's PyLate prefixes
 
 
 def texts():
@@ -167,7 +188,7 @@ def check_maxsim(st, queries, documents):
     print(f"similarity_fn_name {st.similarity_fn_name}: MaxSim checked on {len(q)}x{len(dd)} pairs")
 
 
-def show_files(d):
+def show_files(d, prefixes=PREFIXES):
     for rel in ["modules.json", "sentence_bert_config.json", "config_sentence_transformers.json"]:
         print(f"  {rel}: {(d / rel).read_text().strip()}")
     for sub in sorted(p for p in d.iterdir() if p.is_dir()):
@@ -176,7 +197,7 @@ def show_files(d):
                 print(f"  {sub.name}/{f.name}: {f.read_text().strip()}")
     tok = json.loads((d / "tokenizer.json").read_text())
     for t in tok["added_tokens"]:
-        if t["content"] in PREFIXES.values():
+        if t["content"] in prefixes.values():
             print(f"  tokenizer.json added token: {json.dumps(t)}")
 
 
@@ -202,9 +223,10 @@ def show_tokens(st, text, task):
         print(f"    query_expansion_positions {pre['query_expansion_positions'][0].int().tolist()}")
 
 
-def assert_shows(name, file, edit, what, task):
+def assert_shows(name, file, edit, what, task, prompt=None):
     """The fixture tells `what` apart: the same directory with `file` edited (`what` taken out) gives the `task`
-    side's token vectors far from the reference."""
+    side's token vectors far from the reference (both encoded with `prompt`, PREFIXES' by default)."""
+    prompt = PREFIXES[task] if prompt is None else prompt
     d = enc.OUT / name
     plain = enc.OUT / f"{name}_plain"
     shutil.rmtree(plain, ignore_errors=True)
@@ -213,18 +235,19 @@ def assert_shows(name, file, edit, what, task):
     edit(config)
     (plain / file).write_text(json.dumps(config, indent=2))
     batch = texts()
-    a = MultiVectorEncoder(str(d), device="cpu").encode(batch, task=task, prompt=PREFIXES[task])
-    b = MultiVectorEncoder(str(plain), device="cpu").encode(batch, task=task, prompt=PREFIXES[task])
+    a = MultiVectorEncoder(str(d), device="cpu").encode(batch, task=task, prompt=prompt)
+    b = MultiVectorEncoder(str(plain), device="cpu").encode(batch, task=task, prompt=prompt)
     shutil.rmtree(plain)
     worst = float((torch.cat(a) * torch.cat(b)).sum(-1).min())
     assert worst < 0.99, f"{name}: without its {what} the {task} token vectors stay within cosine {worst}"
     print(f"{name}: without its {what}, min {task} token cosine {worst:.4f}")
 
 
-def write_references(name, st, query_length):
-    """Both reference files, their checks, and what the directory holds (printed)."""
+def write_references(name, st, query_length, batch=None, prefixes=PREFIXES):
+    """Both reference files (of `batch`, texts() by default), their checks, and what the directory holds
+    (printed; `prefixes` the added tokens shown)."""
     d = enc.OUT / name
-    batch = texts()
+    batch = texts() if batch is None else batch
     queries = write_reference(d, st, batch, "query")
     documents = write_reference(d, st, batch, "document")
     expanded = check_lengths(name, queries, documents, query_length, st.tokenizer.mask_token_id)
@@ -235,9 +258,9 @@ def write_references(name, st, query_length):
     skip = st[2]._skiplist_ids.tolist()
     print(f"  skiplist ids {skip} ({st.tokenizer.convert_ids_to_tokens(skip)})")
     added = {t.content: dict(special=t.special, normalized=t.normalized)
-             for t in st.tokenizer.added_tokens_decoder.values() if t.content in PREFIXES.values()}
+             for t in st.tokenizer.added_tokens_decoder.values() if t.content in prefixes.values()}
     print(f"  prefixes in the loaded tokenizer: {added}")
-    show_files(d)
+    show_files(d, prefixes)
     show_tokens(st, "is it new?", "query")
     show_tokens(st, "is it new?", "document")
     sizes = {f.relative_to(d).as_posix(): f.stat().st_size for f in d.rglob("*") if f.is_file()}
@@ -283,6 +306,23 @@ def bert_colbert():
                  "expansion left unattended", "query")
 
 
+def save_pylate(d, work, dense):
+    """The backbone in `work` and `dense` saved as a MultiVectorEncoder into `d`, then rewritten to PyLate v3's
+    layout: modules.json of the Transformer (its old name) and `pylate.models.Dense.Dense` alone, the Transformer's
+    config as PyLate left it (document_length - 1), the Dense config without module names."""
+    MultiVectorEncoder(modules=[Transformer(str(work)), dense], device="cpu").save(str(d))
+    shutil.rmtree(work)
+    tidy(d)
+    (d / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Dense", "type": "pylate.models.Dense.Dense"}], indent=2))
+    (d / "sentence_bert_config.json").write_text(json.dumps(
+        {"max_seq_length": DOCUMENT_LENGTH - 1, "do_lower_case": False}, indent=2))
+    (d / "1_Dense" / "config.json").write_text(json.dumps(
+        {"in_features": HIDDEN, "out_features": DIM, "bias": False,
+         "activation_function": "torch.nn.modules.linear.Identity"}, indent=2))
+
+
 def modernbert_colbert_pylate():
     name = "modernbert_colbert_pylate"
     d = enc.OUT / name
@@ -301,19 +341,7 @@ def modernbert_colbert_pylate():
     save_backbone(work, model, hf_tok, 43)
     dense = perturb(Dense(HIDDEN, DIM, bias=False, activation_function=torch.nn.Identity(),
                           module_input_name="token_embeddings"), 44)
-    MultiVectorEncoder(modules=[Transformer(str(work)), dense], device="cpu").save(str(d))
-    shutil.rmtree(work)
-    tidy(d)
-
-    # Rewrite to PyLate v3's layout.
-    (d / "modules.json").write_text(json.dumps([
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Dense", "type": "pylate.models.Dense.Dense"}], indent=2))
-    (d / "sentence_bert_config.json").write_text(json.dumps(
-        {"max_seq_length": DOCUMENT_LENGTH - 1, "do_lower_case": False}, indent=2))
-    (d / "1_Dense" / "config.json").write_text(json.dumps(
-        {"in_features": HIDDEN, "out_features": DIM, "bias": False,
-         "activation_function": "torch.nn.modules.linear.Identity"}, indent=2))
+    save_pylate(d, work, dense)
     skiplist = [",", ".", "?", "!", ":", "'"]
     (d / "config_sentence_transformers.json").write_text(json.dumps({
         # Illustrative versions of a PyLate-era save (loaders only warn about a newer sentence-transformers).
@@ -344,7 +372,104 @@ def modernbert_colbert_pylate():
                  "attention to the expansion", "query")
 
 
-FIXTURES = [bert_colbert, modernbert_colbert_pylate]
+def bert_unused_tokenizer():
+    """bert_tokenizer's WordPiece laid out as bert-base-uncased's vocabulary is: [PAD], then [unused0] and
+    [unused1] as ordinary vocabulary entries (no added tokens: BertPreTokenizer splits their text at the
+    brackets, so no text ever gives their ids), then [UNK], [CLS], [SEP], [MASK] and the trained pieces."""
+    base = enc.bert_tokenizer()
+    vocab = base.get_vocab(with_added_tokens=False)
+    order = sorted(vocab, key=vocab.get)
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    assert order[:5] == specials and not set(UNUSED.values()) & set(order), order[:5]
+    order = order[:1] + list(UNUSED.values()) + order[1:]
+    tok = Tokenizer(tok_models.WordPiece({t: i for i, t in enumerate(order)}, unk_token="[UNK]",
+                                         continuing_subword_prefix="##", max_input_chars_per_word=100))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    tok.add_special_tokens(specials[:4])
+    tok.add_special_tokens([AddedToken("[MASK]", lstrip=True, rstrip=False, normalized=False, special=True)])
+    tok.post_processor = processors.BertProcessing(("[SEP]", tok.token_to_id("[SEP]")),
+                                                   ("[CLS]", tok.token_to_id("[CLS]")))
+    return tok
+
+
+def bert_colbert_unused():
+    name = "bert_colbert_unused"
+    d = enc.OUT / name
+    shutil.rmtree(d, ignore_errors=True)
+    work = enc.OUT / f"{name}_hf"
+    tok = bert_unused_tokenizer()
+    hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, **enc.BERT_SPECIALS)
+    hf_tok.model_max_length = MAX_SEQ
+    model = BertModel(BertConfig(
+        vocab_size=tok.get_vocab_size(), hidden_size=HIDDEN, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64, max_position_embeddings=MAX_SEQ, pad_token_id=tok.token_to_id("[PAD]"),
+        attn_implementation="eager"))
+    save_backbone(work, model, hf_tok, 45)
+    dense = perturb(Dense(HIDDEN, DIM, bias=False, activation_function=torch.nn.Identity(),
+                          module_input_name="token_embeddings"), 46)
+    # Built from modules, not loaded from a PyLate save: nothing registers the prefixes, so the tokenizer.json
+    # written is the one without them, as the Hub's files are.
+    # answerai-colbert-small-v1's settings (no skiplist_words: PyLate's default).
+    save_pylate(d, work, dense)
+    (d / "config_sentence_transformers.json").write_text(json.dumps({
+        "__version__": {"sentence_transformers": "5.1.1", "transformers": "4.56.2", "pytorch": "2.8.0"},
+        "prompts": {"query": "", "document": ""}, "default_prompt_name": None, "similarity_fn_name": "MaxSim",
+        "query_prefix": UNUSED["query"], "document_prefix": UNUSED["document"], "query_length": 16,
+        "document_length": DOCUMENT_LENGTH, "attend_to_expansion_tokens": False, "do_query_expansion": True,
+        "model_type": "ColBERT"}, indent=2))
+
+    def saved_added_tokens():
+        return [t["content"] for t in json.loads((d / "tokenizer.json").read_text())["added_tokens"]]
+
+    # The saved tokenizer.json alone: the prefixes are vocabulary entries, not added tokens, and their text splits.
+    assert saved_added_tokens() == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"], saved_added_tokens()
+    raw = Tokenizer.from_file(str(d / "tokenizer.json"))
+    ids = {t: raw.token_to_id(t) for t in ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]", *UNUSED.values()]}
+    assert ids["[PAD]"] == 0 and ids["[unused0]"] == 1 and ids["[unused1]"] == 2, ids
+    print(f"{name}: ids {ids}, vocabulary {raw.get_vocab_size()}")
+    for p in UNUSED.values():
+        e = raw.encode(p, add_special_tokens=False)
+        assert len(e.ids) > 1 and ids[p] not in e.ids, (p, e.tokens)
+        print(f"  raw tokenizer.json: {p!r} -> {e.tokens} {e.ids}")
+
+    st = MultiVectorEncoder(str(d), device="cpu").eval()
+    assert [type(m).__name__ for m in st] == ["Transformer", "Dense", "MultiVectorMask", "Normalize"], list(st)
+    assert st[1].module_input_name == "token_embeddings" and st[3].module_input_name == "token_embeddings"
+    assert st[2].skiplist_words == list(string.punctuation) and st[2].skiplist_tasks == ["document"], \
+        st[2].skiplist_words
+    assert st[0].query_expansion == {"strategy": "fixed", "attend": False, "token": None, "length": 16}, \
+        st[0].query_expansion
+    assert st[0].document_length == DOCUMENT_LENGTH and st[0].query_length is None
+    assert st.prompts["query"] == UNUSED["query"] and st.prompts["document"] == UNUSED["document"], st.prompts
+    # MultiVectorEncoder._register_prefix_tokens: each prefix a special, non-normalised added token at load, one
+    # piece wherever its exact text appears (an upper-case [UNUSED1] is not it: matched before lowercasing).
+    for p in UNUSED.values():
+        assert st.tokenizer.tokenize(p) == [p], st.tokenizer.tokenize(p)
+        assert st.tokenizer.convert_tokens_to_ids(p) == ids[p]
+    registered = {t.content: t for t in st.tokenizer.added_tokens_decoder.values() if t.content in UNUSED.values()}
+    assert set(registered) == set(UNUSED.values()) and all(t.special and not t.normalized
+                                                           for t in registered.values()), registered
+    pieces = st.tokenizer.tokenize("a[unused0]b [UNUSED1]")
+    assert pieces[:3] == ["a", "[unused0]", "b"] and "[unused1]" not in pieces, pieces
+    print(f"  as loaded: 'a[unused0]b [UNUSED1]' -> {pieces}")
+    batch = texts() + ["is [unused0] a word? x[unused1]y, not [UNUSED1]."]
+    queries, _ = write_references(name, st, 16, batch, UNUSED)
+    documents = [json.loads(line) for line in open(d / "document_reference.jsonl", encoding="utf-8")]
+    cls = ids["[CLS]"]
+    assert all(r["ids"][:2] == [cls, ids["[unused0]"]] for r in queries)
+    assert all(r["ids"][:2] == [cls, ids["[unused1]"]] for r in documents)
+    assert all(r["attended"] < 16 for r in queries if r["ids"][-1] == ids["[MASK]"])
+    # Registration is in memory only: the file stays as saved.
+    assert saved_added_tokens() == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"], saved_added_tokens()
+    # Without the registration (the prefix moved into the prompt, where nothing registers it) "[unused0]" splits.
+    assert_shows(name, "config_sentence_transformers.json",
+                 lambda c: c.update(query_prefix="", prompts={"query": UNUSED["query"], "document": ""}),
+                 "[unused0] registered as one token", "query", UNUSED["query"])
+
+
+FIXTURES = [bert_colbert, modernbert_colbert_pylate, bert_colbert_unused]
 
 
 def main():

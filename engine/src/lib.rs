@@ -113,6 +113,10 @@ pub struct ModelInfo {
     /// Whether it is a multi-vector (ColBERT) model ([`model::ModelDir::multi_vector`]): its answer is a vector per
     /// token ([`Engine::embed_vectors`]).
     pub multi_vector: bool,
+    /// Tokens its tokenizer is given as special ones on load (a PyLate save's prefixes that sentence-transformers
+    /// registers: one the tokenizer knows but splits): every tokenizer of the model is loaded with them
+    /// ([`tokenizer::load_registered`]).
+    pub registered_tokens: Vec<String>,
     /// The architecture and its settings, as read from config.json.
     #[serde(skip)]
     pub config: model::ModelConfig,
@@ -196,11 +200,16 @@ impl ModelFront {
             .max_seq_length
             .unwrap_or(dir.max_seq_length)
             .min(dir.positions);
-        let tokenizer = tokenizer::load(
+        let registered = match &dir.multi_vector {
+            Some(m) => multi_vector::registered(m, &dir.tokenizer_path, config.tokenizer)?,
+            None => Vec::new(),
+        };
+        let tokenizer = tokenizer::load_registered(
             &dir.tokenizer_path,
             config.tokenizer,
             Some(Truncation::right(max_seq_length)),
             dir.add_special_tokens,
+            &registered,
         )?;
         // Every id the tokenizer can give must have an embedding row: counted by the largest id, not by the
         // tokens, whose ids may leave gaps.
@@ -249,6 +258,7 @@ impl ModelFront {
                 .map(model::Routes::names)
                 .unwrap_or_default(),
             multi_vector: dir.multi_vector.is_some(),
+            registered_tokens: registered.clone(),
             config: dir.config.clone(),
         };
         let lookup = dir.routes.as_ref().and_then(|r| r.lookup.as_ref());
@@ -279,6 +289,7 @@ impl ModelFront {
                     dir.tokenizer_path.as_path(),
                     config.tokenizer,
                     dir.add_special_tokens,
+                    registered.as_slice(),
                 );
                 multi_vector::MultiVector::new(
                     module,

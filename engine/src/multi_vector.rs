@@ -12,6 +12,36 @@ use crate::model::MultiVectorModule;
 use crate::tokenizer::{self, TokenizerKind, Truncation};
 use crate::{Readout, Tokenizer};
 
+/// The prefixes of `module` (a PyLate save's) that sentence-transformers registers as special tokens of the
+/// tokenizer at `path` (its `_register_prefix_tokens`): each, or else its first word, that the tokenizer knows
+/// (a vocabulary or added token) but splits, as `[unused0]` is split by BERT's pre-tokenizer; one it knows not
+/// stays text.
+pub(crate) fn registered(
+    module: &MultiVectorModule,
+    path: &Path,
+    kind: TokenizerKind,
+) -> Result<Vec<String>> {
+    if module.prefixes.is_empty() {
+        return Ok(Vec::new());
+    }
+    let plain = tokenizer::load(path, kind, None, false)?;
+    let mut registered = Vec::new();
+    for prefix in &module.prefixes {
+        let first = prefix.split_whitespace().next().unwrap_or_default();
+        let known = [prefix.as_str(), first]
+            .into_iter()
+            .find_map(|p| plain.token_id(p).map(|id| (p, id)));
+        if let Some((token, id)) = known {
+            let mut ids = Vec::new();
+            plain.encode(token, &mut ids)?;
+            if ids != [id] {
+                registered.push(token.to_owned());
+            }
+        }
+    }
+    Ok(registered)
+}
+
 /// Which side of a late-interaction search a text is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Task {
@@ -58,38 +88,18 @@ pub struct MultiVector {
 }
 
 impl MultiVector {
-    /// The front of `module` over the tokenizer at `path` (`model`, cutting at `limit`, the model's), tasks' limits
-    /// capped at `positions`. Refuses a PyLate prefix that sentence-transformers would register as a special token
-    /// (one the tokenizer knows but splits) and an expansion token it does not have.
+    /// The front of `module` over the tokenizer at `path` (`model`, cutting at `limit`, the model's; `registered`
+    /// its prefixes registered as special tokens, [`registered`]), tasks' limits capped at `positions`. Refuses an
+    /// expansion token the tokenizer does not have, or one it ends every text with where unattended.
     pub(crate) fn new(
         module: &MultiVectorModule,
-        (path, kind, add_special_tokens): (&Path, TokenizerKind, bool),
+        (path, kind, add_special_tokens, registered): (&Path, TokenizerKind, bool, &[String]),
         model: &dyn Tokenizer,
         limit: usize,
         positions: usize,
     ) -> Result<Self> {
         let refuse = |why: String| Err(Error::model(path, why));
-        let plain = tokenizer::load(path, kind, None, false)?;
-        // sentence-transformers' `_register_prefix_tokens`: the prompt, else its first word, where the tokenizer
-        // knows it; one it knows not is text.
-        for prompt in &module.prefixes {
-            let first = prompt.split_whitespace().next().unwrap_or_default();
-            let Some((prefix, id)) = [prompt.as_str(), first]
-                .into_iter()
-                .find_map(|p| plain.token_id(p).map(|id| (p, id)))
-            else {
-                continue;
-            };
-            let mut ids = Vec::new();
-            plain.encode(prefix, &mut ids)?;
-            if ids != [id] {
-                return refuse(format!(
-                    "unsupported: the prefix {prefix:?} is a token of this tokenizer's that it splits into {} \
-                     (sentence-transformers registers it as a special token)",
-                    ids.len()
-                ));
-            }
-        }
+        let plain = tokenizer::load_registered(path, kind, None, false, registered)?;
         let expansion = match &module.expansion {
             Some(e) => {
                 let dir = path.parent().unwrap_or(Path::new("."));
@@ -144,7 +154,8 @@ impl MultiVector {
             n.map(|n| n.min(positions))
                 .filter(|&n| n != limit)
                 .map(|n| {
-                    tokenizer::load(path, kind, Some(Truncation::right(n)), add_special_tokens)
+                    let cut = Some(Truncation::right(n));
+                    tokenizer::load_registered(path, kind, cut, add_special_tokens, registered)
                 })
                 .transpose()
         };

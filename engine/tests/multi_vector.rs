@@ -13,7 +13,11 @@ use common::models::{dir, load};
 use engine::multi_vector::Task;
 use engine::{CaptureMode, Dtype, Engine};
 
-const MODELS: [&str; 2] = ["bert_colbert", "modernbert_colbert_pylate"];
+const MODELS: [&str; 3] = [
+    "bert_colbert",
+    "modernbert_colbert_pylate",
+    "bert_colbert_unused",
+];
 const TASKS: [(&str, Task); 2] = [("query", Task::Query), ("document", Task::Document)];
 
 /// One text's reference: the ids the encoder ran, the positions whose vectors were kept, and those vectors.
@@ -202,7 +206,8 @@ fn embed_multi_answers_the_engines_vectors() {
 }
 
 /// What the engine does not run is refused at load, by name: an unattended expansion past a sliding window (its
-/// last positions would see no key), `truncate_dim`, and a PyLate prefix that is not one token of the tokenizer's.
+/// last positions would see no key) or by the token that ends every text, `truncate_dim`, Stanford's checkpoint
+/// layout, and per-task limits on a model that is not multi-vector.
 #[test]
 fn what_is_not_run_is_refused_at_load() {
     use common::models::{copied, edit_json};
@@ -219,38 +224,12 @@ fn what_is_not_run_is_refused_at_load() {
         }
     };
     let st = "config_sentence_transformers.json";
-    // Its window is 4 positions each way; its queries are 12 tokens. Its byte-level vocabulary has no `[unused0]`
-    // (which would then be text, as sentence-transformers leaves it); BERT's has, and splits it.
+    // Its window is 4 positions each way; its queries are 12 tokens.
     refused(
         "modernbert_colbert_pylate",
         st,
         &|v| v["attend_to_expansion_tokens"] = false.into(),
         "sliding window",
-    );
-    // BERT's vocabulary has `[unused0]` (answerai-colbert-small's prefix), which its pre-tokenizer splits: the
-    // fixture's last entry renamed so.
-    let tmp = copied("bert_colbert");
-    edit_json(&tmp.path().join("tokenizer.json"), |v| {
-        let vocab = v["model"]["vocab"].as_object_mut().expect("vocab");
-        let last = vocab
-            .iter()
-            .max_by_key(|(_, id)| id.as_u64())
-            .map(|(t, _)| t.clone());
-        let id = vocab.remove(&last.expect("an entry")).expect("its id");
-        vocab.insert("[unused0]".into(), id);
-    });
-    edit_json(&tmp.path().join(st), |v| {
-        v["query_prefix"] = "[unused0]".into();
-        v["prompts"]["query"] = "".into();
-    });
-    let config = engine::EngineConfig {
-        threads: 1,
-        ..Default::default()
-    };
-    let e = Engine::load(tmp.path(), config).err().expect("refused");
-    assert!(
-        e.to_string().contains("registers it as a special token"),
-        "{e}"
     );
     refused(
         "bert_colbert",
@@ -421,4 +400,41 @@ fn a_model_without_prompts_still_has_its_tasks() {
         ids.len(),
         "no prefix"
     );
+}
+
+/// A PyLate prefix the tokenizer knows but splits (`[unused0]`, answerai-colbert-small-v1's) is registered as a
+/// special token, as sentence-transformers registers it, on both tokenizers: the `tokenizers` crate's ids are the
+/// reference's too, and `/tokenize` shows the prefix as one token.
+#[test]
+fn a_registered_prefix_is_one_token_on_both_tokenizers() {
+    let model = "bert_colbert_unused";
+    let config = engine::EngineConfig {
+        threads: 1,
+        tokenizer: engine::tokenizer::TokenizerKind::Hf,
+        ..Default::default()
+    };
+    let engine = Engine::load(dir(model), config).expect("load");
+    assert_eq!(engine.info().registered_tokens, ["[unused0]", "[unused1]"]);
+    let front = engine.front();
+    let mv = front.multi_vector().expect("multi-vector");
+    for (name, task) in TASKS {
+        let prompt = front
+            .prompt_or_default(Some(name), "prompt")
+            .expect("prompt");
+        for f in reference(model, name) {
+            let mut ids = Vec::new();
+            let text = engine::Prompt::template(prompt, &f.text);
+            mv.tokenizer(Some(task), engine.tokenizer())
+                .encode(&text, &mut ids)
+                .expect("encode");
+            mv.expand(Some(task), &mut ids);
+            assert_eq!(ids, f.ids, "{name} {:?}", f.text);
+        }
+    }
+    common::http::with_gateway(model, async |router, _| {
+        let body = serde_json::json!({ "inputs": "x", "prompt_name": "query" });
+        let (status, got) = common::http::post(&router, "/tokenize", body).await;
+        assert_eq!(status, 200, "{got}");
+        assert_eq!(got[0][1]["text"], "[unused0]", "{got}");
+    });
 }

@@ -117,6 +117,8 @@ pub struct Tokenization {
     path: PathBuf,
     /// Whether the model's tokenizer adds its special tokens (a StaticEmbedding's does not).
     add_special_tokens: bool,
+    /// Tokens the model's tokenizers are given as special ones ([`crate::ModelInfo::registered_tokens`]).
+    registered: Vec<String>,
     /// How many special ids it puts before a text's and after them: what a cut of client ids keeps.
     specials: (usize, usize),
     prompts: Vec<Prompt>,
@@ -134,11 +136,12 @@ impl Tokenization {
             max_length: info.max_seq_length,
             side: TruncationSide::Left,
         };
-        let left = crate::tokenizer::load(
+        let left = crate::tokenizer::load_registered(
             &path,
             front.config().tokenizer,
             Some(left),
             info.add_special_tokens,
+            &info.registered_tokens,
         )?;
         let default_prompt = front
             .prompt_or_default(default_prompt_name, "default_prompt_name")?
@@ -148,6 +151,7 @@ impl Tokenization {
             detailed: OnceLock::new(),
             path,
             add_special_tokens: info.add_special_tokens,
+            registered: info.registered_tokens.clone(),
             specials: front.tokenizer().specials_around(),
             prompts: info.prompts.clone(),
             default_prompt,
@@ -368,8 +372,13 @@ impl Tokenization {
                         max_length: self.max_len,
                         side,
                     };
-                    HfTokenizer::open(&self.path, Some(cut), self.add_special_tokens)
-                        .map_err(|e| e.to_string())
+                    HfTokenizer::open_registered(
+                        &self.path,
+                        Some(cut),
+                        self.add_special_tokens,
+                        &self.registered,
+                    )
+                    .map_err(|e| e.to_string())
                 };
                 Ok([load(TruncationSide::Right)?, load(TruncationSide::Left)?])
             })

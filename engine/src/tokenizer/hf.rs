@@ -26,9 +26,27 @@ impl HfTokenizer {
         truncation: Option<Truncation>,
         add_special_tokens: bool,
     ) -> Result<Self> {
+        Self::open_registered(path, truncation, add_special_tokens, &[])
+    }
+
+    /// [`HfTokenizer::open`] with `registered` added as special tokens matched on the raw text
+    /// ([`super::load_registered`]).
+    pub fn open_registered(
+        path: &Path,
+        truncation: Option<Truncation>,
+        add_special_tokens: bool,
+        registered: &[String],
+    ) -> Result<Self> {
         let mut inner = tokenizers::Tokenizer::from_file(path)
             .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
         inner.with_padding(None);
+        if !registered.is_empty() {
+            let tokens: Vec<tokenizers::AddedToken> = registered
+                .iter()
+                .map(|t| tokenizers::AddedToken::from(t.as_str(), true).normalized(false))
+                .collect();
+            inner.add_special_tokens(&tokens);
+        }
         HfTokenizer {
             inner,
             max_length: usize::MAX,

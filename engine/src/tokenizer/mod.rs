@@ -228,12 +228,25 @@ pub fn load(
     truncation: Option<Truncation>,
     add_special_tokens: bool,
 ) -> Result<Box<dyn Tokenizer>> {
+    load_registered(path, kind, truncation, add_special_tokens, &[])
+}
+
+/// [`load`] with `registered` added to the file's tokens as special ones matched on the raw text, each keeping its
+/// vocabulary id (transformers' `add_special_tokens` of `AddedToken(t, normalized=False, special=True)`: how
+/// sentence-transformers registers a PyLate prefix, `[unused0]`, that the tokenizer knows but splits).
+pub fn load_registered(
+    path: &Path,
+    kind: TokenizerKind,
+    truncation: Option<Truncation>,
+    add_special_tokens: bool,
+    registered: &[String],
+) -> Result<Box<dyn Tokenizer>> {
     if is_word_list(path) {
         return Ok(Box::new(WhitespaceTokenizer::open(path, truncation)?));
     }
     // Special tokens first: the truncation need only hold those an encode adds. The choice between the two is
     // made on the pipeline alone: a limit one refuses, the other refuses too.
-    let hf = || HfTokenizer::open(path, truncation, add_special_tokens);
+    let hf = || HfTokenizer::open_registered(path, truncation, add_special_tokens, registered);
     let fast = |t: FastTokenizer| {
         t.with_special_tokens(add_special_tokens)
             .truncated(truncation)
@@ -241,9 +254,11 @@ pub fn load(
     };
     Ok(match kind {
         TokenizerKind::Hf => Box::new(hf()?),
-        TokenizerKind::Fast => Box::new(fast(FastTokenizer::from_file(path, None)?)?),
+        TokenizerKind::Fast => Box::new(fast(FastTokenizer::from_file_registered(
+            path, None, registered,
+        )?)?),
         TokenizerKind::Auto => {
-            match FastTokenizer::from_file(path, None) {
+            match FastTokenizer::from_file_registered(path, None, registered) {
                 Ok(t) => Box::new(fast(t)?),
                 Err(crate::Error::Tokenizer(why)) => {
                     eprintln!("tokenizer: the in-house one refused it ({why}); using the tokenizers crate");

@@ -163,11 +163,31 @@ pub struct FastTokenizer {
 
 impl FastTokenizer {
     pub fn from_file(path: &Path, truncation: Option<Truncation>) -> Result<Self> {
+        Self::from_file_registered(path, truncation, &[])
+    }
+
+    /// [`FastTokenizer::from_file`] with `registered` added after the file's added tokens as special ones matched on
+    /// the raw text ([`super::load_registered`]).
+    pub fn from_file_registered(
+        path: &Path,
+        truncation: Option<Truncation>,
+        registered: &[String],
+    ) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(Error::io(path))?;
-        let json: Value = serde_json::from_str(&text).map_err(|source| Error::Json {
+        let mut json: Value = serde_json::from_str(&text).map_err(|source| Error::Json {
             path: path.to_owned(),
             source,
         })?;
+        if !registered.is_empty() {
+            let entries = registered.iter().map(|t| {
+                serde_json::json!({"content": t, "single_word": false, "lstrip": false, "rstrip": false,
+                                   "normalized": false, "special": true})
+            });
+            match json.get_mut("added_tokens").and_then(Value::as_array_mut) {
+                Some(added) => added.extend(entries),
+                None => json["added_tokens"] = Value::Array(entries.collect()),
+            }
+        }
         Self::from_json(&json, truncation).map_err(|e| super::in_file(path, e))
     }
 
