@@ -8,7 +8,9 @@
 //!   on top, through a scheduler as serving is, and [`Engine::score`] its counterpart for a cross-encoder's
 //!   pairs of texts (a decoder reranker's rendered through its chat template, [`tokenizer::ChatPairs`], as
 //!   [`ModelFront::encode_pair`] gives them). A sparse (SPLADE) model's embedding is one weight per vocabulary entry; an inference-free
-//!   one's query route is a [`model::SparseLookup`] ([`ModelFront::lookup`]), which needs no backend.
+//!   one's query route is a [`model::SparseLookup`] ([`ModelFront::lookup`]), which needs no backend. A
+//!   multi-vector (ColBERT) model's answer is a vector per token ([`Engine::embed_vectors`]; its tasks, query
+//!   expansion and MaxSim in [`multi_vector::MultiVector`]), asked by [`Readout::Vectors`].
 //! - [`Batch`]: a *ragged* batch — the token ids of several sequences concatenated with no padding, delimited by
 //!   cumulative offsets. This is what a backend runs.
 //! - [`Handle`]: what [`Backend::submit`] returns at once. The forward pass runs on the backend's own threads; the
@@ -610,21 +612,25 @@ impl Engine {
                 Ok(ids)
             })
             .collect::<Result<Vec<_>>>()?;
+        let kept: Vec<Vec<bool>> = seqs
+            .iter()
+            .map(|ids| mv.kept(task, ids).collect())
+            .collect();
         let runtime = self.runtime("Engine::embed_vectors")?;
         let dim = self.dim();
         let mut out = Vec::with_capacity(texts.len());
         runtime.block_on(async {
             let scheduler =
                 scheduler::Scheduler::start(self.backend.clone(), &self.bulk_config(), |_| {});
-            let mut ids = seqs.iter();
+            let mut kept = kept.iter();
             let each = |e: scheduler::Embedded| {
-                let ids = ids.next().map_or(&[][..], Vec::as_slice);
-                let rows = e.embedding.chunks_exact(dim).zip(mv.kept(task, ids));
-                out.push(rows.filter(|(_, k)| *k).map(|(v, _)| v.to_vec()).collect());
+                let keep = kept.next().map_or(&[][..], Vec::as_slice);
+                let rows = e.embedding.chunks_exact(dim).zip(keep);
+                out.push(rows.filter(|(_, k)| **k).map(|(v, _)| v.to_vec()).collect());
                 Ok::<_, Error>(())
             };
             scheduler
-                .embed_all(seqs.iter().cloned().map(Ok), mv.readout(task), each)
+                .embed_all(seqs.into_iter().map(Ok), mv.readout(task), each)
                 .await
         })?;
         Ok(out)

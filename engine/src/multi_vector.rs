@@ -99,7 +99,6 @@ impl MultiVector {
         positions: usize,
     ) -> Result<Self> {
         let refuse = |why: String| Err(Error::model(path, why));
-        let plain = tokenizer::load_registered(path, kind, None, false, registered)?;
         let expansion = match &module.expansion {
             Some(e) => {
                 let dir = path.parent().unwrap_or(Path::new("."));
@@ -163,7 +162,7 @@ impl MultiVector {
             .skiplist_words
             .iter()
             // As sentence-transformers: a word that is no single token would skip the unknown token.
-            .filter_map(|w| plain.token_id(w))
+            .filter_map(|w| model.token_id(w))
             .collect();
         let query = cut(query_limit)?;
         let document = cut(module.document_length)?;

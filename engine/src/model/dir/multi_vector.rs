@@ -63,7 +63,7 @@ fn strategy<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<bool,
 }
 
 /// A present key's value, `null` included (`Some(None)`), told from an absent key (`None`, by `default`).
-pub(super) fn present<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(
+fn present<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(
     d: D,
 ) -> std::result::Result<Option<Option<T>>, D::Error> {
     Option::<T>::deserialize(d).map(Some)
