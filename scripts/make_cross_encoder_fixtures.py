@@ -12,6 +12,10 @@ scores of query/passage pairs as the reference.
 - modernbert_cross_encoder: ModernBertForSequenceClassification (gte-reranker-modernbert-base's shape), one label,
   the tokens' mean (`classifier_pooling: mean`) through ModernBertPredictionHead (dense without bias, GELU, a
   LayerNorm without bias), then the classifier; ModernBERT's byte-level BPE with a pair template.
+- deberta_nli: DebertaV2ForSequenceClassification (cross-encoder/nli-deberta-v3-*'s and mxbai-rerank-*-v1's shape):
+  DeBERTa v3's disentangled attention over log-bucketed relative positions, no token types (the tokenizer's
+  type ids ignored), three named labels, ContextPooler's GELU then the classifier; DeBERTa v3's tokenizer pipeline
+  (`[CLS] A [SEP] B [SEP]`).
 
 max length 40, so longest-first truncation cuts the passage alone, or both texts, in some pairs. Writes each
 directory plus reference.jsonl (query, passage, ids as the CrossEncoder tokenizes the pair, type1_from where the
@@ -28,7 +32,8 @@ import sys
 import torch
 from sentence_transformers import CrossEncoder
 from tokenizers import processors
-from transformers import (BertConfig, BertForSequenceClassification, DistilBertConfig,
+from transformers import (BertConfig, BertForSequenceClassification, DebertaV2Config,
+                          DebertaV2ForSequenceClassification, DistilBertConfig,
                           DistilBertForSequenceClassification, ElectraConfig, ElectraForSequenceClassification,
                           ModernBertConfig, ModernBertForSequenceClassification, PreTrainedTokenizerFast,
                           XLMRobertaConfig, XLMRobertaForSequenceClassification)
@@ -151,7 +156,20 @@ def modernbert_cross_encoder():
     make("modernbert_cross_encoder", model, tok, enc.MODERNBERT_SPECIALS, ["input_ids", "attention_mask"], 5)
 
 
-FIXTURES = [bert_cross_encoder, xlmr_cross_encoder, distilbert_nli, electra_cross_encoder, modernbert_cross_encoder]
+def deberta_nli():
+    tok = enc.deberta_tokenizer()
+    labels = ["contradiction", "entailment", "neutral"]
+    model = DebertaV2ForSequenceClassification(DebertaV2Config(
+        vocab_size=tok.get_vocab_size(), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=128, max_position_embeddings=512, relative_attention=True, position_buckets=8,
+        max_relative_positions=24, pos_att_type=["p2c", "c2p"], share_att_key=True, norm_rel_ebd="layer_norm",
+        position_biased_input=False, type_vocab_size=0, pad_token_id=tok.token_to_id("[PAD]"), num_labels=3,
+        id2label=dict(enumerate(labels)), label2id={l: i for i, l in enumerate(labels)}))
+    make("deberta_nli", model, tok, enc.BERT_SPECIALS, BERT_INPUTS, 6)
+
+
+FIXTURES = [bert_cross_encoder, xlmr_cross_encoder, distilbert_nli, electra_cross_encoder, modernbert_cross_encoder,
+            deberta_nli]
 
 
 def main():

@@ -92,6 +92,15 @@ Complete sentence-transformers directories under engine/tests/fixtures/:
     `[CLS] $A [SEP]`, `[MASK]` taking in the whitespace before it), mean pooling, Normalize;
   - electra_mean: ElectraModel (BERT's layers behind embeddings 32 wide and `embeddings_project` to 64) with
     bert_mean's WordPiece, mean pooling, no Normalize;
+  - deberta_mean: DebertaV2Model in DeBERTa v3's shape (disentangled attention: each score also takes the query
+    against its key's relative position and the key against the query's, log-bucketed, 8 buckets over 24 positions;
+    the relative embeddings normed; no absolute positions, no token types), DeBERTa v3's tokenizer pipeline
+    (deberta_tokenizer: Strip, the charsmap, runs of spaces to one, Metaspace, `[CLS] $A [SEP]`) over the shipped
+    Unigram, mean pooling, Normalize; checked here to embed far from itself without relative attention. Also writes
+    deberta_mean/buckets.json: make_log_bucket_position at v3's 256 buckets over 512 positions;
+  - deberta_v2_cls: DeBERTa v2's shape (relative positions clamped at 16, their own projections, absolute
+    positions and token types, embeddings 32 wide projected to 64 then normed; `pos_att_type` as a string), CLS
+    pooling, no Normalize;
   - gemma2_last: Gemma2Model as bge-multilingual-gemma2 uses it (causal; every other layer within a window of 16;
     no q/k norms; four norms a layer; one rotary base, in transformers 5's flat `rope_parameters`; a score scale
     other than the head width's; GeGLU with GELU's tanh approximation; transformers' eager attention, the scores
@@ -125,7 +134,8 @@ from tokenizers import (AddedToken, Tokenizer, decoders, models as tok_models, n
                         trainers)
 import sys
 
-from transformers import (AlbertConfig, AlbertModel, BertConfig, BertModel, DistilBertConfig, ElectraConfig, ElectraModel, DistilBertModel, Gemma2Config, Gemma2Model, Gemma3TextConfig, GteConfig, GteModel,
+from transformers import (AlbertConfig, AlbertModel, BertConfig, BertModel, DebertaV2Config, DebertaV2Model,
+                          DistilBertConfig, ElectraConfig, ElectraModel, DistilBertModel, Gemma2Config, Gemma2Model, Gemma3TextConfig, GteConfig, GteModel,
                           Gemma3TextModel, LlamaConfig, LlamaModel, MistralConfig, MistralModel, ModernBertConfig,
                           ModernBertModel, MPNetConfig, MPNetModel, NomicBertConfig, NomicBertModel,
                           JinaEmbeddingsV3Config, JinaEmbeddingsV3Model, EuroBertConfig, EuroBertModel,
@@ -134,6 +144,7 @@ from transformers import (AlbertConfig, AlbertModel, BertConfig, BertModel, Dist
                           XLMRobertaConfig, XLMRobertaModel)
 from transformers.models.t5.modeling_t5 import T5Attention
 from transformers.models.mpnet.modeling_mpnet import MPNetEncoder
+from transformers.models.deberta_v2.modeling_deberta_v2 import make_log_bucket_position
 
 import fixture_texts  # scripts/fixture_texts.py
 import make_bpe_vocabs  # scripts/make_bpe_vocabs.py: SentencePiece BPE's byte pieces
@@ -158,6 +169,33 @@ def with_specials(tok):
 
 def xlmr_tokenizer():
     tok = with_specials(Tokenizer.from_file("workloads/vocab/xlmr_style_unigram_1k_tokenizer.json"))
+    return tok
+
+
+def deberta_tokenizer():
+    """DeBERTa v3's pipeline as transformers' DebertaV2Converter writes it, on the shipped Unigram: its first four
+    pieces renamed [PAD] [CLS] [SEP] [UNK] (v3's spm ids 0-3) and [MASK] added; Strip, the precompiled charsmap, runs
+    of spaces to one; Metaspace; `[CLS] $A [SEP]` and `[CLS] $A [SEP] $B:1 [SEP]:1`."""
+    spec = json.loads(Path("workloads/vocab/xlmr_style_unigram_1k_tokenizer.json").read_text(encoding="utf-8"))
+    names = ["[PAD]", "[CLS]", "[SEP]", "[UNK]"]
+    for i, name in enumerate(names):
+        spec["model"]["vocab"][i][0] = name
+    spec["model"]["unk_id"] = 3
+    spec["added_tokens"] = []
+    charsmap = next(n for n in spec["normalizer"]["normalizers"] if n["type"] == "Precompiled")
+    spec["normalizer"] = {"type": "Sequence", "normalizers": [
+        {"type": "Strip", "strip_left": True, "strip_right": True}, charsmap,
+        {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "}]}
+    spec["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True}]}
+    spec["post_processor"] = None
+    tok = Tokenizer.from_str(json.dumps(spec))
+    tok.add_special_tokens(names)
+    tok.add_special_tokens([AddedToken("[MASK]", normalized=False, special=True)])
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS]:0 $A:0 [SEP]:0", pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
     return tok
 
 
@@ -503,6 +541,30 @@ def electra(tok, max_seq):
     return ElectraModel(config).eval()
 
 
+def deberta(**extra):
+    """DebertaV2Model, DeBERTa v3's shape unless `extra` says otherwise: relative attention over log buckets (8 over
+    24 positions, so 64-token texts reach past both), both terms through the content's own projections, the
+    position embeddings through the encoder's LayerNorm, no absolute positions, no token types."""
+    def build(tok, max_seq):
+        config = dict(vocab_size=tok.get_vocab_size(), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      intermediate_size=128, max_position_embeddings=max_seq, pad_token_id=tok.token_to_id("[PAD]"),
+                      relative_attention=True, position_buckets=8, max_relative_positions=24,
+                      pos_att_type=["p2c", "c2p"], share_att_key=True, norm_rel_ebd="layer_norm",
+                      position_biased_input=False, type_vocab_size=0)
+        config.update(extra)
+        return DebertaV2Model(DebertaV2Config(**config)).eval()
+    return build
+
+
+def write_deberta_buckets(name):
+    """make_log_bucket_position of every relative position from -1100 to 1100 at DeBERTa v3's 256 buckets over 512
+    positions, for the engine's unit test."""
+    distances = torch.arange(-1100, 1101)
+    buckets = make_log_bucket_position(distances, 256, 512).long().tolist()
+    (OUT / name / "buckets.json").write_text(json.dumps({"num_buckets": 256, "max_distance": 512,
+                                                         "distances": distances.tolist(), "buckets": buckets}))
+
+
 def modernbert(**extra):
     def build(tok, max_seq):
         config = ModernBertConfig(vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=96,
@@ -548,7 +610,7 @@ def make(name, build, tok, specials, pooling, normalize, seed, max_seq, dense=()
         for n, p in model.named_parameters():
             # Every row random, the padding rows nn.Embedding zeroes included; MPNet's relative bias at the scale of
             # the scores, so that a wrong bucket shows.
-            std = 1.0 if "relative_attention_bias" in n else 0.1
+            std = 1.0 if "relative_attention_bias" in n or "rel_embeddings" in n else 0.1
             norm = n.endswith("Norm.weight") or n.endswith("norm.weight")
             p.copy_(std * torch.randn_like(p) + (norm_center if norm else 0.0))
     model.save_pretrained(work, safe_serialization=True)
@@ -717,6 +779,18 @@ def main():
         make("albert_mean", albert, albert_tokenizer(), ALBERT_SPECIALS, "mean", True, 32, 64)
     if not only or "electra_mean" in only:
         make("electra_mean", electra, bert_tokenizer(), BERT_SPECIALS, "mean", False, 33, 64)
+    if not only or "deberta_mean" in only:
+        make("deberta_mean", deberta(), deberta_tokenizer(), BERT_SPECIALS, "mean", True, 35, 64)
+        write_deberta_buckets("deberta_mean")
+        assert_shows("deberta_mean", lambda c: c.update(relative_attention=False), "relative attention")
+    if not only or "deberta_v2_cls" in only:
+        # DeBERTa v2's shape: relative positions clamped at 16 without buckets, projected by their own
+        # pos_key_proj and pos_query_proj, not normed; absolute positions and token types; embeddings narrower than
+        # the layers (embed_proj, then the LayerNorm); pos_att_type in the older files' string.
+        make("deberta_v2_cls", deberta(position_buckets=-1, max_relative_positions=16, share_att_key=False,
+                                       norm_rel_ebd="none", position_biased_input=True, type_vocab_size=2,
+                                       embedding_size=32),
+             bert_tokenizer(), BERT_SPECIALS, "cls", False, 36, 64, edit=lambda c: c.update(pos_att_type="c2p|p2c"))
     if not only or "gemma2_last" in only:
         make("gemma2_last", gemma2, gemma_tokenizer(), GEMMA_SPECIALS, "lasttoken", True, 34, 96, norm_center=0.0)
         assert_shows("gemma2_last", lambda c: c.update(attn_logit_softcapping=None), "soft cap")

@@ -6,6 +6,9 @@ machine. The tasks:
 - rerank: a query against --texts passages through TEI's /rerank, against CrossEncoder.predict; the model a
   random-weight BertForSequenceClassification of cross-encoder/ms-marco-MiniLM-L-6-v2's shape (6 layers, 384 wide,
   12 heads, one label).
+- deberta-rerank: as rerank, the model a random-weight DebertaV2ForSequenceClassification of
+  mixedbread-ai/mxbai-rerank-base-v1's shape (DeBERTa v3 base: 12 layers, 768 wide, 12 heads, disentangled
+  attention over 256 log buckets, no position table, one label).
 - decoder-rerank: as rerank, the model a random-weight Qwen3ForCausalLM of Qwen/Qwen3-Reranker-0.6B's shape under
   a chat template and LogitScore, as sentence-transformers 6 saves it (DecoderRerank below).
 - sparse: --texts passages through TEI's /embed_sparse, against SparseEncoder.encode; the model a random-weight
@@ -112,6 +115,27 @@ class Rerank:
         batch = [(QUERY, p) for p in texts]
         return lambda: [float(x) for x in ce.predict(batch, batch_size=len(batch), activation_fn=torch.nn.Identity(),
                                                        convert_to_numpy=True).reshape(-1)]
+
+
+class DebertaRerank(Rerank):
+    """mixedbread-ai/mxbai-rerank-base-v1's shape: DeBERTa v3 base (12 layers, 768 wide, 12 heads, disentangled
+    attention over 256 log buckets of 512 relative positions, no position table), one label; the vocabulary the
+    tokenizer's (30,522), which changes nothing but the embedding table's size."""
+    model_dir = MODELS / "rerank-deberta-v3-base-random"
+
+    @staticmethod
+    def make_model(d: Path):
+        import torch
+        from transformers import DebertaV2Config, DebertaV2ForSequenceClassification
+
+        torch.manual_seed(0)
+        model = DebertaV2ForSequenceClassification(DebertaV2Config(
+            vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
+            max_position_embeddings=512, relative_attention=True, position_buckets=256, norm_rel_ebd="layer_norm",
+            share_att_key=True, pos_att_type="p2c|c2p", position_biased_input=False, type_vocab_size=0,
+            max_relative_positions=-1, pad_token_id=0, num_labels=1))
+        model.eval().save_pretrained(str(d))
+        save_tokenizer(d)
 
 
 def mlm_transformer(d: Path, model):
@@ -328,7 +352,7 @@ class ColbertQuery(Colbert):
         return InferenceFree.texts(n)
 
 
-TASKS = {"rerank": Rerank, "sparse": Sparse, "inference-free": InferenceFree, "decoder-rerank": DecoderRerank,
+TASKS = {"rerank": Rerank, "deberta-rerank": DebertaRerank, "sparse": Sparse, "inference-free": InferenceFree, "decoder-rerank": DecoderRerank,
          "colbert": Colbert, "colbert-query": ColbertQuery}
 
 

@@ -3,7 +3,8 @@
 //! tokens read token type 1's row; the pooler's tanh, then the classifier), XLMRobertaForSequenceClassification (one
 //! token type, RobertaClassificationHead), DistilBertForSequenceClassification with three named labels and
 //! ElectraForSequenceClassification (token types, narrower embeddings, a GELU head) and
-//! ModernBertForSequenceClassification (the tokens' mean, a head with a LayerNorm). Each
+//! ModernBertForSequenceClassification (the tokens' mean, a head with a LayerNorm) and
+//! DebertaV2ForSequenceClassification (DeBERTa v3's disentangled attention, ContextPooler's GELU). Each
 //! pair is tokenized as the CrossEncoder tokenizes it (the pair template, both texts truncated longest first to
 //! the limit, which most pairs reach) and scored to float rounding in f32, closely in bf16.
 
@@ -48,7 +49,7 @@ fn pairs(name: &str) -> Vec<Pair> {
 
 /// Each fixture, its labels, and whether its model reads token types (the others' tokenizers give no
 /// `token_type_ids`, whatever their template says, so the reference has no type-1 boundary for them).
-const FIXTURES: [(&str, &[&str], bool); 8] = [
+const FIXTURES: [(&str, &[&str], bool); 9] = [
     ("bert_cross_encoder", &["LABEL_0"], true),
     ("xlmr_cross_encoder", &["LABEL_0"], false),
     (
@@ -61,6 +62,11 @@ const FIXTURES: [(&str, &[&str], bool); 8] = [
     ("qwen3_reranker_seq_cls", &["LABEL_0"], false),
     ("qwen3_reranker_logit_score", &["LABEL_0"], false),
     ("qwen3_reranker_true_logit", &["LABEL_0"], false),
+    (
+        "deberta_nli",
+        &["contradiction", "entailment", "neutral"],
+        false,
+    ),
 ];
 
 /// Ids as the reference's, and where the tokens of type 1 start where the model reads token types; every logit
@@ -144,6 +150,14 @@ fn modernbert_cross_encoder_pools_the_mean_and_norms_its_head() {
     check(4, Dtype::F32, 1e-5);
 }
 
+/// cross-encoder/nli-deberta-v3's shape: DeBERTa v3's disentangled attention (each score also reads the query
+/// against its key's log-bucketed relative position and the key against the query's), ContextPooler's GELU over the
+/// first token, three named labels; token type ids ignored (no token types).
+#[test]
+fn deberta_nli_scores_each_label_through_disentangled_attention() {
+    check(8, Dtype::F32, 1e-5);
+}
+
 /// tomaarsen/Qwen3-Reranker-0.6B-seq-cls's shape: a bare Qwen3ForSequenceClassification, its `score` row over the
 /// last token; each pair rendered through the tokenizer's ChatML template as `query` and `document` messages (as
 /// sentence-transformers 6 infers for a bare checkpoint with a template), a cut pair's last tokens the template's.
@@ -193,14 +207,14 @@ fn an_unsupported_classification_head_is_refused_by_name() {
     let config = tmp.path().join("config.json");
     let mut json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&config).expect("config")).expect("JSON");
-    json["architectures"] = serde_json::json!(["DebertaV2ForSequenceClassification"]);
+    json["architectures"] = serde_json::json!(["NewForSequenceClassification"]);
     std::fs::write(&config, json.to_string()).expect("config");
     let refused = engine::Engine::load(tmp.path(), Default::default())
         .err()
         .expect("refused")
         .to_string();
     assert!(
-        refused.contains("unsupported cross-encoder DebertaV2ForSequenceClassification"),
+        refused.contains("unsupported cross-encoder NewForSequenceClassification"),
         "{refused}"
     );
 }

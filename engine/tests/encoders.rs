@@ -27,7 +27,9 @@
 //! and mean in the old flags with a Dense module over both and Normalize; and ALBERT (paraphrase-albert-small-v2's:
 //! narrower embeddings projected to the layers' width, five layers running two groups of two shared layers, GELU's
 //! tanh approximation; its Unigram tokenizer behind NFKD, accent stripping and lowercasing) and ELECTRA (BERT's layers behind
-//! narrower, projected embeddings). The first three number positions after the
+//! narrower, projected embeddings); and DeBERTa v3 (disentangled attention over log-bucketed relative positions, no
+//! position table) and v2 (clamped relative positions with their own projections, a position table, embeddings
+//! projected then normed). The first three number positions after the
 //! padding id: their texts put `<pad>` inside sequences
 //! (it takes the padding row and does not advance the positions after it), `<mask>` after whitespace it strips,
 //! and run past max_seq_length; the default tokenizer must give sentence-transformers' ids. Last, the static
@@ -41,7 +43,7 @@ mod common;
 
 use engine::{CaptureMode, Dtype, Engine, EngineConfig};
 
-const MODELS: [&str; 30] = [
+const MODELS: [&str; 32] = [
     "xlmr_mean",
     "roberta_cls",
     "mpnet_mean",
@@ -69,6 +71,8 @@ const MODELS: [&str; 30] = [
     "distilbert_cls_mean_dense",
     "albert_mean",
     "electra_mean",
+    "deberta_mean",
+    "deberta_v2_cls",
     "static_mean",
     "model2vec_mean",
     "glove_mean",

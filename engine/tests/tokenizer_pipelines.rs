@@ -369,3 +369,15 @@ fn added_tokens_after_a_repeated_piece_and_repeats_equal() {
         Ok(_) => panic!("accepted an added token repeated with other settings"),
     }
 }
+
+/// DeBERTa v3's pipeline as transformers' DebertaV2Converter writes it (Strip both sides, the precompiled charsmap,
+/// runs of spaces replaced by one, Metaspace, `[CLS] $A [SEP]`), on the fixture `deberta_mean`'s tokenizer
+/// (`scripts/make_encoder_fixtures.py`'s `deberta_tokenizer`): the in-house tokenizer reads it, id for id.
+#[test]
+fn deberta_v3_pipeline_equal() {
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/deberta_mean/tokenizer.json");
+    let mut texts = sample();
+    texts.extend(["  a   b  ", "\t[MASK] x", "x [CLS] y [SEP]", "``quoted''"].map(String::from));
+    assert_eq!(compare("deberta v3", &file, &texts), 0);
+}

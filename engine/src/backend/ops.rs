@@ -69,6 +69,9 @@ pub struct AttentionShape {
     /// Gemma 2's `attn_logit_softcapping`: scaled scores squashed into `(−cap, cap)`. Positive and finite where
     /// set ([`AttentionShape::check_softcap`]).
     pub softcap: Option<f32>,
+    /// DeBERTa's disentangled attention: each score also takes its relative position's terms, from the layer's
+    /// [`PositionProjections`] (the attention's bias, [`ScoreBias::Disentangled`]).
+    pub disentangled: Option<Disentangled>,
 }
 
 // Neither `scale` nor `softcap` is ever NaN (configs make them from checked numbers), so equality is an
@@ -87,6 +90,7 @@ impl AttentionShape {
             window: None,
             scale: 1.0 / (head_dim as f32).sqrt(),
             softcap: None,
+            disentangled: None,
         }
     }
 
@@ -117,6 +121,50 @@ impl AttentionShape {
             }
             None => 0..end,
         }
+    }
+}
+
+/// DeBERTa's disentangled attention (transformers' `DisentangledSelfAttention`, DeBERTa v2 and v3): the score of
+/// query `i` against key `j` also takes `q_i · Kᵣ` (content to position, `c2p`) and `k_j · Qᵣ` (position to
+/// content, `p2c`), where `r` is [`Disentangled::row`] of their relative position `i − j` and `Kᵣ`, `Qᵣ` rows of
+/// the layer's key and query projections of the relative position embeddings ([`PositionProjections`]); every
+/// term is scaled as one ([`AttentionShape::scale`]: `1/√(head_dim · (1 + terms))`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Disentangled {
+    /// `att_span`: the projections have `2·span` rows, relative position 0 at row `span`.
+    pub span: usize,
+    /// `position_buckets` and `max_relative_positions`, where relative positions are log-bucketed
+    /// (`position_buckets > 0`: DeBERTa v3's 256 and 512).
+    pub buckets: Option<(usize, usize)>,
+    /// Whether the scores take the content-to-position term (`"c2p"` in `pos_att_type`).
+    pub c2p: bool,
+    /// Whether the scores take the position-to-content term (`"p2c"`).
+    pub p2c: bool,
+}
+
+impl Disentangled {
+    /// The row of the position projections that query `i` and key `j` read, for `delta = i − j`: its bucket
+    /// (transformers' `make_log_bucket_position`, in f32 as torch computes it) offset by the span and clamped to
+    /// the table. The same row serves both terms (`p2c` reads `−bucket(j − i)`, and buckets are odd functions).
+    pub fn row(&self, delta: i64) -> usize {
+        let bucket = match self.buckets {
+            Some((size, max_position)) => {
+                let mid = (size / 2) as i64;
+                let abs = delta.abs();
+                if abs <= mid {
+                    delta
+                } else {
+                    let base = ((max_position as f64 - 1.0) / mid as f64) as f32;
+                    let log = ((abs as f32 / mid as f32).ln() / base.ln() * (mid - 1) as f32)
+                        .ceil()
+                        + mid as f32;
+                    log as i64 * delta.signum()
+                }
+            }
+            None => delta,
+        };
+        let span = self.span as i64;
+        (bucket + span).clamp(0, 2 * span - 1) as usize
     }
 }
 
@@ -209,6 +257,11 @@ pub trait Device: Send + Sync + 'static {
         inp: usize,
     ) -> Result<Self::Linear>;
     fn param(&self, t: Tensor) -> Result<Self::Param>;
+    /// DeBERTa's position projections ([`PositionProjections`]) as the device keeps them; a device whose attention
+    /// does not take them refuses here, at load.
+    fn position_projection(&self, t: Tensor) -> Result<Self::Param> {
+        self.param(t)
+    }
     /// Rotary embedding's cos/sin table for positions `0..positions` and heads twice as wide as `frequencies`
     /// (rotate-half layout, as Hugging Face's `apply_rotary_pos_emb`): at position `p`, `cos(p·f)` then `sin(p·f)`
     /// for each frequency, both times `attention_factor` (1, or YaRN's).
@@ -303,6 +356,29 @@ impl<D: Device> RelativeBias<D> {
     }
 }
 
+/// A layer's projections of DeBERTa's relative position embeddings ([`Disentangled`]): `2·span` rows of
+/// `heads · head_dim`, the key projection's (for `c2p`) and the query projection's (for `p2c`), biases included.
+pub struct PositionProjections<D: Device> {
+    pub key: Option<D::Param>,
+    pub query: Option<D::Param>,
+}
+
+/// What an attention's scores take besides `q·k` ([`Ops::attention`]).
+pub enum ScoreBias<'a, D: Device> {
+    /// A bias by head and distance (MPNet's, T5's, JinaBERT's ALiBi).
+    Relative(&'a RelativeBias<D>),
+    /// DeBERTa's position terms ([`AttentionShape::disentangled`] says how they are read).
+    Disentangled(&'a PositionProjections<D>),
+}
+
+impl<D: Device> Clone for ScoreBias<'_, D> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<D: Device> Copy for ScoreBias<'_, D> {}
+
 /// A LayerNorm's weights, one per column, and its eps: `(x − mean) / √(var + eps) · weight + bias` over a row.
 pub struct LayerNormWeights<D: Device> {
     pub weight: D::Param,
@@ -365,13 +441,14 @@ pub trait Ops {
     fn glu(&self, x: Self::Mat, act: Glu, out: Self::Mat);
     /// `ctx = softmax(S + bias) V` per sequence and head, `S` being `Q Kᵀ` scaled and capped as `shape` says
     /// ([`AttentionShape::scale`], [`AttentionShape::softcap`]), from the fused `[Q | K | V]` projection; query
-    /// head `h` reads key/value head `h / (heads / kv_heads)`; `bias`, when given, by head and distance.
+    /// head `h` reads key/value head `h / (heads / kv_heads)`; `bias`, when given, by head and distance, or
+    /// DeBERTa's position terms (where `shape` is [`AttentionShape::disentangled`], and only then).
     fn attention(
         &self,
         batch: &Batch,
         qkv: Self::Mat,
         shape: AttentionShape,
-        bias: Option<&RelativeBias<Self::Device>>,
+        bias: Option<ScoreBias<'_, Self::Device>>,
         ctx: Self::Mat,
     );
     /// Each sequence's rows of `out` ([`Batch::out_offsets`]): one, its tokens' mean, its first token or its last

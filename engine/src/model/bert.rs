@@ -14,19 +14,24 @@
 //! times its second, `mlp.wo`, `mlp.layernorm`); and Jina's `jina-bert-v2-qk-post-norm` (jina-embeddings-v2-base-code,
 //! -de, -es, -zh): LayerNorms on the projected Q and K, the attention block's output added to the layer's input and
 //! normed once more (`layer_norm_1`) before the GeGLU (`mlp.up_gated_layer`, the GELU of its second half times its
-//! first, `mlp.down_layer`, `layer_norm_2`): `QkPostNorm`. Differences, all exact in real arithmetic: sequences are
+//! first, `mlp.down_layer`, `layer_norm_2`): `QkPostNorm`. And DeBERTa v2 and v3 (`modeling_deberta_v2.py`:
+//! DisentangledSelfAttention's `query_proj`, `key_proj`, `value_proj`; each score also takes the query against
+//! its key's relative position and the key against the query's, through each layer's projections of the encoder's
+//! relative embeddings, `super::disentangled`; v3 without a position table or token types, v2's narrower
+//! embeddings projected by `embed_proj` before their LayerNorm). Differences, all exact in real arithmetic: sequences are
 //! concatenated without padding, so
 //! attention runs per sequence and needs no mask; Q, K and V are one fused projection; the residual of each
 //! block is added in its output projection's epilogue, before the LayerNorm.
 
 use super::{
+    disentangled::{position_projections, relative_embeddings},
     layer_norm,
     relative::{alibi_bias, relative_bias},
     stacked_linear, BertConfig, BertFamily, Encoder, EncoderLayout, ModelConfig, ModelDir, Weights,
 };
 use crate::backend::ops::{
     Activation, AttentionShape, Device, Embedding, Glu, LayerNormWeights, Matrix, Ops,
-    RelativeBias, Slot,
+    PositionProjections, RelativeBias, ScoreBias, Slot,
 };
 use crate::batch::Batch;
 use crate::error::{Error, Result};
@@ -68,57 +73,63 @@ impl<D: Device> Linear<D> {
     }
 }
 
-/// BertEmbeddings: word + absolute position (none with ALiBi) + token type (always type 0 for single sentences;
-/// MPNet has none), then LayerNorm, as one op; then ALBERT's and ELECTRA's projection to the layers' width.
+/// BertEmbeddings: word + absolute position (none with ALiBi, nor in DeBERTa v3) + token type (always type 0 for
+/// single sentences; MPNet has none), then LayerNorm, as one op; then ALBERT's and ELECTRA's projection to the
+/// layers' width (DebertaV2Embeddings: the projection, then the LayerNorm).
 pub struct Embeddings<D: Device> {
     table: Embedding<D>,
-    /// AlbertTransformer's `embedding_hidden_mapping_in`, ElectraModel's `embeddings_project` (where the widths
-    /// differ).
+    /// AlbertTransformer's `embedding_hidden_mapping_in`, ElectraModel's `embeddings_project`, DeBERTa's
+    /// `embed_proj` (where the widths differ).
     projection: Option<Linear<D>>,
+    /// DeBERTa's LayerNorm, which comes after its projection (ALBERT's and ELECTRA's come before theirs).
+    projected_norm: Option<LayerNormWeights<D>>,
 }
 
 impl<D: Device> Embeddings<D> {
     pub fn load(w: &Weights, d: &D, c: &BertConfig) -> Result<Self> {
         // The embeddings' own width, and the layers'.
         let (h, hidden) = (c.embedding_size(), c.hidden_size);
+        // The projection's tensors, and whether it has a bias (DeBERTa's `embed_proj` has none).
         let projection = match c.family() {
-            BertFamily::Albert => Some("encoder.embedding_hidden_mapping_in"),
-            BertFamily::Electra if h != hidden => Some("embeddings_project"),
+            BertFamily::Albert => Some(("encoder.embedding_hidden_mapping_in", true)),
+            BertFamily::Electra if h != hidden => Some(("embeddings_project", true)),
+            BertFamily::Deberta if h != hidden => Some(("embeddings.embed_proj", false)),
             _ => None,
         };
         let types = match c.family() {
             BertFamily::Mpnet | BertFamily::DistilBert => 0,
-            BertFamily::Bert | BertFamily::Roberta | BertFamily::Albert | BertFamily::Electra => {
-                c.type_vocab_size
-            }
+            BertFamily::Bert
+            | BertFamily::Roberta
+            | BertFamily::Albert
+            | BertFamily::Electra
+            | BertFamily::Deberta => c.type_vocab_size,
         };
         let (row, type1_row) = super::token_type_rows(w, d, types, h)?;
+        let norm_after = c.family() == BertFamily::Deberta && projection.is_some();
+        let norm = |width| layer_norm(w, d, "embeddings.LayerNorm", width, c.norm_eps(), true);
         Ok(Embeddings {
             table: Embedding {
                 word: d.param(w.get("embeddings.word_embeddings.weight", &[c.vocab_size, h])?)?,
-                position: if c.alibi() {
-                    None
-                } else {
+                position: if c.position_table() {
                     Some(d.param(w.get(
                         "embeddings.position_embeddings.weight",
                         &[c.max_position_embeddings, h],
                     )?)?)
+                } else {
+                    None
                 },
                 position_ids: c.position_ids(),
                 row,
                 type1_row,
                 dim: h,
-                norm: Some(layer_norm(
-                    w,
-                    d,
-                    "embeddings.LayerNorm",
-                    h,
-                    c.norm_eps(),
-                    true,
-                )?),
+                norm: (!norm_after).then(|| norm(h)).transpose()?,
             },
+            projected_norm: norm_after.then(|| norm(hidden)).transpose()?,
             projection: projection
-                .map(|name| Linear::load(w, d, name, hidden, h))
+                .map(|(name, bias)| -> Result<_> {
+                    let inner = stacked_linear(w, d, &[(name.into(), hidden)], h, bias)?;
+                    Ok(Linear { inner })
+                })
                 .transpose()?,
         })
     }
@@ -136,6 +147,9 @@ impl<D: Device> Embeddings<D> {
                 let narrow = narrow.expect("a projected embedding's layout has its slot");
                 ops.embed(batch, &self.table, narrow);
                 p.forward(ops, narrow, Activation::None, None, x);
+                if let Some(norm) = &self.projected_norm {
+                    ops.layer_norm(x, None, x, norm);
+                }
             }
             None => ops.embed(batch, &self.table, x),
         }
@@ -184,6 +198,8 @@ struct QkPostNorm<D: Device> {
 /// (BertIntermediate + BertOutput), each closed by residual + LayerNorm (post-norm, as BERT).
 pub struct Layer<D: Device> {
     qkv: Linear<D>,
+    /// DeBERTa's projections of the relative position embeddings, which its attention scores read.
+    positions: Option<PositionProjections<D>>,
     qk_post_norm: Option<QkPostNorm<D>>,
     attn_out: Linear<D>,
     attn_norm: LayerNormWeights<D>,
@@ -194,13 +210,13 @@ pub struct Layer<D: Device> {
 
 impl<D: Device> Layer<D> {
     /// The layer whose tensors start `block` (`encoder.layer.3`); `qk_post_norm`: the checkpoint is Jina's
-    /// `jina-bert-v2-qk-post-norm` (`QkPostNorm`).
+    /// `jina-bert-v2-qk-post-norm` (`QkPostNorm`); `relative`: DeBERTa's relative position embeddings.
     pub fn load(
         w: &Weights,
         d: &D,
         c: &BertConfig,
         block: &str,
-        qk_post_norm: bool,
+        (qk_post_norm, relative): (bool, Option<&[f32]>),
     ) -> Result<Self> {
         let (h, f) = (c.hidden_size, c.intermediate_size);
         let n = LayerNames::of(c, block, qk_post_norm);
@@ -233,8 +249,15 @@ impl<D: Device> Layer<D> {
             }),
             None => None,
         };
+        let positions = match (&c.deberta, relative) {
+            (Some(deberta), Some(table)) => {
+                Some(position_projections(w, d, deberta, block, table, h)?)
+            }
+            _ => None,
+        };
         Ok(Layer {
             qkv: Linear::load_stacked(w, d, &n.qkv.each_ref().map(String::as_str), h, h)?,
+            positions,
             qk_post_norm,
             attn_out: Linear::load(w, d, &n.attn_out, h, h)?,
             attn_norm: layer_norm(w, d, &n.attn_norm, h, eps, true)?,
@@ -245,7 +268,7 @@ impl<D: Device> Layer<D> {
     }
 
     /// The layer's input is in `a.hidden` and its output lands there; `bias` is MPNet's relative position bias
-    /// or JinaBERT's ALiBi.
+    /// or JinaBERT's ALiBi (DeBERTa's layers read their own position projections).
     fn forward<O: Ops<Device = D>>(
         &self,
         ops: &O,
@@ -261,6 +284,10 @@ impl<D: Device> Layer<D> {
             ops.layer_norm(q, None, q, &p.q);
             ops.layer_norm(k, None, k, &p.k);
         }
+        let bias = match &self.positions {
+            Some(p) => Some(ScoreBias::Disentangled(p)),
+            None => bias.map(ScoreBias::Relative),
+        };
         ops.attention(batch, a.qkv, self.attention, bias, a.ctx);
         self.attn_out
             .forward(ops, a.ctx, Activation::None, Some(a.hidden), a.tmp);
@@ -311,6 +338,17 @@ impl LayerNames {
                 "attention.self.query",
                 "attention.self.key",
                 "attention.self.value",
+                "attention.output.dense",
+                "attention.output.LayerNorm",
+                "intermediate.dense",
+                "output.dense",
+                "output.LayerNorm",
+            ],
+            // DisentangledSelfAttention's projections, then BERT's names.
+            BertFamily::Deberta => [
+                "attention.self.query_proj",
+                "attention.self.key_proj",
+                "attention.self.value_proj",
                 "attention.output.dense",
                 "attention.output.LayerNorm",
                 "intermediate.dense",
@@ -409,8 +447,12 @@ impl<D: Device> Bert<D> {
         }
         // Loaded one set at a time, so a config naming more layers than the checkpoint has fails at the first
         // missing one.
+        let relative = relative_embeddings(&w, c)?;
         let layers = (0..c.layer_sets())
-            .map(|k| Layer::load(&w, device, c, &layer_block(c, k), qk_post_norm))
+            .map(|k| {
+                let options = (qk_post_norm, relative.as_deref());
+                Layer::load(&w, device, c, &layer_block(c, k), options)
+            })
             .collect::<Result<_>>()?;
         Ok(Bert {
             embeddings: Embeddings::load(&w, device, c)?,
@@ -435,7 +477,8 @@ impl<D: Device> Bert<D> {
                 | BertFamily::Roberta
                 | BertFamily::DistilBert
                 | BertFamily::Albert
-                | BertFamily::Electra => None,
+                | BertFamily::Electra
+                | BertFamily::Deberta => None,
             },
             config: c.clone(),
         })

@@ -5,6 +5,7 @@ pub mod bert;
 mod config;
 pub mod decoder;
 mod dir;
+mod disentangled;
 pub mod fetch;
 pub mod gemma;
 mod head;
@@ -22,7 +23,7 @@ mod weights;
 
 pub(crate) use config::read_json;
 pub use config::{
-    BertConfig, BertFamily, DecoderConfig, DecoderFamily, GemmaConfig, ModelConfig,
+    BertConfig, BertFamily, DebertaConfig, DecoderConfig, DecoderFamily, GemmaConfig, ModelConfig,
     ModernBertConfig, Rope, RopeScaling, RotaryBertConfig, RotaryBertFamily, RotaryBertMlp,
     StaticConfig, T5Config, T5FeedForward,
 };

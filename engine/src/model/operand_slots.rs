@@ -8,7 +8,7 @@ use std::ops::Range;
 use super::{Model, ModelDir, Pooling, Tensor};
 use crate::backend::ops::{
     Activation, Architecture, AttentionShape, Device, Embedding, Glu, LayerNormWeights, Matrix,
-    Ops, RelativeBias, Slot,
+    Ops, ScoreBias, Slot,
 };
 use crate::batch::Batch;
 use crate::error::Result;
@@ -118,7 +118,7 @@ impl Ops for Recorder {
         _: &Batch,
         qkv: View,
         _: AttentionShape,
-        _: Option<&RelativeBias<Shapes>>,
+        _: Option<ScoreBias<'_, Shapes>>,
         ctx: View,
     ) {
         self.f32_only("attention", &[qkv, ctx]);

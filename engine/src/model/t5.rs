@@ -14,7 +14,7 @@ use super::{
 };
 use super::{T5Config, T5FeedForward, Weights};
 use crate::backend::ops::{
-    Activation, AttentionShape, Device, Embedding, Ops, PositionIds, RelativeBias,
+    Activation, AttentionShape, Device, Embedding, Ops, PositionIds, RelativeBias, ScoreBias,
 };
 use crate::batch::Batch;
 use crate::error::{Error, Result};
@@ -72,7 +72,13 @@ impl<D: Device> Layer<D> {
     ) {
         self.attn_norm.forward(ops, a.hidden, a.normed);
         ops.linear(a.normed, &self.qkv, Activation::None, None, a.qkv);
-        ops.attention(batch, a.qkv, self.attention, Some(bias), a.ctx);
+        ops.attention(
+            batch,
+            a.qkv,
+            self.attention,
+            Some(ScoreBias::Relative(bias)),
+            a.ctx,
+        );
         ops.linear(a.ctx, &self.o, Activation::None, Some(a.hidden), a.normed);
         // `normed` now holds the attention block's output (with its residual); the feed-forward reads its norm.
         self.ff_norm.forward(ops, a.normed, a.hidden);

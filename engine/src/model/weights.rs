@@ -144,8 +144,8 @@ pub struct Weights {
 /// The prefixes tensor names may carry: none, or the base model's attribute in a checkpoint saved from a model
 /// with a head (`BertForMaskedLM`'s `bert.`, `XLMRobertaForMaskedLM`'s `roberta.`, `MPNetForMaskedLM`'s `mpnet.`,
 /// `DistilBertForMaskedLM`'s `distilbert.`, `AlbertForMaskedLM`'s `albert.`, `ElectraForPreTraining`'s `electra.`,
-/// `Qwen3ForCausalLM`'s `model.`, Alibaba GTE's `new.`).
-const PREFIXES: [&str; 9] = [
+/// `DebertaV2ForSequenceClassification`'s `deberta.`, `Qwen3ForCausalLM`'s `model.`, Alibaba GTE's `new.`).
+const PREFIXES: [&str; 10] = [
     "",
     "bert.",
     "roberta.",
@@ -153,6 +153,7 @@ const PREFIXES: [&str; 9] = [
     "distilbert.",
     "albert.",
     "electra.",
+    "deberta.",
     "model.",
     "new.",
 ];

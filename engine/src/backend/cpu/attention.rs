@@ -13,10 +13,20 @@ use super::kernels;
 use super::par::{Mat, Par, Scratch};
 use std::ops::Range;
 
-use crate::backend::ops::AttentionShape;
+use crate::backend::ops::{AttentionShape, Disentangled};
 
-/// Scratch floats one task needs for sequences of up to `max_len` tokens and heads of width `d`.
-pub fn scratch_floats(isa: Isa, max_len: usize, d: usize, bf16: bool) -> usize {
+/// Scratch floats one task needs for sequences of up to `max_len` tokens under `shape`: its keys, values and a
+/// tile's scores, then DeBERTa's position terms where the shape has them.
+pub fn scratch_floats(isa: Isa, max_len: usize, shape: AttentionShape, bf16: bool) -> usize {
+    let base = base_floats(isa, max_len, shape.head_dim, bf16);
+    match shape.disentangled {
+        Some(dis) => base + Positions::floats(isa, max_len, shape.head_dim, dis),
+        None => base,
+    }
+}
+
+/// Scratch floats of a task's keys, values and a tile's scores, for heads of width `d`.
+fn base_floats(isa: Isa, max_len: usize, d: usize, bf16: bool) -> usize {
     let (mr, nr) = (isa.mr(), isa.nr());
     let keys = max_len.div_ceil(nr) * nr;
     let f32_need = keys * d + d.div_ceil(nr) * nr * max_len + mr * keys;
@@ -30,19 +40,162 @@ pub fn scratch_floats(isa: Isa, max_len: usize, d: usize, bf16: bool) -> usize {
     f32_need.max(keys * d.div_ceil(2) + d.div_ceil(nr) * nr * lp + mr * keys + mr * lp)
 }
 
-/// A relative position bias ([`crate::backend::ops::RelativeBias`]): `2·reach − 1` floats per head, the one
-/// for key `j` of query `i` at `(j − i) + reach − 1`.
+/// What the scores take besides `q·k`.
 #[derive(Clone, Copy)]
-pub struct Bias<'a> {
+pub enum Bias<'a> {
+    /// A relative position bias ([`crate::backend::ops::RelativeBias`]).
+    Relative(Relative<'a>),
+    /// DeBERTa's position projections ([`crate::backend::ops::PositionProjections`]): `2·span` rows of
+    /// `heads · head_dim` each, the key projection's (c2p) and the query projection's (p2c).
+    Disentangled {
+        key: Option<&'a [f32]>,
+        query: Option<&'a [f32]>,
+    },
+}
+
+/// A relative position bias: `2·reach − 1` floats per head, the one for key `j` of query `i` at
+/// `(j − i) + reach − 1`.
+#[derive(Clone, Copy)]
+pub struct Relative<'a> {
     pub table: &'a [f32],
     pub reach: usize,
 }
 
-impl<'a> Bias<'a> {
+impl<'a> Relative<'a> {
     /// Head `head`'s bias for query `q` against keys `0..`: indexed by the key.
     fn row(self, head: usize, q: usize) -> &'a [f32] {
         let start = head * (2 * self.reach - 1) + self.reach - 1 - q;
         &self.table[start..start + self.reach + q]
+    }
+}
+
+/// DeBERTa's position terms for one attention call ([`crate::backend::ops::Disentangled`]): each relative
+/// position's row of the projections, worked out once (a bucket is a logarithm), and the projections.
+struct Positions<'a> {
+    /// The row relative position `δ` reads, at `δ + max_len − 1`.
+    rows: Vec<usize>,
+    max_len: usize,
+    key: Option<&'a [f32]>,
+    query: Option<&'a [f32]>,
+}
+
+/// One (sequence, head)'s position terms, in its task's scratch: `c2p[i][r] = q_i · K_pos[lo + r]` for its
+/// queries, `p2c[j][r] = k_j · Q_pos[lo + r]` for its keys (rows `ld` apart), over the rows `lo..` its relative
+/// positions read, and one query's scaled terms by key.
+struct Terms<'s> {
+    lo: usize,
+    ld: usize,
+    c2p: Option<&'s [f32]>,
+    p2c: Option<&'s [f32]>,
+    row: &'s mut [f32],
+}
+
+impl<'a> Positions<'a> {
+    /// Scratch floats of one task's [`Terms`]: the projections' rows a sequence reads (at most `2·max_len − 1`,
+    /// at most the table's), packed, their products with the sequence's queries and keys, and one query's terms.
+    fn floats(isa: Isa, max_len: usize, d: usize, dis: Disentangled) -> usize {
+        let width = (2 * max_len).min(2 * dis.span).div_ceil(isa.nr()) * isa.nr();
+        width * d + 2 * max_len * width + max_len
+    }
+
+    fn new(shape: AttentionShape, bias: Option<Bias<'a>>, max_len: usize) -> Option<Self> {
+        match (shape.disentangled, bias) {
+            (Some(dis), Some(Bias::Disentangled { key, query })) => {
+                let n = max_len as i64;
+                Some(Positions {
+                    rows: (-(n - 1)..n.max(1)).map(|delta| dis.row(delta)).collect(),
+                    max_len,
+                    key: key.filter(|_| dis.c2p),
+                    query: query.filter(|_| dis.p2c),
+                })
+            }
+            (None, Some(Bias::Disentangled { .. })) | (Some(_), _) => {
+                panic!(
+                    "attention: DeBERTa's position terms need both the shape and the projections"
+                )
+            }
+            (None, _) => None,
+        }
+    }
+
+    fn row(&self, delta: i64) -> usize {
+        self.rows[(delta + self.max_len as i64 - 1) as usize]
+    }
+
+    /// The terms of head `head` of the sequence at rows `start..start + len` of `qkv` (f32), its first `kl`
+    /// tokens the keys, carved from `slab`.
+    ///
+    /// # Safety
+    /// `qkv` covers those rows in the fused layout of `shape`; `slab` holds [`Positions::floats`] for a
+    /// `max_len` at least `len`; the projections hold `2·span` rows of `heads · head_dim`.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn terms<'s>(
+        &self,
+        isa: Isa,
+        qkv: Mat,
+        shape: AttentionShape,
+        (start, len, kl): (usize, usize, usize),
+        head: usize,
+        slab: &'s mut [f32],
+    ) -> Terms<'s> {
+        let (d, nr) = (shape.head_dim, isa.nr());
+        let lo = self.row(1 - kl as i64);
+        let width = self.row(len as i64 - 1) + 1 - lo;
+        let padded = width.div_ceil(nr) * nr;
+        let (panels, rest) = slab.split_at_mut(padded * d);
+        let (c2p, rest) = rest.split_at_mut(len * padded);
+        let (p2c, rest) = rest.split_at_mut(kl * padded);
+        let (qc, kc, _) = columns(shape, head);
+        let stride = shape.heads * d;
+        // Rows `lo..lo + width` of head `head`'s columns of a projection, times `rows` rows of qkv from column
+        // `col`, into `out`.
+        let mut product = |proj: &[f32], col: usize, rows: usize, out: &'s mut [f32]| {
+            // SAFETY: the projection holds rows `lo..lo + width` (rows of relative positions, within its 2·span)
+            // of `stride` floats; `panels` holds `padded · d`; qkv covers the sequence's rows (the caller's
+            // contract) and `out` `rows × padded`.
+            unsafe {
+                gemm::pack_rows(
+                    proj.as_ptr().add(lo * stride + head * d),
+                    stride,
+                    width,
+                    d,
+                    nr,
+                    panels,
+                );
+                let mat = Mat::new(&mut *out, rows, padded);
+                for r0 in (0..rows).step_by(isa.mr()) {
+                    for p in 0..width.div_ceil(nr) {
+                        let tile = Out::plain(mat, r0, p * nr, nr.min(width - p * nr));
+                        let panel = panels.as_ptr().add(p * nr * d);
+                        let a = qkv.at(start + r0, col);
+                        gemm::tile_f32(isa, a, qkv.ld, isa.mr().min(rows - r0), panel, d, &tile);
+                    }
+                }
+            }
+            let out: &'s [f32] = out;
+            out
+        };
+        Terms {
+            lo,
+            ld: padded,
+            c2p: self.key.map(|k| product(k, qc, len, c2p)),
+            p2c: self.query.map(|q| product(q, kc, kl, p2c)),
+            row: &mut rest[..kl],
+        }
+    }
+}
+
+impl Terms<'_> {
+    /// Query `q`'s terms against each key, times `scale` (the scores' own): the bias its softmax adds.
+    fn row(&mut self, positions: &Positions, q: usize, scale: f32) -> &[f32] {
+        let c2p = self.c2p.map(|m| &m[q * self.ld..(q + 1) * self.ld]);
+        for (j, out) in self.row.iter_mut().enumerate() {
+            let r = positions.row(q as i64 - j as i64) - self.lo;
+            let c2p = c2p.map_or(0.0, |m| m[r]);
+            let p2c = self.p2c.map_or(0.0, |m| m[j * self.ld + r]);
+            *out = (c2p + p2c) * scale;
+        }
+        self.row
     }
 }
 
@@ -98,12 +251,23 @@ pub fn attention(
         ctx.cols
     );
     let max_len = offsets.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
-    assert!(
-        bias.is_none_or(|b| max_len <= b.reach
-            && b.reach > 0
-            && b.table.len() == shape.heads * (2 * b.reach - 1)),
-        "attention: the bias table does not cover these heads and lengths"
-    );
+    match bias {
+        Some(Bias::Relative(b)) => assert!(
+            max_len <= b.reach && b.reach > 0 && b.table.len() == shape.heads * (2 * b.reach - 1),
+            "attention: the bias table does not cover these heads and lengths"
+        ),
+        Some(Bias::Disentangled { key, query }) => assert!(
+            shape.disentangled.is_some_and(|dis| dis.span > 0
+                && [key, query]
+                    .iter()
+                    .all(|p| p.is_none_or(|p| p.len() == 2 * dis.span * shape.heads * d)))
+                && heads == kv_heads,
+            "attention: DeBERTa's position projections do not cover these heads"
+        ),
+        None => {}
+    }
+    let positions = Positions::new(shape, bias, max_len);
+    let base = base_floats(Isa::detect(), max_len, d, qkv16.is_some());
     match qkv16 {
         #[cfg(target_arch = "x86_64")]
         Some(q16) => {
@@ -115,21 +279,47 @@ pub fn attention(
                 "attention: bf16 operands need AVX512-BF16, even heads and a qkv-shaped buffer"
             );
             assert!(
-                scratch.floats_per_slab() >= scratch_floats(Isa::detect(), max_len, d, true),
+                scratch.floats_per_slab() >= scratch_floats(Isa::detect(), max_len, shape, true),
                 "attention: scratch too small"
             );
             to_bf16_rows(par, qkv, q16);
-            attention_bf16(par, offsets, keys, q16, shape, bias, ctx, scratch)
+            let bias = Scores {
+                relative: relative(bias),
+                positions: positions.as_ref(),
+                base,
+            };
+            attention_bf16(par, offsets, keys, (qkv, q16), shape, bias, ctx, scratch)
         }
         #[cfg(not(target_arch = "x86_64"))]
         Some(_) => unreachable!("bf16 operands are only made where AVX512-BF16 exists"),
         None => {
             assert!(
-                scratch.floats_per_slab() >= scratch_floats(Isa::detect(), max_len, d, false),
+                scratch.floats_per_slab() >= scratch_floats(Isa::detect(), max_len, shape, false),
                 "attention: scratch too small"
             );
+            let bias = Scores {
+                relative: relative(bias),
+                positions: positions.as_ref(),
+                base,
+            };
             attention_f32(par, offsets, keys, qkv, shape, bias, ctx, scratch)
         }
+    }
+}
+
+/// What a task adds to its scores: a relative bias, or DeBERTa's position terms (computed in the slab's floats
+/// past `base`).
+#[derive(Clone, Copy)]
+struct Scores<'a> {
+    relative: Option<Relative<'a>>,
+    positions: Option<&'a Positions<'a>>,
+    base: usize,
+}
+
+fn relative(bias: Option<Bias>) -> Option<Relative> {
+    match bias {
+        Some(Bias::Relative(r)) => Some(r),
+        _ => None,
     }
 }
 
@@ -162,7 +352,7 @@ fn attention_f32(
     key_counts: &[usize],
     qkv: Mat,
     shape: AttentionShape,
-    bias: Option<Bias>,
+    bias: Scores,
     ctx: Mat,
     scratch: &Scratch,
 ) {
@@ -181,7 +371,7 @@ fn attention_f32(
         // caller; `kl` ≤ `len`); the task reads rows start..start+len of qkv (read-only during this operation; the
         // caller checked they exist) and writes only its own heads' columns of those rows in ctx.
         unsafe {
-            let slab = scratch.slab(worker);
+            let (slab, extra) = scratch.slab(worker).split_at_mut(bias.base);
             let (kt, rest) = slab.split_at_mut(keys * d);
             let (v, rest) = rest.split_at_mut(d.div_ceil(nr) * nr * kl);
             let scores = Mat::new(&mut rest[..mr * keys], mr, keys);
@@ -190,6 +380,12 @@ fn attention_f32(
             gemm::pack_cols(qkv.at(start, vc), qkv.ld, kl, d, nr, v);
             for head in kv * group..(kv + 1) * group {
                 let (qc, _, _) = columns(shape, head);
+                let mut terms = bias.positions.map(|p| {
+                    (
+                        p,
+                        p.terms(isa, qkv, shape, (start, len, kl), head, &mut *extra),
+                    )
+                });
                 for q0 in (0..len).step_by(mr) {
                     let rows = mr.min(len - q0);
                     let (first, seen) = tile_keys(shape, q0, rows, kl, nr);
@@ -199,7 +395,10 @@ fn attention_f32(
                         gemm::tile_f32(isa, q, qkv.ld, rows, kt.as_ptr().add(p * nr * d), d, &out);
                     }
                     for r in 0..rows {
-                        let b = bias.map(|b| b.row(head, q0 + r));
+                        let b = match &mut terms {
+                            Some((p, t)) => Some(t.row(p, q0 + r, shape.scale)),
+                            None => bias.relative.map(|b| b.row(head, q0 + r)),
+                        };
                         let (row, q) = (scores.row_mut(r), (q0 + r, kl));
                         softmax_row(row, shape, all, q, first..seen, b);
                     }
@@ -302,9 +501,9 @@ fn attention_bf16(
     par: &dyn Par,
     offsets: &[usize],
     key_counts: &[usize],
-    qkv: Mat<u16>,
+    (qkv32, qkv): (Mat, Mat<u16>),
     shape: AttentionShape,
-    bias: Option<Bias>,
+    bias: Scores,
     ctx: Mat,
     scratch: &Scratch,
 ) {
@@ -324,7 +523,7 @@ fn attention_bf16(
         unsafe {
             let at = |j: usize, col: usize| qkv.at(start + j, col) as *const u16;
             let (_, kc, vc) = columns(shape, kv * group);
-            let slab = scratch.slab(worker);
+            let (slab, extra) = scratch.slab(worker).split_at_mut(bias.base);
             let (k_panels, rest) = slab.split_at_mut(keys * dp);
             let (v_panels, rest) = rest.split_at_mut(d.div_ceil(nr) * nr * lp);
             let (scores, rest) = rest.split_at_mut(mr * keys);
@@ -346,6 +545,14 @@ fn attention_bf16(
             let scores = Mat::new(scores, mr, keys);
             for head in kv * group..(kv + 1) * group {
                 let (qc, _, _) = columns(shape, head);
+                // DeBERTa's position terms from the f32 projection (its own f32 products).
+                let mut terms = bias.positions.map(|p| {
+                    let at = (start, len, kl);
+                    (
+                        p,
+                        p.terms(Isa::detect(), qkv32, shape, at, head, &mut *extra),
+                    )
+                });
                 for q0 in (0..len).step_by(mr) {
                     let rows = mr.min(len - q0);
                     // `first` is a multiple of the (even) panel width: it starts a value pair.
@@ -357,7 +564,10 @@ fn attention_bf16(
                     }
                     for r in 0..rows {
                         let probs = scores.row_mut(r);
-                        let b = bias.map(|b| b.row(head, q0 + r));
+                        let b = match &mut terms {
+                            Some((p, t)) => Some(t.row(p, q0 + r, shape.scale)),
+                            None => bias.relative.map(|b| b.row(head, q0 + r)),
+                        };
                         softmax_row(probs, shape, all, (q0 + r, kl), first..seen, b);
                         let dst = &mut p_tile[r * 2 * lp..(r + 1) * 2 * lp];
                         gemm::to_bf16(&probs[first..seen], dst);
@@ -395,6 +605,26 @@ mod tests {
         shape: AttentionShape,
         bias: Option<Bias>,
     ) -> Vec<f32> {
+        // DeBERTa's terms of query `i` and key `k` of a sequence at `s`, in f64.
+        let positions = |head: usize, s: usize, i: usize, k: usize| -> f64 {
+            let (Some(dis), Some(Bias::Disentangled { key, query })) = (shape.disentangled, bias)
+            else {
+                return 0.0;
+            };
+            let (d, w) = (shape.head_dim, shape.qkv_width());
+            let (qc, kc, _) = columns(shape, head);
+            let r = dis.row(i as i64 - k as i64);
+            let hd = shape.heads * d;
+            let dot = |proj: Option<&[f32]>, row: usize, col: usize| {
+                proj.map_or(0.0, |p| {
+                    (0..d)
+                        .map(|x| qkv[row * w + col + x] as f64 * p[r * hd + head * d + x] as f64)
+                        .sum::<f64>()
+                })
+            };
+            (dot(key.filter(|_| dis.c2p), s + i, qc) + dot(query.filter(|_| dis.p2c), s + k, kc))
+                * shape.scale as f64
+        };
         let (d, w) = (shape.head_dim, shape.qkv_width());
         let h = shape.heads * d;
         let mut out = vec![0.0; offsets[offsets.len() - 1] * h];
@@ -419,10 +649,13 @@ mod tests {
                                 Some(cap) => cap as f64 * (score / cap as f64).tanh(),
                                 None => score,
                             };
-                            score
-                                + bias.map_or(0.0, |b| {
+                            let relative = match bias {
+                                Some(Bias::Relative(b)) => {
                                     b.table[head * (2 * b.reach - 1) + k + b.reach - 1 - i] as f64
-                                })
+                                }
+                                _ => 0.0,
+                            };
+                            score + relative + positions(head, s, i, k)
                         })
                         .collect();
                     let max = scores.iter().cloned().fold(f64::MIN, f64::max);
@@ -501,10 +734,10 @@ mod tests {
                 let table: Vec<f32> = (0..heads * (2 * reach - 1))
                     .map(|_| rng.gen_range(-3.0..3.0))
                     .collect();
-                let bias = Bias {
+                let bias = Bias::Relative(Relative {
                     table: &table,
                     reach,
-                };
+                });
                 // bf16 rounds Q, K, V and the probabilities to 8 significant bits; f32 only reorders sums.
                 for (bf16, tolerance, bias, keys) in [
                     (false, 1e-5, None, &lens),
@@ -521,7 +754,7 @@ mod tests {
                     }
                     let mut ctx = vec![f32::NAN; t * heads * head_dim];
                     let scratch =
-                        Scratch::new(2, scratch_floats(Isa::detect(), max_len, head_dim, bf16));
+                        Scratch::new(2, scratch_floats(Isa::detect(), max_len, shape, bf16));
                     let mut qkv16 = vec![0u16; t * w];
                     let q16 = bf16.then(|| Mat::new(&mut qkv16, t, w));
                     let c = Mat::new(&mut ctx, t, heads * head_dim);
@@ -540,6 +773,122 @@ mod tests {
         }
     }
 
+    /// DeBERTa's disentangled attention: both terms, each alone, log-bucketed positions (sequences longer and
+    /// shorter than the buckets' exact half) and plain clamped ones, f32 and bf16 (terms in f32 either way).
+    #[test]
+    fn disentangled_attention_matches_the_definition() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(17);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .expect("pool");
+        let (heads, head_dim, lens) = (3, 16, vec![1usize, 9, 40, 23]);
+        let dises = [
+            (8, Some((8, 32)), true, true),
+            (8, Some((8, 32)), true, false),
+            (8, Some((8, 32)), false, true),
+            (6, None, true, true),
+            (64, Some((64, 128)), true, true),
+        ];
+        for (span, buckets, c2p, p2c) in dises {
+            let dis = Disentangled {
+                span,
+                buckets,
+                c2p,
+                p2c,
+            };
+            let terms = 1 + usize::from(c2p) + usize::from(p2c);
+            let shape = AttentionShape {
+                scale: 1.0 / ((head_dim * terms) as f32).sqrt(),
+                disentangled: Some(dis),
+                ..AttentionShape::new(heads, heads, head_dim)
+            };
+            let mut offsets = vec![0];
+            for l in &lens {
+                offsets.push(offsets.last().unwrap() + l);
+            }
+            let t = *offsets.last().unwrap();
+            let w = shape.qkv_width();
+            let mut qkv: Vec<f32> = (0..t * w).map(|_| rng.gen_range(-2.0..2.0)).collect();
+            let mut proj = || -> Vec<f32> {
+                (0..2 * span * heads * head_dim)
+                    .map(|_| rng.gen_range(-2.0..2.0))
+                    .collect()
+            };
+            let (key, query) = (proj(), proj());
+            let bias = Bias::Disentangled {
+                key: Some(&key),
+                query: Some(&query),
+            };
+            let max_len = *lens.iter().max().unwrap();
+            let expect = reference(&offsets, &lens, &qkv, shape, Some(bias));
+            for (bf16, tolerance) in [(false, 1e-5), (true, 3e-2)] {
+                if bf16 && !gemm::bf16_supported() {
+                    eprintln!("SKIPPED: bf16 attention (this CPU has no AVX512-BF16)");
+                    continue;
+                }
+                let mut ctx = vec![f32::NAN; t * heads * head_dim];
+                let scratch = Scratch::new(2, scratch_floats(Isa::detect(), max_len, shape, bf16));
+                let mut qkv16 = vec![0u16; t * w];
+                let q16 = bf16.then(|| Mat::new(&mut qkv16, t, w));
+                let c = Mat::new(&mut ctx, t, heads * head_dim);
+                let q = Mat::new(&mut qkv, t, w);
+                let par = Eager { pool: &pool };
+                attention(
+                    &par,
+                    &offsets,
+                    &lens,
+                    q,
+                    q16,
+                    shape,
+                    Some(bias),
+                    c,
+                    &scratch,
+                );
+                for (i, (a, e)) in ctx.iter().zip(&expect).enumerate() {
+                    assert!(
+                        (a - e).abs() < tolerance,
+                        "bf16={bf16} {dis:?} [{i}]: {a} vs {e}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// DeBERTa's rows: transformers' `make_log_bucket_position` at v3's 256 buckets over 512 positions for every
+    /// relative position from -1100 to 1100 (`scripts/make_encoder_fixtures.py` wrote them), offset by the span
+    /// and clamped.
+    #[test]
+    fn disentangled_rows_are_debertas_log_buckets() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/deberta_mean/buckets.json");
+        let json: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).expect("buckets.json"))
+                .expect("JSON");
+        let number = |key: &str| json[key].as_u64().map_or(0, |v| v as usize);
+        let (buckets, max_position) = (number("num_buckets"), number("max_distance"));
+        let dis = Disentangled {
+            span: buckets,
+            buckets: Some((buckets, max_position)),
+            c2p: true,
+            p2c: true,
+        };
+        let list = |key: &str| -> Vec<i64> {
+            json[key]
+                .as_array()
+                .expect(key)
+                .iter()
+                .map(|v| v.as_i64().expect("integer"))
+                .collect()
+        };
+        let (distances, rows) = (list("distances"), list("buckets"));
+        assert_eq!(distances.len(), 2201);
+        for (delta, bucket) in distances.into_iter().zip(rows) {
+            let want = (bucket + buckets as i64).clamp(0, 2 * buckets as i64 - 1) as usize;
+            assert_eq!(dis.row(delta), want, "δ {delta}");
+        }
+    }
+
     /// A cap the kernels would divide by is refused before anything runs, whatever built the shape.
     #[test]
     #[should_panic(expected = "soft cap")]
@@ -553,7 +902,7 @@ mod tests {
             ..AttentionShape::new(1, 1, 4)
         };
         let (mut qkv, mut ctx) = (vec![0.0; 12], vec![0.0; 4]);
-        let scratch = Scratch::new(1, scratch_floats(Isa::detect(), 1, 4, false));
+        let scratch = Scratch::new(1, scratch_floats(Isa::detect(), 1, shape, false));
         let (q, c) = (Mat::new(&mut qkv, 1, 12), Mat::new(&mut ctx, 1, 4));
         attention(
             &Eager { pool: &pool },

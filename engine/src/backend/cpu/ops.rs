@@ -8,7 +8,7 @@ use super::gemm::{self, Epilogue, Isa, PackedB};
 use super::kernels;
 use super::par::{Mat, Par, Scratch};
 use crate::backend::ops::{
-    Activation, AttentionShape, Device, Embedding, Glu, LayerNormWeights, Matrix, Ops, RelativeBias,
+    Activation, AttentionShape, Device, Embedding, Glu, LayerNormWeights, Matrix, Ops, ScoreBias,
 };
 use crate::batch::{Batch, Readout};
 use crate::dtype::Dtype;
@@ -114,12 +114,7 @@ impl Cpu {
     /// network has any).
     pub fn scratch_floats(&self, shape: Option<AttentionShape>, max_len: usize) -> usize {
         let attn = shape.map_or(0, |shape| {
-            attention::scratch_floats(
-                Isa::detect(),
-                max_len,
-                shape.head_dim,
-                self.bf16_attention(shape),
-            )
+            attention::scratch_floats(Isa::detect(), max_len, shape, self.bf16_attention(shape))
         });
         attn.max(self.linear_scratch())
     }
@@ -341,13 +336,19 @@ impl<'a> Ops for CpuPass<'a> {
         batch: &Batch,
         qkv: Mat<'a>,
         shape: AttentionShape,
-        bias: Option<&RelativeBias<Cpu>>,
+        bias: Option<ScoreBias<'_, Cpu>>,
         ctx: Mat<'a>,
     ) {
         let qkv16 = self.qkv16.map(|m| m.top(qkv.rows));
-        let bias = bias.map(|b| attention::Bias {
-            table: b.table.data(),
-            reach: b.reach,
+        let bias = bias.map(|b| match b {
+            ScoreBias::Relative(b) => attention::Bias::Relative(attention::Relative {
+                table: b.table.data(),
+                reach: b.reach,
+            }),
+            ScoreBias::Disentangled(p) => attention::Bias::Disentangled {
+                key: p.key.as_ref().map(|t| t.data()),
+                query: p.query.as_ref().map(|t| t.data()),
+            },
         });
         attention::attention(
             self.par,

@@ -240,4 +240,12 @@ impl Device for Cuda {
             .map_err(driver("parameter upload"))?;
         Ok(CudaParam { data })
     }
+
+    fn position_projection(&self, _: Tensor) -> Result<CudaParam> {
+        Err(Error::Device(
+            "DeBERTa's disentangled attention runs on the CPU backend only: the CUDA attention kernels do not \
+             take its position terms (use --backend cpu)"
+                .into(),
+        ))
+    }
 }

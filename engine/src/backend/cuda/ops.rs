@@ -17,7 +17,7 @@ use super::device::{Cuda, CudaLinear, CudaParam};
 use super::gemm::Gemm;
 use super::mat::{CudaMat, Shadow};
 use crate::backend::ops::{
-    Activation, AttentionShape, Embedding, Glu, LayerNormWeights, Ops, PositionIds, RelativeBias,
+    Activation, AttentionShape, Embedding, Glu, LayerNormWeights, Ops, PositionIds, ScoreBias,
 };
 use crate::batch::Batch;
 use crate::config::GpuAttention;
@@ -508,9 +508,15 @@ impl<'a> Ops for CudaPass<'a> {
         batch: &Batch,
         qkv: CudaMat,
         shape: AttentionShape,
-        bias: Option<&RelativeBias<Cuda>>,
+        bias: Option<ScoreBias<'_, Cuda>>,
         ctx: CudaMat,
     ) {
+        let bias = match bias {
+            Some(ScoreBias::Relative(b)) => Some(b),
+            // Refused at load ([`Cuda::position_projection`]): no DeBERTa layer is built on this device.
+            Some(ScoreBias::Disentangled(_)) => unreachable!("DeBERTa's position terms on CUDA"),
+            None => None,
+        };
         f32_views("attention", &[qkv, ctx]);
         let AttentionShape {
             heads,
@@ -520,7 +526,12 @@ impl<'a> Ops for CudaPass<'a> {
             window,
             scale,
             softcap,
+            disentangled,
         } = shape;
+        assert!(
+            disentangled.is_none(),
+            "attention: DeBERTa's disentangled attention on CUDA"
+        );
         assert!(
             heads > 0 && kv_heads > 0 && heads.is_multiple_of(kv_heads),
             "attention: {heads} heads over {kv_heads} key/value heads"

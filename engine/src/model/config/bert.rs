@@ -5,6 +5,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
+use super::deberta::{read_deberta, DebertaConfig};
 use super::{default_act, read_json};
 use crate::backend::ops::{Activation, AttentionShape, PositionIds};
 use crate::error::{Error, Result};
@@ -55,6 +56,9 @@ pub struct BertConfig {
     pub num_hidden_groups: usize,
     #[serde(default = "one")]
     pub inner_group_num: usize,
+    /// DeBERTa's keys beyond BERT's (its family's only).
+    #[serde(skip)]
+    pub deberta: Option<DebertaConfig>,
 }
 
 fn one() -> usize {
@@ -72,7 +76,8 @@ fn default_buckets() -> usize {
 /// after the padding id; MPNet, which numbers positions as RoBERTa, has no token types, and adds a relative
 /// position bias to its attention scores; DistilBERT, BERT without token types under other names; ALBERT, whose
 /// narrower embeddings are projected to the layers' width and whose layers share their weights in groups; ELECTRA,
-/// BERT's layers behind ALBERT's narrower embeddings.
+/// BERT's layers behind ALBERT's narrower embeddings; DeBERTa v2 and v3, BERT's layers under other names with
+/// disentangled attention (each score also reads the key's relative position) and, in v3, no position table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BertFamily {
     Bert,
@@ -81,10 +86,11 @@ pub enum BertFamily {
     DistilBert,
     Albert,
     Electra,
+    Deberta,
 }
 
 /// Each family's `model_type`s and architecture names.
-const FAMILIES: [(BertFamily, &str, &[&str]); 8] = [
+const FAMILIES: [(BertFamily, &str, &[&str]); 9] = [
     (BertFamily::Bert, "bert", &["BertModel", "BertForMaskedLM"]),
     (
         BertFamily::Roberta,
@@ -126,6 +132,11 @@ const FAMILIES: [(BertFamily, &str, &[&str]); 8] = [
             "ElectraForMaskedLM",
         ],
     ),
+    (
+        BertFamily::Deberta,
+        "deberta-v2",
+        &["DebertaV2Model", "DebertaV2ForMaskedLM"],
+    ),
 ];
 
 impl BertFamily {
@@ -152,7 +163,8 @@ impl BertConfig {
             BertFamily::Bert
             | BertFamily::DistilBert
             | BertFamily::Albert
-            | BertFamily::Electra => PositionIds::Index,
+            | BertFamily::Electra
+            | BertFamily::Deberta => PositionIds::Index,
             BertFamily::Roberta => PositionIds::AfterPadding {
                 pad: self.pad_token_id.unwrap_or(1),
             },
@@ -178,6 +190,7 @@ impl BertConfig {
     pub fn embedding_size(&self) -> usize {
         match self.family() {
             BertFamily::Albert | BertFamily::Electra => self.embedding_size.unwrap_or(128),
+            BertFamily::Deberta => self.embedding_size.unwrap_or(self.hidden_size),
             _ => self.hidden_size,
         }
     }
@@ -228,10 +241,30 @@ impl BertConfig {
         self.feed_forward_type.as_deref() == Some("geglu")
     }
 
-    /// Every layer's attention: bidirectional over the whole sequence.
+    /// Every layer's attention: bidirectional over the whole sequence; DeBERTa's scaled by all its terms and
+    /// disentangled where its relative attention is on.
     pub fn attention(&self) -> AttentionShape {
         let heads = self.num_attention_heads;
-        AttentionShape::new(heads, heads, self.hidden_size / heads.max(1))
+        let head_dim = self.hidden_size / heads.max(1);
+        let shape = AttentionShape::new(heads, heads, head_dim);
+        match &self.deberta {
+            Some(c) => AttentionShape {
+                scale: 1.0 / ((head_dim * c.terms()) as f32).sqrt(),
+                disentangled: c.disentangled(),
+                ..shape
+            },
+            None => shape,
+        }
+    }
+
+    /// Whether the embeddings add a position table's rows: not with JinaBERT's ALiBi, nor in DeBERTa without
+    /// `position_biased_input`.
+    pub fn position_table(&self) -> bool {
+        !self.alibi()
+            && self
+                .deberta
+                .as_ref()
+                .is_none_or(|c| c.position_biased_input)
     }
 }
 
@@ -246,7 +279,7 @@ fn default_pos() -> String {
 }
 
 pub(super) fn read_bert(config_path: &Path) -> Result<BertConfig> {
-    let config: BertConfig = read_json(config_path)?;
+    let mut config: BertConfig = read_json(config_path)?;
     if !["gelu", "gelu_new", "gelu_pytorch_tanh"].contains(&config.hidden_act.as_str()) {
         return Err(Error::model(
             config_path,
@@ -258,6 +291,17 @@ pub(super) fn read_bert(config_path: &Path) -> Result<BertConfig> {
         ));
     }
     let family = config.family();
+    if family == BertFamily::Deberta {
+        // DebertaV2Config's defaults, not BERT's.
+        let raw: serde_json::Value = read_json(config_path)?;
+        if raw.get("type_vocab_size").is_none() {
+            config.type_vocab_size = 0;
+        }
+        if raw.get("layer_norm_eps").is_none() {
+            config.layer_norm_eps = 1e-7;
+        }
+        config.deberta = Some(read_deberta(config_path)?);
+    }
     if family == BertFamily::Albert {
         let (layers, groups, inner) = (
             config.num_hidden_layers,

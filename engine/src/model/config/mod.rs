@@ -10,6 +10,7 @@ use crate::backend::ops::AttentionShape;
 use crate::error::{Error, Result};
 
 mod bert;
+mod deberta;
 mod decoder;
 mod gemma;
 mod modernbert;
@@ -20,6 +21,7 @@ mod t5;
 
 use bert::read_bert;
 pub use bert::{BertConfig, BertFamily};
+pub use deberta::DebertaConfig;
 use decoder::read_decoder;
 pub use decoder::{DecoderConfig, DecoderFamily};
 use gemma::read_gemma;
@@ -162,6 +164,16 @@ impl ModelConfig {
                  sentence-transformers MultiVectorEncoder or PyLate save of the model is read",
             ));
         }
+        if names(&[
+            "deberta",
+            "DebertaModel",
+            "DebertaForSequenceClassification",
+        ]) {
+            return Err(Error::model(
+                path,
+                "unsupported: DeBERTa v1 (model_type \"deberta\"); DeBERTa v2 and v3 (\"deberta-v2\") are read",
+            ));
+        }
         if BertFamily::of(&kind.model_type, &kind.architectures).is_some() {
             Ok(ModelConfig::Bert(read_bert(path)?))
         } else if let Some((family, _)) = DecoderFamily::NAMES.iter().find(|(_, n)| names(n)) {
@@ -192,7 +204,7 @@ impl ModelConfig {
                 format!(
                     "unsupported architecture {:?} (model_type {:?}): expected a BERT-family encoder (BertModel, \
                      RobertaModel, XLMRobertaModel, CamembertModel, MPNetModel, DistilBertModel, AlbertModel, \
-                     ElectraModel), ModernBertModel, \
+                     ElectraModel, DebertaV2Model), ModernBertModel, \
                      NomicBertModel, GteModel (NewModel), JinaEmbeddingsV3Model, \
                      a Llama-family decoder (LlamaModel, MistralModel, Qwen2Model, Qwen3Model, EuroBertModel), Gemma 2's \
                      or Gemma 3's text model (Gemma2Model, Gemma3TextModel) or T5's encoder (T5EncoderModel, MT5EncoderModel)",
@@ -229,7 +241,8 @@ impl ModelConfig {
 
     /// Multiply-adds ×2 of one token's forward pass in sequences of `seq_len`: the linear layers, and attention's
     /// scores and weighted sum over the positions it sees (half of them on average when causal, a window's
-    /// worth in a sliding-window layer). The figure to set measured tokens/s against the machine's GEMM peak.
+    /// worth in a sliding-window layer), and DeBERTa's position terms. The figure to set measured tokens/s against
+    /// the machine's GEMM peak.
     pub fn flops_per_token(&self, seq_len: usize) -> f64 {
         // No layers: its token's row is added into the mean, one add a column.
         if let ModelConfig::Static(c) = self {
@@ -239,7 +252,13 @@ impl ModelConfig {
             .iter()
             .map(|(weights, shape)| {
                 let width = (shape.heads * shape.head_dim) as f64;
-                2.0 * *weights as f64 + 4.0 * mean_keys(shape, seq_len) * width
+                // DeBERTa's position terms: each query's (c2p) or key's (p2c) product with the position rows its
+                // sequence reads.
+                let positions = shape.disentangled.map_or(0.0, |dis| {
+                    let rows = (2 * seq_len).saturating_sub(1).min(2 * dis.span) as f64;
+                    2.0 * rows * width * f64::from(u8::from(dis.c2p) + u8::from(dis.p2c))
+                });
+                2.0 * *weights as f64 + 4.0 * mean_keys(shape, seq_len) * width + positions
             })
             .sum()
     }

@@ -61,6 +61,9 @@ struct HeadFile {
     norm_bias: bool,
     /// A decoder's padding, which its head's pooling skips at the end.
     pad_token_id: Option<u32>,
+    /// DeBERTa's ContextPooler's activation.
+    #[serde(default = "gelu")]
+    pooler_hidden_act: String,
 }
 
 fn cls() -> String {
@@ -174,9 +177,9 @@ fn modernbert(config_path: &Path, f: &HeadFile) -> Result<(Vec<Layer>, Pooling)>
     ))
 }
 
-/// ModernBertPredictionHead (`head.dense`, its activation, `head.norm`) as the config sets it.
-fn prediction_head(config_path: &Path, f: &HeadFile) -> Result<Layer> {
-    let activation = match f.classifier_activation.as_str() {
+/// The activation transformers' `ACT2FN[name]` is, for the config's `key`.
+fn activation(config_path: &Path, key: &str, name: &str) -> Result<Activation> {
+    Ok(match name {
         "gelu" => Activation::Gelu,
         "gelu_new" | "gelu_pytorch_tanh" => Activation::GeluTanh,
         "tanh" => Activation::Tanh,
@@ -185,10 +188,29 @@ fn prediction_head(config_path: &Path, f: &HeadFile) -> Result<Layer> {
         other => {
             return Err(Error::model(
                 config_path,
-                format!("unsupported classifier_activation {other:?}"),
+                format!("unsupported {key} {other:?}"),
             ))
         }
-    };
+    })
+}
+
+/// DebertaV2ForSequenceClassification's head: ContextPooler (`pooler.dense` over the first token, then its
+/// `pooler_hidden_act`), then the classifier.
+fn deberta(config_path: &Path, f: &HeadFile) -> Result<Vec<Layer>> {
+    let act = activation(config_path, "pooler_hidden_act", &f.pooler_hidden_act)?;
+    Ok(vec![
+        Layer::plain(&("pooler.dense", act)),
+        Layer::plain(&("classifier", Activation::None)),
+    ])
+}
+
+/// ModernBertPredictionHead (`head.dense`, its activation, `head.norm`) as the config sets it.
+fn prediction_head(config_path: &Path, f: &HeadFile) -> Result<Layer> {
+    let activation = activation(
+        config_path,
+        "classifier_activation",
+        &f.classifier_activation,
+    )?;
     Ok(Layer {
         name: "head.dense",
         activation,
@@ -245,6 +267,9 @@ pub(super) fn read(
     {
         Some((_, layers)) => (layers.iter().map(Layer::plain).collect(), Pooling::Cls),
         None if arch == "ModernBertForSequenceClassification" => modernbert(config_path, &f)?,
+        None if arch == "DebertaV2ForSequenceClassification" => {
+            (deberta(config_path, &f)?, Pooling::Cls)
+        }
         None if decoder => (
             vec![Layer {
                 bias: false,
@@ -257,7 +282,7 @@ pub(super) fn read(
                 config_path,
                 format!(
                     "unsupported cross-encoder {arch}: expected a classification head of {}, \
-                     ModernBertForSequenceClassification, {}",
+                     ModernBertForSequenceClassification, DebertaV2ForSequenceClassification, {}",
                     HEADS
                         .iter()
                         .flat_map(|(names, _)| names.iter().copied())

@@ -111,7 +111,7 @@ fn head_names(family: BertFamily) -> Option<[&'static str; 6]> {
             "mpnet.embeddings.word_embeddings.weight",
             "lm_head.bias",
         ],
-        BertFamily::Albert | BertFamily::Electra => return None,
+        BertFamily::Albert | BertFamily::Electra | BertFamily::Deberta => return None,
     })
 }
 
