@@ -12,6 +12,10 @@ scores of query/passage pairs as the reference.
 - modernbert_cross_encoder: ModernBertForSequenceClassification (gte-reranker-modernbert-base's shape), one label,
   the tokens' mean (`classifier_pooling: mean`) through ModernBertPredictionHead (dense without bias, GELU, a
   LayerNorm without bias), then the classifier; ModernBERT's byte-level BPE with a pair template.
+- gte_reranker: GteForSequenceClassification (Alibaba-NLP/gte-multilingual-reranker-base's shape): GTE's rotary
+  post-norm layers, one token type, XLM-R's tokenizer and pair template, GtePooler's tanh over the first token then
+  the classifier; gte_reranker_new is the same checkpoint in Alibaba's remote-code layout (`new.` tensor names,
+  NewForSequenceClassification, NewModel's config keys), scored against gte_reranker's reference.
 - deberta_nli: DebertaV2ForSequenceClassification (cross-encoder/nli-deberta-v3-*'s and mxbai-rerank-*-v1's shape):
   DeBERTa v3's disentangled attention over log-bucketed relative positions, no token types (the tokenizer's
   type ids ignored), three named labels, ContextPooler's GELU then the classifier; DeBERTa v3's tokenizer pipeline
@@ -30,10 +34,11 @@ import struct
 import sys
 
 import torch
+from safetensors.torch import load_file, save_file
 from sentence_transformers import CrossEncoder
 from tokenizers import processors
 from transformers import (BertConfig, BertForSequenceClassification, DebertaV2Config,
-                          DebertaV2ForSequenceClassification, DistilBertConfig,
+                          DebertaV2ForSequenceClassification, DistilBertConfig, GteConfig, GteForSequenceClassification,
                           DistilBertForSequenceClassification, ElectraConfig, ElectraForSequenceClassification,
                           ModernBertConfig, ModernBertForSequenceClassification, PreTrainedTokenizerFast,
                           XLMRobertaConfig, XLMRobertaForSequenceClassification)
@@ -168,8 +173,35 @@ def deberta_nli():
     make("deberta_nli", model, tok, enc.BERT_SPECIALS, BERT_INPUTS, 6)
 
 
+def gte_reranker():
+    tok = enc.xlmr_tokenizer()
+    model = GteForSequenceClassification(GteConfig(
+        vocab_size=tok.get_vocab_size(), hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
+        intermediate_size=96, max_position_embeddings=MAX_LEN, type_vocab_size=1,
+        rope_parameters={"rope_theta": 2e4, "rope_type": "default"}, pad_token_id=tok.token_to_id("<pad>"),
+        num_labels=1, attn_implementation="eager"))
+    make("gte_reranker", model, tok, enc.ROBERTA_SPECIALS, ["input_ids", "attention_mask"], 7)
+    # The same checkpoint as Alibaba's remote code saves it (gte-multilingual-reranker-base's layout): `new.`
+    # before the encoder's tensors, its NewModel config keys; scored against gte_reranker's reference.
+    src, dst = enc.OUT / "gte_reranker", enc.OUT / "gte_reranker_new"
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(src, dst)
+    (dst / "reference.jsonl").unlink()
+    tensors = load_file(str(dst / "model.safetensors"))
+    renamed = {("new." + k[len("gte."):] if k.startswith("gte.") else k): v for k, v in tensors.items()}
+    assert "new.pooler.dense.weight" in renamed and "classifier.weight" in renamed, sorted(renamed)
+    save_file(renamed, str(dst / "model.safetensors"), metadata={"format": "pt"})
+    config = json.loads((dst / "config.json").read_text())
+    del config["rope_parameters"]
+    config.update(model_type="new", architectures=["NewForSequenceClassification"], rope_theta=2e4,
+                  rope_scaling=None, layer_norm_type="layer_norm", position_embedding_type="rope",
+                  logn_attention_scale=False, pack_qkv=True)
+    (dst / "config.json").write_text(json.dumps(config, indent=2))
+    print(f"{dst}: {len(renamed)} tensors renamed from {src.name}")
+
+
 FIXTURES = [bert_cross_encoder, xlmr_cross_encoder, distilbert_nli, electra_cross_encoder, modernbert_cross_encoder,
-            deberta_nli]
+            deberta_nli, gte_reranker]
 
 
 def main():

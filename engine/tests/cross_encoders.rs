@@ -4,7 +4,8 @@
 //! token type, RobertaClassificationHead), DistilBertForSequenceClassification with three named labels and
 //! ElectraForSequenceClassification (token types, narrower embeddings, a GELU head) and
 //! ModernBertForSequenceClassification (the tokens' mean, a head with a LayerNorm) and
-//! DebertaV2ForSequenceClassification (DeBERTa v3's disentangled attention, ContextPooler's GELU). Each
+//! DebertaV2ForSequenceClassification (DeBERTa v3's disentangled attention, ContextPooler's GELU) and
+//! GteForSequenceClassification (GTE's rotary layers, GtePooler's tanh; also in Alibaba's layout). Each
 //! pair is tokenized as the CrossEncoder tokenizes it (the pair template, both texts truncated longest first to
 //! the limit, which most pairs reach) and scored to float rounding in f32, closely in bf16.
 
@@ -49,7 +50,7 @@ fn pairs(name: &str) -> Vec<Pair> {
 
 /// Each fixture, its labels, and whether its model reads token types (the others' tokenizers give no
 /// `token_type_ids`, whatever their template says, so the reference has no type-1 boundary for them).
-const FIXTURES: [(&str, &[&str], bool); 9] = [
+const FIXTURES: [(&str, &[&str], bool); 10] = [
     ("bert_cross_encoder", &["LABEL_0"], true),
     ("xlmr_cross_encoder", &["LABEL_0"], false),
     (
@@ -67,6 +68,7 @@ const FIXTURES: [(&str, &[&str], bool); 9] = [
         &["contradiction", "entailment", "neutral"],
         false,
     ),
+    ("gte_reranker", &["LABEL_0"], false),
 ];
 
 /// Ids as the reference's, and where the tokens of type 1 start where the model reads token types; every logit
@@ -158,6 +160,15 @@ fn deberta_nli_scores_each_label_through_disentangled_attention() {
     check(8, Dtype::F32, 1e-5);
 }
 
+/// Alibaba-NLP/gte-multilingual-reranker-base's shape: GTE's rotary layers, GtePooler's tanh over the first token,
+/// one label, XLM-R's pair template; in transformers' layout, and in Alibaba's remote-code one (`new.` tensor
+/// names, NewForSequenceClassification, NewModel's config keys) scoring the same.
+#[test]
+fn gte_reranker_scores_in_either_layout() {
+    check(9, Dtype::F32, 1e-5);
+    scores_as_reference("gte_reranker", &common::models::dir("gte_reranker_new"));
+}
+
 /// tomaarsen/Qwen3-Reranker-0.6B-seq-cls's shape: a bare Qwen3ForSequenceClassification, its `score` row over the
 /// last token; each pair rendered through the tokenizer's ChatML template as `query` and `document` messages (as
 /// sentence-transformers 6 infers for a bare checkpoint with a template), a cut pair's last tokens the template's.
@@ -207,14 +218,14 @@ fn an_unsupported_classification_head_is_refused_by_name() {
     let config = tmp.path().join("config.json");
     let mut json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&config).expect("config")).expect("JSON");
-    json["architectures"] = serde_json::json!(["NewForSequenceClassification"]);
+    json["architectures"] = serde_json::json!(["NomicBertForSequenceClassification"]);
     std::fs::write(&config, json.to_string()).expect("config");
     let refused = engine::Engine::load(tmp.path(), Default::default())
         .err()
         .expect("refused")
         .to_string();
     assert!(
-        refused.contains("unsupported cross-encoder NewForSequenceClassification"),
+        refused.contains("unsupported cross-encoder NomicBertForSequenceClassification"),
         "{refused}"
     );
 }

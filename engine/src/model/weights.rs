@@ -144,8 +144,9 @@ pub struct Weights {
 /// The prefixes tensor names may carry: none, or the base model's attribute in a checkpoint saved from a model
 /// with a head (`BertForMaskedLM`'s `bert.`, `XLMRobertaForMaskedLM`'s `roberta.`, `MPNetForMaskedLM`'s `mpnet.`,
 /// `DistilBertForMaskedLM`'s `distilbert.`, `AlbertForMaskedLM`'s `albert.`, `ElectraForPreTraining`'s `electra.`,
-/// `DebertaV2ForSequenceClassification`'s `deberta.`, `Qwen3ForCausalLM`'s `model.`, Alibaba GTE's `new.`).
-const PREFIXES: [&str; 10] = [
+/// `DebertaV2ForSequenceClassification`'s `deberta.`, `GteForSequenceClassification`'s `gte.`,
+/// `Qwen3ForCausalLM`'s `model.`, Alibaba GTE's `new.`).
+const PREFIXES: [&str; 11] = [
     "",
     "bert.",
     "roberta.",
@@ -154,6 +155,7 @@ const PREFIXES: [&str; 10] = [
     "albert.",
     "electra.",
     "deberta.",
+    "gte.",
     "model.",
     "new.",
 ];

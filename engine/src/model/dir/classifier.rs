@@ -101,8 +101,9 @@ impl Layer {
 /// the logits. BertForSequenceClassification: the pooler's tanh projection, then the classifier;
 /// RobertaClassificationHead (XLM-R's, CamemBERT's) and MPNet's: `classifier.dense` with tanh, then
 /// `classifier.out_proj`; DistilBERT: `pre_classifier` with ReLU, then the classifier; ElectraClassificationHead:
-/// RoBERTa's layers with exact GELU in place of tanh.
-const HEADS: [(&[&str], Layers); 5] = [
+/// RoBERTa's layers with exact GELU in place of tanh; GTE's (transformers' and Alibaba's): BERT's, GtePooler's
+/// tanh under the base model's prefix.
+const HEADS: [(&[&str], Layers); 7] = [
     (
         &["BertForSequenceClassification"],
         &[
@@ -134,6 +135,21 @@ const HEADS: [(&[&str], Layers); 5] = [
         &[
             ("classifier.dense", Activation::Gelu),
             ("classifier.out_proj", Activation::None),
+        ],
+    ),
+    (
+        &["GteForSequenceClassification"],
+        &[
+            ("gte.pooler.dense", Activation::Tanh),
+            ("classifier", Activation::None),
+        ],
+    ),
+    // Alibaba's remote code for GTE (gte-multilingual-reranker-base): its NewPooler under `new.`.
+    (
+        &["NewForSequenceClassification"],
+        &[
+            ("new.pooler.dense", Activation::Tanh),
+            ("classifier", Activation::None),
         ],
     ),
     (
