@@ -206,8 +206,8 @@ fn embed_multi_answers_the_engines_vectors() {
 }
 
 /// What the engine does not run is refused at load, by name: an unattended expansion past a sliding window (its
-/// last positions would see no key) or by the token that ends every text, `truncate_dim`, Stanford's checkpoint
-/// layout, and per-task limits on a model that is not multi-vector.
+/// last positions would see no key), by the token that ends every text or over DeBERTa, `truncate_dim`,
+/// Stanford's checkpoint layout, and per-task limits on a model that is not multi-vector.
 #[test]
 fn what_is_not_run_is_refused_at_load() {
     use common::models::{copied, edit_json};
@@ -250,6 +250,18 @@ fn what_is_not_run_is_refused_at_load() {
         "config.json",
         &|v| v["architectures"] = serde_json::json!(["HF_ColBERT"]),
         "Stanford ColBERT",
+    );
+    // An unattended expansion over DeBERTa, whose masked tokens transformers zeroes and lets attend to nothing.
+    refused(
+        "bert_colbert",
+        "config.json",
+        &|v| {
+            v["model_type"] = "deberta-v2".into();
+            v["architectures"] = serde_json::json!(["DebertaV2Model"]);
+            v["relative_attention"] = true.into();
+            v["pos_att_type"] = "p2c|c2p".into();
+        },
+        "over DeBERTa",
     );
     // Per-task limits on a dense model (sentence-transformers 6 would cut its encode_query texts there).
     refused(

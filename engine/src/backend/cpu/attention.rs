@@ -105,8 +105,8 @@ impl<'a> Positions<'a> {
                 Some(Positions {
                     rows: (-(n - 1)..n.max(1)).map(|delta| dis.row(delta)).collect(),
                     max_len,
-                    key: key.filter(|_| dis.c2p),
-                    query: query.filter(|_| dis.p2c),
+                    key,
+                    query,
                 })
             }
             (None, Some(Bias::Disentangled { .. })) | (Some(_), _) => {
@@ -258,6 +258,8 @@ pub fn attention(
         ),
         Some(Bias::Disentangled { key, query }) => assert!(
             shape.disentangled.is_some_and(|dis| dis.span > 0
+                && key.is_some() == dis.c2p
+                && query.is_some() == dis.p2c
                 && [key, query]
                     .iter()
                     .all(|p| p.is_none_or(|p| p.len() == 2 * dis.span * shape.heads * d)))
@@ -380,7 +382,8 @@ fn attention_f32(
             gemm::pack_cols(qkv.at(start, vc), qkv.ld, kl, d, nr, v);
             for head in kv * group..(kv + 1) * group {
                 let (qc, _, _) = columns(shape, head);
-                let mut terms = bias.positions.map(|p| {
+                // An empty sequence has no terms (nor queries to read them).
+                let mut terms = bias.positions.filter(|_| len > 0).map(|p| {
                     (
                         p,
                         p.terms(isa, qkv, shape, (start, len, kl), head, &mut *extra),
@@ -546,7 +549,8 @@ fn attention_bf16(
             for head in kv * group..(kv + 1) * group {
                 let (qc, _, _) = columns(shape, head);
                 // DeBERTa's position terms from the f32 projection (its own f32 products).
-                let mut terms = bias.positions.map(|p| {
+                // An empty sequence has no terms (nor queries to read them).
+                let mut terms = bias.positions.filter(|_| len > 0).map(|p| {
                     let at = (start, len, kl);
                     (
                         p,
@@ -774,7 +778,8 @@ mod tests {
     }
 
     /// DeBERTa's disentangled attention: both terms, each alone, log-bucketed positions (sequences longer and
-    /// shorter than the buckets' exact half) and plain clamped ones, f32 and bf16 (terms in f32 either way).
+    /// shorter than the buckets' exact half) and plain clamped ones, f32 and bf16 (terms in f32 either way), every
+    /// token a key or (ColBERT's unattended expansion) the first three quarters; an empty sequence among them.
     #[test]
     fn disentangled_attention_matches_the_definition() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(17);
@@ -782,7 +787,8 @@ mod tests {
             .num_threads(2)
             .build()
             .expect("pool");
-        let (heads, head_dim, lens) = (3, 16, vec![1usize, 9, 40, 23]);
+        let (heads, head_dim, lens) = (3, 16, vec![1usize, 9, 0, 40, 23]);
+        let some_keys: Vec<usize> = lens.iter().map(|&l| (l - l / 4).max(l.min(1))).collect();
         let dises = [
             (8, Some((8, 32)), true, true),
             (8, Some((8, 32)), true, false),
@@ -817,12 +823,17 @@ mod tests {
             };
             let (key, query) = (proj(), proj());
             let bias = Bias::Disentangled {
-                key: Some(&key),
-                query: Some(&query),
+                key: c2p.then_some(&key[..]),
+                query: p2c.then_some(&query[..]),
             };
             let max_len = *lens.iter().max().unwrap();
-            let expect = reference(&offsets, &lens, &qkv, shape, Some(bias));
-            for (bf16, tolerance) in [(false, 1e-5), (true, 3e-2)] {
+            for (bf16, tolerance, keys) in [
+                (false, 1e-5, &lens),
+                (true, 3e-2, &lens),
+                (false, 1e-5, &some_keys),
+                (true, 3e-2, &some_keys),
+            ] {
+                let expect = reference(&offsets, keys, &qkv, shape, Some(bias));
                 if bf16 && !gemm::bf16_supported() {
                     eprintln!("SKIPPED: bf16 attention (this CPU has no AVX512-BF16)");
                     continue;
@@ -834,21 +845,11 @@ mod tests {
                 let c = Mat::new(&mut ctx, t, heads * head_dim);
                 let q = Mat::new(&mut qkv, t, w);
                 let par = Eager { pool: &pool };
-                attention(
-                    &par,
-                    &offsets,
-                    &lens,
-                    q,
-                    q16,
-                    shape,
-                    Some(bias),
-                    c,
-                    &scratch,
-                );
+                attention(&par, &offsets, keys, q, q16, shape, Some(bias), c, &scratch);
                 for (i, (a, e)) in ctx.iter().zip(&expect).enumerate() {
                     assert!(
                         (a - e).abs() < tolerance,
-                        "bf16={bf16} {dis:?} [{i}]: {a} vs {e}"
+                        "bf16={bf16} keys {keys:?} {dis:?} [{i}]: {a} vs {e}"
                     );
                 }
             }

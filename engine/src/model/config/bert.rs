@@ -1,5 +1,6 @@
-//! BERT-family encoders' `config.json` (BERT, RoBERTa, XLM-RoBERTa, CamemBERT, MPNet, DistilBERT, ALBERT, ELECTRA;
-//! JinaBERT's, a BERT with ALiBi positions and a GeGLU feed-forward).
+//! BERT-family encoders' `config.json` (BERT, RoBERTa, XLM-RoBERTa, CamemBERT, MPNet, DistilBERT, ALBERT, ELECTRA,
+//! DeBERTa v2 and v3, whose own keys `deberta.rs` reads; JinaBERT's, a BERT with ALiBi positions and a GeGLU
+//! feed-forward).
 
 use std::path::Path;
 
@@ -11,8 +12,8 @@ use crate::backend::ops::{Activation, AttentionShape, PositionIds};
 use crate::error::{Error, Result};
 
 /// The subset of a Hugging Face `config.json` that a BERT-family encoder needs: BERT's, RoBERTa's and
-/// XLM-RoBERTa's, MPNet's, DistilBERT's, ALBERT's, ELECTRA's (the same network: [`BertFamily`] says how they
-/// differ).
+/// XLM-RoBERTa's, MPNet's, DistilBERT's, ALBERT's, ELECTRA's, DeBERTa's (the same network: [`BertFamily`] says how
+/// they differ).
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 pub struct BertConfig {
     #[serde(default)]

@@ -90,9 +90,13 @@ impl DebertaConfig {
     }
 }
 
+/// The most relative positions (or buckets) the engine reads: each layer's projections hold twice as many rows.
+const MAX_SPAN: usize = 1 << 16;
+
 /// Reads DeBERTa's keys from `config_path`, refusing what the engine does not run: DeBERTa-v2-xlarge's convolution
-/// (`conv_kernel_size`), a head width other than the hidden size's share, a pooler of another width, terms other
-/// than `c2p` and `p2c`, buckets whose logarithm has no base.
+/// (`conv_kernel_size`), a head width other than the hidden size's share, a pooler of another width, buckets whose
+/// logarithm has no base, a span past [`MAX_SPAN`]. Names in `pos_att_type` other than `c2p` and `p2c` are ignored,
+/// as transformers ignores them (they neither add a term nor scale the scores).
 pub(super) fn read_deberta(config_path: &Path) -> Result<DebertaConfig> {
     let f: DebertaFile = read_json(config_path)?;
     let fail = |message: String| Err(Error::model(config_path, message));
@@ -136,17 +140,12 @@ pub(super) fn read_deberta(config_path: &Path) -> Result<DebertaConfig> {
         }
         other => return fail(format!("pos_att_type {other}: expected a list of names")),
     };
-    if let Some(t) = terms.iter().find(|t| !["c2p", "p2c"].contains(&t.as_str())) {
-        return fail(format!(
-            "unsupported pos_att_type {t:?}: expected \"c2p\" and \"p2c\" (DeBERTa v2's and v3's terms)"
-        ));
-    }
     let max_relative_positions = match usize::try_from(f.max_relative_positions) {
         Ok(n) if n >= 1 => n,
         _ => f.max_position_embeddings,
     };
     let position_buckets = usize::try_from(f.position_buckets).ok().filter(|&b| b > 0);
-    if let Some(b) = position_buckets {
+    if let Some(b) = position_buckets.filter(|_| f.relative_attention) {
         // The log buckets divide by log((max − 1) / (b / 2)): it must be positive.
         if b < 2 || max_relative_positions <= b / 2 + 1 {
             return fail(format!(
@@ -170,8 +169,129 @@ pub(super) fn read_deberta(config_path: &Path) -> Result<DebertaConfig> {
             .any(|t| t.trim() == "layer_norm"),
         position_biased_input: f.position_biased_input,
     };
-    if config.relative_attention && config.span() == 0 {
-        return fail("relative attention over no positions".into());
+    if config.relative_attention && !(1..=MAX_SPAN).contains(&config.span()) {
+        return fail(format!(
+            "relative attention over {} positions: expected 1 to {MAX_SPAN}",
+            config.span()
+        ));
     }
     Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use crate::model::{BertConfig, ModelConfig};
+
+    /// A DeBERTa config of 4 heads of 16 over `max_position_embeddings` 512, with `extra`'s keys, as read.
+    fn read(extra: serde_json::Value) -> Result<BertConfig, String> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("config.json");
+        let mut config = json!({"model_type": "deberta-v2", "vocab_size": 10, "hidden_size": 64,
+            "num_hidden_layers": 1, "num_attention_heads": 4, "intermediate_size": 16,
+            "max_position_embeddings": 512});
+        for (k, v) in extra.as_object().expect("object") {
+            config[k] = v.clone();
+        }
+        std::fs::write(&path, config.to_string()).expect("write");
+        match ModelConfig::read(&path).map_err(|e| e.to_string())? {
+            ModelConfig::Bert(c) => Ok(c),
+            other => panic!("not read as DeBERTa: {other:?}"),
+        }
+    }
+
+    /// DeBERTa v3's config as the Hub has it: `max_relative_positions` -1 is the position table's 512, buckets of
+    /// 256 over it; DebertaV2Config's defaults where keys are missing (no token types, eps 1e-7, a position
+    /// table); the scores scaled by every term `pos_att_type` names (a string or a list; other names ignored,
+    /// as transformers ignores them), whether or not relative attention is on.
+    #[test]
+    fn debertas_settings_and_defaults_are_transformers() {
+        let v3 = read(
+            json!({"relative_attention": true, "max_relative_positions": -1,
+            "position_buckets": 256, "pos_att_type": ["p2c", "c2p"], "norm_rel_ebd": "layer_norm",
+            "share_att_key": true, "position_biased_input": false}),
+        )
+        .expect("v3");
+        let dis = v3.attention().disentangled.expect("disentangled");
+        assert_eq!(
+            (dis.span, dis.buckets, dis.c2p, dis.p2c),
+            (256, Some((256, 512)), true, true)
+        );
+        assert_eq!(v3.attention().scale, 1.0 / (16.0f32 * 3.0).sqrt());
+        let d = v3.deberta.as_ref().expect("DeBERTa's keys");
+        assert!(d.norm_rel_embeddings && d.share_att_key && !v3.position_table());
+        assert_eq!((v3.type_vocab_size, v3.layer_norm_eps), (0, 1e-7));
+
+        let defaults = read(json!({})).expect("defaults");
+        assert!(defaults.attention().disentangled.is_none() && defaults.position_table());
+        assert_eq!(defaults.attention().scale, 1.0 / 4.0);
+        let d = defaults.deberta.as_ref().expect("DeBERTa's keys");
+        assert!(!d.share_att_key && !d.norm_rel_embeddings && d.position_buckets.is_none());
+
+        for (pos_att_type, c2p, p2c) in [
+            (json!("c2p|p2c"), true, true),
+            (json!("C2P"), true, false),
+            (json!(["p2c", "p2p"]), false, true),
+            (json!(["C2P"]), false, false),
+            (json!("c2p|"), true, false),
+        ] {
+            let c = read(
+                json!({"relative_attention": true, "max_relative_positions": 16,
+                "pos_att_type": pos_att_type}),
+            )
+            .expect("read");
+            let terms = 1 + usize::from(c2p) + usize::from(p2c);
+            assert_eq!(
+                c.attention().scale,
+                1.0 / ((16 * terms) as f32).sqrt(),
+                "{pos_att_type}"
+            );
+            let dis = c.attention().disentangled;
+            assert_eq!(
+                dis.map(|d| (d.c2p, d.p2c, d.span, d.buckets)),
+                (c2p || p2c).then_some((c2p, p2c, 16, None))
+            );
+        }
+        // Terms named without relative attention still scale the scores (transformers counts them).
+        let off = read(json!({"pos_att_type": "c2p|p2c", "position_buckets": 1})).expect("off");
+        assert!(off.attention().disentangled.is_none());
+        assert_eq!(off.attention().scale, 1.0 / 48.0f32.sqrt());
+    }
+
+    /// What the engine does not run is refused by name.
+    #[test]
+    fn what_deberta_is_not_run_is_refused() {
+        let relative = json!({"relative_attention": true, "pos_att_type": "c2p"});
+        let with = |extra: serde_json::Value| {
+            let mut j = relative.clone();
+            for (k, v) in extra.as_object().expect("object") {
+                j[k] = v.clone();
+            }
+            j
+        };
+        for (extra, needle) in [
+            (with(json!({"conv_kernel_size": 3})), "convolution"),
+            (
+                with(json!({"attention_head_size": 8})),
+                "attention_head_size",
+            ),
+            (
+                with(json!({"pooler_hidden_size": 32})),
+                "pooler_hidden_size",
+            ),
+            (
+                with(json!({"position_buckets": 256, "max_relative_positions": 100})),
+                "position_buckets 256",
+            ),
+            (
+                with(json!({"max_position_embeddings": 1u64 << 40})),
+                "relative attention over",
+            ),
+            (with(json!({"model_type": "deberta"})), "DeBERTa v1"),
+        ] {
+            let err = read(extra.clone()).expect_err("refused");
+            assert!(err.contains(needle), "{extra}: {err}");
+        }
+    }
 }

@@ -26,7 +26,7 @@ pub use self::modules::{DenseModule, HeadNorm, Pooling, PoolingModule};
 pub use self::multi_vector::{MultiVectorModule, QueryExpansion};
 pub use self::router::{LookupRoute, Routes, LOOKUP_TABLE};
 pub use self::sparse::SparseModule;
-use super::config::{read_json, ModelConfig, StaticConfig, WORD_EMBEDDINGS_TABLE};
+use super::config::{read_json, BertFamily, ModelConfig, StaticConfig, WORD_EMBEDDINGS_TABLE};
 use crate::config::PoolingChoice;
 use crate::error::{Error, Result};
 
@@ -408,6 +408,16 @@ impl ModelDir {
             .and_then(|m| m.expansion.as_ref())
             .filter(|e| !e.attend);
         if let Some(e) = unattended {
+            // DeBERTa masks a masked token's embedding and its own row of scores too: transformers' expansion
+            // vectors are then those of a softmax over nothing (every score the dtype's minimum), which depend on
+            // the batch's padding.
+            if matches!(&config, ModelConfig::Bert(c) if c.family() == BertFamily::Deberta) {
+                return Err(Error::model(
+                    &modules_path,
+                    "unsupported: a query expansion that no token attends to over DeBERTa (whose masked tokens \
+                     transformers zeroes and lets attend to nothing); an attended expansion (`attend: true`) runs",
+                ));
+            }
             let shapes = config.layers_shapes();
             if let Some(w) = shapes.iter().filter_map(|(_, s)| s.window).min() {
                 if e.length > w + 1 {
