@@ -17,8 +17,8 @@
 //!   handle resolves exactly once to the batch's [`Embeddings`] (awaitable, pollable, or blocking).
 //!
 //! Behind the backend, the architectures in [`model`] (the BERT family: BERT, RoBERTa, XLM-RoBERTa, CamemBERT,
-//! MPNet, DistilBERT, JinaBERT, ALBERT, ELECTRA, DeBERTa v2 and v3; ModernBERT; the rotary BERTs: Nomic BERT, GTE, Jina v3; T5's
-//! encoder; the Llama family of decoders: Llama, Mistral, Qwen2, Qwen3, and EuroBERT's bidirectional one; Gemma 2's
+//! MPNet, DistilBERT, JinaBERT, ALBERT, ELECTRA, DeBERTa v2 and v3; ModernBERT; the rotary BERTs: Nomic BERT, GTE,
+//! Jina v3; T5's encoder; the Llama family of decoders: Llama, Mistral, Qwen2, Qwen3, and EuroBERT's bidirectional one; Gemma 2's
 //! and Gemma 3's text models; sentence-transformers' StaticEmbedding and WordEmbeddings, a table and no layers),
 //! each followed by its sentence-transformers head (pooling, Dense modules, Normalize), are written once over the op set in [`backend::ops`]: a [`backend::ops::Device`]
 //! holds the weights in its own form, a [`backend::ops::Ops`] runs one forward pass's operations, and an

@@ -318,6 +318,27 @@ struct Scores<'a> {
     base: usize,
 }
 
+impl<'a> Scores<'a> {
+    /// Query `q`'s bias by key under head `head`: its position terms (`terms`, the head's) where the scores take
+    /// them, else the relative table's row, if any. Inlined: it runs per query row.
+    #[inline(always)]
+    fn row<'t>(
+        &self,
+        terms: &'t mut Option<(&Positions, Terms)>,
+        head: usize,
+        q: usize,
+        scale: f32,
+    ) -> Option<&'t [f32]>
+    where
+        'a: 't,
+    {
+        match terms {
+            Some((p, t)) => Some(t.row(p, q, scale)),
+            None => self.relative.map(|b| b.row(head, q)),
+        }
+    }
+}
+
 fn relative(bias: Option<Bias>) -> Option<Relative> {
     match bias {
         Some(Bias::Relative(r)) => Some(r),
@@ -398,10 +419,7 @@ fn attention_f32(
                         gemm::tile_f32(isa, q, qkv.ld, rows, kt.as_ptr().add(p * nr * d), d, &out);
                     }
                     for r in 0..rows {
-                        let b = match &mut terms {
-                            Some((p, t)) => Some(t.row(p, q0 + r, shape.scale)),
-                            None => bias.relative.map(|b| b.row(head, q0 + r)),
-                        };
+                        let b = bias.row(&mut terms, head, q0 + r, shape.scale);
                         let (row, q) = (scores.row_mut(r), (q0 + r, kl));
                         softmax_row(row, shape, all, q, first..seen, b);
                     }
@@ -568,10 +586,7 @@ fn attention_bf16(
                     }
                     for r in 0..rows {
                         let probs = scores.row_mut(r);
-                        let b = match &mut terms {
-                            Some((p, t)) => Some(t.row(p, q0 + r, shape.scale)),
-                            None => bias.relative.map(|b| b.row(head, q0 + r)),
-                        };
+                        let b = bias.row(&mut terms, head, q0 + r, shape.scale);
                         softmax_row(probs, shape, all, (q0 + r, kl), first..seen, b);
                         let dst = &mut p_tile[r * 2 * lp..(r + 1) * 2 * lp];
                         gemm::to_bf16(&probs[first..seen], dst);

@@ -293,15 +293,7 @@ pub(super) fn read_bert(config_path: &Path) -> Result<BertConfig> {
     }
     let family = config.family();
     if family == BertFamily::Deberta {
-        // DebertaV2Config's defaults, not BERT's.
-        let raw: serde_json::Value = read_json(config_path)?;
-        if raw.get("type_vocab_size").is_none() {
-            config.type_vocab_size = 0;
-        }
-        if raw.get("layer_norm_eps").is_none() {
-            config.layer_norm_eps = 1e-7;
-        }
-        config.deberta = Some(read_deberta(config_path)?);
+        read_deberta(config_path, &mut config)?;
     }
     if family == BertFamily::Albert {
         let (layers, groups, inner) = (

@@ -7,7 +7,7 @@ use std::path::Path;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::read_json;
+use super::{read_json, BertConfig};
 use crate::backend::ops::Disentangled;
 use crate::error::{Error, Result};
 
@@ -55,6 +55,9 @@ struct DebertaFile {
     max_position_embeddings: usize,
     hidden_size: usize,
     num_attention_heads: usize,
+    /// Read here for DebertaV2Config's defaults, which are not BERT's.
+    type_vocab_size: Option<usize>,
+    layer_norm_eps: Option<f64>,
 }
 
 fn unset() -> i64 {
@@ -93,11 +96,12 @@ impl DebertaConfig {
 /// The most relative positions (or buckets) the engine reads: each layer's projections hold twice as many rows.
 const MAX_SPAN: usize = 1 << 16;
 
-/// Reads DeBERTa's keys from `config_path`, refusing what the engine does not run: DeBERTa-v2-xlarge's convolution
+/// Reads DeBERTa's keys from `config_path` into `bert` (its own, and DebertaV2Config's defaults of BERT's keys: no
+/// token types, eps 1e-7), refusing what the engine does not run: DeBERTa-v2-xlarge's convolution
 /// (`conv_kernel_size`), a head width other than the hidden size's share, a pooler of another width, buckets whose
 /// logarithm has no base, a span past [`MAX_SPAN`]. Names in `pos_att_type` other than `c2p` and `p2c` are ignored,
 /// as transformers ignores them (they neither add a term nor scale the scores).
-pub(super) fn read_deberta(config_path: &Path) -> Result<DebertaConfig> {
+pub(super) fn read_deberta(config_path: &Path, bert: &mut BertConfig) -> Result<()> {
     let f: DebertaFile = read_json(config_path)?;
     let fail = |message: String| Err(Error::model(config_path, message));
     if f.conv_kernel_size > 0 {
@@ -175,7 +179,10 @@ pub(super) fn read_deberta(config_path: &Path) -> Result<DebertaConfig> {
             config.span()
         ));
     }
-    Ok(config)
+    bert.type_vocab_size = f.type_vocab_size.unwrap_or(0);
+    bert.layer_norm_eps = f.layer_norm_eps.unwrap_or(1e-7);
+    bert.deberta = Some(config);
+    Ok(())
 }
 
 #[cfg(test)]
